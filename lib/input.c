@@ -1,0 +1,172 @@
+/* input: operands as byte streams: plain files and stdin directly, compressed files and
+ * archives through libarchive (filters: all; formats: tar, zip, 7z, cpio, raw). See input.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "input.h"
+#include "util.h"
+
+enum { INPUT_FRESH, INPUT_PLAIN_OUT, INPUT_ARCHIVE, INPUT_DONE };
+
+#define ARCHIVE_CHECK(in, r, what) \
+	do { if ((r) < ARCHIVE_WARN) { \
+		warn_msg("%s: %s: %s", (in)->name, (what), archive_error_string((in)->ar)); \
+		return -1; } } while (0)
+
+static la_ssize_t ar_read_cb(struct archive *a, void *arg, const void **buf)
+{
+	struct input *in = arg;
+	size_t n = fread(in->rbuf, 1, sizeof in->rbuf, in->raw);
+
+	(void)a;
+	*buf = in->rbuf;
+	if (n == 0 && ferror(in->raw))
+		return -1;
+	return (la_ssize_t)n;
+}
+
+static ssize_t member_read(void *cookie, char *buf, size_t size)
+{
+	struct input *in = cookie;
+	la_ssize_t n = archive_read_data(in->ar, buf, size);
+
+	if (n < 0) {
+		errno = EIO;
+		return -1;
+	}
+	return (ssize_t)n;
+}
+
+int input_open(struct input *in, const char *path)
+{
+	int c;
+
+	memset(in, 0, sizeof *in);
+	in->path = path;
+	if (!strcmp(path, "-")) {
+		in->name = xstrdup("<stdin>");
+		in->raw = stdin;
+	} else {
+		in->name = xstrdup(path);
+		if (!(in->raw = fopen(path, "rb"))) {
+			warn_msg("cannot open '%s':", path);
+			free(in->name);
+			in->name = NULL;
+			return -1;
+		}
+	}
+	c = getc(in->raw);
+	if (c != EOF)
+		ungetc(c, in->raw);
+	if (c == EOF || c == '{' || c == '[' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+		in->fp = in->raw;
+		return 0;
+	}
+	in->ar = archive_read_new();
+	archive_read_support_filter_all(in->ar);
+	/* not format_all: the mtree reader bids on ordinary text */
+	archive_read_support_format_tar(in->ar);
+	archive_read_support_format_gnutar(in->ar);
+	archive_read_support_format_zip(in->ar);
+	archive_read_support_format_7zip(in->ar);
+	archive_read_support_format_cpio(in->ar);
+	archive_read_support_format_raw(in->ar);
+	if (archive_read_open(in->ar, in, NULL, ar_read_cb, NULL) != ARCHIVE_OK) {
+		warn_msg("%s: cannot read: %s", in->name, archive_error_string(in->ar));
+		input_close(in);
+		return -1;
+	}
+	in->state = INPUT_ARCHIVE;
+	return 0;
+}
+
+int input_next(struct input *in)
+{
+	struct archive_entry *e;
+	int r;
+
+	if (in->state == INPUT_FRESH) {
+		in->state = INPUT_PLAIN_OUT;
+		return 1;
+	}
+	if (in->state != INPUT_ARCHIVE)
+		return 0;
+	if (in->fp) {
+		fclose(in->fp);
+		in->fp = NULL;
+	}
+	for (;;) {
+		r = archive_read_next_header(in->ar, &e);
+		if (r == ARCHIVE_EOF) {
+			in->state = INPUT_DONE;
+			return 0;
+		}
+		ARCHIVE_CHECK(in, r, "cannot read archive");
+		if (archive_format(in->ar) == ARCHIVE_FORMAT_RAW) {
+			in->is_raw = 1;
+			in->member = NULL;
+		} else {
+			if (archive_entry_filetype(e) != AE_IFREG)
+				continue;
+			free(in->member_buf);
+			in->member_buf = xstrdup(archive_entry_pathname(e) ? archive_entry_pathname(e) : "?");
+			in->member = in->member_buf;
+			free(in->name);
+			in->name = xasprintf("%s:%s", !strcmp(in->path, "-") ? "<stdin>" : in->path,
+			                     in->member);
+		}
+		break;
+	}
+	static const cookie_io_functions_t io = { .read = member_read };
+	in->fp = fopencookie(in, "r", io);
+	if (!in->fp)
+		BUG("fopencookie failed");
+	return 1;
+}
+
+void input_close(struct input *in)
+{
+	if (in->ar) {
+		if (in->fp)
+			fclose(in->fp);
+		archive_read_free(in->ar);
+	}
+	if (in->raw && in->raw != stdin)
+		fclose(in->raw);
+	free(in->name);
+	free(in->member_buf);
+	memset(in, 0, sizeof *in);
+	in->state = INPUT_DONE;
+}
+
+int input_each_file(const char *path,
+                    int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                    void *arg)
+{
+	struct input in;
+	size_t len;
+	char *data;
+	int r, ret = 0;
+
+	if (input_open(&in, path) < 0)
+		return -1;
+	while ((r = input_next(&in)) > 0) {
+		if (!(data = util_read_all(in.fp, &len))) {
+			warn_msg("%s: read error:", in.name);
+			ret = -1;
+			break;
+		}
+		ret = fn(in.name, data, len, arg);
+		free(data);
+		if (ret)
+			break;
+	}
+	if (r < 0)
+		ret = -1;
+	input_close(&in);
+	return ret;
+}

@@ -1,0 +1,49 @@
+/* input: open an operand and hand out its byte streams, one after another.
+ *
+ * An operand is a path or "-" (stdin). Plain text (the first byte is '{', '[' or white space)
+ * is read directly; anything else goes through libarchive: a compressed file (.gz .zst .xz
+ * .bz2 ...) is one stream, an archive (.tar*, .zip) yields each regular member in archive
+ * order. Detection is by content, not by file name, and never reads ahead of the first byte on
+ * plain input, so a JSONL coprocess on a pipe is not blocked.
+ *
+ *     struct input in;
+ *     if (input_open(&in, path) < 0) -> message already printed, count the failure
+ *     while ((r = input_next(&in)) > 0)  read in.fp; name lines as in.name
+ *     if (r < 0) -> a read error was printed
+ *     input_close(&in);
+ *
+ * in.fp and in.name belong to the input and stay valid until the next input_next/close.
+ */
+#ifndef DICE_INPUT_H
+#define DICE_INPUT_H
+
+#include <stdio.h>
+
+struct archive;
+
+struct input {
+	const char *path;   /* the operand as given */
+	char *name;         /* display name: path, "<stdin>", or "path:member" */
+	const char *member; /* member path inside an archive, NULL otherwise */
+	FILE *fp;           /* the current stream */
+	/* private */
+	FILE *raw;          /* the opened file or stdin */
+	struct archive *ar;
+	int state;          /* 0 fresh, 1 plain handed out, 2 archive, 3 done */
+	int is_raw;         /* archive format "raw": a compressed single stream */
+	char *member_buf;
+	char rbuf[65536];
+};
+
+int input_open(struct input *in, const char *path);
+int input_next(struct input *in);
+void input_close(struct input *in);
+
+/* Callback form for whole-file users: calls fn(name, data, len, arg) for every stream of the
+ * operand, with data NUL-terminated; stops at the first nonzero return and passes it back.
+ * Returns -1 on an open/read error (already reported). */
+int input_each_file(const char *path,
+                    int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                    void *arg);
+
+#endif

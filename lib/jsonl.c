@@ -1,0 +1,231 @@
+/* jsonl: JSON Lines reader and writer, and the operand loop the programs share. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "input.h"
+#include "jsonl.h"
+
+void jsonl_reader_init(struct jsonl_reader *r, FILE *fp, const char *name)
+{
+	memset(r, 0, sizeof *r);
+	r->fp = fp;
+	r->name = name;
+}
+
+void jsonl_reader_free(struct jsonl_reader *r)
+{
+	free(r->line);
+	memset(r, 0, sizeof *r);
+}
+
+static int blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
+			return 0;
+	return 1;
+}
+
+int jsonl_read_line(struct jsonl_reader *r)
+{
+	ssize_t n;
+
+	for (;;) {
+		errno = 0;
+		n = getline(&r->line, &r->cap, r->fp);
+		if (n < 0)
+			return ferror(r->fp) ? JSONL_IOERR : JSONL_EOF;
+		r->lineno++;
+		if (n > 0 && r->line[n - 1] == '\n')
+			r->line[--n] = '\0';
+		r->len = (size_t)n;
+		if (!blank(r->line, r->len))
+			return JSONL_RECORD;
+	}
+}
+
+int jsonl_parse_line(struct jsonl_reader *r, json_t **rec)
+{
+	json_error_t e;
+	json_t *v;
+
+	*rec = NULL;
+	if (!utf8_valid(r->line, r->len)) {
+		snprintf(r->err, sizeof r->err, "invalid UTF-8 in record");
+		return -1;
+	}
+	v = json_loadb(r->line, r->len, 0, &e);
+	if (!v) {
+		snprintf(r->err, sizeof r->err, "invalid JSON at column %d: %.160s", e.column, e.text);
+		return -1;
+	}
+	if (!json_is_object(v)) {
+		snprintf(r->err, sizeof r->err, "record is not a JSON object");
+		json_decref(v);
+		return -1;
+	}
+	*rec = v;
+	return 0;
+}
+
+int jsonl_read(struct jsonl_reader *r, json_t **rec)
+{
+	int s = jsonl_read_line(r);
+
+	*rec = NULL;
+	if (s != JSONL_RECORD)
+		return s;
+	return jsonl_parse_line(r, rec) < 0 ? JSONL_BAD : JSONL_RECORD;
+}
+
+void jsonl_report_bad(const struct jsonl_reader *r)
+{
+	warn_msg("%s:%zu: %s", r->name, r->lineno, r->err);
+}
+
+json_t *jsonl_bad_record(const struct jsonl_reader *r)
+{
+	struct buf b;
+	json_t *o = json_object();
+
+	buf_init(&b);
+	utf8_repair(&b, r->line, r->len);
+	json_object_set_new(o, "source", json_string(r->name));
+	json_object_set_new(o, "line", json_integer((json_int_t)r->lineno));
+	json_object_set_new(o, "error", json_string(r->err));
+	json_object_set_new(o, "text", json_stringn(b.p, b.len));
+	buf_free(&b);
+	return o;
+}
+
+void jsonl_writer_init(struct jsonl_writer *w, FILE *fp, const char *name, int unbuffered)
+{
+	memset(w, 0, sizeof *w);
+	w->fp = fp;
+	w->name = name;
+	w->unbuffered = unbuffered;
+	buf_init(&w->b);
+}
+
+void jsonl_writer_free(struct jsonl_writer *w)
+{
+	buf_free(&w->b);
+}
+
+static int dump_cb(const char *s, size_t n, void *arg)
+{
+	buf_add(arg, s, n);
+	return 0;
+}
+
+static int flush_buf(struct jsonl_writer *w)
+{
+	buf_addc(&w->b, '\n');
+	if (fwrite(w->b.p, 1, w->b.len, w->fp) != w->b.len ||
+	    (w->unbuffered && fflush(w->fp))) {
+		if (!w->failed)
+			warn_msg("write error on %s:", w->name ? w->name : "output");
+		w->failed = 1;
+		return -1;
+	}
+	return 0;
+}
+
+int jsonl_write(struct jsonl_writer *w, json_t *rec)
+{
+	buf_reset(&w->b);
+	json_dump_callback(rec, dump_cb, &w->b, JSON_COMPACT);
+	return flush_buf(w);
+}
+
+int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json_t *rec,
+                      const char *key, json_t *val)
+{
+	size_t n = len;
+
+	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+		n--;
+	if (!line || json_object_get(rec, key) || !n || line[n - 1] != '}') {
+		json_object_set(rec, key, val);
+		return jsonl_write(w, rec);
+	}
+	buf_reset(&w->b);
+	buf_add(&w->b, line, n - 1);
+	if (json_object_size(rec))
+		buf_addc(&w->b, ',');
+	json_t *k = json_string(key);
+	json_dump_callback(k, dump_cb, &w->b, JSON_ENCODE_ANY);
+	json_decref(k);
+	buf_addc(&w->b, ':');
+	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY);
+	buf_addc(&w->b, '}');
+	return flush_buf(w);
+}
+
+int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, void *arg)
+{
+	static char *dash[] = { "-" };
+	struct jsonl_reader r;
+	struct input in;
+	json_t *rec;
+	int ret = 0, s, k;
+
+	if (n == 0) {
+		operands = dash;
+		n = 1;
+	}
+	for (int i = 0; i < n; i++) {
+		if (input_open(&in, operands[i]) < 0) {
+			ret = 1;
+			continue;
+		}
+		while ((k = input_next(&in)) > 0) {
+			jsonl_reader_init(&r, in.fp, in.name);
+			while ((s = jsonl_read(&r, &rec)) != JSONL_EOF) {
+				if (s == JSONL_IOERR) {
+					warn_msg("%s:%zu: read error:", r.name, r.lineno + 1);
+					ret = 1;
+					break;
+				}
+				if (s == JSONL_BAD) {
+					ret = 1;
+					if (bad)
+						bad(&r, arg);
+					else
+						jsonl_report_bad(&r);
+					continue;
+				}
+				int v = fn(rec, &r, arg);
+				if (v < 0) {
+					jsonl_reader_free(&r);
+					input_close(&in);
+					return v;
+				}
+				if (v > 0)
+					ret = 1;
+			}
+			jsonl_reader_free(&r);
+		}
+		if (k < 0)
+			ret = 1;
+		input_close(&in);
+	}
+	return ret;
+}
+
+const char *json_get_str(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int json_get_num(const json_t *o, const char *key, double *out)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_number(v))
+		return 0;
+	*out = json_number_value(v);
+	return 1;
+}

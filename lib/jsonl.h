@@ -1,0 +1,81 @@
+/* jsonl: streaming JSON Lines over jansson.
+ *
+ * Reader: one object per non-blank line, each with its source name and 1-based line number.
+ * A malformed line (bad JSON, not an object, invalid UTF-8) is JSONL_BAD: the raw text stays
+ * in r->line and the reason in r->err, and reading goes on with the next line; it is never a
+ * crash and never silently dropped (jsonl_report_bad prints "prog: file:line: reason").
+ *
+ * Writer: one compact object per line. jsonl_write_added() is the pass-through path used by
+ * every program that adds its own object to a record: the original line is written back
+ * byte for byte with ,"key":value spliced before its closing brace, so unknown fields, key
+ * order and number spellings survive exactly. If the record already has `key`, the record is
+ * re-serialised with the key replaced instead.
+ *
+ * Ownership: jsonl_read hands the caller a new reference (*rec); the writer never steals.
+ */
+#ifndef DICE_JSONL_H
+#define DICE_JSONL_H
+
+#include <stdio.h>
+#include <jansson.h>
+
+#include "util.h"
+
+enum jsonl_status {
+	JSONL_EOF = 0,
+	JSONL_RECORD = 1,
+	JSONL_BAD = 2,
+	JSONL_IOERR = -1,
+};
+
+struct jsonl_reader {
+	FILE *fp;
+	const char *name;   /* borrowed: source name for messages */
+	size_t lineno;      /* line number of the current line, 1-based */
+	char *line;         /* current line, '\n' removed, NUL-terminated (len bytes) */
+	size_t len;
+	size_t cap;
+	char err[256];      /* reason when JSONL_BAD */
+};
+
+void jsonl_reader_init(struct jsonl_reader *r, FILE *fp, const char *name);
+void jsonl_reader_free(struct jsonl_reader *r);
+/* Next line as raw text (blank lines skipped): JSONL_RECORD with r->line set, or EOF/IOERR. */
+int jsonl_read_line(struct jsonl_reader *r);
+/* Parse r->line: 0 with *rec (new reference) or -1 with r->err set. */
+int jsonl_parse_line(struct jsonl_reader *r, json_t **rec);
+/* jsonl_read_line + jsonl_parse_line. */
+int jsonl_read(struct jsonl_reader *r, json_t **rec);
+/* "prog: name:line: reason" on stderr. */
+void jsonl_report_bad(const struct jsonl_reader *r);
+/* {"source", "line", "error", "text"} for a rejects file; text repaired to valid UTF-8. */
+json_t *jsonl_bad_record(const struct jsonl_reader *r);
+
+struct jsonl_writer {
+	FILE *fp;
+	const char *name;   /* for write-error messages */
+	int unbuffered;     /* flush after every record */
+	int failed;         /* a write failed */
+	struct buf b;
+};
+
+void jsonl_writer_init(struct jsonl_writer *w, FILE *fp, const char *name, int unbuffered);
+void jsonl_writer_free(struct jsonl_writer *w);
+int jsonl_write(struct jsonl_writer *w, json_t *rec);
+int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json_t *rec,
+                      const char *key, json_t *val);
+
+/* Drive a whole program's input: every operand (none means "-") is opened with the input
+ * module, every record is handed to fn (which owns *rec and must json_decref it), every
+ * malformed line to bad (NULL: jsonl_report_bad). Returns 0 when every operand opened and
+ * every line parsed, 1 otherwise; stops early with fn's value when fn returns < 0. */
+typedef int (*jsonl_record_fn)(json_t *rec, struct jsonl_reader *r, void *arg);
+typedef void (*jsonl_bad_fn)(struct jsonl_reader *r, void *arg);
+int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, void *arg);
+
+/* Small typed getters; NULL/defaults when the field is missing or of another type. */
+const char *json_get_str(const json_t *o, const char *key);
+/* 1 and *out when key holds a number (integer or real), else 0 */
+int json_get_num(const json_t *o, const char *key, double *out);
+
+#endif

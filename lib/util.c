@@ -1,0 +1,402 @@
+/* util: messages, fatal allocation, checked number parsing, growable buffers, UTF-8 repair.
+ * See util.h for the contracts. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+const char *argv0 = "dice";
+
+void util_set_progname(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	argv0 = s ? s + 1 : path;
+}
+
+void vwarn_msg(const char *fmt, va_list ap)
+{
+	int saved = errno;
+	size_t n = strlen(fmt);
+
+	fprintf(stderr, "%s: ", argv0);
+	vfprintf(stderr, fmt, ap);
+	if (n && fmt[n - 1] == ':')
+		fprintf(stderr, " %s", strerror(saved));
+	fputc('\n', stderr);
+}
+
+void warn_msg(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn_msg(fmt, ap);
+	va_end(ap);
+}
+
+void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn_msg(fmt, ap);
+	va_end(ap);
+	exit(EXIT_STATUS_BAD);
+}
+
+void die_status(int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn_msg(fmt, ap);
+	va_end(ap);
+	exit(status);
+}
+
+void util_bug(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: BUG: %s:%d: ", argv0, file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+static _Noreturn void oom(size_t n)
+{
+	fprintf(stderr, "%s: out of memory allocating %zu bytes\n", argv0, n);
+	exit(EXIT_STATUS_BAD);
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+void *xcalloc(size_t nmemb, size_t size)
+{
+	void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+	if (!p)
+		oom(nmemb * size);
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+char *xstrdup(const char *s)
+{
+	return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+	char *p = xmalloc(n + 1);
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+	struct buf b;
+	va_list ap;
+	int n;
+
+	buf_init(&b);
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		BUG("bad format '%s'", fmt);
+	buf_grow(&b, (size_t)n);
+	va_start(ap, fmt);
+	vsnprintf(b.p, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b.len = (size_t)n;
+	return b.p;
+}
+
+int parse_long(const char *s, long min, long max, long *out)
+{
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int parse_double(const char *s, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || isnan(v) || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+void buf_init(struct buf *b)
+{
+	b->cap = 64;
+	b->len = 0;
+	b->p = xmalloc(b->cap);
+	b->p[0] = '\0';
+}
+
+void buf_free(struct buf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+void buf_reset(struct buf *b)
+{
+	b->len = 0;
+	b->p[0] = '\0';
+}
+
+void buf_grow(struct buf *b, size_t extra)
+{
+	size_t need = b->len + extra + 1;
+
+	if (need <= b->cap)
+		return;
+	while (b->cap < need)
+		b->cap = b->cap < 64 ? 64 : b->cap * 2;
+	b->p = xrealloc(b->p, b->cap);
+}
+
+void buf_add(struct buf *b, const void *data, size_t n)
+{
+	buf_grow(b, n);
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+void buf_adds(struct buf *b, const char *s)
+{
+	buf_add(b, s, strlen(s));
+}
+
+void buf_addc(struct buf *b, int c)
+{
+	buf_grow(b, 1);
+	b->p[b->len++] = (char)c;
+	b->p[b->len] = '\0';
+}
+
+void buf_addf(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		BUG("bad format '%s'", fmt);
+	if ((size_t)n >= b->cap - b->len) {
+		buf_grow(b, (size_t)n);
+		va_start(ap, fmt);
+		vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
+}
+
+char *buf_detach(struct buf *b, size_t *len)
+{
+	char *p = b->p;
+	if (len)
+		*len = b->len;
+	buf_init(b);
+	return p;
+}
+
+char *util_read_all(FILE *fp, size_t *len)
+{
+	struct buf b;
+	char tmp[65536];
+	size_t n;
+
+	buf_init(&b);
+	while ((n = fread(tmp, 1, sizeof tmp, fp)) > 0)
+		buf_add(&b, tmp, n);
+	if (ferror(fp)) {
+		int saved = errno;
+		buf_free(&b);
+		errno = saved ? saved : EIO;
+		return NULL;
+	}
+	return buf_detach(&b, len);
+}
+
+char *util_read_file(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	char *p;
+	int saved;
+
+	if (!fp)
+		return NULL;
+	p = util_read_all(fp, len);
+	saved = errno;
+	fclose(fp);
+	errno = saved;
+	return p;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned c = s[0];
+	size_t len, i;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2, cp = c & 0x1f;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3, cp = c & 0x0f;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4, cp = c & 0x07;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+int utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, k;
+
+	while (i < n) {
+		if (u[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if (!(k = utf8_seq(u + i, n - i)))
+			return 0;
+		i += k;
+	}
+	return 1;
+}
+
+size_t utf8_repair(struct buf *out, const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, k, start = 0, bad = 0;
+
+	while (i < n) {
+		if (u[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if ((k = utf8_seq(u + i, n - i))) {
+			i += k;
+			continue;
+		}
+		buf_add(out, s + start, i - start);
+		buf_add(out, "\xef\xbf\xbd", 3);
+		bad++;
+		start = ++i;
+	}
+	buf_add(out, s + start, n - start);
+	return bad;
+}
+
+int util_fshut(FILE *fp, const char *name)
+{
+	int ret = 0;
+
+	if (fflush(fp) || ferror(fp)) {
+		warn_msg("write error on %s:", name);
+		ret = -1;
+	}
+	if (fclose(fp) && !ret) {
+		warn_msg("cannot close %s:", name);
+		ret = -1;
+	}
+	return ret;
+}
+
+unsigned long long util_hash64(const void *p, size_t n)
+{
+	const unsigned char *s = p;
+	unsigned long long h = 1469598103934665603ULL;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		h ^= s[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+const char *util_sharedir(void)
+{
+	static char *dir;
+	char exe[4096], *slash;
+	ssize_t n;
+	struct stat st;
+
+	if (dir)
+		return dir;
+	if (getenv("DICE_SHARE") && *getenv("DICE_SHARE"))
+		return dir = xstrdup(getenv("DICE_SHARE"));
+	n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+	if (n > 0) {
+		exe[n] = '\0';
+		/* <root>/bin/prog or <root>/tests/bin/prog: look for <root>/share/prompts */
+		for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++) {
+			*slash = '\0';
+			char *cand = xasprintf("%s/share/prompts", exe);
+			int ok = stat(cand, &st) == 0 && S_ISDIR(st.st_mode);
+			free(cand);
+			if (ok)
+				return dir = xasprintf("%s/share", exe);
+		}
+	}
+	return dir = xstrdup(DICE_SHAREDIR);
+}

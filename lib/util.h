@@ -1,0 +1,82 @@
+/* util: the small things every module and program uses.
+ *
+ * - Messages: warn_msg() prints "prog: message" on stderr; a format ending in ':' appends
+ *   ": strerror(errno)". die() does the same and exits (only cmd/ may call it).
+ * - Allocation is fatal: the x* functions never return NULL, so callers never check.
+ * - Numbers: parse_long()/parse_double() are range-checked and return -1 on a bad string.
+ * - struct buf: a growable byte buffer; invariant: p is never NULL after buf_init and
+ *   p[len] == '\0'. The caller owns it and releases it with buf_free.
+ * - utf8: validation and repair (invalid bytes become U+FFFD) for text that goes into JSON.
+ */
+#ifndef DICE_UTIL_H
+#define DICE_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdarg.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define BUG(...) util_bug(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Exit statuses shared by every program (DESIGN.md conventions). */
+enum exit_status {
+	EXIT_STATUS_OK = 0,     /* every record processed */
+	EXIT_STATUS_BAD = 1,    /* a record failed or was bad; the rest were processed */
+	EXIT_STATUS_USAGE = 2,  /* usage error */
+};
+
+extern const char *argv0;   /* program name for messages; set by util_set_progname */
+void util_set_progname(const char *path);
+
+void warn_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vwarn_msg(const char *fmt, va_list ap);
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void die_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+_Noreturn void util_bug(const char *file, int line, const char *fmt, ...);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Whole string must be a number within [min, max]; 0 on success, -1 otherwise. */
+int parse_long(const char *s, long min, long max, long *out);
+int parse_double(const char *s, double min, double max, double *out);
+
+struct buf {
+	char *p;      /* (cap) bytes, p[len] == '\0' */
+	size_t len;
+	size_t cap;
+};
+void buf_init(struct buf *b);
+void buf_free(struct buf *b);
+void buf_reset(struct buf *b);                 /* len = 0, keeps the memory */
+void buf_grow(struct buf *b, size_t extra);    /* room for extra more bytes + NUL */
+void buf_add(struct buf *b, const void *data, size_t n);
+void buf_adds(struct buf *b, const char *s);
+void buf_addc(struct buf *b, int c);
+void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *buf_detach(struct buf *b, size_t *len);  /* caller owns the result; b is re-inited */
+
+/* Read a whole stream; returns a NUL-terminated xmalloc'ed buffer or NULL with errno set. */
+char *util_read_all(FILE *fp, size_t *len);
+char *util_read_file(const char *path, size_t *len);
+
+/* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+int utf8_valid(const char *s, size_t n);
+/* Append s[0..n) to out with every invalid byte replaced by U+FFFD; returns the count replaced. */
+size_t utf8_repair(struct buf *out, const char *s, size_t n);
+
+/* fflush + ferror + fclose; returns 0, or -1 after a message naming `name`. */
+int util_fshut(FILE *fp, const char *name);
+
+/* 64-bit FNV-1a; a stable hash for keys and cache names. */
+unsigned long long util_hash64(const void *p, size_t n);
+
+/* Directory holding share/ data: $DICE_SHARE if set, else the source tree's share/ when the
+ * program runs from bin/ of a checkout, else the installed DICE_SHAREDIR. Never NULL. */
+const char *util_sharedir(void);
+
+#endif
