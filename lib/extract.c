@@ -1,0 +1,69 @@
+/* extract: first fenced code block of a response, language tag removed. See extract.h. */
+#include <string.h>
+
+#include "extract.h"
+#include "util.h"
+
+static int is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+char *extract_code(const char *text, size_t len)
+{
+	const char *end = text + len, *p, *q, *eol;
+
+	p = memmem(text, len, "```", 3);
+	if (!p)
+		return NULL;
+	p += 3;
+	q = memmem(p, (size_t)(end - p), "```", 3);
+	if (!q)
+		return NULL;
+	/* an info string: the rest of the opening line when it is one word (python, cpp, ...) */
+	eol = memchr(p, '\n', (size_t)(q - p));
+	if (eol) {
+		const char *w = p;
+		while (w < eol && !is_space(*w))
+			w++;
+		const char *r = w;
+		while (r < eol && is_space(*r))
+			r++;
+		if (r == eol)
+			p = eol + 1;
+	}
+	while (p < q && is_space(*p))
+		p++;
+	while (q > p && is_space(q[-1]))
+		q--;
+	return xstrndup(p, (size_t)(q - p));
+}
+
+char *extract_record_kernel(const json_t *rec, const char *field, const char **from)
+{
+	json_t *v;
+
+	if (from)
+		*from = NULL;
+	if (field) {
+		v = json_object_get(rec, field);
+		if (!json_is_string(v))
+			return NULL;
+		if (from)
+			*from = field;
+		return xstrndup(json_string_value(v), json_string_length(v));
+	}
+	v = json_object_get(rec, "kernel");
+	if (json_is_string(v)) {
+		if (from)
+			*from = "kernel";
+		return xstrndup(json_string_value(v), json_string_length(v));
+	}
+	v = json_object_get(rec, "completion");
+	if (json_is_string(v)) {
+		if (from)
+			*from = "completion";
+		return extract_code(json_string_value(v), json_string_length(v));
+	}
+	return NULL;
+}

@@ -1,0 +1,22 @@
+/* extract: the code out of a model response (SPEC §4).
+ *
+ * KernelBench takes the first ``` fenced block of the stripped response (non-greedy, across
+ * lines), trims it, and drops a leading language tag. We do the same: the opening fence's
+ * info string (python, py, cpp, c++, cuda, ...) is removed, the block ends at the next ```,
+ * and an unclosed fence is no code (NULL), as in KernelBench.
+ */
+#ifndef DICE_EXTRACT_H
+#define DICE_EXTRACT_H
+
+#include <stddef.h>
+#include <jansson.h>
+
+/* New string (caller frees) or NULL when the text holds no complete fenced block. */
+char *extract_code(const char *text, size_t len);
+
+/* The kernel of a record: the string field `field` when given; else `kernel`; else the code
+ * extracted from `completion`. New string or NULL; *from (if not NULL) names the field used
+ * ("kernel", "completion" or field), or NULL when none was present. */
+char *extract_record_kernel(const json_t *rec, const char *field, const char **from);
+
+#endif

@@ -1,0 +1,85 @@
+/* ops: the operations of the SDAR transformer, behind one backend interface.
+ *
+ * The model (lib/model.c) is written once against `struct ops`; a backend fills the table:
+ * ops_cpu (lib/ops_cpu.c, plain fp32 loops: THE SPECIFICATION) and ops_cuda (lib/cuda/*.cu,
+ * declared in lib/gpu.h, built when CUDA is on). Every CUDA op is tested against its CPU
+ * twin on random data (tests/gpu/test_<op>.cu).
+ *
+ * Conventions for every op:
+ *  - Activations are fp32, row-major, contiguous. On the CUDA backend every pointer is a
+ *    device pointer (activations and weights); on the CPU backend a host pointer.
+ *  - Weights carry a dtype (enum dice_dtype) and use PyTorch Linear layout w[out, in].
+ *  - Dimension letters: N rows (tokens), C channels, NH query heads, NKV key/value heads,
+ *    HD head dim, T queries, S keys, V vocabulary.
+ *  - Ops never allocate on the hot path beyond the backend's own scratch; they write their
+ *    output and do not read it first unless the doc says "in place" or "accumulate".
+ *  - Backward ops (the training issue) follow the same table with *_backward names.
+ */
+#ifndef DICE_OPS_H
+#define DICE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum dice_dtype {
+	DICE_F32 = 0,
+	DICE_BF16 = 1,
+	DICE_F16 = 2,
+};
+
+size_t dice_dtype_size(enum dice_dtype dt);
+float dice_bf16_to_f32(uint16_t h);
+uint16_t dice_f32_to_bf16(float f);   /* round to nearest even */
+float dice_f16_to_f32(uint16_t h);
+uint16_t dice_f32_to_f16(float f);    /* round to nearest even */
+
+/* Which key a query may see. One rule covers inference and training:
+ *  - different seg (packed samples) -> never
+ *  - without noisy flags: key block <= query block (block-causal, blocks aligned to absolute
+ *    position 0; the decode step is the same rule: cache + the whole current block)
+ *  - with noisy flags (SFT [x_t | x_0], TraceRL [prompt | clean | noisy]):
+ *      noisy -> noisy: same block only;  noisy -> clean: strictly earlier block;
+ *      clean -> clean: block <= own;      clean -> noisy: never.
+ * Block index = pos / block. Any pointer may be NULL (no segments, no noisy half). */
+struct attn_mask {
+	int block;                      /* block size, e.g. 4 */
+	const int *qpos, *kpos;         /* (T), (S) absolute positions */
+	const int *qseg, *kseg;         /* (T), (S) packed-sample ids, or NULL */
+	const uint8_t *qnoisy, *knoisy; /* (T), (S) 1 = noisy half, or NULL */
+};
+int attn_allowed(const struct attn_mask *m, int i, int j);  /* query i may see key j */
+
+struct ops {
+	const char *name;               /* "cpu" or "cuda" */
+	/* y(N,out) = x(N,in) @ w(out,in)^T */
+	void (*matmul)(float *y, const float *x, const void *w, enum dice_dtype wdt,
+	               int N, int in, int out);
+	/* y(N,C) = x / rms(x) * w(C); w has dtype wdt; y may equal x */
+	void (*rmsnorm)(float *y, const float *x, const void *w, enum dice_dtype wdt,
+	                int N, int C, float eps);
+	/* in place on x(N,NH,HD): rotate-half RoPE at positions pos(N), inv_freq = theta^(-2j/HD) */
+	void (*rope)(float *x, const int *pos, int N, int NH, int HD, float theta);
+	/* y(N,C) = silu(gate(N,C)) * up(N,C); y may equal gate */
+	void (*swiglu)(float *y, const float *gate, const float *up, int N, int C);
+	/* y(n) += x(n) */
+	void (*add)(float *y, const float *x, size_t n);
+	/* out(T,NH,HD) = softmax(q k^T / sqrt(HD) + mask) v, with q(T,NH,HD), k,v(S,NKV,HD),
+	 * GQA: query head h uses kv head h / (NH/NKV). A query with no visible key gets zeros. */
+	void (*attention)(float *out, const float *q, const float *k, const float *v,
+	                  int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+	/* y(N,C) = embedding rows w[ids[n]] (w is (V,C) of dtype wdt) */
+	void (*embed)(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C);
+	/* host <-> backend memory; on the CPU backend plain malloc/memcpy */
+	void *(*alloc)(size_t bytes);
+	void (*free)(void *p);
+	void (*to_host)(void *dst, const void *src, size_t bytes);
+	void (*to_device)(void *dst, const void *src, size_t bytes);
+	void (*sync)(void);
+};
+
+extern const struct ops ops_cpu;
+
+/* The backend by name ("cpu" or "cuda"); NULL when it is not built in or no GPU is present. */
+const struct ops *ops_get(const char *name);
+
+#endif
