@@ -744,6 +744,7 @@ static void add_assign(struct pysrc *p, int a, int e, int op, int v, int end)
 	GROW(p->assign, p->nassign, p->cap_assign);
 	struct pysrc_assign *s = &p->assign[p->nassign++];
 	s->target = buf_detach(&b, NULL);
+	buf_free(&b);
 	s->op = op;
 	s->line = p->tok[a].line;
 	s->tok_target = a;
