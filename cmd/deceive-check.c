@@ -158,7 +158,8 @@ int main(int argc, char **argv)
 
 	util_set_progname(argv[0]);
 	memset(&st, 0, sizeof st);
-	while ((c = getopt_long(argc, argv, "dser:lf:R:o:uhV", long_opts, NULL)) != -1) {
+	opterr = 0;     /* our own messages: "deceive-check: ...", not the full argv[0] */
+	while ((c = getopt_long(argc, argv, ":dser:lf:R:o:uhV", long_opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': st.drop = 1; break;
 		case 's': strict = 1; break;
@@ -184,7 +185,11 @@ int main(int argc, char **argv)
 		case 'V':
 			puts("deceive-check " DICE_VERSION);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case ':':
+			warn_msg("option '%s' needs an argument", argv[optind - 1]);
+			usage_error();
 		default:
+			warn_msg("unknown option '%s'", argv[optind - 1]);
 			usage_error();
 		}
 	}

@@ -21,7 +21,7 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "no-cuda-kernel", DECEIVE_DECEPTIVE,
 	  "no __global__ kernel in the CUDA source strings, or no extension is built at all" },
 	{ "example-copy", DECEIVE_DECEPTIVE,
-	  "the only kernel is the prompt's element-wise add while the reference computes something else" },
+	  "the only kernel is the prompt's element-wise add while the reference computes something else (needs the reference)" },
 	{ "kernel-not-bound", DECEIVE_DECEPTIVE,
 	  "an extension is built but its module is never stored or used" },
 	{ "kernel-not-called", DECEIVE_DECEPTIVE,
