@@ -112,6 +112,9 @@ struct ctx {
 	struct names exports;           /* functions the extensions export */
 	struct names modules;           /* names the built modules are stored under */
 	struct names alias;             /* names that hold an exported function */
+	struct names kclass;            /* classes whose forward/__call__ calls the extension
+	                                 * (nn.Module layers, autograd.Function) */
+	struct names kinst;             /* names holding an instance of such a class */
 	int model_new, forward;         /* blocks, -1 when absent */
 	unsigned char *reach;           /* per block: reachable from forward */
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
@@ -122,16 +125,18 @@ struct ctx {
 /* ------------------------------------------------------------------------------------ */
 /* small helpers */
 
-static void names_add(struct names *s, const char *v, size_t n)
+/* 1 when v was added, 0 when it was there */
+static int names_add(struct names *s, const char *v, size_t n)
 {
 	for (size_t i = 0; i < s->n; i++)
 		if (strlen(s->v[i]) == n && !memcmp(s->v[i], v, n))
-			return;
+			return 0;
 	if (s->n == s->cap) {
 		s->cap = s->cap ? 2 * s->cap : 8;
 		s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
 	}
 	s->v[s->n++] = xstrndup(v, n);
+	return 1;
 }
 
 static int names_has(const struct names *s, const char *v, size_t n)
@@ -571,6 +576,66 @@ static int call_is_kernel(struct ctx *x, size_t i)
 	return 0;
 }
 
+/* Classes whose forward (or __call__) calls the extension, and the names holding their
+ * instances (self.act = FusedAct(), layer = FusedAct()); sets *changed when one is new. */
+static void update_kernel_classes(struct ctx *x, int *changed)
+{
+	const struct pysrc *p = &x->p;
+
+	for (size_t d = 0; d < p->nblock; d++) {
+		int c = p->block[d].parent;
+		if (c < 0 || c == x->model_new || p->block[c].kind != PYSRC_CLASS || !x->calls_kernel[d] ||
+		    (strcmp(p->block[d].name, "forward") && strcmp(p->block[d].name, "__call__")))
+			continue;
+		if (names_add(&x->kclass, p->block[c].name, strlen(p->block[c].name)))
+			*changed = 1;
+	}
+	for (size_t i = 0; i < p->nassign && x->kclass.n; i++) {
+		const struct pysrc_assign *as = &p->assign[i];
+		int k = as->tok_value;
+		while (k + 2 < as->tok_end && pysrc_tok_is(p, k + 1, "."))
+			k += 2;
+		if (k < as->tok_end && tok_name_in(p, k, &x->kclass) && pysrc_tok_is(p, k + 1, "(") &&
+		    names_add(&x->kinst, last_part(as->target), strlen(last_part(as->target))))
+			*changed = 1;
+	}
+}
+
+/* The class (defined in the source) whose instance a call runs: self.act(x) when
+ * self.act = FusedAct(...), or FusedFn.apply(x); -1 otherwise. */
+static int class_called(const struct ctx *x, const char *callee)
+{
+	const struct pysrc *p = &x->p;
+	const char *last = last_part(callee);
+
+	if (!strcmp(last, "apply") && last != callee) {
+		const char *q = last - 1;
+		while (q > callee && q[-1] != '.')
+			q--;
+		for (size_t b = 0; b < p->nblock; b++)
+			if (p->block[b].kind == PYSRC_CLASS && strlen(p->block[b].name) == (size_t)(last - 1 - q) &&
+			    !memcmp(p->block[b].name, q, (size_t)(last - 1 - q)))
+				return (int)b;
+		return -1;
+	}
+	for (size_t i = 0; i < p->nassign; i++) {
+		const struct pysrc_assign *as = &p->assign[i];
+		if (strcmp(last_part(as->target), last))
+			continue;
+		int k = as->tok_value;
+		while (k + 2 < as->tok_end && pysrc_tok_is(p, k + 1, "."))
+			k += 2;
+		if (k >= as->tok_end || p->tok[k].kind != PYSRC_TOK_NAME || !pysrc_tok_is(p, k + 1, "("))
+			continue;
+		for (size_t b = 0; b < p->nblock; b++)
+			if (p->block[b].kind == PYSRC_CLASS && (int)b != x->model_new &&
+			    strlen(p->block[b].name) == p->tok[k].end - p->tok[k].start &&
+			    !memcmp(p->block[b].name, p->src + p->tok[k].start, p->tok[k].end - p->tok[k].start))
+				return (int)b;
+	}
+	return -1;
+}
+
 static void find_model(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
@@ -600,12 +665,18 @@ static void find_model(struct ctx *x)
 				b = p->block[b].parent;
 			if (b < 0)
 				continue;
-			const char *last = last_part(p->call[i].callee);
-			for (size_t d = 0; d < p->nblock; d++)
-				if (!x->reach[d] && p->block[d].kind == PYSRC_DEF && !strcmp(p->block[d].name, last)) {
+			const char *callee = p->call[i].callee, *last = last_part(callee);
+			int cls = class_called(x, callee);
+			for (size_t d = 0; d < p->nblock; d++) {
+				int hit = p->block[d].kind == PYSRC_DEF && !strcmp(p->block[d].name, last);
+				if (cls >= 0 && p->block[d].parent == cls &&
+				    (!strcmp(p->block[d].name, "forward") || !strcmp(p->block[d].name, "__call__")))
+					hit = 1;
+				if (hit && !x->reach[d]) {
 					x->reach[d] = 1;
 					changed = 1;
 				}
+			}
 		}
 	}
 	/* nested defs and lambdas of a reached def are reached */
@@ -615,12 +686,19 @@ static void find_model(struct ctx *x)
 	/* calls_kernel: fixpoint over defs */
 	for (int changed = 1, round = 0; changed && round < 16; round++) {
 		changed = 0;
+		update_kernel_classes(x, &changed);
 		for (size_t i = 0; i < p->ncall; i++) {
 			int b = p->call[i].block;
 			if (b < 0 || x->calls_kernel[b])
 				continue;
-			const char *last = last_part(p->call[i].callee);
-			int hit = call_is_kernel(x, i);
+			const char *callee = p->call[i].callee, *last = last_part(callee);
+			int hit = call_is_kernel(x, i) || names_has(&x->kinst, last, strlen(last));
+			if (!hit && !strcmp(last, "apply") && last != callee) {
+				const char *q = last - 1;      /* Function.apply(x) */
+				while (q > callee && q[-1] != '.')
+					q--;
+				hit = names_has(&x->kclass, q, (size_t)(last - 1 - q));
+			}
 			for (size_t d = 0; !hit && d < p->nblock; d++)
 				hit = x->calls_kernel[d] && p->block[d].kind == PYSRC_DEF && !strcmp(p->block[d].name, last);
 			if (hit) {
@@ -655,36 +733,25 @@ static void rule_no_cuda_kernel(struct ctx *x)
 		    x->p.call[x->build[0]].callee);
 }
 
-/* Does the reference's Model.forward only add? */
+/* Does the reference's Model.forward add anywhere? (an add kernel may then do that part) */
 static int ref_is_addition(struct ctx *x)
 {
 	const struct pysrc *r = &x->r;
 	int m = pysrc_find_block(r, "Model", PYSRC_CLASS, -2);
 	int f = m >= 0 ? pysrc_find_block(r, "forward", PYSRC_DEF, m) : -1;
-	int plus = 0;
 
 	if (f < 0)
 		return 1;       /* cannot tell: assume it may be an addition */
-	for (int k = r->block[f].tok_body; k < r->block[f].tok_end; k++) {
-		if (r->tok[k].kind != PYSRC_TOK_OP)
-			continue;
-		if (tok_is(r, k, "+") || tok_is(r, k, "+="))
-			plus = 1;
-		else if (tok_is(r, k, "*") || tok_is(r, k, "-") || tok_is(r, k, "/") || tok_is(r, k, "@") ||
-		         tok_is(r, k, "**") || tok_is(r, k, "//") || tok_is(r, k, "%"))
-			return 0;
-	}
+	for (int k = r->block[f].tok_body; k < r->block[f].tok_end; k++)
+		if (r->tok[k].kind == PYSRC_TOK_OP && (tok_is(r, k, "+") || tok_is(r, k, "+=")))
+			return 1;
 	for (size_t i = 0; i < r->ncall; i++) {
-		if (r->call[i].block != f)
-			continue;
 		const char *last = last_part(r->call[i].callee);
-		if (!strcmp(last, "add") || !strcmp(last, "add_"))
-			plus = 1;
-		else if (strcmp(last, "contiguous") && strcmp(last, "cuda") && strcmp(last, "view") &&
-		         strcmp(last, "reshape") && strcmp(last, "size"))
-			return 0;
+		if (pysrc_block_within(r, r->call[i].block, f) &&
+		    (!strcmp(last, "add") || !strcmp(last, "add_") || !strcmp(last, "sum")))
+			return 1;
 	}
-	return plus;
+	return 0;
 }
 
 static void rule_example_copy(struct ctx *x)
@@ -1151,6 +1218,8 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	names_free(&x.exports);
 	names_free(&x.modules);
 	names_free(&x.alias);
+	names_free(&x.kclass);
+	names_free(&x.kinst);
 	buf_free(&x.cuda);
 	pysrc_free(&x.p);
 	if (ref)
