@@ -462,6 +462,8 @@ int pysrc_tok_is(const struct pysrc *p, int i, const char *text)
 	if (i < 0 || (size_t)i >= p->ntok)
 		return 0;
 	n = p->tok[i].end - p->tok[i].start;
+	if (p->src[p->tok[i].start] != text[0])        /* the common miss, without strlen */
+		return 0;
 	return strlen(text) == n && !memcmp(p->src + p->tok[i].start, text, n);
 }
 
