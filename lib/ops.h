@@ -1,7 +1,7 @@
 /* ops: the operations of the SDAR transformer, behind one backend interface.
  *
  * The model (lib/model.c) is written once against `struct ops`; a backend fills the table:
- * ops_cpu (lib/ops_cpu.c, plain fp32 loops: THE SPECIFICATION) and ops_cuda (lib/cuda/*.cu,
+ * ops_cpu (lib/ops_cpu.c, plain fp32 loops: THE SPECIFICATION) and ops_cuda (lib/cuda/ kernels,
  * declared in lib/gpu.h, built when CUDA is on). Every CUDA op is tested against its CPU
  * twin on random data (tests/gpu/test_<op>.cu).
  *
