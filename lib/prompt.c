@@ -259,13 +259,16 @@ const char *prompt_path(const struct prompt_template *t)
 static char *name_list(const struct prompt_template *t)
 {
 	struct buf b;
+	char *list;
 
 	buf_init(&b);
 	for (size_t i = 0; i < t->nnames; i++)
 		buf_addf(&b, "%s%s", i ? ", " : "", t->names[i]);
 	if (!t->nnames)
 		buf_adds(&b, "none");
-	return buf_detach(&b, NULL);
+	list = buf_detach(&b, NULL);
+	buf_free(&b);
+	return list;
 }
 
 char *prompt_fill(const struct prompt_template *t, const char *const *keys,
@@ -313,7 +316,9 @@ char *prompt_fill(const struct prompt_template *t, const char *const *keys,
 			buf_adds(&out, val[g->slot]);
 	}
 	free(val);
-	return buf_detach(&out, NULL);
+	list = buf_detach(&out, NULL);
+	buf_free(&out);
+	return list;
 }
 
 static const char *const chat_names[] = {
