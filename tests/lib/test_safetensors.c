@@ -11,20 +11,15 @@
 #include "safetensors.h"
 #include "test.h"
 #include "util.h"
+#include "tmpdir.h"
 
-static char tmpdir[] = "/tmp/dice-test-st-XXXXXX";
 static char err[1024];
-
-static char *tpath(const char *name)
-{
-	return xasprintf("%s/%s", tmpdir, name);
-}
 
 /* A raw file: u64 header length (hlen, or strlen(header) when hlen < 0), header, data. */
 static char *raw(const char *name, const char *header, long long hlen, const void *data,
                  size_t dlen)
 {
-	char *p = tpath(name);
+	char *p = tmpdir_path(name);
 	FILE *fp = fopen(p, "wb");
 	uint64_t n = hlen < 0 ? strlen(header) : (uint64_t)hlen;
 	unsigned char b[8];
@@ -39,16 +34,6 @@ static char *raw(const char *name, const char *header, long long hlen, const voi
 	return p;
 }
 
-static void write_text(const char *name, const char *text)
-{
-	char *p = tpath(name);
-	FILE *fp = fopen(p, "wb");
-
-	fputs(text, fp);
-	fclose(fp);
-	free(p);
-}
-
 static void test_roundtrip(void)
 {
 	float f32[15], scalar = 3.25f;
@@ -61,7 +46,7 @@ static void test_roundtrip(void)
 		{ "e.empty", DICE_F32, 2, { 0, 4 }, NULL },
 	};
 	const char *meta[] = { "dice_format", "dice-test", "dice_format_version", "2" };
-	char *p = tpath("rt.safetensors");
+	char *p = tmpdir_path("rt.safetensors");
 	struct safetensors st;
 	const struct st_tensor *x;
 	int ok = 1;
@@ -135,7 +120,7 @@ static void test_roundtrip(void)
 	CHECK(safetensors_write(p, t, 1, NULL, 0, err, sizeof err) < 0 &&
 	      strstr(err, "cannot create"), "write into a missing folder fails cleanly");
 	free(p);
-	p = tpath("dup.safetensors");
+	p = tmpdir_path("dup.safetensors");
 	t[1].name = "b.bf16";
 	CHECK(safetensors_write(p, t, 2, NULL, 0, err, sizeof err) < 0 &&
 	      strstr(err, "duplicate"), "duplicate names refused by the writer");
@@ -178,12 +163,12 @@ static void test_corrupt(void)
 	unsigned char data[64] = { 0 };
 	char *p;
 
-	p = tpath("short.safetensors");
-	write_text("short.safetensors", "abc");
+	p = tmpdir_path("short.safetensors");
+	tmpdir_write("short.safetensors", "abc");
 	expect_error("truncated header (3-byte file)", p, "too short");
 	free(p);
-	p = tpath("empty.safetensors");
-	write_text("empty.safetensors", "");
+	p = tmpdir_path("empty.safetensors");
+	tmpdir_write("empty.safetensors", "");
 	expect_error("empty file", p, "too short");
 	free(p);
 	p = raw("past.safetensors", "{}", 1000, NULL, 0);
@@ -253,7 +238,7 @@ static void test_corrupt(void)
 	{
 		float v[8] = { 0 };
 		struct st_wtensor t = { "w", DICE_F32, 1, { 8 }, v };
-		char *q = tpath("cut.safetensors");
+		char *q = tmpdir_path("cut.safetensors");
 		CHECK(safetensors_write(q, &t, 1, NULL, 0, err, sizeof err) == 0, "write for cut");
 		CHECK(truncate(q, 8 + 64 + 16) == 0, "truncate data section");
 		expect_error("data section cut short", q, "outside the data section");
@@ -266,14 +251,14 @@ static void test_sharded(void)
 	float a[4] = { 1, 2, 3, 4 }, b[2] = { 5, 6 };
 	struct st_wtensor ta = { "x.a", DICE_F32, 1, { 4 }, a }, tb = { "y.b", DICE_F32, 1, { 2 }, b };
 	struct safetensors st;
-	char *p1 = tpath("m-1.safetensors"), *p2 = tpath("m-2.safetensors"), *ix;
+	char *p1 = tmpdir_path("m-1.safetensors"), *p2 = tmpdir_path("m-2.safetensors"), *ix;
 	const struct st_tensor *x;
 
 	CHECK(safetensors_write(p1, &ta, 1, NULL, 0, err, sizeof err) == 0 &&
 	      safetensors_write(p2, &tb, 1, NULL, 0, err, sizeof err) == 0, "write two shards");
-	write_text("ok.index.json", "{\"metadata\":{\"total_size\":24},\"weight_map\":"
+	tmpdir_write("ok.index.json", "{\"metadata\":{\"total_size\":24},\"weight_map\":"
 	           "{\"x.a\":\"m-1.safetensors\",\"y.b\":\"m-2.safetensors\"}}");
-	ix = tpath("ok.index.json");
+	ix = tmpdir_path("ok.index.json");
 	CHECK(safetensors_open(&st, ix, err, sizeof err) == 0, "open the index");
 	x = safetensors_find(&st, "y.b");
 	CHECK(st.nfiles == 2 && x && ((const float *)x->data)[1] == 6 && x->shard == 1 &&
@@ -283,38 +268,38 @@ static void test_sharded(void)
 	safetensors_close(&st);
 	free(ix);
 
-	write_text("miss.index.json", "{\"weight_map\":{\"x.a\":\"m-1.safetensors\","
+	tmpdir_write("miss.index.json", "{\"weight_map\":{\"x.a\":\"m-1.safetensors\","
 	           "\"q.q\":\"m-2.safetensors\"}}");
-	ix = tpath("miss.index.json");
+	ix = tmpdir_path("miss.index.json");
 	expect_error("index names a tensor its shard lacks", ix,
 	             "tensor 'q.q' is not in shard 'm-2.safetensors'");
 	free(ix);
-	write_text("wrong.index.json", "{\"weight_map\":{\"x.a\":\"m-2.safetensors\","
+	tmpdir_write("wrong.index.json", "{\"weight_map\":{\"x.a\":\"m-2.safetensors\","
 	           "\"y.b\":\"m-2.safetensors\"}}");
-	ix = tpath("wrong.index.json");
+	ix = tmpdir_path("wrong.index.json");
 	expect_error("index puts a tensor in the wrong shard", ix, "tensor 'x.a' is not in shard");
 	free(ix);
-	write_text("nofile.index.json", "{\"weight_map\":{\"x.a\":\"m-9.safetensors\"}}");
-	ix = tpath("nofile.index.json");
+	tmpdir_write("nofile.index.json", "{\"weight_map\":{\"x.a\":\"m-9.safetensors\"}}");
+	ix = tmpdir_path("nofile.index.json");
 	expect_error("index names a missing shard", ix, "cannot open");
 	free(ix);
-	write_text("slash.index.json", "{\"weight_map\":{\"x.a\":\"../m-1.safetensors\"}}");
-	ix = tpath("slash.index.json");
+	tmpdir_write("slash.index.json", "{\"weight_map\":{\"x.a\":\"../m-1.safetensors\"}}");
+	ix = tmpdir_path("slash.index.json");
 	expect_error("shard outside the folder refused", ix, "file name in the index's folder");
 	free(ix);
-	write_text("nomap.index.json", "{\"metadata\":{}}");
-	ix = tpath("nomap.index.json");
+	tmpdir_write("nomap.index.json", "{\"metadata\":{}}");
+	ix = tmpdir_path("nomap.index.json");
 	expect_error("index without weight_map", ix, "no \"weight_map\"");
 	free(ix);
-	write_text("badjs.index.json", "{\"weight_map\":");
-	ix = tpath("badjs.index.json");
+	tmpdir_write("badjs.index.json", "{\"weight_map\":");
+	ix = tmpdir_path("badjs.index.json");
 	expect_error("index bad JSON", ix, "badjs.index.json:1");
 	free(ix);
 	/* the same tensor name in two shards */
 	CHECK(safetensors_write(p2, &ta, 1, NULL, 0, err, sizeof err) == 0, "shard 2 now holds x.a");
-	write_text("twice.index.json", "{\"weight_map\":{\"x.a\":\"m-1.safetensors\","
+	tmpdir_write("twice.index.json", "{\"weight_map\":{\"x.a\":\"m-1.safetensors\","
 	           "\"z\":\"m-2.safetensors\"}}");
-	ix = tpath("twice.index.json");
+	ix = tmpdir_path("twice.index.json");
 	expect_error("one name in two shards", ix, "x.a");
 	free(ix);
 	free(p1);
@@ -323,17 +308,12 @@ static void test_sharded(void)
 
 int main(void)
 {
-	if (!mkdtemp(tmpdir))
+	if (tmpdir_make("dice-test-st") < 0)
 		return 1;
 	test_roundtrip();
 	test_misaligned();
 	test_corrupt();
 	test_sharded();
-	{
-		char *cmd = xasprintf("rm -rf %s", tmpdir);
-		if (system(cmd) != 0)
-			printf("# cannot remove %s\n", tmpdir);
-		free(cmd);
-	}
+	tmpdir_remove();
 	return test_done();
 }
