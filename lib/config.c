@@ -170,6 +170,20 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");
 		goto out;
 	}
+	/* transformers 5 writes {"rope_parameters": {"rope_theta": x, "rope_type": "default"}} */
+	v = json_object_get(root, "rope_parameters");
+	if (v && !json_is_null(v)) {
+		json_t *type = json_object_get(v, "rope_type");
+
+		if (!json_is_object(v) ||
+		    (type && (!json_is_string(type) || strcmp(json_string_value(type), "default")))) {
+			errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
+			           "supported", name);
+			goto out;
+		}
+		if (get_float(v, "rope_theta", &c->rope_theta, name, err, errlen))
+			goto out;
+	}
 	if (refuse(root, "rope_scaling", name, err, errlen) ||
 	    refuse(root, "attention_bias", name, err, errlen) ||
 	    refuse(root, "hidden_act", name, err, errlen) ||
