@@ -17,7 +17,7 @@
 
 #include "nfc_tables.h"
 
-#define CACHE_SLOTS (1u << 16)        /* pre-token cache: slots (power of 2) */
+#define CACHE_SLOTS (1u << 18)        /* pre-token cache: slots (power of 2) */
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
 #define CACHE_MAX_KEY 64              /* longer pre-tokens are not cached */
 #define BPE_SMALL 48                  /* pre-tokens up to this many bytes use the simple loop */
@@ -293,29 +293,10 @@ static uint32_t nfc_compose_pair(uint32_t a, uint32_t b)
 	return e ? e[2] : 0;
 }
 
-/* NFC of s[0..n) into out; returns 0 when s is already in NFC (out untouched). */
-static int nfc_apply(const char *s, size_t n, struct buf *out)
+/* Append the NFC form of s[0..n) to out (the slow path: decompose, reorder, compose). */
+static void nfc_slow(const unsigned char *u, size_t n, struct buf *out)
 {
-	const unsigned char *u = (const unsigned char *)s;
-	size_t i = 0;
-	int unsafe = 0;
-	while (i < n && !unsafe) {
-		uint32_t c;
-		if (u[i] < 0x80) {
-			i++;
-			continue;
-		}
-		size_t l = utf8_dec(u + i, n - i, &c);
-		if (!l) {
-			i++;
-			continue;
-		}
-		unsafe = nfc_is_unsafe(c);
-		i += l;
-	}
-	if (!unsafe)
-		return 0;
-
+	size_t i;
 	struct ids v = { 0 };
 	for (i = 0; i < n;) {
 		uint32_t c;
@@ -367,7 +348,6 @@ static int nfc_apply(const char *s, size_t n, struct buf *out)
 		}
 		v.p[w++] = c;
 	}
-	buf_reset(out);
 	for (size_t k = 0; k < w; k++) {
 		char tmp[4];
 		if (NFC_IS_BYTE(v.p[k]))
@@ -376,7 +356,43 @@ static int nfc_apply(const char *s, size_t n, struct buf *out)
 			buf_add(out, tmp, utf8_enc((uint32_t)v.p[k], tmp));
 	}
 	free(v.p);
-	return 1;
+}
+
+/* NFC of s[0..n) into out; returns 0 when s is already in NFC (out untouched). Only the
+ * stretches around "unsafe" code points go through nfc_slow: each starts at the code point
+ * before the first unsafe one (a starter they may compose with) and ends before the next
+ * safe one, which neither composes with nor reorders across what precedes it. */
+static int nfc_apply(const char *s, size_t n, struct buf *out)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, copied = 0, prev = SIZE_MAX;   /* prev: start of the last safe code point */
+	int changed = 0;
+	while (i < n) {
+		uint32_t c;
+		size_t l = u[i] < 0x80 ? 1 : utf8_dec(u + i, n - i, &c);
+		if (u[i] < 0x80 || !l || !nfc_is_unsafe(c)) {   /* invalid bytes are safe too */
+			prev = i;
+			i += l ? l : 1;
+			continue;
+		}
+		size_t rs = prev == SIZE_MAX ? i : prev, j = i + l;
+		while (j < n) {
+			size_t m = u[j] < 0x80 ? 1 : utf8_dec(u + j, n - j, &c);
+			if (u[j] < 0x80 || !m || !nfc_is_unsafe(c))
+				break;
+			j += m;
+		}
+		if (!changed)
+			buf_reset(out);
+		changed = 1;
+		buf_add(out, u + copied, rs - copied);
+		nfc_slow(u + rs, j - rs, out);
+		copied = i = j;
+		prev = SIZE_MAX;
+	}
+	if (changed)
+		buf_add(out, u + copied, n - copied);
+	return changed;
 }
 
 /* ---- loading ------------------------------------------------------------------------ */
