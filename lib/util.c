@@ -258,7 +258,9 @@ char *util_read_all(FILE *fp, size_t *len)
 		errno = saved ? saved : EIO;
 		return NULL;
 	}
-	return buf_detach(&b, len);
+	char *p = buf_detach(&b, len);
+	buf_free(&b);   /* buf_detach re-inits b, which allocates */
+	return p;
 }
 
 char *util_read_file(const char *path, size_t *len)
