@@ -20,6 +20,7 @@
 #define CACHE_SLOTS (1u << 18)        /* pre-token cache: slots (power of 2) */
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
 #define CACHE_MAX_KEY 64              /* longer pre-tokens are not cached */
+#define TOKENIZER_MAX_ID (1 << 24)      /* larger ids in tokenizer.json are refused */
 #define BPE_SMALL 48                  /* pre-tokens up to this many bytes use the simple loop */
 
 struct added {
@@ -555,7 +556,7 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 	json_t *val;
 	json_object_foreach(vocab, key, val) {
 		json_int_t id = json_integer_value(val);
-		if (!json_is_integer(val) || id < 0 || id >= (1 << 30))
+		if (!json_is_integer(val) || id < 0 || id >= TOKENIZER_MAX_ID)
 			return errf(err, errlen, path, "vocab entry '%s' has a bad id", key);
 		if (id > max_id)
 			max_id = id;
@@ -564,7 +565,7 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 	json_array_foreach(added, i, val) {
 		json_t *idv = json_object_get(val, "id");
 		json_int_t id = json_integer_value(idv);
-		if (!json_is_integer(idv) || id < 0 || id >= (1 << 30) ||
+		if (!json_is_integer(idv) || id < 0 || id >= TOKENIZER_MAX_ID ||
 		    !json_is_string(json_object_get(val, "content")) ||
 		    !json_string_length(json_object_get(val, "content")))
 			return errf(err, errlen, path, "added_tokens[%zu]: bad id or content", i);
