@@ -205,8 +205,8 @@ static void test_long_word(struct tokenizer *tok)
 }
 
 /* NFC against Python's unicodedata (the source of lib/nfc_tables.h): random lines of
- * combining marks, Hangul jamo, precomposed and singleton characters; decode(encode(x)) is
- * the NFC form of x. */
+ * combining marks (some in runs of 40, past the insertion-sort limit), Hangul jamo,
+ * precomposed and singleton characters; decode(encode(x)) is the NFC form of x. */
 static void test_nfc(struct tokenizer *tok, const char *dir)
 {
 	static const unsigned pool[] = {
@@ -220,9 +220,10 @@ static void test_nfc(struct tokenizer *tok, const char *dir)
 	buf_init(&in);
 	for (int line = 0; line < 3000; line++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		for (unsigned k = 0, n = 1 + x % 10; k < n; k++) {
+		unsigned n = 1 + x % 10, marks = x % 7 == 0 ? 40 : 0;   /* some long mark runs */
+		for (unsigned k = 0; k < n + marks; k++) {
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			unsigned c = pool[x % ARRAY_LEN(pool)];
+			unsigned c = k < n ? pool[x % ARRAY_LEN(pool)] : pool[5 + x % 11];
 			char tmp[8];
 			size_t l = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
 			if (l == 1) {
