@@ -425,6 +425,9 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			if (s->ph == PH_PREFILL) {
 				s->ph = PH_DECODE;
 			} else if (!s->action_save) {
+				if (o->on_logits)
+					o->on_logits(o->on_logits_arg, s->req, s->gstep + 1,
+					             logits + (size_t)lr * V, B, V);
 				slot_denoise(s, o, logits + (size_t)lr * V, V, work);
 				lr += B;
 			} else if (block_ends_request(s, o)) {

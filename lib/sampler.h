@@ -47,6 +47,9 @@ struct sampler_opts {
 	int mask_id;                 /* 151669 for SDAR */
 	int max_active;              /* sequences decoded together (1) */
 	int max_rows;                /* rows per forward; 0 = 8192 (a longer prefill runs alone) */
+	/* optional: called with the logits (block, V) of every denoising step (tests, parity) */
+	void (*on_logits)(void *arg, int req, int step, const float *logits, int rows, int V);
+	void *on_logits_arg;
 };
 
 /* Defaults: static, block 4, steps 4, threshold 0.9, temperature 1, top-k 0, top-p 1, 4096
