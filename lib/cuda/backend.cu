@@ -118,6 +118,7 @@ static void *cu_alloc(size_t bytes)
 	}
 	CUDA_CHECK(e);
 	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));   /* zeroed for any stream's use */
 	return p;
 }
 
