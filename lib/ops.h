@@ -79,6 +79,8 @@ struct ops {
 	void (*to_host)(void *dst, const void *src, size_t bytes);
 	void (*to_device)(void *dst, const void *src, size_t bytes);
 	void (*sync)(void);
+	/* backend -> backend copy (both pointers backend memory; regions do not overlap) */
+	void (*copy)(void *dst, const void *src, size_t bytes);
 };
 
 extern const struct ops ops_cpu;
