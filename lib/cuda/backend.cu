@@ -141,6 +141,13 @@ static void cu_to_device(void *dst, const void *src, size_t bytes)
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 
+/* device -> device, in stream order */
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu_stream()));
+}
+
 static void cu_sync(void)
 {
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
@@ -160,6 +167,7 @@ static const struct ops ops_cuda = {
 	cu_to_host,
 	cu_to_device,
 	cu_sync,
+	cu_copy,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */
