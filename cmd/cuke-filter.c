@@ -100,6 +100,13 @@ int main(int argc, char **argv)
 		die_status(EXIT_STATUS_USAGE, "%s", err);
 	FILE *out = out_path ? open_out(out_path) : stdout;
 	FILE *rej = rejects_path ? open_out(rejects_path) : NULL;
+	/* records are often bigger than stdio's default buffer: write in 64 KiB pieces */
+	static char obuf[1 << 16], rbuf[1 << 16];
+	if (!unbuffered) {
+		setvbuf(out, obuf, _IOFBF, sizeof obuf);
+		if (rej)
+			setvbuf(rej, rbuf, _IOFBF, sizeof rbuf);
+	}
 	struct jsonl_writer wout, wrej;
 	struct cuke_sink sink = { &wout, rej ? &wrej : NULL };
 	jsonl_writer_init(&wout, out, out_path ? out_path : "stdout", unbuffered);

@@ -206,6 +206,35 @@ static int scan_string(struct scan *s, const unsigned char **start, size_t *len,
 	return 1;
 }
 
+/* Clinger's fast path: [-]digits[.digits] with at most 15 digits in all is an exact integer
+ * divided by an exact power of ten, so one IEEE division rounds it as strtod would. */
+static int fast_decimal(const unsigned char *p, const unsigned char *end, double *out)
+{
+	static const double pow10[16] = { 1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+	                                   1e10, 1e11, 1e12, 1e13, 1e14, 1e15 };
+	int neg = 0, nd = 0, frac = -1;
+	uint64_t m = 0;
+
+	if (*p == '-')
+		neg = 1, p++;
+	for (; p < end; p++) {
+		if (*p == '.') {
+			frac = 0;
+			continue;
+		}
+		if (*p < '0' || *p > '9' || ++nd > 15)
+			return 0;
+		m = m * 10 + (uint64_t)(*p - '0');
+		if (frac >= 0)
+			frac++;
+	}
+	*out = (double)m / pow10[frac > 0 ? frac : 0];
+	if (neg)
+		*out = -*out;
+	*out += 0.0;
+	return 1;
+}
+
 static int scan_number(struct scan *s, double *out)
 {
 	const unsigned char *p = s->p, *st = p, *end = s->end;
@@ -243,7 +272,7 @@ static int scan_number(struct scan *s, double *out)
 	}
 	if (p - st > SCAN_NUM_MAX || (!real && ndig > 18))
 		return 0;
-	if (out) {
+	if (out && !fast_decimal(st, p, out)) {
 		memcpy(tmp, st, (size_t)(p - st));
 		tmp[p - st] = '\0';
 		*out = strtod(tmp, NULL) + 0.0;
