@@ -40,7 +40,11 @@ uint16_t dice_f32_to_f16(float f);    /* round to nearest even */
  *  - with noisy flags (SFT [x_t | x_0], TraceRL [prompt | clean | noisy]):
  *      noisy -> noisy: same block only;  noisy -> clean: strictly earlier block;
  *      clean -> clean: block <= own;      clean -> noisy: never.
- * Block index = pos / block. Any pointer may be NULL (no segments, no noisy half). */
+ * Block index = pos / block. Any pointer may be NULL (no segments, no noisy half).
+ * The arrays live where the backend's memory lives: HOST pointers on the CPU backend, DEVICE
+ * pointers on the CUDA backend (upload them once per forward with ops->to_device into
+ * ops->alloc'ed buffers; the struct itself stays on the host and is passed by pointer).
+ * attn_allowed() reads host arrays only. */
 struct attn_mask {
 	int block;                      /* block size, e.g. 4 */
 	const int *qpos, *kpos;         /* (T), (S) absolute positions */
@@ -74,6 +78,8 @@ struct ops {
 	void (*free)(void *p);
 	void (*to_host)(void *dst, const void *src, size_t bytes);
 	void (*to_device)(void *dst, const void *src, size_t bytes);
+	/* backend -> backend copy (both pointers backend memory; regions do not overlap) */
+	void (*copy)(void *dst, const void *src, size_t bytes);
 	void (*sync)(void);
 };
 

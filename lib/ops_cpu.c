@@ -251,6 +251,7 @@ const struct ops ops_cpu = {
 	.free = cpu_free,
 	.to_host = cpu_copy,
 	.to_device = cpu_copy,
+	.copy = cpu_copy,
 	.sync = cpu_sync,
 };
 
