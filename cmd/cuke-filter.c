@@ -61,7 +61,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:M:cduk:t:T:l:CSpir:sj:o:UPhV";
+static const char shortopts[] = ":m:M:cduk:t:T:l:CSpir:sj:o:UPhV";
 
 static _Noreturn void usage(int status)
 {
@@ -108,6 +108,7 @@ int main(int argc, char **argv)
 	char err[256];
 
 	util_set_progname(argv[0]);
+	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm':
@@ -159,7 +160,12 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("cuke-filter %s\n", DICE_VERSION);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		default: usage(EXIT_STATUS_USAGE);
+		case ':':
+			warn_msg("option '%s' needs an argument", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
+		default:
+			warn_msg("unknown option '%s'", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
 		}
 	}
 

@@ -1014,6 +1014,17 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 	return CUKE_KEPT;
 }
 
+/* cuke.from names the field the speedup came from; cuke.speedup is written only when it was
+ * computed (ref_ms / kernel_ms), since otherwise the record holds it already. */
+static void cuke_add_speedup(json_t *obj, int sp, double s, const char *from)
+{
+	if (sp == 0)
+		return;
+	json_object_set_new(obj, "from", json_string(from));
+	if (sp > 0 && strchr(from, '/'))
+		json_object_set_new(obj, "speedup", json_real(s));
+}
+
 static void write_rec(struct jsonl_writer *w, const struct jsonl_reader *r, json_t *rec,
                       json_t *stub, json_t *obj)
 {
@@ -1062,10 +1073,7 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 			obj = json_object();
 			json_object_set_new(obj, "rejected", json_string(cuke_reason_name(why)));
 			json_object_set_new(obj, "detail", json_string(detail));
-			if (sp > 0) {
-				json_object_set_new(obj, "speedup", json_real(s));
-				json_object_set_new(obj, "from", json_string(from));
-			}
+			cuke_add_speedup(obj, sp, s, from);
 			write_rec(sink->rejects, r, rec, stub, obj);
 			json_decref(obj);
 		}
@@ -1081,10 +1089,7 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 		w = &c->spool_w[ct.level.level - 2];
 	if (c->cfg.format == CUKE_OUT_RECORDS) {
 		obj = json_object();
-		if (sp > 0) {
-			json_object_set_new(obj, "speedup", json_real(s));
-			json_object_set_new(obj, "from", json_string(from));
-		}
+		cuke_add_speedup(obj, sp, s, from);
 		if (ct.level.level > 0) {
 			json_object_set_new(obj, "level", json_integer(ct.level.level));
 			json_object_set_new(obj, "ops", json_integer(ct.level.ops));
@@ -1155,7 +1160,7 @@ void cuke_stats_print(const struct cuke_stats *s, FILE *fp)
 {
 	size_t rej = cuke_rejected_total(s), nr = 0, nk = 0;
 
-	fprintf(fp, "read %zu, kept %zu, rejected %zu (malformed %zu)\n", s->read, s->kept, rej,
+	fprintf(fp, "read %zu = kept %zu + rejected %zu (malformed %zu)\n", s->read, s->kept, rej,
 	        s->rejected[CUKE_MALFORMED]);
 	for (int i = 1; i < CUKE_REASON_N; i++)
 		if (s->rejected[i])
@@ -1166,10 +1171,12 @@ void cuke_stats_print(const struct cuke_stats *s, FILE *fp)
 		nk += s->hist_kept[i];
 	}
 	fprintf(fp, "speedup    %10s %7s %10s %7s\n", "read", "%", "kept", "%");
-	for (int i = 0; i <= CUKE_BINS; i++)
+	for (int i = 0; i < CUKE_BINS; i++)
 		fprintf(fp, "  %-8s %10zu %6.1f%% %10zu %6.1f%%\n", cuke_bin_names[i],
-		        s->hist_read[i], i < CUKE_BINS ? pct(s->hist_read[i], nr) : 0.0,
-		        s->hist_kept[i], i < CUKE_BINS ? pct(s->hist_kept[i], nk) : 0.0);
+		        s->hist_read[i], pct(s->hist_read[i], nr), s->hist_kept[i],
+		        pct(s->hist_kept[i], nk));
+	fprintf(fp, "  %-8s %10zu %7s %10zu\n", cuke_bin_names[CUKE_BINS], s->hist_read[CUKE_BINS],
+	        "", s->hist_kept[CUKE_BINS]);
 }
 
 json_t *cuke_stats_json(const struct cuke_stats *s)
