@@ -752,7 +752,9 @@ char *cuke_sft_response(const char *kernel, size_t len)
 	buf_adds(&b, "```python\n");
 	buf_add(&b, kernel, len);
 	buf_adds(&b, "\n```");
-	return buf_detach(&b, NULL);
+	char *s = buf_detach(&b, NULL);
+	buf_free(&b);   /* buf_detach re-inits b */
+	return s;
 }
 
 /* A set of 64-bit keys: open addressing, linear probing, 0 stands for 1. */
