@@ -326,6 +326,7 @@ struct entry {
 	json_t *deceive;       /* robust findings (owned) or NULL */
 	double build_s;
 	int cached;
+	int loaded;            /* the run worker said the candidate was loaded */
 };
 
 struct worker {
@@ -625,6 +626,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	int nc = 0;
 
 	e->cfg = *cfg;
+	pool_init();   /* orphans of a worker come back to us, to be killed */
 	if (getrandom(&e->nonce_seed, sizeof e->nonce_seed, 0) != sizeof e->nonce_seed)
 		e->nonce_seed = util_hash64(&e, sizeof e) ^ (unsigned long long)(pool_now() * 1e9);
 	if (!(e->worker = cfg->worker ? xstrdup(cfg->worker) : find_worker())) {
@@ -902,8 +904,7 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 			raw = verdict("crash", "the worker sent no verdict", 0);
 		}
 	} else {
-		raw = verdict(kind, msg, w->role == ROLE_RUN && en->kernel &&
-		              en->state == E_BUSY && en->build_s > 0);
+		raw = verdict(kind, msg, en->loaded);
 	}
 	json_decref(w->result);
 	w->result = NULL;
@@ -970,7 +971,10 @@ static void handle(struct kbench_engine *e, struct worker *w)
 			}
 		} else if (w->state == W_BUSY && !w->result && json_get_str(o, "nonce") &&
 		           !strcmp(json_get_str(o, "nonce"), w->nonce)) {
-			w->result = json_incref(o);
+			if (json_object_get(o, "progress"))
+				w->job->loaded = 1;
+			else
+				w->result = json_incref(o);
 		}
 		json_decref(o);
 	}

@@ -254,6 +254,62 @@ def sig3(x):
 
 # ---------------------------------------------------------------- modes
 
+def cpu_only_extensions():
+    """CPU mode: a CUDA extension is a compile error, whatever toolkit is installed."""
+    import torch.utils.cpp_extension as ext
+    orig = ext.load_inline
+
+    def load_inline(*a, **k):
+        if k.get("cuda_sources") or (len(a) > 2 and a[2]) or k.get("with_cuda"):
+            raise RuntimeError("CUDA sources cannot be built in CPU mode (--device cpu)")
+        return orig(*a, **k)
+    ext.load_inline = load_inline
+
+
+def ext_cache():
+    """load_inline through the build cache: a build that succeeded leaves a stamp holding the
+    hash of its arguments beside the library; a later call with the same arguments imports
+    that library instead of rebuilding (older torch rewrites the sources on every call, which
+    makes ninja rebuild)."""
+    import hashlib
+    import torch.utils.cpp_extension as ext
+    orig = ext.load_inline
+    names = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
+             "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "build_directory",
+             "verbose", "with_cuda", "is_python_module", "with_pytorch_error_handling",
+             "keep_intermediates")
+
+    def load_inline(*a, **k):
+        call = dict(zip(names, a))
+        call.update(k)
+        call.pop("verbose", None)
+        key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
+        name = call.get("name")
+        root = call.get("build_directory") or os.path.join(
+            os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(name))
+        stamp = os.path.join(root, "%s.kbench-stamp" % name)
+        so = os.path.join(root, "%s.so" % name)
+        try:
+            with open(stamp) as f:
+                hit = f.read().strip() == key and os.path.exists(so)
+        except OSError:
+            hit = False
+        if hit:
+            try:
+                return ext._import_module_from_library(name, root,
+                                                       call.get("is_python_module", True))
+            except Exception:
+                pass
+        mod = orig(*a, **k)
+        try:
+            with open(stamp, "w") as f:
+                f.write(key + "\n")
+        except OSError:
+            pass
+        return mod
+    ext.load_inline = load_inline
+
+
 def load_candidate(torch, src, ev):
     """Execute the candidate; a failure here is compile_error (KernelBench: compiled=False)."""
     t0 = time.perf_counter()
@@ -292,6 +348,15 @@ def do_build(torch, job, ev):
         ev["deferred"] = True
 
 
+def progress(stage):
+    """Tell kbench-eval how far the candidate got, in case it dies later."""
+    if CHANNEL is not None:
+        CHANNEL[0].send({"nonce": CHANNEL[1], "progress": stage})
+
+
+CHANNEL = None
+
+
 def do_run(torch, job, ev, info):
     cuda = info["device"] == "cuda"
     dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
@@ -318,6 +383,7 @@ def do_run(torch, job, ev, info):
         raise Verdict("ref_error", "reference: %s: %s" % (type(e).__name__, tail(e)))
 
     ns = load_candidate(torch, job["kernel"], ev)
+    progress("compiled")
     ModelNew = ns.get("ModelNew")
     if ModelNew is None:
         raise Verdict("missing_modelnew", "the candidate defines no ModelNew")
@@ -434,6 +500,8 @@ def main():
     job = read_job(fin)
     nonce = job.get("nonce")
     mode = job.get("mode")
+    global CHANNEL
+    CHANNEL = (chan, nonce)
     if mode == "probe":
         if torch.cuda.is_available() and want != "cpu":
             caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
@@ -452,6 +520,9 @@ def main():
         os.environ["TORCH_EXTENSIONS_DIR"] = job["extensions_dir"]
     if job.get("arch"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]
+    ext_cache()
+    if os.environ.get("KBENCH_DEVICE") == "cpu":
+        cpu_only_extensions()
     ev = {"compiled": False, "correct": False}
     t0 = time.perf_counter()
     try:
