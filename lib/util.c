@@ -246,6 +246,7 @@ char *buf_detach(struct buf *b, size_t *len)
 char *util_read_all(FILE *fp, size_t *len)
 {
 	struct buf b;
+	char *p;
 	char tmp[65536];
 	size_t n;
 
@@ -258,8 +259,8 @@ char *util_read_all(FILE *fp, size_t *len)
 		errno = saved ? saved : EIO;
 		return NULL;
 	}
-	char *p = buf_detach(&b, len);
-	buf_free(&b);           /* buf_detach re-inits b */
+	p = buf_detach(&b, len);
+	buf_free(&b);   /* buf_detach re-inits b */
 	return p;
 }
 
