@@ -124,6 +124,10 @@ struct ctx {
 	int line_n;
 	int has_cpp_extension;          /* the source names cpp_extension */
 	int nper[16];                   /* findings per rule (capped) */
+	struct names imp;               /* names bound by imports ... */
+	char **imp_full;                /* ... and what they stand for: F -> torch.nn.functional */
+	char **canon;                   /* per call: the callee with its import alias resolved */
+	char **canon_target;            /* per assignment: the target, likewise */
 	struct kernel *kern;
 	size_t nkern;
 	int *build;                     /* call indices that build an extension */
@@ -500,6 +504,109 @@ static void find_kernels(struct ctx *x)
 	}
 }
 
+/* Import bindings: `import a.b as c` binds c to a.b; `from m import n as k` binds k (or n)
+ * to m.n. Plain `import torch` needs no entry. */
+static void imports_add(struct ctx *x, const char *name, size_t n, const char *full, size_t fn)
+{
+	if (n == fn && !memcmp(name, full, n))
+		return;
+	if (!names_add(&x->imp, name, n))
+		return;
+	x->imp_full = xrealloc(x->imp_full, x->imp.cap * sizeof(*x->imp_full));
+	x->imp_full[x->imp.n - 1] = xstrndup(full, fn);
+}
+
+/* Dotted name at token k into b; returns the token after it. */
+static int dotted(const struct pysrc *p, int k, int end, struct buf *b)
+{
+	buf_reset(b);
+	while (k < end && p->tok[k].kind == PYSRC_TOK_NAME) {
+		buf_add(b, p->src + p->tok[k].start, p->tok[k].end - p->tok[k].start);
+		if (k + 1 < end && pysrc_tok_is(p, k + 1, ".")) {
+			buf_addc(b, '.');
+			k += 2;
+		} else {
+			k++;
+			break;
+		}
+	}
+	return k;
+}
+
+static void find_imports(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	struct buf mod, name;
+
+	buf_init(&mod);
+	buf_init(&name);
+	for (size_t l = 0; l < p->nlines; l++) {
+		int k = p->lines[l].tok, end = k + p->lines[l].ntok;
+		if (tok_is(p, k, "import")) {
+			for (k++; k < end;) {
+				k = dotted(p, k, end, &name);
+				if (tok_is(p, k, "as") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+					imports_add(x, p->src + p->tok[k + 1].start, p->tok[k + 1].end - p->tok[k + 1].start,
+					            name.p, name.len);
+					k += 2;
+				}
+				if (!tok_is(p, k, ","))
+					break;
+				k++;
+			}
+		} else if (tok_is(p, k, "from") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+			k = dotted(p, k + 1, end, &mod);
+			if (!tok_is(p, k, "import"))
+				continue;
+			for (k++; k < end;) {
+				if (tok_is(p, k, "(") || tok_is(p, k, ")") || tok_is(p, k, ",")) {
+					k++;
+					continue;
+				}
+				if (p->tok[k].kind != PYSRC_TOK_NAME)
+					break;
+				const struct pysrc_tok *n = &p->tok[k], *as = n;
+				k++;
+				if (tok_is(p, k, "as") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+					as = &p->tok[k + 1];
+					k += 2;
+				}
+				buf_reset(&name);
+				buf_add(&name, mod.p, mod.len);
+				buf_addc(&name, '.');
+				buf_add(&name, p->src + n->start, n->end - n->start);
+				imports_add(x, p->src + as->start, as->end - as->start, name.p, name.len);
+			}
+		}
+	}
+	buf_free(&mod);
+	buf_free(&name);
+}
+
+/* s with its first dotted component replaced by what an import bound it to (new string). */
+static char *canonical(struct ctx *x, const char *s)
+{
+	size_t n = strcspn(s, ".(");
+	int *v = smap_get(&x->imp.idx, s, n, 0);
+
+	if (!v)
+		return xstrdup(s);
+	return xasprintf("%s%s", x->imp_full[*v], s + n);
+}
+
+static void canonical_names(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+
+	find_imports(x);
+	x->canon = xmalloc((p->ncall + 1) * sizeof(*x->canon));
+	x->canon_target = xmalloc((p->nassign + 1) * sizeof(*x->canon_target));
+	for (size_t i = 0; i < p->ncall; i++)
+		x->canon[i] = canonical(x, p->call[i].callee);
+	for (size_t i = 0; i < p->nassign; i++)
+		x->canon_target[i] = canonical(x, p->assign[i].target);
+}
+
 static int is_build_callee(const char *callee)
 {
 	const char *last = last_part(callee);
@@ -551,9 +658,9 @@ static void find_builds(struct ctx *x)
 	for (size_t i = 0; i < p->ncall; i++) {
 		const struct pysrc_call *c = &p->call[i];
 		int a, b;
-		if (!is_build_callee(c->callee))
+		if (!is_build_callee(x->canon[i]))
 			continue;
-		if (!strcmp(c->callee, "load") && !x->has_cpp_extension)
+		if (!strcmp(x->canon[i], "load") && !x->has_cpp_extension)
 			continue;
 		x->build[x->nbuild++] = (int)i;
 		if (!strcmp(last_part(c->callee), "load_inline") &&
@@ -974,7 +1081,7 @@ static int suite_computes(struct ctx *x, int l0, int l1, int *line)
 
 	for (size_t i = first_call_at(p, t0); i < p->ncall && p->call[i].tok_open < t1; i++) {
 		const struct pysrc_call *c = &p->call[i];
-		if (is_torch_compute(x, c->callee) || !strcmp(c->callee, "super().forward") ||
+		if (is_torch_compute(x, x->canon[i]) || !strcmp(c->callee, "super().forward") ||
 		    ends(c->callee, "Model.forward") || !strcmp(last_part(c->callee), "Model")) {
 			*line = c->line;
 			return 1;
@@ -1059,7 +1166,7 @@ static void rule_timing_patch(struct ctx *x)
 	int a, b;
 
 	for (size_t i = 0; i < p->nassign; i++)
-		if (strchr(p->assign[i].target, '.') && match_str(x, RE_TIMING, p->assign[i].target))
+		if (strchr(x->canon_target[i], '.') && match_str(x, RE_TIMING, x->canon_target[i]))
 			add(x, 6, p->assign[i].line, "assignment to %s patches the timing", p->assign[i].target);
 	for (size_t i = 0; i < p->ncall; i++) {
 		const struct pysrc_call *c = &p->call[i];
@@ -1068,6 +1175,10 @@ static void rule_timing_patch(struct ctx *x)
 		struct buf t;
 		buf_init(&t);
 		buf_add(&t, p->src + p->tok[a].start, p->tok[b - 1].end - p->tok[a].start);
+		char *full = canonical(x, t.p);
+		buf_reset(&t);
+		buf_adds(&t, full);
+		free(full);
 		if (pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0 && p->tok[a].kind == PYSRC_TOK_STRING) {
 			buf_addc(&t, '.');
 			buf_add(&t, p->str[p->tok[a].str].text, p->str[p->tok[a].str].len);
@@ -1083,7 +1194,7 @@ static void rule_concurrency(struct ctx *x)
 	const struct pysrc *p = &x->p;
 
 	for (size_t i = 0; i < p->ncall; i++)
-		if (match_str(x, RE_THREAD, p->call[i].callee))
+		if (match_str(x, RE_THREAD, x->canon[i]))
 			add(x, 7, p->call[i].line, "%s starts concurrent work", p->call[i].callee);
 }
 
@@ -1100,7 +1211,7 @@ static void rule_lazy_tensor(struct ctx *x)
 			add(x, 8, bl->line, "%s overrides tensor operations", bl->name);
 	}
 	for (size_t i = 0; i < p->ncall; i++) {
-		const char *cl = p->call[i].callee;
+		const char *cl = x->canon[i];
 		if (!strcmp(last_part(cl), "_make_subclass") || ends(cl, "Tensor.__new__") ||
 		    !strcmp(last_part(cl), "_make_wrapper_subclass"))
 			add(x, 8, p->call[i].line, "%s makes a lazy tensor", cl);
@@ -1216,7 +1327,7 @@ static void rule_torch_compute(struct ctx *x)
 		const struct pysrc_call *c = &p->call[i];
 		if (!in_path(x, c->block))
 			continue;
-		if (is_torch_compute(x, c->callee))
+		if (is_torch_compute(x, x->canon[i]))
 			add(x, 10, c->line, "%s computes with PyTorch in the forward path", c->callee);
 		else if (starts(c->callee, "self.") && names_has(&mods, c->callee + 5, strlen(c->callee + 5)))
 			add(x, 10, c->line, "%s is a torch.nn module called in the forward path", c->callee);
@@ -1230,7 +1341,7 @@ static void rule_side_stream(struct ctx *x)
 	const char *s;
 
 	for (size_t i = 0; i < p->ncall; i++) {
-		const char *cl = p->call[i].callee, *last = last_part(cl);
+		const char *cl = x->canon[i], *last = last_part(cl);
 		if (!strcmp(last, "wait_stream") || !strcmp(last, "record_stream") ||
 		    ((!strcmp(last, "Stream") || !strcmp(last, "stream") || !strcmp(last, "ExternalStream") ||
 		      !strcmp(last, "set_stream")) && strstr(cl, "cuda")))
@@ -1348,6 +1459,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	buf_init(&x.cuda);
 	find_cuda(&x);
 	find_kernels(&x);
+	canonical_names(&x);
 	find_builds(&x);
 	find_aliases(&x);
 	find_model(&x);
@@ -1361,6 +1473,16 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	free(x.build);
 	free(x.cuda_at);
 	free(x.cuda_str);
+	for (size_t i = 0; i < x.p.ncall; i++)
+		free(x.canon[i]);
+	for (size_t i = 0; i < x.p.nassign; i++)
+		free(x.canon_target[i]);
+	for (size_t i = 0; i < x.imp.n; i++)
+		free(x.imp_full[i]);
+	free(x.canon);
+	free(x.canon_target);
+	free(x.imp_full);
+	names_free(&x.imp);
 	free(x.reach);
 	free(x.calls_kernel);
 	names_free(&x.exports);
