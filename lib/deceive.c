@@ -64,8 +64,10 @@ enum {
 static const char *patterns[RE_COUNT] = {
 	[RE_MDEF] = "\\.def\\s*\\(\\s*\"([A-Za-z_]\\w*)\"",
 	[RE_ADD] = "\\b(\\w+)\\s*\\[\\s*(\\w+)\\s*\\]\\s*=\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]\\s*\\+\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]",
-	[RE_FAILCOND] = "\\bNone\\b|\\bhasattr\\b|avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|"
-	                "is_cuda|success|\\bexc|\\bext\\b|_ext\\b|\\bext_|built|cuda_ok|use_cuda|use_kernel",
+	[RE_FAILCOND] = "avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|is_cuda|success|\\bexc|"
+	                "\\bext\\b|_ext\\b|\\bext_|built|use_cuda|use_kernel|"
+	                "(?:ext|mod|module|kernel|lib|ops?|fn|func|cuda)\\w*\\s+is\\s+(?:not\\s+)?None|"
+	                "hasattr\\s*\\(\\s*[\\w.]+\\s*,\\s*[\"']\\w*(?:ext|mod|kernel|cuda|op)",
 	[RE_HALF_CUDA] = "\\b(__half2?|half2?|__nv_bfloat162?|__float2half\\w*|__half2float|__float2bfloat16\\w*|"
 	                 "(?:at|torch|c10)::(?:kHalf|kBFloat16|Half|BFloat16))\\b",
 	[RE_HALF_PY] = "\\b(float16|bfloat16|half)\\b",
