@@ -225,6 +225,7 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 	char q = s[i];
 	int triple = i + 2 < sc->n && s[i + 1] == q && s[i + 2] == q;
 	int line0 = sc->line, t, closed = 0;
+	size_t line_start0 = sc->line_start, line_start1;
 	struct pysrc_string *st;
 
 	if (triple)
@@ -323,7 +324,11 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 	}
 	if (!closed)
 		flags |= PYSRC_STR_UNTERMINATED;
+	/* the indentation of a line opened by this string is measured on its first line */
+	line_start1 = sc->line_start;
+	sc->line_start = line_start0;
 	t = add_tok(sc, PYSRC_TOK_STRING, start, i, line0);
+	sc->line_start = line_start1;
 	GROW(p->str, p->nstr, p->cap_str);
 	st = &p->str[p->nstr];
 	st->start = start;

@@ -192,6 +192,13 @@ static void test_misc(void)
 	buf_free(&b);
 	pysrc_free(&p);
 
+	/* a multi-line docstring keeps its own indentation: the class goes on after it */
+	s = "class A:\n    '''doc\nmore'''\n    def f(self):\n        pass\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.nblock == 2 && p.block[1].parent == 0 && p.block[0].end_line == 5 && p.lines[1].indent == 4,
+	      "multi-line docstring indentation");
+	pysrc_free(&p);
+
 	pysrc_scan(&p, "", 0);
 	CHECK(p.ntok == 0 && p.nblock == 0, "empty source");
 	pysrc_free(&p);
