@@ -25,7 +25,7 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "kernel-not-bound", DECEIVE_DECEPTIVE,
 	  "an extension is built but its module is never stored or used" },
 	{ "kernel-not-called", DECEIVE_DECEPTIVE,
-	  "ModelNew.forward (and what it calls) never calls a function the extension exports" },
+	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or drops its result" },
 	{ "torch-fallback", DECEIVE_DECEPTIVE,
 	  "a try/except or an if on failure that falls back to PyTorch computation" },
 	{ "inherits-reference", DECEIVE_DECEPTIVE,
@@ -1060,6 +1060,89 @@ static void rule_kernel_not_bound(struct ctx *x)
 	}
 }
 
+/* Does the exported function `name` return a value (its C++ declaration's type ends in
+ * Tensor or >), rather than work in place (void)? 0 when unknown. */
+static int export_returns(const struct ctx *x, const char *name)
+{
+	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
+		const char *a = q + n, *b = q;
+		q += n;
+		if ((b > s && is_cident(b[-1])) || (a < end && is_cident(*a)))
+			continue;
+		while (a < end && (*a == ' ' || *a == '\t'))
+			a++;
+		if (a >= end || *a != '(')
+			continue;
+		while (b > s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n'))
+			b--;
+		if (b > s && b[-1] == '>')
+			return 1;
+		const char *w = b;
+		while (w > s && is_cident(w[-1]))
+			w--;
+		if (b - w == 4 && !memcmp(w, "void", 4))
+			return 0;
+		if (b - w >= 6 && !memcmp(b - 6, "Tensor", 6))
+			return 1;
+	}
+	return 0;
+}
+
+/* Is the value of call i thrown away: an expression statement, `_ = call`, or a name that
+ * the rest of its def never reads? */
+static int call_discarded(const struct ctx *x, size_t i, int def_end)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_call *c = &p->call[i];
+	int l = pysrc_line_of(p, c->tok_open);
+
+	if (p->lines[l].tok == c->tok_name && c->tok_close + 1 < (int)p->ntok &&
+	    p->tok[c->tok_close + 1].kind == PYSRC_TOK_NEWLINE)
+		return 1;
+	int as = assign_holding(p, c->tok_open);
+	if (as < 0 || p->assign[as].tok_value != c->tok_name || p->assign[as].tok_end != c->tok_close + 1)
+		return 0;
+	const char *t = p->assign[as].target;
+	if (!strcmp(t, "_"))
+		return 1;
+	if (strchr(t, '.') || strchr(t, '['))
+		return 0;
+	for (int k = p->assign[as].tok_end; k < def_end; k++)
+		if (tok_is(p, k, t))
+			return 0;
+	return 1;
+}
+
+/* The kernel is called for show: every kernel call in forward is a direct call of an
+ * exported function that returns a tensor, and every result is thrown away. */
+static void kernel_called_for_show(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_block *f = &p->block[x->forward];
+	int direct = 0, line = 0;
+
+	for (size_t i = first_call_at(p, f->tok_body); i < p->ncall && p->call[i].tok_open < f->tok_end; i++) {
+		const char *last = last_part(p->call[i].callee);
+		for (size_t d = 0; d < p->nblock; d++)
+			if (p->block[d].kind == PYSRC_DEF && x->calls_kernel[d] && (int)d != x->forward &&
+			    !strcmp(p->block[d].name, last))
+				return;         /* through a helper: not judged here */
+		if (!call_is_kernel(x, i))
+			continue;
+		if (!names_has(&x->exports, last, strlen(last)) || !export_returns(x, last) ||
+		    !call_discarded(x, i, f->tok_end))
+			return;
+		direct++;
+		if (!line)
+			line = p->call[i].line;
+	}
+	if (direct)
+		add(x, 3, line, "ModelNew.forward calls the kernel but throws its result away");
+}
+
 static void rule_kernel_not_called(struct ctx *x)
 {
 	if (x->nbuild == 0)
@@ -1068,11 +1151,14 @@ static void rule_kernel_not_called(struct ctx *x)
 		add(x, 3, block_line(x, x->model_new), "no ModelNew.forward that could call the kernel");
 		return;
 	}
-	if (!x->calls_kernel[x->forward])
+	if (!x->calls_kernel[x->forward]) {
 		add(x, 3, x->p.block[x->forward].line,
 		    x->exports.n ? "ModelNew.forward never calls %s (exported by the extension), directly or through helpers"
 		                 : "ModelNew.forward never calls the extension%s",
 		    x->exports.n ? x->exports.v[0] : "");
+		return;
+	}
+	kernel_called_for_show(x);
 }
 
 /* A suite [l0, l1) computes with PyTorch or delegates to the reference. */
