@@ -110,6 +110,10 @@ static void test_ops(void)
 	m.qpos = qp0;
 	o->attention(out, kq, kk, vv, 1, 8, 2, 1, 2, &m);
 	CHECK(out[0] == vv[0] && out[3] == vv[1], "attention with one visible key returns its value");
+
+	float cp[4] = { 0 };
+	o->copy(cp, vv + 2, sizeof cp);
+	CHECK(cp[0] == vv[2] && cp[3] == vv[5], "copy within backend memory");
 }
 
 int main(void)
