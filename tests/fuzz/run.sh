@@ -10,10 +10,9 @@ secs=${2:-600}
 cd "$root"
 mkdir -p build/fuzz/"$t" tests/fuzz/"$t"
 bin=build/fuzz/fuzz_$t
-clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib \
+clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined,float-cast-overflow -Ilib \
 	-DDICE_VERSION='"fuzz"' -DDICE_SHAREDIR='"/nonexistent"' \
-	-o "$bin" tests/fuzz/fuzz_"$t".c lib/safetensors.c lib/config.c lib/atomfile.c \
-	lib/errmsg.c lib/util.c lib/ops_cpu.c -ljansson -lm
+	-o "$bin" tests/fuzz/fuzz_"$t".c lib/*.c -ljansson -larchive -lpcre2-8 -lm
 if [ -n "$(ls tests/fuzz/"$t")" ]; then
 	"$bin" -runs=0 tests/fuzz/"$t"/*
 fi
