@@ -462,6 +462,8 @@ int pysrc_tok_is(const struct pysrc *p, int i, const char *text)
 	if (i < 0 || (size_t)i >= p->ntok)
 		return 0;
 	n = p->tok[i].end - p->tok[i].start;
+	if (p->src[p->tok[i].start] != text[0])        /* the common miss, without strlen */
+		return 0;
 	return strlen(text) == n && !memcmp(p->src + p->tok[i].start, text, n);
 }
 
@@ -744,6 +746,7 @@ static void add_assign(struct pysrc *p, int a, int e, int op, int v, int end)
 	GROW(p->assign, p->nassign, p->cap_assign);
 	struct pysrc_assign *s = &p->assign[p->nassign++];
 	s->target = buf_detach(&b, NULL);
+	buf_free(&b);
 	s->op = op;
 	s->line = p->tok[a].line;
 	s->tok_target = a;

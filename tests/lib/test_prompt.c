@@ -7,17 +7,13 @@
 #include "prompt.h"
 #include "test.h"
 #include "util.h"
+#include "tmpdir.h"
 
-static char tmpdir[] = "/tmp/dice-test-prompt-XXXXXX";
 
 static char *write_file(const char *name, const char *text)
 {
-	char *p = xasprintf("%s/%s", tmpdir, name);
-	FILE *fp = fopen(p, "wb");
-
-	fputs(text, fp);
-	fclose(fp);
-	return p;
+	tmpdir_write(name, text);
+	return tmpdir_path(name);
 }
 
 static int count(const char *hay, const char *needle)
@@ -179,18 +175,13 @@ static void test_render(void)
 
 int main(void)
 {
-	if (!mkdtemp(tmpdir))
+	if (tmpdir_make("dice-test-prompt") < 0)
 		return 1;
 	test_builtin();
 	test_example_python();
 	test_user();
 	test_chat();
 	test_render();
-	{
-		char *cmd = xasprintf("rm -rf %s", tmpdir);
-		if (system(cmd) != 0)
-			printf("# cannot remove %s\n", tmpdir);
-		free(cmd);
-	}
+	tmpdir_remove();
 	return test_done();
 }
