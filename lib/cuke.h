@@ -97,6 +97,9 @@ struct cuke_config {
 	unsigned levels;        /* bit n set: keep level n (1..3); 0 keeps every level */
 	int sort_level;         /* emit level 1, then 2, then 3 (stable; 2 and 3 spooled) */
 	enum cuke_dedupe dedupe;
+	int drop_deceptive;     /* run lib/deceive on the kernel; deceptive ones are rejected */
+	long max_tokens;        /* > 0: reject SFT pairs longer than this (needs tokenizer) */
+	const char *tokenizer;  /* checkpoint directory or tokenizer.json */
 	int no_fast;            /* always parse with jansson (tests compare both paths) */
 	enum cuke_format format;
 };
