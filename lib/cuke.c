@@ -793,8 +793,9 @@ static int keyset_add(struct keyset *s, unsigned long long key)
 struct cuke {
 	struct cuke_config cfg;
 	struct cuke_stats st;
-	int can_fast;
+	int can_fast;           /* judge the cheap fields off the raw line */
 	int need_level;
+	int need_content;       /* a record that passes them needs its tree */
 	json_t *stub;           /* a non-empty object without "cuke": the rec the fast path
 	                         * hands to jsonl_write_added, which only asks it that */
 	json_t *stub_empty;
@@ -814,8 +815,9 @@ struct cuke *cuke_new(const struct cuke_config *cfg, char *err, size_t errlen)
 
 	c->cfg = *cfg;
 	c->need_level = cfg->classify || cfg->levels || cfg->sort_level;
-	c->can_fast = !cfg->no_fast && cfg->format == CUKE_OUT_RECORDS && !c->need_level &&
-	              cfg->dedupe == CUKE_DEDUPE_NONE && !cfg->drop_deceptive && cfg->max_tokens <= 0;
+	c->need_content = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS ||
+	                  cfg->drop_deceptive || cfg->max_tokens > 0;
+	c->can_fast = !cfg->no_fast;
 	if ((cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) &&
 	    !(c->sft = prompt_load("kernelbench", err, errlen))) {
 		free(c);
@@ -1110,6 +1112,20 @@ static void write_rec(struct jsonl_writer *w, const struct jsonl_reader *r, json
 	jsonl_write_added(w, r->line, r->len, rec ? rec : stub, "cuke", obj);
 }
 
+/* A malformed line: counted, and written to the rejects file or reported on stderr. */
+static enum cuke_reason bad_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
+{
+	c->st.rejected[CUKE_MALFORMED]++;
+	if (sink->rejects) {
+		json_t *bad = jsonl_bad_record(r);
+		jsonl_write(sink->rejects, bad);
+		json_decref(bad);
+	} else {
+		jsonl_report_bad(r);
+	}
+	return CUKE_MALFORMED;
+}
+
 enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
 {
 	struct cuke_fields f;
@@ -1125,25 +1141,23 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 	if (c->can_fast && cuke_fields_scan(r->line, r->len, &f) && !f.has_cuke) {
 		c->st.fast++;
 	} else {
-		if (jsonl_parse_line(r, &rec) < 0) {
-			c->st.rejected[CUKE_MALFORMED]++;
-			if (sink->rejects) {
-				json_t *bad = jsonl_bad_record(r);
-				jsonl_write(sink->rejects, bad);
-				json_decref(bad);
-			} else {
-				jsonl_report_bad(r);
-			}
-			return CUKE_MALFORMED;
-		}
+		if (jsonl_parse_line(r, &rec) < 0)
+			return bad_line(c, r, sink);
 		cuke_fields_from_json(rec, &f);
 	}
 	stub = f.nkeys ? c->stub : c->stub_empty;
 	sp = cuke_speedup(&f, &s, &from);
 	c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]++;
 	why = judge_fields(c, &f, sp, s);
-	if (why == CUKE_KEPT && rec)
+	if (why == CUKE_KEPT && c->need_content) {
+		/* only records that passed the cheap checks pay for a tree */
+		if (!rec && jsonl_parse_line(r, &rec) < 0) {
+			/* cannot happen: the scanner accepts a subset of what jansson does */
+			c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]--;
+			return bad_line(c, r, sink);
+		}
 		why = judge_content(c, rec, &ct, detail, sizeof detail);
+	}
 	if (why != CUKE_KEPT) {
 		c->st.rejected[why]++;
 		if (sink->rejects) {
