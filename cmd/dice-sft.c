@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -336,12 +337,14 @@ int main(int argc, char **argv)
 			die("training step %d failed", st.op.step + 1);
 		double dt_s = now() - t1;
 		if (logf) {
-			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f}", "step",
+			struct rusage ru;
+			getrusage(RUSAGE_SELF, &ru);
+			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "step",
 			                      st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
 			                      (double)s.lr, "grad_norm", s.grad_norm, "tokens",
 			                      (json_int_t)s.tokens, "tokens_per_s",
 			                      dt_s > 0 ? (double)s.tokens / dt_s : 0.0, "elapsed_s",
-			                      now() - t0);
+			                      now() - t0, "peak_mem_mb", (double)ru.ru_maxrss / 1024.0);
 			json_dumpf(j, logf, JSON_COMPACT);
 			fputc('\n', logf);
 			fflush(logf);
