@@ -14,6 +14,11 @@
  * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps").
  * sft_train_resume restores all of it, so on the CPU the losses continue bitwise.
  */
+/* Data parallelism (not written yet) drops in without a communication layer of our own:
+ * rank r of W takes the micro-batches i with i % W == r of each step, and one NCCL
+ * all-reduce (average) of model_train.gbuf, a single flat fp32 buffer, runs between the
+ * backward passes and optim_step; every rank then applies the same update.
+ */
 #ifndef DICE_SFT_TRAIN_H
 #define DICE_SFT_TRAIN_H
 
