@@ -270,7 +270,8 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 }
 
 /* forward to the loss; with grad, the backward too. */
-static int run(struct model_train *t, const struct train_batch *b, double *loss, int grad)
+static int run(struct model_train *t, const struct train_batch *b, double *loss, int grad,
+               model_train_weight_fn fn, void *arg)
 {
 	const struct ops *o = t->ops;
 	const struct model_config *c = &t->m->cfg;
@@ -320,8 +321,28 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	if (R) {
 		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
 		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
-		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
 		lossh = xmalloc((size_t)R * sizeof *lossh);
+		if (fn) {
+			/* unit weights give -log p of each target (dlogits to a scratch so the
+			 * logits survive); the caller turns them into the real weights */
+			float *one = xmalloc((size_t)R * sizeof *one), *logp, *scr;
+			for (int r = 0; r < R; r++)
+				one[r] = 1.0f;
+			o->to_device(t->weight_d, one, (size_t)R * sizeof *one);
+			scr = o->alloc((size_t)R * V * 4);
+			o->cross_entropy(t->loss, scr, t->logits, t->target_d, t->weight_d, R, V);
+			o->free(scr);
+			o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
+			logp = one;
+			for (int r = 0; r < R; r++)
+				logp[r] = -lossh[r];
+			wsel = xmalloc((size_t)R * sizeof *wsel);
+			fn(arg, R, t->rowsel_h, logp, wsel);
+			o->to_device(t->weight_d, wsel, (size_t)R * sizeof *wsel);
+			free(wsel);
+			free(one);
+		}
+		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
 		o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
 		for (int r = 0; r < R; r++)
 			sum += lossh[r];
@@ -349,10 +370,16 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 
 int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss)
 {
-	return run(t, b, loss, 1);
+	return run(t, b, loss, 1, NULL, NULL);
 }
 
 int model_train_loss(struct model_train *t, const struct train_batch *b, double *loss)
 {
-	return run(t, b, loss, 0);
+	return run(t, b, loss, 0, NULL, NULL);
+}
+
+int model_train_batch_fn(struct model_train *t, const struct train_batch *b, int grad,
+                         model_train_weight_fn fn, void *arg, double *loss)
+{
+	return run(t, b, loss, grad, fn, arg);
 }

@@ -61,5 +61,15 @@ void model_train_zero_grad(struct model_train *t);
 int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss);
 /* The loss alone (no gradient), for tests and evaluation. */
 int model_train_loss(struct model_train *t, const struct train_batch *b, double *loss);
+/* A loss that is any function of the target log-probabilities (RL, lib/rl.h): fn gets the
+ * R target rows (rows: their indices in b, in order) with log p(target) under the current
+ * weights and writes weight (R); the gradient added is that of sum_r weight[r] * CE_r, so
+ * weight = -dLoss/dlogp gives the gradient of the caller's loss. b->weight is ignored.
+ * grad 0: forward only (fn still sees the log-probabilities). *loss: sum weight * CE.
+ * Costs one extra (R, V) scratch. 0, or -1 with a warning. */
+typedef void (*model_train_weight_fn)(void *arg, int R, const int *rows, const float *logp,
+                                      float *weight);
+int model_train_batch_fn(struct model_train *t, const struct train_batch *b, int grad,
+                         model_train_weight_fn fn, void *arg, double *loss);
 
 #endif
