@@ -118,15 +118,13 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	return 0;
 }
 
-int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
-                   size_t errlen)
+int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir, char *err,
+                         size_t errlen)
 {
-	struct model *m = s->m;
 	struct model_config c = m->cfg;
 	struct model_weights hw = m->w;
 	struct ckpt_tensor *list;
-	char *host = xmalloc(m->wbytes), *path;
-	char seed[24], epoch[16], batch[24], rngs[80], samples[24], total[24];
+	char *host = xmalloc(m->wbytes);
 	size_t n;
 	int rc;
 
@@ -141,7 +139,16 @@ int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir
 	free(list);
 	free(hw.layers);
 	free(host);
-	if (rc < 0)
+	return rc;
+}
+
+int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
+                   size_t errlen)
+{
+	char seed[24], epoch[16], batch[24], rngs[80], samples[24], total[24], *path;
+	int rc;
+
+	if (sft_train_save_model(s->m, out_dir, tok_dir, err, errlen) < 0)
 		return -1;
 	snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
 	snprintf(epoch, sizeof epoch, "%d", s->epoch);

@@ -67,6 +67,10 @@ void sft_train_free(struct sft_train *s);
 int sft_train_more(const struct sft_train *s);
 /* One optimizer step. 0 or -1. */
 int sft_train_step(struct sft_train *s, struct sft_step *out);
+/* Write the model's fp32 weights (backend -> host) as a checkpoint directory with the
+ * tokenizer files of tok_dir (may be NULL). 0, or -1 with err. Also used by dice-rl. */
+int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir, char *err,
+                         size_t errlen);
 /* Write the checkpoint and the state. 0, or -1 with err. */
 int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
                    size_t errlen);
