@@ -1,0 +1,558 @@
+/* dice-rl: BiC-RL (SPEC §0, §3, §5.3): an infilling stage then an end-to-end stage, each a loop
+ * of rollouts from the current weights (RL decoding), execution rewards (kbench-eval, or any
+ * reward program over JSONL), group z-score advantages and TraceRL updates (clipped surrogate
+ * + beta * k3 KL), over tasks in file order (or sorted by level), tasks_per_step at a time.
+ * The step is lib/rl_run.c, the objective lib/rl.c; this file holds options and the loop. */
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomfile.h"
+#include "checkpoint.h"
+#include "jsonl.h"
+#include "rl_run.h"
+#include "sft_train.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]\n"
+	"  -m, --model DIR          checkpoint to start from (HF directory)\n"
+	"  -o, --output DIR         where checkpoints, rl_state.json go\n"
+	"  -t, --tokenizer DIR      tokenizer files (default: the model directory)\n"
+	"  -S, --stage NAME         one stage: infill or e2e (default e2e)\n"
+	"  -n, --steps N            steps of --stage (default 20 infill, 100 e2e)\n"
+	"  -s, --stages SPEC        stages in order, e.g. infill:20,e2e:100\n"
+	"  -p, --tasks-per-step N   tasks per step, file order, wrapping (64)\n"
+	"  -O, --order NAME         file (default) or level: sort tasks by level first\n"
+	"  -G, --group N            responses per task (16)\n"
+	"  -x, --max-tokens N       new tokens per response (4096)\n"
+	"  -b, --batch N            sequences decoded together (16)\n"
+	"  -r, --reward SPEC        kbench[:ARGS] (default): kbench-eval next to dice-rl,\n"
+	"                           ARGS added to its options; cmd:PROGRAM: a shell\n"
+	"                           command, JSONL records in, one record out for each\n"
+	"  -N, --reward-trials N    kbench correctness trials (1; seed 42, no timing)\n"
+	"  -R, --robust             deceptive kernels get reward 0\n"
+	"  -l, --lr X               AdamW learning rate (1e-6; fresh state every step)\n"
+	"  -e, --clip-eps X         surrogate clip epsilon (0.2)\n"
+	"  -B, --beta X             k3 KL coefficient (0.01)\n"
+	"  -f, --ref-model DIR      KL to this frozen model (default: to pi_old)\n"
+	"  -u, --update-samples N   samples per optimizer update (256)\n"
+	"  -M, --micro-batch N      samples per forward/backward (4)\n"
+	"  -c, --clip X             gradient-norm clipping (1.0; 0: off)\n"
+	"  -z, --seed N             seed of rollouts and sample order (10086)\n"
+	"  -d, --device NAME        cpu (default) or cuda\n"
+	"  -g, --log FILE           JSONL metrics, one line per step\n"
+	"  -k, --save-every N       save every N steps (0: only at the end)\n"
+	"  -C, --resume             continue from -o (weights, task positions, RNG)\n"
+	"  -E, --eval-every N       evaluate every N steps on --eval-tasks (0: never)\n"
+	"  -T, --eval-tasks FILE    held-out tasks (top-k 1, static decoding, one sample)\n"
+	"  -a, --recompute          recompute activations in the backward (less memory)\n"
+	"  -q, --quiet              no progress lines on stderr\n"
+	"  -h, --help               show this help\n"
+	"  -V, --version            show the version\n";
+
+static const struct option longopts[] = {
+	{ "model", required_argument, NULL, 'm' },
+	{ "output", required_argument, NULL, 'o' },
+	{ "tokenizer", required_argument, NULL, 't' },
+	{ "stage", required_argument, NULL, 'S' },
+	{ "steps", required_argument, NULL, 'n' },
+	{ "stages", required_argument, NULL, 's' },
+	{ "tasks-per-step", required_argument, NULL, 'p' },
+	{ "order", required_argument, NULL, 'O' },
+	{ "group", required_argument, NULL, 'G' },
+	{ "max-tokens", required_argument, NULL, 'x' },
+	{ "batch", required_argument, NULL, 'b' },
+	{ "reward", required_argument, NULL, 'r' },
+	{ "reward-trials", required_argument, NULL, 'N' },
+	{ "robust", no_argument, NULL, 'R' },
+	{ "lr", required_argument, NULL, 'l' },
+	{ "clip-eps", required_argument, NULL, 'e' },
+	{ "beta", required_argument, NULL, 'B' },
+	{ "ref-model", required_argument, NULL, 'f' },
+	{ "update-samples", required_argument, NULL, 'u' },
+	{ "micro-batch", required_argument, NULL, 'M' },
+	{ "clip", required_argument, NULL, 'c' },
+	{ "seed", required_argument, NULL, 'z' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "log", required_argument, NULL, 'g' },
+	{ "save-every", required_argument, NULL, 'k' },
+	{ "resume", no_argument, NULL, 'C' },
+	{ "eval-every", required_argument, NULL, 'E' },
+	{ "eval-tasks", required_argument, NULL, 'T' },
+	{ "recompute", no_argument, NULL, 'a' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:b:r:N:Rl:e:B:f:u:M:c:z:d:g:k:CE:T:aqhV";
+
+static _Noreturn void usage(int status)
+{
+	if (status) {
+		fputs("usage: dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]\n"
+		      "try 'dice-rl --help' for the options\n", stderr);
+		exit(status);
+	}
+	fputs(usage_text, stdout);
+	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
+static long num(const char *opt, const char *s, long min, long max)
+{
+	long v;
+	if (parse_long(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+static double real(const char *opt, const char *s, double min, double max)
+{
+	double v;
+	if (parse_double(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+/* ---------------------------------------------------------------- stages */
+
+#define MAX_STAGES 8
+struct stage {
+	int infill;                  /* 1 infill, 0 e2e */
+	int steps;
+	size_t pos;                  /* next task of its list */
+};
+
+static int stage_parse_name(const char *s, size_t n, int *infill)
+{
+	if (n == 6 && !strncmp(s, "infill", 6))
+		return *infill = 1, 0;
+	if (n == 3 && !strncmp(s, "e2e", 3))
+		return *infill = 0, 0;
+	return -1;
+}
+
+static int stages_parse(const char *spec, struct stage *st)
+{
+	int n = 0;
+	for (const char *p = spec; *p; ) {
+		const char *c = strchr(p, ':'), *e = strchr(p, ',');
+		long v;
+		if (!e)
+			e = p + strlen(p);
+		if (!c || c > e || n == MAX_STAGES || stage_parse_name(p, (size_t)(c - p), &st[n].infill))
+			return -1;
+		char *numstr = xstrndup(c + 1, (size_t)(e - c - 1));
+		int bad = parse_long(numstr, 0, 1L << 30, &v) < 0;
+		free(numstr);
+		if (bad)
+			return -1;
+		st[n].steps = (int)v;
+		st[n++].pos = 0;
+		p = *e ? e + 1 : e;
+	}
+	return n;
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+struct reader {
+	struct rl_tasks *ts;
+};
+
+static int on_task(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	struct reader *rd = arg;
+	char *where = xasprintf("%s:%zu", r->name, r->lineno);
+	rl_tasks_add(rd->ts, rec, where);
+	free(where);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- state */
+
+#define STATE_FILE "rl_state.json"
+
+static int save_all(struct rl_runner *r, const char *out, const char *tok_dir, const char *spec,
+                    const struct stage *st, int nst, int si, int done, long step)
+{
+	char err[512];
+	json_t *pos = json_array(), *rng = json_array();
+	for (int i = 0; i < nst; i++)
+		json_array_append_new(pos, json_integer((json_int_t)st[i].pos));
+	for (int i = 0; i < 4; i++) {
+		char h[24];
+		snprintf(h, sizeof h, "%016llx", (unsigned long long)r->rng.s[i]);
+		json_array_append_new(rng, json_string(h));
+	}
+	json_t *j = json_pack("{s:s, s:i, s:s, s:I, s:i, s:i, s:o, s:o}", "format", "dice-rl-state",
+	                      "version", 1, "stages", spec, "step", (json_int_t)step, "stage", si,
+	                      "stage_step", done, "pos", pos, "rng", rng);
+	char *text = json_dumps(j, JSON_COMPACT);
+	char *path = xasprintf("%s/%s", out, STATE_FILE);
+	int rc = sft_train_save_model(r->m, out, tok_dir, err, sizeof err);
+	if (rc == 0)
+		rc = atomfile_write(path, text, strlen(text), err, sizeof err);
+	if (rc < 0)
+		warn_msg("%s", err);
+	free(text), free(path);
+	json_decref(j);
+	return rc;
+}
+
+static void load_state(const char *out, const char *spec, struct stage *st, int nst, int *si,
+                       int *done, long *step, struct rng *rng)
+{
+	char *path = xasprintf("%s/%s", out, STATE_FILE);
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je), *pos, *rs;
+	const char *fmt = NULL, *sp = NULL;
+	json_int_t jstep;
+	int ver = 0;
+
+	if (!j)
+		die("%s: %s", path, je.text);
+	if (json_unpack(j, "{s:s, s:i, s:s, s:I, s:i, s:i, s:o, s:o}", "format", &fmt, "version",
+	                &ver, "stages", &sp, "step", &jstep, "stage", si, "stage_step", done,
+	                "pos", &pos, "rng", &rs) < 0 || strcmp(fmt, "dice-rl-state") || ver != 1)
+		die("%s: not a dice-rl state (format dice-rl-state version 1)", path);
+	struct stage was[MAX_STAGES];
+	int same = stages_parse(sp, was) == nst;
+	for (int i = 0; same && i < nst; i++)
+		same = was[i].infill == st[i].infill;
+	if (!same)     /* step counts may change, the stages may not */
+		die("%s: saved with stages '%s', now '%s'\nhint: resume with the same stages", path,
+		    sp, spec);
+	if ((int)json_array_size(pos) != nst || json_array_size(rs) != 4)
+		die("%s: bad pos or rng", path);
+	for (int i = 0; i < nst; i++)
+		st[i].pos = (size_t)json_integer_value(json_array_get(pos, (size_t)i));
+	for (int i = 0; i < 4; i++)
+		rng->s[i] = strtoull(json_string_value(json_array_get(rs, (size_t)i)), NULL, 16);
+	*step = (long)jstep;
+	json_decref(j);
+	free(path);
+}
+
+static int has_tokenizer(const char *dir)
+{
+	struct stat sb;
+	char *a = xasprintf("%s/tokenizer.json", dir);
+	int r = !stat(a, &sb);
+	free(a);
+	return r;
+}
+
+/* kbench-eval beside this program, else on PATH */
+static char *kbench_cmd(long trials, int robust, const char *extra)
+{
+	char self[PATH_MAX], *slash, *prog;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	struct stat sb;
+
+	prog = xstrdup("kbench-eval");
+	if (n > 0) {
+		self[n] = 0;
+		if ((slash = strrchr(self, '/'))) {
+			*slash = 0;
+			char *p = xasprintf("%s/kbench-eval", self);
+			if (!stat(p, &sb))
+				free(prog), prog = p;
+			else
+				free(p);
+		}
+	}
+	char *cmd = xasprintf("'%s' -n %ld -P 0%s%s%s", prog, trials, robust ? " -R" : "",
+	                      extra ? " " : "", extra ? extra : "");
+	free(prog);
+	return cmd;
+}
+
+static void load_model(struct model *m, const char *dir, const struct ops *ops)
+{
+	struct checkpoint ck;
+	char err[512];
+	if (checkpoint_open(&ck, dir, err, sizeof err) < 0)
+		die("%s", err);
+	if (model_init(m, &ck.cfg, &ck.w, ops, DICE_F32) < 0)
+		die("%s: cannot set up the model", dir);
+	checkpoint_close(&ck);
+}
+
+int main(int argc, char **argv)
+{
+	const char *model_dir = NULL, *out = NULL, *tok_dir = NULL, *log_path = NULL;
+	const char *device = "cpu", *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
+	const char *ref_dir = NULL, *eval_path = NULL, *order = "file";
+	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
+	long update = 256, micro = 4, save_every = 0, eval_every = 0;
+	unsigned long long seed = 10086;
+	int robust = 0, resume = 0, recompute = 0, quiet = 0, ret = 0, opt;
+	struct optim_opts oo;
+	float eps = 0.2f, beta = 0.01f;
+	char err[512];
+
+	util_set_progname(argv[0]);
+	optim_defaults(&oo);
+	oo.lr = 1e-6f;
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'm': model_dir = optarg; break;
+		case 'o': out = optarg; break;
+		case 't': tok_dir = optarg; break;
+		case 'S': stage_name = optarg; break;
+		case 'n': steps = num("--steps", optarg, 0, 1L << 30); break;
+		case 's': stages_spec = optarg; break;
+		case 'p': tps = num("--tasks-per-step", optarg, 1, 1L << 20); break;
+		case 'O': order = optarg; break;
+		case 'G': group = num("--group", optarg, 1, 1L << 16); break;
+		case 'x': max_tokens = num("--max-tokens", optarg, 1, 1L << 24); break;
+		case 'b': batch = num("--batch", optarg, 1, 1L << 16); break;
+		case 'r': reward = optarg; break;
+		case 'N': trials = num("--reward-trials", optarg, 1, 1000); break;
+		case 'R': robust = 1; break;
+		case 'l': oo.lr = (float)real("--lr", optarg, 0, 10); break;
+		case 'e': eps = (float)real("--clip-eps", optarg, 0, 10); break;
+		case 'B': beta = (float)real("--beta", optarg, 0, 1e6); break;
+		case 'f': ref_dir = optarg; break;
+		case 'u': update = num("--update-samples", optarg, 1, 1L << 24); break;
+		case 'M': micro = num("--micro-batch", optarg, 1, 1L << 16); break;
+		case 'c': oo.clip = (float)real("--clip", optarg, 0, 1e9); break;
+		case 'z': seed = (unsigned long long)num("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+		case 'd': device = optarg; break;
+		case 'g': log_path = optarg; break;
+		case 'k': save_every = num("--save-every", optarg, 0, 1L << 30); break;
+		case 'C': resume = 1; break;
+		case 'E': eval_every = num("--eval-every", optarg, 0, 1L << 30); break;
+		case 'T': eval_path = optarg; break;
+		case 'a': recompute = 1; break;
+		case 'q': quiet = 1; break;
+		case 'h': usage(0);
+		case 'V':
+			printf("dice-rl %s\n", DICE_VERSION);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		default: usage(EXIT_STATUS_USAGE);
+		}
+	}
+	if (!out || (!model_dir && !resume))
+		usage(EXIT_STATUS_USAGE);
+	if (strcmp(order, "file") && strcmp(order, "level"))
+		die_status(EXIT_STATUS_USAGE, "bad --order '%s' (file or level)", order);
+	if (eval_every && !eval_path)
+		die_status(EXIT_STATUS_USAGE, "--eval-every needs --eval-tasks FILE");
+	if (strcmp(reward, "kbench") && strncmp(reward, "kbench:", 7) && strncmp(reward, "cmd:", 4))
+		die_status(EXIT_STATUS_USAGE, "bad --reward '%s' (kbench[:ARGS] or cmd:PROGRAM)",
+		           reward);
+
+	/* stages */
+	struct stage st[MAX_STAGES];
+	int nst;
+	char *spec;
+	if (stages_spec) {
+		spec = xstrdup(stages_spec);
+	} else {
+		int inf;
+		if (stage_parse_name(stage_name, strlen(stage_name), &inf) < 0)
+			die_status(EXIT_STATUS_USAGE, "bad --stage '%s' (infill or e2e)", stage_name);
+		spec = xasprintf("%s:%ld", stage_name, steps >= 0 ? steps : inf ? 20L : 100L);
+	}
+	if ((nst = stages_parse(spec, st)) <= 0)
+		die_status(EXIT_STATUS_USAGE, "bad --stages '%s' (e.g. infill:20,e2e:100)", spec);
+
+	const struct ops *ops = ops_get(device);
+	if (!ops)
+		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build", device);
+
+	/* the tasks, split by stage */
+	struct rl_tasks all = { 0 };
+	struct reader rd = { &all };
+	if (jsonl_each(argv + optind, argc - optind, on_task, NULL, &rd))
+		ret = 1;
+	if (!strcmp(order, "level"))
+		rl_tasks_sort_level(&all);
+	struct rl_task **list[2] = { NULL, NULL };
+	size_t nlist[2] = { 0, 0 };
+	for (int k = 0; k < 2; k++) {
+		list[k] = xcalloc(all.n ? all.n : 1, sizeof *list[k]);
+		for (size_t i = 0; i < all.n; i++)
+			if (!k || rl_task_infill(all.t[i].rec))
+				list[k][nlist[k]++] = &all.t[i];
+	}
+	for (int i = 0; i < nst; i++)
+		if (st[i].steps && !nlist[st[i].infill])
+			die("no %s tasks in the input%s", st[i].infill ? "infilling" : "",
+			    st[i].infill ? " (records with prefix and suffix)" : "");
+	struct rl_tasks evt = { 0 };
+	if (eval_path) {
+		char *ops1[1] = { (char *)eval_path };
+		struct reader er = { &evt };
+		if (jsonl_each(ops1, 1, on_task, NULL, &er))
+			ret = 1;
+	}
+
+	/* the model (from -o when resuming), the tokenizer */
+	struct model m, mref;
+	load_model(&m, resume ? out : model_dir, ops);
+	if (!tok_dir)
+		tok_dir = model_dir ? model_dir : out;
+	struct tokenizer tok;
+	int have_tok = has_tokenizer(tok_dir) && tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
+	struct sample_rec sr;
+	sample_rec_init(&sr, have_tok ? &tok : NULL, PROMPT_CHAT_QWEN3, 0);
+
+	struct rl_runner r = { 0 };
+	if (rl_runner_init(&r, &m, recompute) < 0)
+		die("cannot set up training");
+	struct model_train tref;
+	if (ref_dir) {
+		load_model(&mref, ref_dir, ops);
+		if (model_train_init(&tref, &mref, recompute) < 0)
+			die("cannot set up the reference model");
+		r.ref = &tref;
+	}
+	int stop_ids[3], nstop = 0;
+	if (m.cfg.eos_token_id >= 0)
+		stop_ids[nstop++] = m.cfg.eos_token_id;
+	if (have_tok) {
+		int a = tokenizer_token_id(&tok, "<|im_end|>"), b = tokenizer_token_id(&tok, "<|endoftext|>");
+		if (a >= 0 && a != m.cfg.eos_token_id)
+			stop_ids[nstop++] = a;
+		if (b >= 0 && b != m.cfg.eos_token_id)
+			stop_ids[nstop++] = b;
+	}
+	sampler_opts_default(&r.so);
+	sampler_preset(&r.so, "rl");
+	r.so.block = m.cfg.block_size;
+	r.so.max_tokens = (int)max_tokens;
+	r.so.mask_id = m.cfg.mask_token_id;
+	r.so.max_active = (int)batch;
+	r.so.stop = stop_ids;
+	r.so.nstop = nstop;
+	struct sampler_opts evo = r.so;
+	sampler_preset(&evo, "eval");
+	r.sr = &sr;
+	r.oo = oo;
+	r.lo = (struct rl_loss_opts){ eps, beta, 1.0 };
+	char *rcmd = !strncmp(reward, "cmd:", 4) ? xstrdup(reward + 4) :
+	             kbench_cmd(trials, robust, reward[6] == ':' ? reward + 7 : NULL);
+	r.reward_cmd = rcmd;
+	r.robust = robust;
+	r.group = (int)group;
+	r.micro = (int)micro;
+	r.update = (int)update;
+	r.pad_id = m.cfg.pad_token_id >= 0 ? m.cfg.pad_token_id :
+	           m.cfg.eos_token_id >= 0 ? m.cfg.eos_token_id : 151643;
+	rng_seed(&r.rng, seed);
+
+	int si = 0, done = 0;
+	long step = 0;
+	if (resume)
+		load_state(out, spec, st, nst, &si, &done, &step, &r.rng);
+	if (!quiet)
+		warn_msg("%zu tasks (%zu infilling), stages %s, seed %llu, reward: %s, KL to %s",
+		         nlist[0], nlist[1], spec, seed, rcmd, ref_dir ? ref_dir : "pi_old");
+
+	FILE *logf = NULL;
+	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
+		die("cannot open '%s':", log_path);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
+
+	int last_si = si, last_done = done;
+	for (; si < nst && !stop; si++, done = 0) {
+		struct stage *s = &st[si];
+		int li = s->infill;
+		for (; done < s->steps && !stop; ) {
+			int nt = (int)tps;
+			struct rl_task **sel = xcalloc((size_t)nt, sizeof *sel);
+			for (int j = 0; j < nt; j++)
+				sel[j] = list[li][(s->pos + (size_t)j) % nlist[li]];
+			s->pos = (s->pos + (size_t)nt) % nlist[li];
+			struct rl_metrics mt;
+			if (rl_step(&r, sel, nt, li, (int)step + 1, &mt) < 0)
+				die("step %ld failed", step + 1);
+			free(sel);
+			done++, step++;
+			last_si = si, last_done = done;
+			double tot = mt.t_rollout + mt.t_reward + mt.t_update;
+			json_t *j = json_pack("{s:I, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i, "
+			                      "s:i, s:f, s:f, s:f, s:f, s:f}",
+			                      "step", (json_int_t)step, "stage", li ? "infill" : "e2e",
+			                      "stage_step", done, "tasks", mt.tasks, "reward_mean",
+			                      mt.reward, "skipped", mt.tasks ? (double)mt.skipped / mt.tasks : 0.0,
+			                      "deceptive", mt.responses ? (double)mt.deceptive / mt.responses : 0.0,
+			                      "loss", mt.loss, "kl", mt.kl, "clip_frac", mt.clipfrac,
+			                      "samples", mt.samples, "updates", mt.updates,
+			                      "grad_norm", mt.grad_norm, "rollout_s", mt.t_rollout,
+			                      "reward_s", mt.t_reward, "update_s", mt.t_update,
+			                      "tokens_per_s", mt.t_rollout > 0 ? mt.tokens / mt.t_rollout : 0.0);
+			if (eval_every && step % eval_every == 0) {
+				double ex;
+				struct rl_task **ev = xcalloc(evt.n ? evt.n : 1, sizeof *ev);
+				for (size_t i = 0; i < evt.n; i++)
+					ev[i] = &evt.t[i];
+				if (rl_evaluate(&r, &evo, ev, (int)evt.n, li, (int)step, &ex) < 0)
+					ret = 1;
+				json_object_set_new(j, "eval_exec", json_real(ex));
+				free(ev);
+			}
+			if (logf) {
+				json_dumpf(j, logf, JSON_COMPACT);
+				fputc('\n', logf);
+				fflush(logf);
+			}
+			json_decref(j);
+			if (mt.bad)
+				ret = 1;
+			if (!quiet)
+				fprintf(stderr, "dice-rl: step %ld %s %d/%d reward %.3f skipped %d/%d loss "
+				        "%.4g kl %.3g clip %.3f %.1fs\n", step, li ? "infill" : "e2e", done,
+				        s->steps, mt.reward, mt.skipped, mt.tasks, mt.loss, mt.kl,
+				        mt.clipfrac, tot);
+			if (save_every && step % save_every == 0 &&
+			    save_all(&r, out, copy_tok, spec, st, nst, si, done, step) < 0)
+				ret = 1;
+		}
+		if (stop)
+			break;
+	}
+	/* where to continue: the stage of the last step and the steps done in it */
+	if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0)
+		ret = 1;
+	if (stop)
+		warn_msg("interrupted: saved step %ld to %s; continue with --resume", step, out);
+	if (logf && util_fshut(logf, log_path))
+		ret = 1;
+	rl_runner_free(&r);
+	if (ref_dir) {
+		model_train_free(&tref);
+		model_free(&mref);
+	}
+	sample_rec_free(&sr);
+	if (have_tok)
+		tokenizer_free(&tok);
+	model_free(&m);
+	for (int k = 0; k < 2; k++)
+		free(list[k]);
+	rl_tasks_free(&all);
+	rl_tasks_free(&evt);
+	free(rcmd), free(spec);
+	if (util_fshut(stdout, "stdout"))
+		ret = 1;
+	return ret;
+}

@@ -1,0 +1,99 @@
+/* rl_run: one BiC-RL step of dice-rl (SPEC §3 loop items 1-8) on top of lib/sampler (rollouts),
+ * an external reward program (rewards), lib/rl (advantages, samples, loss) and lib/optim.
+ *
+ * Tasks: JSONL records; the prompt of a task is lib/sample_rec's (infill template when the
+ * stage is infill, the one-shot KernelBench template from `ref` in the end-to-end stage, or
+ * `prompt` / `prompt_ids`). A stage walks its task list in order, tasks_per_step at a time,
+ * wrapping at the end (SPEC §5.3 sequential_select).
+ *
+ * Reward protocol: the step's responses are written as JSONL records (the task record plus
+ * "completion" (text; "" without a tokenizer), "response_ids" and "rl": {"step", "task",
+ * "sample"}) to the standard input of `sh -c CMD`, which writes one JSON record per input
+ * record, in order, on its standard output. The reward of a record is its number "reward"
+ * when present, else 1 when eval.correct is true (kbench-eval's output), else 0; with robust,
+ * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted).
+ *
+ * Update: advantages per task (lib/rl.h), samples of every response of a kept task (all
+ * rounds), shuffled; pi_old of every sample is computed before the first update; then
+ * optimizer updates of `update` samples each (micro-batches of `micro` samples, gradients
+ * accumulated; loss scale 1 / (samples of the update * L1), L1 = the longest response of the
+ * step's kept tasks), with a fresh AdamW state every step.
+ */
+#ifndef DICE_RL_RUN_H
+#define DICE_RL_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "model_bwd.h"
+#include "optim.h"
+#include "rl.h"
+#include "rng.h"
+#include "sample_rec.h"
+#include "sampler.h"
+
+struct rl_task {
+	json_t *rec;                 /* owned */
+	char *where;                 /* "file:line" */
+	int level;                   /* `level` or `cuke.level`; INT_MAX when absent */
+};
+
+struct rl_tasks {
+	struct rl_task *t;
+	size_t n, cap;
+};
+
+void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where);   /* takes rec */
+void rl_tasks_sort_level(struct rl_tasks *ts);                             /* stable */
+void rl_tasks_free(struct rl_tasks *ts);
+/* 1 when rec carries an infilling task (prefix and suffix), or has no `ref` at all */
+int rl_task_infill(const json_t *rec);
+
+struct rl_runner {
+	struct model *m;             /* the policy: fp32 weights, updated in place */
+	struct model_train t;
+	struct model_train *ref;     /* frozen reference for the KL, or NULL (pi_old) */
+	struct sample_rec *sr;
+	struct sampler_opts so;      /* rollout decoding (the "rl" preset) */
+	struct optim_opts oo;
+	struct rl_loss_opts lo;      /* eps, beta (scale set per update) */
+	const char *reward_cmd;
+	int robust;
+	int group;                   /* G (16) */
+	int micro, update;           /* samples per micro-batch, per optimizer update */
+	int pad_id;
+	struct rng rng;              /* rollout seeds and sample order */
+	int verbose;
+};
+
+struct rl_metrics {
+	int tasks, responses, skipped, deceptive, bad;
+	double reward;               /* mean over responses */
+	double loss, kl, clipfrac;   /* mean per update; kl, clip per target token */
+	int samples, updates;
+	long tokens;                 /* generated tokens */
+	double grad_norm;            /* of the last update */
+	double t_rollout, t_reward, t_update;
+};
+
+/* 0, or -1 with a warning. */
+int rl_runner_init(struct rl_runner *r, struct model *m, int recompute);
+void rl_runner_free(struct rl_runner *r);
+
+/* Roll out ntask tasks x group samples with o, score them; rewards (ntask * group) and the
+ * results (caller frees with sampler_result_free) are returned. stage_infill picks the
+ * prompt template. 0, or -1 with a warning. */
+int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task *const *tasks,
+               int ntask, int group, int stage_infill, int step, float *rewards,
+               struct sampler_result *res, int **prompts, int *plens, struct rl_metrics *mt);
+
+/* One RL step over ntask tasks. 0, or -1 with a warning. */
+int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int stage_infill,
+            int step, struct rl_metrics *mt);
+
+/* Exec of tasks under o with one sample each (in-RL evaluation). */
+int rl_evaluate(struct rl_runner *r, const struct sampler_opts *o, struct rl_task *const *tasks,
+                int ntask, int stage_infill, int step, double *exec);
+
+#endif
