@@ -228,18 +228,66 @@ static float *as_f32(const void *src, int n, int is_int, int is_u8)
 	return f;
 }
 
+int sft_batch_write(const char *path, const char *format, const struct train_batch *tb,
+                    struct model_train *tr, double loss, const struct st_wtensor *extra,
+                    size_t nextra, char *err, size_t errlen)
+{
+	struct model *m = tr->m;
+	struct ckpt_tensor *gl;
+	struct st_wtensor *t;
+	float *cols[7];
+	char **names, loss_s[40], block_s[16];
+	size_t ng, k;
+	int rc;
+
+	float *gh = xmalloc(tr->ngrad * sizeof *gh);
+	m->ops->to_host(gh, tr->gbuf, tr->ngrad * sizeof *gh);
+	gl = checkpoint_tensor_list(&m->cfg, &tr->g, &ng);
+	t = xcalloc(ng + 7 + nextra, sizeof *t);
+	names = xcalloc(ng, sizeof *names);
+	cols[0] = as_f32(tb->ids, tb->N, 1, 0);
+	cols[1] = as_f32(tb->pos, tb->N, 1, 0);
+	cols[2] = as_f32(tb->noisy, tb->N, 0, 1);
+	cols[3] = as_f32(tb->target, tb->N, 1, 0);
+	cols[4] = as_f32(tb->weight, tb->N, 0, 0);
+	cols[5] = as_f32(tb->start, tb->nsamp, 1, 0);
+	cols[6] = as_f32(tb->len, tb->nsamp, 1, 0);
+	static const char *const cn[7] = { "ids", "pos", "noisy", "target", "weight", "start", "len" };
+	for (int i = 0; i < 7; i++)
+		t[i] = (struct st_wtensor){ .name = cn[i], .dtype = DICE_F32, .ndim = 1,
+		                            .shape = { i < 5 ? tb->N : tb->nsamp }, .data = cols[i] };
+	for (k = 0; k < nextra; k++)
+		t[7 + k] = extra[k];
+	for (size_t i = 0; i < ng; i++) {
+		names[i] = xasprintf("grad.%s", gl[i].name);
+		t[7 + k + i] = (struct st_wtensor){ .name = names[i], .dtype = DICE_F32,
+		                                    .ndim = gl[i].ndim,
+		                                    .data = gh + ((const float *)gl[i].ref->p - tr->gbuf),
+		                                    .shape = { gl[i].shape[0], gl[i].shape[1] } };
+	}
+	snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+	snprintf(block_s, sizeof block_s, "%d", m->cfg.block_size);
+	const char *meta[] = { "dice_format", format, "dice_format_version", "1",
+	                       "loss", loss_s, "block", block_s };
+	rc = safetensors_write(path, t, ng + 7 + nextra, meta, 4, err, errlen);
+	for (int i = 0; i < 7; i++)
+		free(cols[i]);
+	for (size_t i = 0; i < ng; i++)
+		free(names[i]);
+	free(names);
+	free(t);
+	free(gl);
+	free(gh);
+	return rc;
+}
+
 int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen)
 {
 	struct rng r = s->noise;
 	size_t mb = s->batch < s->nbatch ? s->batch : 0, b0, ns;
 	const struct sft_sample **smp;
 	struct train_batch tb;
-	struct ckpt_tensor *gl;
-	struct st_wtensor *t;
-	float *cols[7];
-	char **names, loss_s[40], block_s[16];
 	double loss;
-	size_t ng;
 	int rc;
 
 	if (s->batch >= s->nbatch) {    /* the next step starts a new epoch */
@@ -261,42 +309,7 @@ int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errl
 		sft_batch_free(&tb);
 		return -1;
 	}
-	float *gh = xmalloc(s->t.ngrad * sizeof *gh);
-	s->m->ops->to_host(gh, s->t.gbuf, s->t.ngrad * sizeof *gh);
-	gl = checkpoint_tensor_list(&s->m->cfg, &s->t.g, &ng);
-	t = xcalloc(ng + 7, sizeof *t);
-	names = xcalloc(ng, sizeof *names);
-	cols[0] = as_f32(tb.ids, tb.N, 1, 0);
-	cols[1] = as_f32(tb.pos, tb.N, 1, 0);
-	cols[2] = as_f32(tb.noisy, tb.N, 0, 1);
-	cols[3] = as_f32(tb.target, tb.N, 1, 0);
-	cols[4] = as_f32(tb.weight, tb.N, 0, 0);
-	cols[5] = as_f32(tb.start, tb.nsamp, 1, 0);
-	cols[6] = as_f32(tb.len, tb.nsamp, 1, 0);
-	static const char *const cn[7] = { "ids", "pos", "noisy", "target", "weight", "start", "len" };
-	for (int i = 0; i < 7; i++)
-		t[i] = (struct st_wtensor){ .name = cn[i], .dtype = DICE_F32, .ndim = 1,
-		                            .shape = { i < 5 ? tb.N : tb.nsamp }, .data = cols[i] };
-	for (size_t i = 0; i < ng; i++) {
-		names[i] = xasprintf("grad.%s", gl[i].name);
-		t[7 + i] = (struct st_wtensor){ .name = names[i], .dtype = DICE_F32,
-		                                .ndim = gl[i].ndim,
-		                                .data = gh + ((const float *)gl[i].ref->p - s->t.gbuf),
-		                                .shape = { gl[i].shape[0], gl[i].shape[1] } };
-	}
-	snprintf(loss_s, sizeof loss_s, "%.17g", loss);
-	snprintf(block_s, sizeof block_s, "%d", s->m->cfg.block_size);
-	const char *meta[] = { "dice_format", "dice-sft-batch", "dice_format_version", "1",
-	                       "loss", loss_s, "block", block_s };
-	rc = safetensors_write(path, t, ng + 7, meta, 4, err, errlen);
-	for (int i = 0; i < 7; i++)
-		free(cols[i]);
-	for (size_t i = 0; i < ng; i++)
-		free(names[i]);
-	free(names);
-	free(t);
-	free(gl);
-	free(gh);
+	rc = sft_batch_write(path, "dice-sft-batch", &tb, &s->t, loss, NULL, 0, err, errlen);
 	sft_batch_free(&tb);
 	model_train_zero_grad(&s->t);
 	return rc;

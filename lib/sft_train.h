@@ -81,6 +81,12 @@ int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir
  * dice_format "dice-sft-batch" version 1, "loss" (%.17g), "block". Gradients are zeroed
  * again afterwards. 0, or -1 with err. */
 int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen);
+/* The writer of sft_train_dump, shared with dice-rl --dump-batch: the rows of tb, nextra more
+ * tensors, the gradients in tr->gbuf and __metadata__ dice_format format, version 1, loss,
+ * block. 0, or -1 with err. */
+int sft_batch_write(const char *path, const char *format, const struct train_batch *tb,
+                    struct model_train *tr, double loss, const struct st_wtensor *extra,
+                    size_t nextra, char *err, size_t errlen);
 /* Restore the state from dir/trainer_state.safetensors (the weights come with the model,
  * loaded from dir). 0, or -1 with err. */
 int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t errlen);
