@@ -53,6 +53,8 @@ static const char usage_text[] =
 	"  -E, --eval-every N       evaluate every N steps on --eval-tasks (0: never)\n"
 	"  -T, --eval-tasks FILE    held-out tasks (top-k 1, static decoding, one sample)\n"
 	"  -a, --recompute          recompute activations in the backward (less memory)\n"
+	"  -X, --dump-batch FILE    run one step, write a micro-batch of its last update with\n"
+	"                           its loss and gradients (tests/gpu/rl-parity.py), exit\n"
 	"  -q, --quiet              no progress lines on stderr\n"
 	"  -h, --help               show this help\n"
 	"  -V, --version            show the version\n";
@@ -87,12 +89,13 @@ static const struct option longopts[] = {
 	{ "eval-every", required_argument, NULL, 'E' },
 	{ "eval-tasks", required_argument, NULL, 'T' },
 	{ "recompute", no_argument, NULL, 'a' },
+	{ "dump-batch", required_argument, NULL, 'X' },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:b:r:N:Rl:e:B:f:u:M:c:z:d:g:k:CE:T:aqhV";
+static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:b:r:N:Rl:e:B:f:u:M:c:z:d:g:k:CE:T:aX:qhV";
 
 static _Noreturn void usage(int status)
 {
@@ -297,7 +300,7 @@ int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *tok_dir = NULL, *log_path = NULL;
 	const char *device = "cpu", *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
-	const char *ref_dir = NULL, *eval_path = NULL, *order = "file";
+	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
 	long update = 256, micro = 4, save_every = 0, eval_every = 0;
 	unsigned long long seed = 10086;
@@ -340,6 +343,7 @@ int main(int argc, char **argv)
 		case 'E': eval_every = num("--eval-every", optarg, 0, 1L << 30); break;
 		case 'T': eval_path = optarg; break;
 		case 'a': recompute = 1; break;
+		case 'X': dump = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
 		case 'V':
@@ -451,6 +455,7 @@ int main(int argc, char **argv)
 	             kbench_cmd(trials, robust, reward[6] == ':' ? reward + 7 : NULL);
 	r.reward_cmd = rcmd;
 	r.robust = robust;
+	r.dump = dump;
 	r.group = (int)group;
 	r.micro = (int)micro;
 	r.update = (int)update;
@@ -524,6 +529,10 @@ int main(int argc, char **argv)
 				        "%.4g kl %.3g clip %.3f %.1fs\n", step, li ? "infill" : "e2e", done,
 				        s->steps, mt.reward, mt.skipped, mt.tasks, mt.loss, mt.kl,
 				        mt.clipfrac, tot);
+			if (dump) {                     /* one step is all it takes */
+				stop = 1;
+				break;
+			}
 			if (save_every && step % save_every == 0 &&
 			    save_all(&r, out, copy_tok, spec, st, nst, si, done, step) < 0)
 				ret = 1;
@@ -534,7 +543,7 @@ int main(int argc, char **argv)
 	/* where to continue: the stage of the last step and the steps done in it */
 	if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0)
 		ret = 1;
-	if (stop)
+	if (stop && !dump)
 		warn_msg("interrupted: saved step %ld to %s; continue with --resume", step, out);
 	if (logf && util_fshut(logf, log_path))
 		ret = 1;

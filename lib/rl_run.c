@@ -10,6 +10,8 @@
 
 #include "rl_run.h"
 #include "sft.h"
+#include "sft_train.h"
+#include "checkpoint.h"
 #include "util.h"
 
 static double now(void)
@@ -279,6 +281,55 @@ int rl_evaluate(struct rl_runner *r, const struct sampler_opts *o, struct rl_tas
 	return rc;
 }
 
+static int dump_batch(struct rl_runner *r, const struct rl_batch *rb, const struct rl_loss_opts *lo)
+{
+	struct model *m = r->m;
+	struct rl_stats st = { 0 };
+	float eps = lo->eps, beta = lo->beta, scale = (float)lo->scale;
+	char err[512];
+	int N = rb->b.N, rc;
+	size_t nw, nx = 0;
+	struct model_weights w = m->w;
+	struct ckpt_tensor *wl = checkpoint_tensor_list(&m->cfg, &w, &nw);
+	char *host = xmalloc(m->wbytes), **names = xcalloc(nw ? nw : 1, sizeof *names);
+	struct st_wtensor *x = xcalloc(nw + 6, sizeof *x);
+	struct rl_loss_opts o = *lo;
+
+	/* the weights the loss is taken with: the saved checkpoint has moved on by then */
+	m->ops->to_host(host, m->wbuf, m->wbytes);
+	x[nx++] = (struct st_wtensor){ .name = "adv", .dtype = DICE_F32, .ndim = 1, .shape = { N },
+	                               .data = rb->adv };
+	x[nx++] = (struct st_wtensor){ .name = "logp_old", .dtype = DICE_F32, .ndim = 1,
+	                               .shape = { N }, .data = rb->logp_old };
+	x[nx++] = (struct st_wtensor){ .name = "eps", .dtype = DICE_F32, .ndim = 1, .shape = { 1 },
+	                               .data = &eps };
+	x[nx++] = (struct st_wtensor){ .name = "beta", .dtype = DICE_F32, .ndim = 1, .shape = { 1 },
+	                               .data = &beta };
+	x[nx++] = (struct st_wtensor){ .name = "scale", .dtype = DICE_F32, .ndim = 1, .shape = { 1 },
+	                               .data = &scale };
+	if (rb->logp_ref)
+		x[nx++] = (struct st_wtensor){ .name = "logp_ref", .dtype = DICE_F32, .ndim = 1,
+		                               .shape = { N }, .data = rb->logp_ref };
+	for (size_t i = 0; i < nw; i++) {
+		names[i] = xasprintf("w.%s", wl[i].name);
+		x[nx++] = (struct st_wtensor){ .name = names[i], .dtype = DICE_F32, .ndim = wl[i].ndim,
+		                               .shape = { wl[i].shape[0], wl[i].shape[1] },
+		                               .data = host + ((const char *)wl[i].ref->p -
+		                                               (const char *)m->wbuf) };
+	}
+	o.scale = scale;                 /* the value written */
+	model_train_zero_grad(&r->t);
+	rc = rl_batch_loss(&r->t, rb, &o, 1, &st);
+	if (rc == 0 && (rc = sft_batch_write(r->dump, "dice-rl-batch", &rb->b, &r->t, st.loss, x,
+	                                     nx, err, sizeof err)) < 0)
+		warn_msg("%s", err);
+	model_train_zero_grad(&r->t);
+	for (size_t i = 0; i < nw; i++)
+		free(names[i]);
+	free(names), free(x), free(host), free(wl);   /* w.layers is m->w.layers: read only */
+	return rc;
+}
+
 int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int stage_infill,
             int step, struct rl_metrics *mt)
 {
@@ -358,6 +409,8 @@ int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int st
 				nsamp += bs[b].b.nsamp;
 			struct rl_loss_opts lo = r->lo;
 			lo.scale = 1.0 / ((double)nsamp * L1);
+			if (r->dump && b1 == nb && dump_batch(r, &bs[b0], &lo) < 0)
+				rc = -1;
 			model_train_zero_grad(&r->t);
 			for (int b = b0; b < b1 && rc == 0; b++)
 				if (rl_batch_loss(&r->t, &bs[b], &lo, 1, &st) < 0)

@@ -18,6 +18,11 @@
  * optimizer updates of `update` samples each (micro-batches of `micro` samples, gradients
  * accumulated; loss scale 1 / (samples of the update * L1), L1 = the longest response of the
  * step's kept tasks), with a fresh AdamW state every step.
+ *
+ * Dump (for tests/gpu/rl-parity.py): before the last update of a step (the weights have then
+ * moved away from pi_old when the step has several updates), its first micro-batch is written
+ * with lib/sft_train's sft_batch_write, format "dice-rl-batch": the rows, "adv", "logp_old"
+ * (and "logp_ref"), "eps", "beta", "scale" (1-element), the loss and its gradients.
  */
 #ifndef DICE_RL_RUN_H
 #define DICE_RL_RUN_H
@@ -65,6 +70,8 @@ struct rl_runner {
 	int pad_id;
 	struct rng rng;              /* rollout seeds and sample order */
 	int verbose;
+	const char *dump;            /* --dump-batch: write one micro-batch of the step's last
+	                              * update (rows, adv, logp_old, loss, gradients) here */
 };
 
 struct rl_metrics {
