@@ -10,9 +10,11 @@
 #endif
 
 #include "cuke.h"
+#include "deceive.h"
 #include "extract.h"
 #include "prompt.h"
 #include "pysrc.h"
+#include "tokenizer.h"
 
 static const char *const reason_names[CUKE_REASON_N] = {
 	[CUKE_KEPT] = "kept",
@@ -791,14 +793,18 @@ static int keyset_add(struct keyset *s, unsigned long long key)
 struct cuke {
 	struct cuke_config cfg;
 	struct cuke_stats st;
-	int can_fast;
+	int can_fast;           /* judge the cheap fields off the raw line */
 	int need_level;
+	int need_content;       /* a record that passes them needs its tree */
 	json_t *stub;           /* a non-empty object without "cuke": the rec the fast path
 	                         * hands to jsonl_write_added, which only asks it that */
 	json_t *stub_empty;
 	json_t *kept_checks;    /* ["min-speedup", ...]: the same for every kept record */
 	struct keyset seen;
-	struct prompt_template *sft;
+	struct prompt_template *sft;   /* the KernelBench prompt: --to-sft, --max-tokens */
+	struct deceive_checker *dc;
+	struct tokenizer tok;
+	int has_tok;
 	FILE *spool[2];         /* --sort-level: kept records of levels 2 and 3 */
 	struct jsonl_writer spool_w[2];
 };
@@ -809,11 +815,25 @@ struct cuke *cuke_new(const struct cuke_config *cfg, char *err, size_t errlen)
 
 	c->cfg = *cfg;
 	c->need_level = cfg->classify || cfg->levels || cfg->sort_level;
-	c->can_fast = !cfg->no_fast && cfg->format == CUKE_OUT_RECORDS && !c->need_level &&
-	              cfg->dedupe == CUKE_DEDUPE_NONE;
-	if (cfg->format == CUKE_OUT_SFT && !(c->sft = prompt_load("kernelbench", err, errlen))) {
+	c->need_content = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS ||
+	                  cfg->drop_deceptive || cfg->max_tokens > 0;
+	c->can_fast = !cfg->no_fast;
+	if ((cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) &&
+	    !(c->sft = prompt_load("kernelbench", err, errlen))) {
 		free(c);
 		return NULL;
+	}
+	if (cfg->drop_deceptive && !(c->dc = deceive_checker_new(NULL, NULL))) {
+		snprintf(err, errlen, "cannot set up the deception rules");
+		cuke_free(c);
+		return NULL;
+	}
+	if (cfg->tokenizer) {
+		if (tokenizer_load(&c->tok, cfg->tokenizer, err, errlen) < 0) {
+			cuke_free(c);
+			return NULL;
+		}
+		c->has_tok = 1;
 	}
 	for (int i = 0; cfg->sort_level && i < 2; i++) {
 		if (!(c->spool[i] = tmpfile())) {
@@ -834,6 +854,10 @@ struct cuke *cuke_new(const struct cuke_config *cfg, char *err, size_t errlen)
 		json_array_append_new(c->kept_checks, json_string("correct"));
 	if (cfg->levels)
 		json_array_append_new(c->kept_checks, json_string("level"));
+	if (cfg->max_tokens > 0)
+		json_array_append_new(c->kept_checks, json_string("max-tokens"));
+	if (cfg->drop_deceptive)
+		json_array_append_new(c->kept_checks, json_string("not-deceptive"));
 	if (cfg->format == CUKE_OUT_INFILL)
 		json_array_append_new(c->kept_checks, json_string("infill-split"));
 	if (cfg->dedupe)
@@ -850,6 +874,9 @@ void cuke_free(struct cuke *c)
 	json_decref(c->kept_checks);
 	free(c->seen.k);
 	prompt_free(c->sft);
+	deceive_checker_free(c->dc);
+	if (c->has_tok)
+		tokenizer_free(&c->tok);
 	for (int i = 0; i < 2; i++)
 		if (c->spool[i]) {
 			jsonl_writer_free(&c->spool_w[i]);
@@ -952,22 +979,47 @@ struct content {
 	const char *ref;        /* borrowed from the record */
 	char *kernel;           /* owned */
 	size_t a, b;            /* infill: the middle's span in kernel */
-	char *prompt, *response;
+	char *prompt, *response;  /* the SFT pair (--to-sft, --max-tokens) */
+	long tokens;            /* --max-tokens: tokens of prompt + response */
+	json_t *deceive;        /* --drop-deceptive: the deceive result (new reference) */
 };
 
 static void content_free(struct content *ct)
 {
+	json_decref(ct->deceive);
 	free(ct->kernel);
 	free(ct->prompt);
 	free(ct->response);
+}
+
+/* Tokens of an SFT pair: the prompt and the response encoded apart (added tokens in the
+ * text count as one each, as a Hugging Face tokenizer does by default), summed; -1 when the
+ * tokenizer fails. */
+static long cuke_count_tokens(struct tokenizer *tok, const char *prompt, const char *response)
+{
+	const char *part[2] = { prompt, response };
+	long total = 0;
+
+	for (int i = 0; i < 2; i++) {
+		int *ids = NULL;
+		size_t n = 0;
+		int r = tokenizer_encode(tok, part[i], strlen(part[i]), &ids, &n);
+		free(ids);
+		if (r < 0)
+			return -1;
+		total += (long)n;
+	}
+	return total;
 }
 
 static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct content *ct,
                                       char *detail, size_t dn)
 {
 	const struct cuke_config *cfg = &c->cfg;
-	int need_kernel = cfg->format != CUKE_OUT_RECORDS || cfg->dedupe == CUKE_DEDUPE_ALL;
-	int need_ref = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS;
+	int need_kernel = cfg->format != CUKE_OUT_RECORDS || cfg->dedupe == CUKE_DEDUPE_ALL ||
+	                  cfg->drop_deceptive || cfg->max_tokens > 0;
+	int need_ref = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS ||
+	               cfg->max_tokens > 0;
 	const char *from, *why;
 	char err[256];
 
@@ -990,18 +1042,45 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 		snprintf(detail, dn, from ? "no code block in %s" : "no kernel or completion", from);
 		return CUKE_NO_KERNEL;
 	}
-	if (cfg->format == CUKE_OUT_INFILL &&
-	    cuke_split(ct->kernel, strlen(ct->kernel), &ct->a, &ct->b, &why) < 0) {
-		snprintf(detail, dn, "%s", why);
-		return CUKE_NO_SPLIT;
-	}
-	if (cfg->format == CUKE_OUT_SFT) {
+	if (cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) {
 		const char *key = "ref";
 		if (!(ct->prompt = prompt_fill(c->sft, &key, &ct->ref, 1, err, sizeof err))) {
 			snprintf(detail, dn, "prompt: %.120s", err);
 			return CUKE_NO_REF;
 		}
 		ct->response = cuke_sft_response(ct->kernel, strlen(ct->kernel));
+	}
+	if (cfg->max_tokens > 0) {
+		ct->tokens = cuke_count_tokens(&c->tok, ct->prompt, ct->response);
+		if (ct->tokens < 0) {
+			snprintf(detail, dn, "the tokenizer failed on this record");
+			return CUKE_TOO_LONG;
+		}
+		if (ct->tokens > cfg->max_tokens) {
+			snprintf(detail, dn, "%ld tokens > %ld", ct->tokens, cfg->max_tokens);
+			return CUKE_TOO_LONG;
+		}
+	}
+	if (cfg->drop_deceptive) {
+		struct deceive_result res;
+		deceive_check(c->dc, ct->kernel, strlen(ct->kernel), ct->ref,
+		              ct->ref ? strlen(ct->ref) : 0, &res);
+		ct->deceive = deceive_result_json(&res);
+		int deceptive = res.deceptive;
+		for (size_t i = 0; deceptive && i < res.n; i++)
+			if (res.findings[i].severity == DECEIVE_DECEPTIVE) {
+				snprintf(detail, dn, "%s: %.200s", res.findings[i].rule,
+				         res.findings[i].message);
+				break;
+			}
+		deceive_result_free(&res);
+		if (deceptive)
+			return CUKE_DECEPTIVE;
+	}
+	if (cfg->format == CUKE_OUT_INFILL &&
+	    cuke_split(ct->kernel, strlen(ct->kernel), &ct->a, &ct->b, &why) < 0) {
+		snprintf(detail, dn, "%s", why);
+		return CUKE_NO_SPLIT;
 	}
 	if (cfg->dedupe) {
 		int all = cfg->dedupe == CUKE_DEDUPE_ALL;
@@ -1033,6 +1112,20 @@ static void write_rec(struct jsonl_writer *w, const struct jsonl_reader *r, json
 	jsonl_write_added(w, r->line, r->len, rec ? rec : stub, "cuke", obj);
 }
 
+/* A malformed line: counted, and written to the rejects file or reported on stderr. */
+static enum cuke_reason bad_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
+{
+	c->st.rejected[CUKE_MALFORMED]++;
+	if (sink->rejects) {
+		json_t *bad = jsonl_bad_record(r);
+		jsonl_write(sink->rejects, bad);
+		json_decref(bad);
+	} else {
+		jsonl_report_bad(r);
+	}
+	return CUKE_MALFORMED;
+}
+
 enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
 {
 	struct cuke_fields f;
@@ -1048,25 +1141,23 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 	if (c->can_fast && cuke_fields_scan(r->line, r->len, &f) && !f.has_cuke) {
 		c->st.fast++;
 	} else {
-		if (jsonl_parse_line(r, &rec) < 0) {
-			c->st.rejected[CUKE_MALFORMED]++;
-			if (sink->rejects) {
-				json_t *bad = jsonl_bad_record(r);
-				jsonl_write(sink->rejects, bad);
-				json_decref(bad);
-			} else {
-				jsonl_report_bad(r);
-			}
-			return CUKE_MALFORMED;
-		}
+		if (jsonl_parse_line(r, &rec) < 0)
+			return bad_line(c, r, sink);
 		cuke_fields_from_json(rec, &f);
 	}
 	stub = f.nkeys ? c->stub : c->stub_empty;
 	sp = cuke_speedup(&f, &s, &from);
 	c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]++;
 	why = judge_fields(c, &f, sp, s);
-	if (why == CUKE_KEPT && rec)
+	if (why == CUKE_KEPT && c->need_content) {
+		/* only records that passed the cheap checks pay for a tree */
+		if (!rec && jsonl_parse_line(r, &rec) < 0) {
+			/* cannot happen: the scanner accepts a subset of what jansson does */
+			c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]--;
+			return bad_line(c, r, sink);
+		}
 		why = judge_content(c, rec, &ct, detail, sizeof detail);
+	}
 	if (why != CUKE_KEPT) {
 		c->st.rejected[why]++;
 		if (sink->rejects) {
@@ -1076,6 +1167,10 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 			json_object_set_new(obj, "rejected", json_string(cuke_reason_name(why)));
 			json_object_set_new(obj, "detail", json_string(detail));
 			cuke_add_speedup(obj, sp, s, from);
+			if (ct.tokens)
+				json_object_set_new(obj, "tokens", json_integer(ct.tokens));
+			if (ct.deceive)
+				json_object_set(obj, "deceive", ct.deceive);
 			write_rec(sink->rejects, r, rec, stub, obj);
 			json_decref(obj);
 		}
@@ -1096,6 +1191,10 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 			json_object_set_new(obj, "level", json_integer(ct.level.level));
 			json_object_set_new(obj, "ops", json_integer(ct.level.ops));
 		}
+		if (c->cfg.max_tokens > 0)
+			json_object_set_new(obj, "tokens", json_integer(ct.tokens));
+		if (ct.deceive)
+			json_object_set(obj, "deceive", ct.deceive);
 		if (c->cfg.dedupe) {
 			char hex[17];
 			snprintf(hex, sizeof hex, "%016llx", ct.key);
