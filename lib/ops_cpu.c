@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "ops_bwd_cpu.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- dtypes */
@@ -253,6 +254,16 @@ const struct ops ops_cpu = {
 	.to_device = cpu_copy,
 	.copy = cpu_copy,
 	.sync = cpu_sync,
+	.matmul_backward = cpu_matmul_backward,
+	.rmsnorm_backward = cpu_rmsnorm_backward,
+	.rope_backward = cpu_rope_backward,
+	.swiglu_backward = cpu_swiglu_backward,
+	.attention_backward = cpu_attention_backward,
+	.embed_backward = cpu_embed_backward,
+	.cross_entropy = cpu_cross_entropy,
+	.zero = cpu_zero,
+	.sumsq = cpu_sumsq,
+	.adamw = cpu_adamw,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

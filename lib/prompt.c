@@ -5,12 +5,12 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "prompt.h"
+#include "errmsg.h"
 #include "util.h"
 
 struct seg {
@@ -26,19 +26,6 @@ struct prompt_template {
 	char **names;
 	size_t nnames;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static int is_builtin_name(const char *s)
 {
@@ -103,7 +90,7 @@ static int do_include(struct prompt_template *t, const char *dir, const char *in
 	char *data = util_read_file(path, &len);
 
 	if (!data) {
-		seterr(err, errlen, "%s:%d: cannot include '%s': %s", t->path, line, path,
+		errmsg_set(err, errlen, "%s:%d: cannot include '%s': %s", t->path, line, path,
 		       strerror(errno));
 		free(name);
 		free(path);
@@ -195,7 +182,7 @@ struct prompt_template *prompt_load(const char *name, char *err, size_t errlen)
 	size_t len;
 
 	if (!name || !*name) {
-		seterr(err, errlen, "empty template name");
+		errmsg_set(err, errlen, "empty template name");
 		return NULL;
 	}
 	if (is_builtin_name(name))
@@ -205,15 +192,15 @@ struct prompt_template *prompt_load(const char *name, char *err, size_t errlen)
 	data = util_read_file(path, &len);
 	if (!data) {
 		if (is_builtin_name(name))
-			seterr(err, errlen, "no built-in template '%s' (%s: %s); a file path needs "
+			errmsg_set(err, errlen, "no built-in template '%s' (%s: %s); a file path needs "
 			       "a '/' or a '.'", name, path, strerror(errno));
 		else
-			seterr(err, errlen, "cannot read template '%s': %s", path, strerror(errno));
+			errmsg_set(err, errlen, "cannot read template '%s': %s", path, strerror(errno));
 		free(path);
 		return NULL;
 	}
 	if (memchr(data, '\0', len)) {
-		seterr(err, errlen, "%s: template holds a NUL byte", path);
+		errmsg_set(err, errlen, "%s: template holds a NUL byte", path);
 		free(data);
 		free(path);
 		return NULL;
@@ -272,13 +259,16 @@ const char *prompt_path(const struct prompt_template *t)
 static char *name_list(const struct prompt_template *t)
 {
 	struct buf b;
+	char *list;
 
 	buf_init(&b);
 	for (size_t i = 0; i < t->nnames; i++)
 		buf_addf(&b, "%s%s", i ? ", " : "", t->names[i]);
 	if (!t->nnames)
 		buf_adds(&b, "none");
-	return buf_detach(&b, NULL);
+	list = buf_detach(&b, NULL);
+	buf_free(&b);
+	return list;
 }
 
 char *prompt_fill(const struct prompt_template *t, const char *const *keys,
@@ -297,12 +287,12 @@ char *prompt_fill(const struct prompt_template *t, const char *const *keys,
 		if (i == t->nnames || !values[k] || val[i]) {
 			list = name_list(t);
 			if (i == t->nnames)
-				seterr(err, errlen, "%s: unknown placeholder '%s' (the template has: %s)",
+				errmsg_set(err, errlen, "%s: unknown placeholder '%s' (the template has: %s)",
 				       t->path, keys[k] ? keys[k] : "(null)", list);
 			else if (!values[k])
-				seterr(err, errlen, "%s: no value for placeholder '%s'", t->path, keys[k]);
+				errmsg_set(err, errlen, "%s: no value for placeholder '%s'", t->path, keys[k]);
 			else
-				seterr(err, errlen, "%s: placeholder '%s' given twice", t->path, keys[k]);
+				errmsg_set(err, errlen, "%s: placeholder '%s' given twice", t->path, keys[k]);
 			free(list);
 			free(val);
 			return NULL;
@@ -311,7 +301,7 @@ char *prompt_fill(const struct prompt_template *t, const char *const *keys,
 	}
 	for (size_t i = 0; i < t->nnames; i++) {
 		if (!val[i]) {
-			seterr(err, errlen, "%s: placeholder '%s' has no value", t->path, t->names[i]);
+			errmsg_set(err, errlen, "%s: placeholder '%s' has no value", t->path, t->names[i]);
 			free(val);
 			return NULL;
 		}
@@ -326,7 +316,9 @@ char *prompt_fill(const struct prompt_template *t, const char *const *keys,
 			buf_adds(&out, val[g->slot]);
 	}
 	free(val);
-	return buf_detach(&out, NULL);
+	list = buf_detach(&out, NULL);
+	buf_free(&out);
+	return list;
 }
 
 static const char *const chat_names[] = {
@@ -356,6 +348,14 @@ char *prompt_chat_wrap(const char *user, enum prompt_chat chat)
 		return xstrdup(user);
 	/* Qwen3: one user turn, then the generation prompt; no system message. */
 	return xasprintf("<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
+}
+
+char *prompt_chat_answer(const char *response, enum prompt_chat chat, int empty_think)
+{
+	if (chat == PROMPT_CHAT_NONE)
+		return xstrdup(response);
+	return xasprintf("%s%s<|im_end|>\n", empty_think ? "<think>\n\n</think>\n\n" : "",
+	                 response);
 }
 
 char *prompt_render(const struct prompt_template *t, const char *const *keys,

@@ -7,17 +7,13 @@
 #include "prompt.h"
 #include "test.h"
 #include "util.h"
+#include "tmpdir.h"
 
-static char tmpdir[] = "/tmp/dice-test-prompt-XXXXXX";
 
 static char *write_file(const char *name, const char *text)
 {
-	char *p = xasprintf("%s/%s", tmpdir, name);
-	FILE *fp = fopen(p, "wb");
-
-	fputs(text, fp);
-	fclose(fp);
-	return p;
+	tmpdir_write(name, text);
+	return tmpdir_path(name);
 }
 
 static int count(const char *hay, const char *needle)
@@ -156,6 +152,15 @@ static void test_chat(void)
 	s = prompt_chat_wrap("hi", PROMPT_CHAT_NONE);
 	CHECK_STR(s, "hi", "none wrap is raw text");
 	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_QWEN3, 1);
+	CHECK_STR(s, "<think>\n\n</think>\n\nx = 1<|im_end|>\n", "qwen3 answer, empty think");
+	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_QWEN3, 0);
+	CHECK_STR(s, "x = 1<|im_end|>\n", "qwen3 answer");
+	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_NONE, 1);
+	CHECK_STR(s, "x = 1", "raw answer");
+	free(s);
 	CHECK(prompt_chat_parse("none", &c) == 0 && c == PROMPT_CHAT_NONE, "parse none");
 	CHECK(prompt_chat_parse("qwen3", &c) == 0 && c == PROMPT_CHAT_QWEN3, "parse qwen3");
 	CHECK(prompt_chat_parse("llama", &c) < 0, "unknown chat format");
@@ -179,18 +184,13 @@ static void test_render(void)
 
 int main(void)
 {
-	if (!mkdtemp(tmpdir))
+	if (tmpdir_make("dice-test-prompt") < 0)
 		return 1;
 	test_builtin();
 	test_example_python();
 	test_user();
 	test_chat();
 	test_render();
-	{
-		char *cmd = xasprintf("rm -rf %s", tmpdir);
-		if (system(cmd) != 0)
-			printf("# cannot remove %s\n", tmpdir);
-		free(cmd);
-	}
+	tmpdir_remove();
 	return test_done();
 }
