@@ -470,15 +470,17 @@ int cuke_speedup(const struct cuke_fields *f, double *s, const char **from)
 
 /* ---- content: level, dedupe key, infill split, SFT ------------------------------------- */
 
+/* layout, conversion and bookkeeping calls (torch.X, F.X, x.X): no arithmetic of their own */
 static const char *const not_ops[] = {
-	/* layout, conversion and bookkeeping: no arithmetic of their own */
 	"view", "view_as", "reshape", "size", "dim", "contiguous", "unsqueeze", "squeeze",
 	"flatten", "expand", "expand_as", "to", "type", "float", "double", "half", "bfloat16",
-	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone",
-	/* Python builtins */
-	"super", "range", "len", "int", "bool", "str", "isinstance", "print", "tuple", "list",
-	"dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs", "sum",
-	"__init__",
+	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone", "__init__",
+};
+/* Python builtins, called by a bare name (max(a, b) is Python's; x.max() is a tensor op) */
+static const char *const builtins[] = {
+	"super", "range", "len", "int", "float", "bool", "str", "isinstance", "print", "tuple",
+	"list", "dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs",
+	"sum", "round", "type",
 };
 static const char *const containers[] = { "Sequential", "ModuleList", "ModuleDict" };
 static const char *const arith[] = {
@@ -594,8 +596,11 @@ int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 			} else if (pysrc_find_block(&p, c->callee + 5, PYSRC_DEF, model) >= 0) {
 				continue;   /* a helper method: its own calls are counted */
 			}
-		} else if (!strchr(c->callee, '.') && defined_here(&p, c->callee)) {
-			structure = 1, out->why = "helper defined in the file";
+		} else if (!strchr(c->callee, '.')) {
+			if (in_list(name, strlen(name), builtins, ARRAY_LEN(builtins)))
+				continue;
+			if (defined_here(&p, c->callee))
+				structure = 1, out->why = "helper defined in the file";
 		}
 		if (!in_list(name, strlen(name), not_ops, ARRAY_LEN(not_ops)))
 			op_add(&ops, name, strlen(name));
