@@ -215,6 +215,8 @@ int main(int argc, char **argv)
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas up (decode)", 8, C, I, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv down (decode)", 4, I, C, DICE_BF16);
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas down (decode)", 4, I, C, DICE_BF16);
+	cs[n++] = mm(OP_GEMV, "matmul gemv q_proj (decode)", 4, C, C, DICE_BF16);
+	cs[n++] = mm(OP_CUBLAS, "matmul cublas q_proj (decode)", 4, C, C, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv k_proj (decode)", 4, C, 1024, DICE_BF16);
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas k_proj (decode)", 4, C, 1024, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv lm_head (decode)", 4, C, V, DICE_BF16);

@@ -356,11 +356,14 @@ int main(int argc, char **argv)
 	} else if (report) {
 		struct kbench_row *rows;
 		size_t nr;
-		r.ret = jsonl_each(argv + optind, argc - optind, on_report_record, NULL, &r);
+		if (jsonl_each(argv + optind, argc - optind, on_report_record, NULL, &r))
+			r.ret = EXIT_STATUS_BAD;
 		nr = kbench_tally_rows(&r.tally, have_tree ? &tree : NULL, &levels, &problems, &rows);
 		for (size_t i = 0; json && i < nr; i++) {
+			/* written here, not by the JSONL writer, for short numbers (0.3333) */
 			json_t *o = kbench_row_json(&rows[i]);
-			jsonl_write(&r.w, o);
+			json_dumpf(o, out, JSON_COMPACT | JSON_REAL_PRECISION(6));
+			fputc('\n', out);
 			json_decref(o);
 		}
 		if (!json)

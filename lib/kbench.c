@@ -446,7 +446,8 @@ static char **make_env(const struct kbench_engine *e, int gpu, int role)
 	env_add(&env, &n, "PYTHONHASHSEED", "0");
 	env_add(&env, &n, "PYTHONUNBUFFERED", "1");
 	env_add(&env, &n, "KBENCH_DEVICE", role == ROLE_PROBE ? e->cfg.device : e->device);
-	if (role == ROLE_BUILD || (e->device && !strcmp(e->device, "cpu"))) {
+	if (role == ROLE_BUILD || (e->device && !strcmp(e->device, "cpu")) ||
+	    (role == ROLE_PROBE && !strcmp(e->cfg.device, "cpu"))) {
 		env_add(&env, &n, "CUDA_VISIBLE_DEVICES", "");
 	} else if (gpu >= 0) {
 		snprintf(num, sizeof num, "%d", gpu);
@@ -464,7 +465,7 @@ static void env_free(char **env)
 
 static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 {
-	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL };
+	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL, NULL };
 	char **env = make_env(e, gpu, role);
 	struct pool_opts o = {
 		.argv = argv, .env = env, .tmp_root = e->cfg.tmp_root, .nproc = e->cfg.nproc,
@@ -473,7 +474,10 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 	};
 	int r;
 
-	if (e->device && !strcmp(e->device, "cpu"))
+	if (role == ROLE_PROBE)
+		argv[7] = "--probe";
+	if ((e->device && !strcmp(e->device, "cpu")) || (role == ROLE_PROBE &&
+	                                                 !strcmp(e->cfg.device, "cpu")))
 		o.mem_mb = e->cfg.mem_mb;
 	r = pool_spawn(&w->p, &o);
 	env_free(env);
@@ -559,62 +563,82 @@ static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en,
 	return r;
 }
 
-/* Start one worker and wait for its reply to a probe; NULL on failure. */
-static json_t *probe(struct kbench_engine *e, char **why)
+/* Start one worker (--probe) and wait for its ready line, which says what the interpreter
+ * has: torch version, device, GPU architectures. NULL on failure, with *why. The worker stays
+ * in *w, ready for a job. */
+static json_t *probe(struct kbench_engine *e, struct worker *w, char **why)
 {
-	struct worker w = { 0 };
-	struct pool_proc *pp = &w.p;
+	struct pool_proc *pp = &w->p;
 	json_t *info = NULL, *o;
 	char *line;
 
-	if (spawn(e, &w, ROLE_PROBE, -1) < 0) {
+	if (spawn(e, w, ROLE_PROBE, -1) < 0) {
 		*why = xstrdup("cannot start");
 		return NULL;
 	}
-	while (!info && pool_now() < w.deadline) {
+	while (!info && pool_now() < w->deadline) {
 		pool_poll(&pp, 1, 100);
-		while (pool_line(&w.p, &line)) {
+		while (!info && pool_line(&w->p, &line)) {
 			o = json_loads(line, 0, NULL);
 			free(line);
-			if (!o)
-				continue;
-			if (w.state == W_STARTING && json_object_get(o, "ready")) {
-				if (!json_is_true(json_object_get(o, "ready"))) {
+			if (o && json_object_get(o, "ready")) {
+				if (json_is_true(json_object_get(o, "ready"))) {
+					info = json_incref(o);
+				} else {
 					const char *m = json_get_str(o, "message");
 					*why = xstrdup(m ? m : "the worker is not ready");
 					json_decref(o);
-					goto out;
+					goto fail;
 				}
-				send_job(e, &w, NULL, ROLE_PROBE);
-			} else if (w.state == W_BUSY && json_get_str(o, "nonce") &&
-			           !strcmp(json_get_str(o, "nonce"), w.nonce) &&
-			           json_object_get(o, "probe")) {
-				info = json_incref(json_object_get(o, "probe"));
 			}
 			json_decref(o);
 		}
-		if (!info && w.p.exited) {
-			struct pool_proc *one = &w.p;
-			pool_poll(&one, 1, 0);
-			if (w.p.msg.len == 0 || !memchr(w.p.msg.p, '\n', w.p.msg.len)) {
-				char *log = pool_log(&w.p);
+		if (!info && w->p.exited) {
+			pool_poll(&pp, 1, 0);
+			if (w->p.msg.len == 0 || !memchr(w->p.msg.p, '\n', w->p.msg.len)) {
+				char *log = pool_log(&w->p);
 				size_t n = strlen(log);
 				while (n && (log[n - 1] == '\n'))
 					log[--n] = '\0';
 				char *last = strrchr(log, '\n');
-				*why = xasprintf("%s: %s", pool_status_str(w.p.status),
+				*why = xasprintf("%s: %s", pool_status_str(w->p.status),
 				                 last ? last + 1 : *log ? log : "no output");
 				free(log);
-				goto out;
+				goto fail;
 			}
 		}
 	}
-	if (!info)
-		*why = xstrdup("no reply in time");
-out:
-	pool_finish(&w.p);
-	pool_proc_free(&w.p);
-	return info;
+	if (info) {
+		w->state = W_READY;
+		return info;
+	}
+	*why = xstrdup("no reply in time");
+fail:
+	pool_finish(&w->p);
+	pool_proc_free(&w->p);
+	memset(w, 0, sizeof *w);
+	return NULL;
+}
+
+static int mkdir_p(const char *dir)
+{
+	char *p = xstrdup(dir), *s;
+	int r = 0;
+
+	for (s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			r = -1;
+		*s = '/';
+	}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		r = -1;
+	else
+		r = 0;
+	free(p);
+	return r;
 }
 
 struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
@@ -622,6 +646,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	struct kbench_engine *e = xcalloc(1, sizeof *e);
 	const char *cands[3];
 	json_t *info = NULL;
+	struct worker pw = { 0 };
 	char *why = NULL;
 	int nc = 0;
 
@@ -651,7 +676,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		}
 		free(why);
 		why = NULL;
-		info = probe(e, &why);
+		info = probe(e, &pw, &why);
 	}
 	if (!info) {
 		warn_msg("cannot run the worker with %s: %s", e->python ? e->python : cands[nc - 1],
@@ -669,6 +694,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	if (!strcmp(cfg->device, "cuda") && (!dev || strcmp(dev, "cuda"))) {
 		warn_msg("--device cuda: torch.cuda is not available with %s", e->python);
 		json_decref(info);
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
 		free(e->python);
 		free(e->worker);
 		free(e->arch);
@@ -706,7 +733,15 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	e->nbuild = cfg->jobs > 0 ? cfg->jobs : 1;
 	e->nlanes = e->nbuild + nrun;
 	e->w = xcalloc((size_t)e->nlanes * 2, sizeof *e->w);
-	if (mkdir(cfg->cache_dir, 0755) < 0 && errno != EEXIST) {
+	/* in CPU mode the probe is as good as a run worker: the first one */
+	if (!strcmp(e->device, "cpu") && !strcmp(cfg->device, "cpu")) {
+		e->w[2 * e->nbuild] = pw;
+		e->w[2 * e->nbuild].role = ROLE_RUN;
+	} else {
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
+	}
+	if (mkdir_p(cfg->cache_dir) < 0) {
 		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
 		kbench_engine_free(e);
 		return NULL;
@@ -941,9 +976,12 @@ static int lane_gpu(const struct kbench_engine *e, int lane)
 	return lane < e->nbuild || !e->cfg.ngpus ? -1 : e->cfg.gpus[r % e->cfg.ngpus];
 }
 
+/* Whether a worker of this role should be started (or kept) now: build workers only for
+ * waiting builds (they are slow anyway, and most candidates may need none), run workers
+ * while records can still come. */
 static int want_work(const struct kbench_engine *e, int role)
 {
-	if (!e->input_closed)
+	if (role == ROLE_RUN && !e->input_closed)
 		return 1;
 	for (size_t i = e->head; i < e->n; i++) {
 		int s = e->q[i]->state;

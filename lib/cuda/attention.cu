@@ -6,7 +6,9 @@
  * shared memory ATT_KT at a time; a tile that no row of the block may see is skipped before
  * it is loaded (the upper triangle of a block-causal prefill costs only the mask test).
  * Each warp owns one row: lane j scores key j of the tile, then the warp folds the tile into
- * its running max / sum / output (lane owns output channels lane, lane+32, ...).
+ * its running max / sum / output (lane owns output channels lane, lane+32, ...). The next
+ * visible tile is loaded into registers (16-byte loads) while the current one is used.
+ * HD must be a multiple of 4 and at most 256; q, k, v 16-byte aligned.
  * When the grid is too small to fill the GPU (decode: T=4, S large) the keys are split over
  * gridDim.z and a second kernel merges the partial (max, sum, output) triples. A query with
  * no visible key gets zeros. */
@@ -17,7 +19,9 @@
 #define ATT_ROWS 8         /* query rows (= warps) per block */
 #define ATT_KT 32          /* keys per shared-memory tile (= lanes) */
 #define ATT_HDMAX 256
-#define ATT_SPLIT_MIN 256  /* fewest keys per split */
+#define ATT_SPLIT_MIN 128  /* fewest keys per split */
+#define ATT_THREADS (32 * ATT_ROWS)
+#define ATT_NLD_MAX (ATT_KT * ATT_HDMAX / 4 / ATT_THREADS)
 
 struct att_args {
 	float *out;                         /* (T,NH,HD) */
@@ -46,13 +50,61 @@ static __device__ __forceinline__ int att_allowed(const struct attn_mask *m, int
 	return m->knoisy[j] ? 0 : kb <= qb;
 }
 
-static __global__ void attention_kernel(struct att_args a)
+/* does any row of the block see any key of the tile at s0? (every thread must call) */
+static __device__ __forceinline__ int tile_visible(const struct att_args *a, int s0, int s_end,
+                                                   int valid, int qb, int qseg, int qnz)
 {
-	extern __shared__ float smem[];
+	int s = s0 + (threadIdx.x & 31);
+	int ok = valid && s < s_end && att_allowed(&a->m, qb, qseg, qnz, s);
+	return __syncthreads_or(ok);
+}
+
+/* the K/V tile at s0 into registers: 16-byte loads, all issued before any is used */
+static __device__ __forceinline__ void tile_load(const struct att_args *a, float4 *kr, float4 *vr,
+                                                 int nld, int s0, int s_end, int kh)
+{
+	int hd4 = a->HD / 4;
+	for (int u = 0; u < nld; u++) {
+		int idx = threadIdx.x + u * ATT_THREADS, j = idx / hd4, c4 = idx % hd4;
+		float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		kr[u] = z;
+		vr[u] = z;
+		if (j < ATT_KT && s0 + j < s_end) {
+			size_t g = ((size_t)(s0 + j) * a->NKV + kh) * a->HD + 4 * c4;
+			kr[u] = __ldg((const float4 *)(a->k + g));
+			vr[u] = __ldg((const float4 *)(a->v + g));
+		}
+	}
+}
+
+static __device__ __forceinline__ void tile_store(const struct att_args *a, const float4 *kr,
+                                                  const float4 *vr, int nld, float *ks, float *vs)
+{
+	int hd4 = a->HD / 4, ldk = a->HD + 1;
+	for (int u = 0; u < nld; u++) {
+		int idx = threadIdx.x + u * ATT_THREADS, j = idx / hd4, c4 = idx % hd4;
+		if (j < ATT_KT) {
+			float *kd = ks + j * ldk + 4 * c4;
+			kd[0] = kr[u].x;
+			kd[1] = kr[u].y;
+			kd[2] = kr[u].z;
+			kd[3] = kr[u].w;
+			*(float4 *)(vs + j * a->HD + 4 * c4) = vr[u];
+		}
+	}
+}
+
+/* NLD: float4 loads per thread per matrix and tile (ATT_KT * HD / 4 / ATT_THREADS, rounded
+ * up); NO: output channels per lane (HD / 32, rounded up). Both compile-time per kernel. */
+static __device__ __forceinline__ void attention_body(const struct att_args &a, const int NLD,
+                                                      const int NO)
+{
+	extern __shared__ float4 smem4[];
+	float *smem = (float *)smem4;
 	int HD = a.HD, ldk = HD + 1;                    /* K rows padded: no bank conflicts */
 	float *qs = smem;                               /* (ATT_ROWS, HD) */
 	float *ks = qs + ATT_ROWS * HD;                 /* (ATT_KT, HD+1) */
-	float *vs = ks + ATT_KT * ldk;                  /* (ATT_KT, HD) */
+	float *vs = ks + ATT_KT * ldk;                  /* (ATT_KT, HD), 16-byte aligned */
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	int kh = blockIdx.y, TG = a.T * a.group;
 	int row = blockIdx.x * ATT_ROWS + wid;
@@ -61,35 +113,47 @@ static __global__ void attention_kernel(struct att_args a)
 	int s_begin = blockIdx.z * a.split_len, s_end = min(a.S, s_begin + a.split_len);
 	int qb = a.m.qpos[t] / a.m.block;
 	int qseg = a.m.qseg ? a.m.qseg[t] : 0, qnz = a.m.qnoisy ? a.m.qnoisy[t] : 0;
+	float4 kr[ATT_NLD_MAX], vr[ATT_NLD_MAX];
 	float o[ATT_HDMAX / 32];
 	float mx = -INFINITY, l = 0.0f;
 
-	for (int i = 0; i < ATT_HDMAX / 32; i++)
+#pragma unroll
+	for (int i = 0; i < NO; i++)
 		o[i] = 0.0f;
 	for (int c = lane; c < HD; c += 32)
 		qs[wid * HD + c] = valid ? a.q[((size_t)t * a.NH + h) * HD + c] : 0.0f;
 
-	for (int s0 = s_begin; s0 < s_end; s0 += ATT_KT) {
+	int s0 = s_begin;
+	while (s0 < s_end && !tile_visible(&a, s0, s_end, valid, qb, qseg, qnz))
+		s0 += ATT_KT;
+	if (s0 < s_end)
+		tile_load(&a, kr, vr, NLD, s0, s_end, kh);
+	while (s0 < s_end) {
+		__syncthreads();                        /* the last tile's readers are done */
+		tile_store(&a, kr, vr, NLD, ks, vs);
+		__syncthreads();
+		/* the next visible tile's loads fly while this one is used */
+		int s1 = s0 + ATT_KT;
+		while (s1 < s_end && !tile_visible(&a, s1, s_end, valid, qb, qseg, qnz))
+			s1 += ATT_KT;
+		if (s1 < s_end)
+			tile_load(&a, kr, vr, NLD, s1, s_end, kh);
+
 		int s = s0 + lane;
 		int ok = valid && s < s_end && att_allowed(&a.m, qb, qseg, qnz, s);
-		unsigned int vis = __ballot_sync(0xffffffffu, ok);
-		if (!__syncthreads_or(vis != 0))
-			continue;                       /* no row sees any key of this tile */
-		for (int i = threadIdx.x; i < ATT_KT * HD; i += blockDim.x) {
-			int j = i / HD, c = i % HD;
-			size_t g = ((size_t)(s0 + j) * a.NKV + kh) * HD + c;
-			int in = s0 + j < s_end;
-			ks[j * ldk + c] = in ? a.k[g] : 0.0f;
-			vs[j * HD + c] = in ? a.v[g] : 0.0f;
-		}
-		__syncthreads();
-		if (vis) {
+		if (__ballot_sync(0xffffffffu, ok)) {
 			float sc = -INFINITY;
 			if (ok) {
-				const float *qr = qs + wid * HD, *kr = ks + lane * ldk;
+				const float4 *q4 = (const float4 *)(qs + wid * HD);
+				const float *kk = ks + lane * ldk;
 				float d = 0.0f;
-				for (int c = 0; c < HD; c++)
-					d += qr[c] * kr[c];
+				for (int c4 = 0; c4 < HD / 4; c4++) {
+					float4 qq = q4[c4];
+					d += qq.x * kk[4 * c4];
+					d += qq.y * kk[4 * c4 + 1];
+					d += qq.z * kk[4 * c4 + 2];
+					d += qq.w * kk[4 * c4 + 3];
+				}
 				sc = d * a.scale;
 			}
 			float mnew = fmaxf(mx, warp_max(sc));
@@ -97,14 +161,14 @@ static __global__ void attention_kernel(struct att_args a)
 			float p = ok ? expf(sc - mnew) : 0.0f;
 			l = l * corr + warp_sum(p);
 #pragma unroll
-			for (int i = 0; i < ATT_HDMAX / 32; i++)
+			for (int i = 0; i < NO; i++)
 				o[i] *= corr;
 			for (int j = 0; j < ATT_KT; j++) {
 				float pj = __shfl_sync(0xffffffffu, p, j);
 				if (pj == 0.0f)
 					continue;
 #pragma unroll
-				for (int i = 0; i < ATT_HDMAX / 32; i++) {
+				for (int i = 0; i < NO; i++) {
 					int c = lane + 32 * i;
 					if (c < HD)
 						o[i] += pj * vs[j * HD + c];
@@ -112,7 +176,7 @@ static __global__ void attention_kernel(struct att_args a)
 			}
 			mx = mnew;
 		}
-		__syncthreads();
+		s0 = s1;
 	}
 	if (!valid)
 		return;
@@ -120,7 +184,7 @@ static __global__ void attention_kernel(struct att_args a)
 		float *orow = a.out + ((size_t)t * a.NH + h) * HD;
 		float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-		for (int i = 0; i < ATT_HDMAX / 32; i++) {
+		for (int i = 0; i < NO; i++) {
 			int c = lane + 32 * i;
 			if (c < HD)
 				orow[c] = o[i] * inv;
@@ -133,11 +197,22 @@ static __global__ void attention_kernel(struct att_args a)
 		a.pl[pi] = l;
 	}
 #pragma unroll
-	for (int i = 0; i < ATT_HDMAX / 32; i++) {
+	for (int i = 0; i < NO; i++) {
 		int c = lane + 32 * i;
 		if (c < HD)
 			a.po[pi * HD + c] = o[i];
 	}
+}
+
+/* HD <= 128 and HD <= 256 */
+static __global__ void __launch_bounds__(ATT_THREADS) attention128_kernel(struct att_args a)
+{
+	attention_body(a, ATT_KT * 128 / 4 / ATT_THREADS, 4);
+}
+
+static __global__ void __launch_bounds__(ATT_THREADS) attention256_kernel(struct att_args a)
+{
+	attention_body(a, ATT_KT * 256 / 4 / ATT_THREADS, 8);
 }
 
 /* one warp per (query t, head h): merge the splits' (max, sum, output) */
@@ -191,7 +266,8 @@ int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, c
 	struct att_args a;
 
 	GPU_REQUIRE(T >= 0 && S >= 0 && NKV > 0 && NH % NKV == 0, "attention");
-	GPU_REQUIRE(HD > 0 && HD <= ATT_HDMAX && m && m->block > 0, "attention");
+	GPU_REQUIRE(HD > 0 && HD <= ATT_HDMAX && HD % 4 == 0 && m && m->block > 0, "attention");
+	GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, "attention alignment");
 	if (T == 0)
 		return 0;
 	if (S == 0) {                           /* nothing to see: zeros, as the CPU twin */
@@ -215,9 +291,11 @@ int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, c
 
 	size_t smem = sizeof(float) * (ATT_ROWS * HD + ATT_KT * (HD + 1) + ATT_KT * HD);
 	if (!smem_set) {
-		CUDA_CHECK(cudaFuncSetAttribute(attention_kernel,
-		                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                (int)(sizeof(float) * (ATT_ROWS + 2 * ATT_KT + 1) * ATT_HDMAX)));
+		int most = (int)(sizeof(float) * (ATT_ROWS + 2 * ATT_KT + 1) * ATT_HDMAX);
+		CUDA_CHECK(cudaFuncSetAttribute(attention128_kernel,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+		CUDA_CHECK(cudaFuncSetAttribute(attention256_kernel,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
 		smem_set = 1;
 	}
 	int gx = CEIL_DIV(T * a.group, ATT_ROWS);
@@ -238,7 +316,10 @@ int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, c
 		a.po = p + 2 * np;
 	}
 	dim3 grid(gx, NKV, nsplit);
-	attention_kernel<<<grid, 32 * ATT_ROWS, smem, st>>>(a);
+	if (HD <= 128)
+		attention128_kernel<<<grid, ATT_THREADS, smem, st>>>(a);
+	else
+		attention256_kernel<<<grid, ATT_THREADS, smem, st>>>(a);
 	CUDA_CHECK_LAUNCH();
 	if (nsplit > 1) {
 		int warps = T * NH;

@@ -38,6 +38,8 @@ def load_reference(ck):
         head_dim=c["head_dim"], rope_theta=c["rope_theta"], rms_norm_eps=c["rms_norm_eps"],
         max_position_embeddings=c["max_position_embeddings"], tie_word_embeddings=False,
         attention_bias=False, use_sliding_window=False)
+    if getattr(cfg, "rope_parameters", None) is not None:   # transformers 5
+        cfg.rope_parameters = {"rope_type": "default", "rope_theta": c["rope_theta"]}
     cfg._attn_implementation = "eager"
     m = Qwen3ForCausalLM(cfg)
     sd = load_file(os.path.join(ck, "model.safetensors"))

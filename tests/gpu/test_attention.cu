@@ -76,6 +76,9 @@ int main(void)
 	int *qd2 = iota(4, 600), *kd2 = iota(604, 0);
 	struct mcase dec2 = { "decode", 4, 604, 32, 8, 128, 4, qd2, kd2, NULL, NULL, NULL, NULL };
 	run(&dec2);
+	int *qd3 = iota(4, 996), *kd3 = iota(1000, 0);
+	struct mcase dec4 = { "decode HD 256", 4, 1000, 4, 1, 256, 4, qd3, kd3, NULL, NULL, NULL, NULL };
+	run(&dec4);
 	/* decode whose cache holds keys after the block (a later block: masked) */
 	struct mcase dec3 = { "decode, later keys masked", 4, 2052, 4, 4, 64, 4, qd2, kd, NULL, NULL, NULL, NULL };
 	run(&dec3);
