@@ -526,10 +526,10 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	json_object_set_new(j, "extensions_dir", json_string(ext));
 	json_object_set_new(j, "arch", json_string(e->arch));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
+	json_object_set_new(j, "device", json_string(e->device));
 	if (mode == ROLE_BUILD)
 		return j;
 	json_object_set_new(j, "ref", json_string(en->ref));
-	json_object_set_new(j, "device", json_string(e->device));
 	json_object_set_new(j, "trials", json_integer(e->cfg.trials));
 	json_object_set_new(j, "perf_trials", json_integer(e->cfg.perf_trials));
 	json_object_set_new(j, "warmup", json_integer(e->cfg.warmup));
