@@ -1,5 +1,6 @@
 /* kbench: KernelBench problem discovery, the evaluation engine over lib/pool workers, and
  * the paper's metrics. See kbench.h; the worker protocol is documented in kbench-eval(1). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -620,6 +621,28 @@ fail:
 	return NULL;
 }
 
+/* Processes of our real uid now: RLIMIT_NPROC counts them all, so a limit must sit above. */
+static long user_procs(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	struct stat st;
+	char path[300];
+	long n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s", de->d_name);
+		if (stat(path, &st) == 0 && st.st_uid == getuid())
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 static int mkdir_p(const char *dir)
 {
 	char *p = xstrdup(dir), *s;
@@ -652,6 +675,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 
 	e->cfg = *cfg;
 	pool_init();   /* orphans of a worker come back to us, to be killed */
+	if (!e->cfg.nproc && getuid() != 0)   /* no effect on root: the sweep covers that */
+		e->cfg.nproc = user_procs() + 512;
 	if (getrandom(&e->nonce_seed, sizeof e->nonce_seed, 0) != sizeof e->nonce_seed)
 		e->nonce_seed = util_hash64(&e, sizeof e) ^ (unsigned long long)(pool_now() * 1e9);
 	if (!(e->worker = cfg->worker ? xstrdup(cfg->worker) : find_worker())) {
