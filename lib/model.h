@@ -12,6 +12,7 @@
 #define DICE_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ops.h"
 
@@ -60,5 +61,71 @@ struct model_weights {
 	struct wref lm_head;         /* (V, C)  == embed when tied */
 	int nlayers;
 };
+
+/* ------------------------------------------------------------------ the runtime model
+ *
+ * struct model holds a config, the weights on a backend (one ops->alloc, carved into the
+ * views of `w`; matrices in the chosen dtype, norm vectors in fp32) and the forward's scratch
+ * (grown on demand, never freed on the hot path). A struct kvcache per sequence holds K and V
+ * of every layer for the positions 0..len-1 ("committed"); the slots len..cap-1 are scratch
+ * that a forward without store overwrites.
+ *
+ * model_forward runs several sequences in one pass: their rows are packed (N = sum of T) for
+ * every matrix product; attention runs per sequence against its cache plus its own new rows
+ * under the block-causal rule of lib/ops.h (blocks of cfg.block_size aligned to position 0).
+ * The new rows of a sequence sit at positions kv->len .. kv->len+T-1. Rows of different
+ * sequences never interact, so a sequence's results do not depend on its batch (bitwise on
+ * the CPU backend).
+ */
+struct kvcache {
+	int cap;                     /* positions it can hold */
+	int len;                     /* committed positions */
+	float *k, *v;                /* (L, cap, NKV, HD) backend memory */
+};
+
+struct model_seq {                   /* one sequence's part of a forward */
+	struct kvcache *kv;
+	const int *ids;              /* (T) host token ids at positions kv->len .. kv->len+T-1 */
+	int T;
+	int store;                   /* 1: the new K/V become committed (kv->len += T) */
+	int logits;                  /* 1: logits of all T rows are wanted */
+};
+
+struct model {
+	struct model_config cfg;
+	struct model_weights w;      /* views into wbuf (backend memory) */
+	const struct ops *ops;
+	enum dice_dtype dtype;       /* dtype of the matrices on the backend */
+	void *wbuf;
+	size_t wbytes;               /* bytes of wbuf */
+	/* scratch (backend memory unless _h) */
+	int rows, lrows, npos;       /* capacities: rows, logit rows, positions of iota */
+	float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *hsel, *logits;
+	int *ids_d, *pos_d, *iota_d;
+	int *ids_h, *pos_h;
+};
+
+/* Copy host weights (any dtype) to the backend, converting matrices to dt (norms to fp32).
+ * lm_head falls back to embed when cfg->tie_word_embeddings or lm_head.p is NULL.
+ * 0, or -1 with a warning (missing tensor, bad geometry). */
+int model_init(struct model *m, const struct model_config *cfg, const struct model_weights *host,
+               const struct ops *ops, enum dice_dtype dt);
+void model_free(struct model *m);
+/* Bytes of weights one forward reads (layers + lm_head), for the floors of benchmarks. */
+size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);
+
+/* Random fp32 host weights for tests and benchmarks (seeded; uniform with std 1/sqrt(in) for
+ * matrices, 1 for embeddings, 1 + 0.1 x for norms, x of unit variance). Fills w (w->layers allocated) and
+ * returns the one allocation holding the values; free it and w->layers. */
+float *model_weights_random(struct model_weights *w, const struct model_config *cfg, uint64_t seed);
+
+size_t kvcache_bytes(const struct model_config *cfg, int cap);
+void kvcache_init(struct kvcache *kv, const struct model *m, int cap);
+void kvcache_free(struct kvcache *kv, const struct model *m);
+
+/* One forward over nseq sequences. logits (host, may be NULL when no sequence wants them):
+ * (R, V) for the R = sum of T over sequences with .logits, in sequence order.
+ * 0, or -1 with a warning (cache full, bad ids). */
+int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits);
 
 #endif

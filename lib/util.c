@@ -246,6 +246,7 @@ char *buf_detach(struct buf *b, size_t *len)
 char *util_read_all(FILE *fp, size_t *len)
 {
 	struct buf b;
+	char *p;
 	char tmp[65536];
 	size_t n;
 
@@ -258,7 +259,9 @@ char *util_read_all(FILE *fp, size_t *len)
 		errno = saved ? saved : EIO;
 		return NULL;
 	}
-	return buf_detach(&b, len);
+	p = buf_detach(&b, len);
+	buf_free(&b);   /* buf_detach re-inits b */
+	return p;
 }
 
 char *util_read_file(const char *path, size_t *len)

@@ -1,0 +1,373 @@
+/* dice-sft: block-diffusion supervised fine-tuning of an SDAR checkpoint (SPEC §1.3, §5.5).
+ * Reads {prompt, response} / messages / token-id records, trains with AdamW and writes a
+ * Hugging Face checkpoint plus a resumable state to -o. --init makes a random checkpoint.
+ * The objective is in lib/sft.c and lib/model_bwd.c, the loop pieces in lib/sft_train.c;
+ * this file holds the options and the main loop. */
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "jsonl.h"
+#include "sft_train.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
+	"       dice-sft --init CONFIG.json -o OUT_DIR [-s SEED] [-t TOKENIZER_DIR]\n"
+	"  -m, --model DIR         checkpoint to start from (HF directory)\n"
+	"  -o, --output DIR        where checkpoints and the training state go\n"
+	"  -i, --init CONFIG.json  write a randomly initialised checkpoint to -o and exit\n"
+	"  -t, --tokenizer DIR     tokenizer files (default: the model directory)\n"
+	"  -e, --epochs N          passes over the data (3)\n"
+	"  -n, --max-steps N       stop after N optimizer steps (0: no cap)\n"
+	"  -l, --lr X              peak learning rate (1e-5)\n"
+	"  -w, --warmup X          warm-up: a fraction of the steps if < 1, else steps (0.03)\n"
+	"  -S, --schedule NAME     constant_with_warmup (default) or cosine\n"
+	"  -b, --batch-tokens N    tokens per micro-batch, samples packed (16384)\n"
+	"  -a, --grad-accum N      micro-batches per optimizer step (1)\n"
+	"  -L, --max-len N         drop samples longer than N tokens (6144)\n"
+	"  -s, --seed N            seed of data order, noise and --init (42)\n"
+	"  -d, --device NAME       cpu (default) or cuda\n"
+	"  -D, --dtype NAME        compute dtype: float32 (cpu) or bfloat16 (cuda)\n"
+	"  -g, --log FILE          JSONL metrics, one line per step\n"
+	"  -k, --save-every N      also save every N steps (0: only at the end)\n"
+	"  -r, --resume            continue from -o's checkpoint and trainer state\n"
+	"  -R, --recompute         recompute activations in the backward (less memory)\n"
+	"  -T, --no-think          do not prepend the empty think block to responses\n"
+	"  -1, --beta1 X           AdamW beta1 (0.9)\n"
+	"  -2, --beta2 X           AdamW beta2 (0.999)\n"
+	"  -E, --adam-eps X        AdamW epsilon (1e-8)\n"
+	"  -W, --weight-decay X    AdamW weight decay of matrices (0)\n"
+	"  -c, --clip X            gradient-norm clipping (1.0; 0: off)\n"
+	"  -x, --dump-batch FILE   write the first micro-batch, its loss and gradients to FILE\n"
+	"                          (safetensors, for tests/gpu/sft-parity.py) and exit\n"
+	"  -q, --quiet             no progress lines on stderr\n"
+	"  -h, --help              show this help\n"
+	"  -V, --version           show the version\n";
+
+static const struct option longopts[] = {
+	{ "model", required_argument, NULL, 'm' },
+	{ "output", required_argument, NULL, 'o' },
+	{ "init", required_argument, NULL, 'i' },
+	{ "tokenizer", required_argument, NULL, 't' },
+	{ "epochs", required_argument, NULL, 'e' },
+	{ "max-steps", required_argument, NULL, 'n' },
+	{ "lr", required_argument, NULL, 'l' },
+	{ "warmup", required_argument, NULL, 'w' },
+	{ "schedule", required_argument, NULL, 'S' },
+	{ "batch-tokens", required_argument, NULL, 'b' },
+	{ "grad-accum", required_argument, NULL, 'a' },
+	{ "max-len", required_argument, NULL, 'L' },
+	{ "seed", required_argument, NULL, 's' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "dtype", required_argument, NULL, 'D' },
+	{ "log", required_argument, NULL, 'g' },
+	{ "save-every", required_argument, NULL, 'k' },
+	{ "resume", no_argument, NULL, 'r' },
+	{ "recompute", no_argument, NULL, 'R' },
+	{ "no-think", no_argument, NULL, 'T' },
+	{ "beta1", required_argument, NULL, '1' },
+	{ "beta2", required_argument, NULL, '2' },
+	{ "adam-eps", required_argument, NULL, 'E' },
+	{ "weight-decay", required_argument, NULL, 'W' },
+	{ "clip", required_argument, NULL, 'c' },
+	{ "dump-batch", required_argument, NULL, 'x' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+static const char shortopts[] = "m:o:i:t:e:n:l:w:S:b:a:L:s:d:D:g:k:rRT1:2:E:W:c:x:qhV";
+
+static _Noreturn void usage(int status)
+{
+	if (status) {
+		fputs("usage: dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
+		      "       dice-sft --init CONFIG.json -o OUT_DIR\n"
+		      "try 'dice-sft --help' for the options\n", stderr);
+		exit(status);
+	}
+	fputs(usage_text, stdout);
+	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
+static long num(const char *opt, const char *s, long min, long max)
+{
+	long v;
+	if (parse_long(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+static double real(const char *opt, const char *s, double min, double max)
+{
+	double v;
+	if (parse_double(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+/* ---------------------------------------------------------------- data */
+
+struct reader {
+	struct sft_data *d;
+	struct sft_opts *o;
+	struct tokenizer tok;
+	const char *tok_dir;
+	int tok_state;               /* 0 not tried, 1 loaded, -1 failed */
+	int bad;
+};
+
+static int tok_encode(void *ctx, const char *text, size_t len, int **ids, size_t *n)
+{
+	return tokenizer_encode(ctx, text, len, ids, n);
+}
+
+static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	struct reader *rd = arg;
+	char err[256];
+	int rc;
+
+	if (!rd->tok_state && !json_object_get(rec, "prompt_ids")) {
+		rd->tok_state = -1;
+		if (tokenizer_load(&rd->tok, rd->tok_dir, err, sizeof err) < 0) {
+			warn_msg("%s", err);
+		} else {
+			rd->tok_state = 1;
+			rd->o->encode = tok_encode;
+			rd->o->encode_ctx = &rd->tok;
+		}
+	}
+	rc = sft_data_add(rd->d, rec, rd->o, err, sizeof err);
+	json_decref(rec);
+	if (rc < 0) {
+		warn_msg("%s:%zu: %s", r->name, r->lineno, err);
+		rd->bad = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static int save(struct sft_train *st, const char *out, const char *tok_dir)
+{
+	char err[512];
+	if (sft_train_save(st, out, tok_dir, err, sizeof err) < 0) {
+		warn_msg("%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+static int has_tokenizer(const char *dir)
+{
+	struct stat sb;
+	char *a = xasprintf("%s/tokenizer.json", dir), *b = xasprintf("%s/vocab.json", dir);
+	int r = !stat(a, &sb) || !stat(b, &sb);
+	free(a);
+	free(b);
+	return r;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
+	const char *device = "cpu", *dtype_name = NULL, *dump = NULL;
+	long epochs = 3, max_steps = 0, batch_tokens = 16384, grad_accum = 1, max_len = 6144;
+	long save_every = 0;
+	unsigned long long seed = 42;
+	double warmup = 0.03;
+	int resume = 0, recompute = 0, think = 1, quiet = 0, ret = 0, opt;
+	struct optim_opts oo;
+	char err[512];
+
+	util_set_progname(argv[0]);
+	optim_defaults(&oo);
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'm': model_dir = optarg; break;
+		case 'o': out = optarg; break;
+		case 'i': init = optarg; break;
+		case 't': tok_dir = optarg; break;
+		case 'e': epochs = num("--epochs", optarg, 1, 1000000); break;
+		case 'n': max_steps = num("--max-steps", optarg, 0, 1L << 30); break;
+		case 'l': oo.lr = (float)real("--lr", optarg, 0, 10); break;
+		case 'w': warmup = real("--warmup", optarg, 0, 1e9); break;
+		case 'S':
+			if (optim_schedule_parse(optarg, &oo.schedule) < 0)
+				die_status(EXIT_STATUS_USAGE, "bad --schedule '%s' (constant_with_warmup "
+				           "or cosine)", optarg);
+			break;
+		case 'b': batch_tokens = num("--batch-tokens", optarg, 1, 1L << 30); break;
+		case 'a': grad_accum = num("--grad-accum", optarg, 1, 1L << 20); break;
+		case 'L': max_len = num("--max-len", optarg, 1, 1L << 30); break;
+		case 's': seed = (unsigned long long)num("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+		case 'd': device = optarg; break;
+		case 'D': dtype_name = optarg; break;
+		case 'g': log_path = optarg; break;
+		case 'k': save_every = num("--save-every", optarg, 0, 1L << 30); break;
+		case 'r': resume = 1; break;
+		case 'R': recompute = 1; break;
+		case 'T': think = 0; break;
+		case '1': oo.beta1 = (float)real("--beta1", optarg, 0, 0.999999); break;
+		case '2': oo.beta2 = (float)real("--beta2", optarg, 0, 0.999999999); break;
+		case 'E': oo.eps = (float)real("--adam-eps", optarg, 0, 1); break;
+		case 'W': oo.weight_decay = (float)real("--weight-decay", optarg, 0, 10); break;
+		case 'c': oo.clip = (float)real("--clip", optarg, 0, 1e9); break;
+		case 'x': dump = optarg; break;
+		case 'q': quiet = 1; break;
+		case 'h': usage(0);
+		case 'V':
+			printf("dice-sft %s\n", DICE_VERSION);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		default: usage(EXIT_STATUS_USAGE);
+		}
+	}
+	if (!out && !(dump && model_dir))
+		usage(EXIT_STATUS_USAGE);
+
+	if (init) {                             /* a random checkpoint */
+		struct model_config cfg;
+		struct model_init mi;
+		if (config_load(&cfg, init, err, sizeof err) < 0)
+			die("%s", err);
+		model_init_defaults(&mi);
+		mi.seed = seed;
+		mi.tokenizer_dir = tok_dir;
+		if (checkpoint_init_random(out, &cfg, &mi, err, sizeof err) < 0)
+			die("%s", err);
+		warn_msg("wrote a random %s model (%zu parameters, seed %llu) to %s",
+		         cfg.model_type, config_nparams(&cfg), seed, out);
+		return 0;
+	}
+	if (!model_dir && !resume)
+		die_status(EXIT_STATUS_USAGE, "-m INIT_DIR is required (or --resume)");
+
+	const struct ops *ops = ops_get(device);
+	if (!ops)
+		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build (cpu%s)", device,
+		           ops_get("cuda") ? ", cuda" : "");
+	enum dice_dtype dt = DICE_F32;
+	if (dtype_name && config_dtype_parse(dtype_name, &dt) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (float32, bfloat16, float16)",
+		           dtype_name);
+	if (dt != DICE_F32)
+		die_status(EXIT_STATUS_USAGE, "--dtype %s: training computes in float32 in this "
+		           "version (fp32 master weights)", dtype_name);
+
+	/* the model: from -m, or from -o when resuming */
+	const char *load_dir = resume ? out : model_dir;
+	struct checkpoint ck;
+	struct model m;
+	if (checkpoint_open(&ck, load_dir, err, sizeof err) < 0)
+		die("%s", err);
+	if (model_init(&m, &ck.cfg, &ck.w, ops, DICE_F32) < 0)
+		die("%s: cannot set up the model", load_dir);
+	checkpoint_close(&ck);
+	if (!tok_dir)
+		tok_dir = model_dir ? model_dir : out;
+
+	/* the data */
+	struct sft_data data;
+	const struct model_config *c = &m.cfg;
+	struct sft_opts so = { .block = c->block_size, .max_len = (int)max_len, .think = think,
+	                       .vocab = c->vocab_size,
+	                       .pad_id = c->pad_token_id >= 0 ? c->pad_token_id :
+	                                 c->eos_token_id >= 0 ? c->eos_token_id : 151643 };
+	struct reader rd = { .d = &data, .o = &so, .tok_dir = tok_dir };
+	sft_data_init(&data);
+	if (jsonl_each(argv + optind, argc - optind, on_record, NULL, &rd))
+		ret = 1;
+	if (rd.tok_state == 1)
+		tokenizer_free(&rd.tok);
+	if (!quiet)
+		warn_msg("%zu samples (%zu tokens), %zu dropped longer than --max-len %ld; seed %llu",
+		         data.n, data.tokens, data.dropped, max_len, seed);
+
+	struct sft_train st;
+	if (sft_train_init(&st, &m, &data, &oo, warmup, seed, (size_t)batch_tokens,
+	                   (int)grad_accum, (int)epochs, max_steps, recompute) < 0)
+		die("cannot start training");
+	if (resume && sft_train_resume(&st, out, err, sizeof err) < 0)
+		die("%s", err);
+
+	if (dump) {
+		if (sft_train_dump(&st, dump, err, sizeof err) < 0)
+			die("%s", err);
+		sft_train_free(&st);
+		sft_data_free(&data);
+		model_free(&m);
+		return ret;
+	}
+
+	FILE *logf = NULL;
+	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
+		die("cannot open '%s':", log_path);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
+	double t0 = now();
+	while (sft_train_more(&st) && !stop) {
+		struct sft_step s;
+		double t1 = now();
+		if (sft_train_step(&st, &s) < 0)
+			die("training step %d failed", st.op.step + 1);
+		double dt_s = now() - t1;
+		if (logf) {
+			struct rusage ru;
+			getrusage(RUSAGE_SELF, &ru);
+			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "step",
+			                      st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
+			                      (double)s.lr, "grad_norm", s.grad_norm, "tokens",
+			                      (json_int_t)s.tokens, "tokens_per_s",
+			                      dt_s > 0 ? (double)s.tokens / dt_s : 0.0, "elapsed_s",
+			                      now() - t0, "peak_mem_mb", (double)ru.ru_maxrss / 1024.0);
+			json_dumpf(j, logf, JSON_COMPACT);
+			fputc('\n', logf);
+			fflush(logf);
+			json_decref(j);
+		}
+		if (!quiet)
+			fprintf(stderr, "dice-sft: step %d/%ld epoch %d loss %.4f lr %.3g grad_norm "
+			        "%.3g tokens/s %.0f\n", st.op.step, st.total_steps, st.epoch, s.loss,
+			        (double)s.lr, s.grad_norm, dt_s > 0 ? (double)s.tokens / dt_s : 0.0);
+		if (save_every && st.op.step % save_every == 0 && sft_train_more(&st) &&
+		    save(&st, out, copy_tok) < 0)
+			ret = 1;
+	}
+	if (save(&st, out, copy_tok) < 0)
+		ret = 1;
+	if (stop)
+		warn_msg("interrupted: saved step %d to %s; continue with --resume", st.op.step, out);
+	if (logf && util_fshut(logf, log_path))
+		ret = 1;
+	sft_train_free(&st);
+	sft_data_free(&data);
+	model_free(&m);
+	if (util_fshut(stdout, "stdout"))
+		ret = 1;
+	return ret;
+}

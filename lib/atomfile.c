@@ -1,0 +1,94 @@
+/* atomfile: temp file + fsync + rename + directory fsync. See atomfile.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomfile.h"
+#include "errmsg.h"
+#include "util.h"
+
+int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errlen)
+{
+	int fd;
+
+	af->path = xstrdup(path);
+	af->tmp = xasprintf("%s.tmp.XXXXXX", path);
+	af->fp = NULL;
+	fd = mkstemp(af->tmp);
+	if (fd < 0 || !(af->fp = fdopen(fd, "wb"))) {
+		errmsg_set(err, errlen, "cannot create '%s': %s", af->tmp, strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(af->tmp);
+		}
+		free(af->path);
+		free(af->tmp);
+		af->path = af->tmp = NULL;
+		return -1;
+	}
+	fchmod(fd, 0644);
+	return 0;
+}
+
+void atomfile_abort(struct atomfile *af)
+{
+	if (af->fp)
+		fclose(af->fp);
+	if (af->tmp)
+		unlink(af->tmp);
+	free(af->path);
+	free(af->tmp);
+	af->fp = NULL;
+	af->path = af->tmp = NULL;
+}
+
+int atomfile_commit(struct atomfile *af, char *err, size_t errlen)
+{
+	char *dir, *slash;
+	int fd, rc;
+
+	if (fflush(af->fp) != 0 || ferror(af->fp) || fsync(fileno(af->fp)) != 0) {
+		errmsg_set(err, errlen, "cannot write '%s': %s", af->path, strerror(errno));
+		atomfile_abort(af);
+		return -1;
+	}
+	rc = fclose(af->fp);
+	af->fp = NULL;
+	if (rc != 0 || rename(af->tmp, af->path) != 0) {
+		errmsg_set(err, errlen, "cannot write '%s': %s", af->path, strerror(errno));
+		atomfile_abort(af);
+		return -1;
+	}
+	/* make the rename itself durable */
+	dir = xstrdup(af->path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir] = '\0';
+	fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(dir);
+	free(af->path);
+	free(af->tmp);
+	af->path = af->tmp = NULL;
+	return 0;
+}
+
+int atomfile_write(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+	struct atomfile af;
+
+	if (atomfile_open(&af, path, err, errlen) < 0)
+		return -1;
+	if (len && fwrite(data, 1, len, af.fp) != len) {
+		errmsg_set(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+		atomfile_abort(&af);
+		return -1;
+	}
+	return atomfile_commit(&af, err, errlen);
+}

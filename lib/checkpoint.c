@@ -1,0 +1,457 @@
+/* checkpoint: open/bind and write Hugging Face checkpoint directories, and random init.
+ * See checkpoint.h. The tensor list (names, shapes, slots) is built in one place,
+ * checkpoint_tensor_list, and used by the binder, the writer and the random init.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomfile.h"
+#include "checkpoint.h"
+#include "config.h"
+#include "errmsg.h"
+#include "rng.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- the tensor list */
+
+enum dim { D_C, D_Q, D_KV, D_HD, D_I, D_V };
+
+static int64_t dim_of(const struct model_config *c, enum dim d)
+{
+	switch (d) {
+	case D_C: return c->hidden_size;
+	case D_Q: return (int64_t)c->num_heads * c->head_dim;
+	case D_KV: return (int64_t)c->num_kv_heads * c->head_dim;
+	case D_HD: return c->head_dim;
+	case D_I: return c->intermediate_size;
+	case D_V: return c->vocab_size;
+	}
+	return 0;
+}
+
+static const struct {
+	const char *suffix;
+	size_t off;                  /* in struct layer_weights */
+	int ndim;
+	enum dim d0, d1;
+} layer_tensors[] = {
+	{ "input_layernorm.weight", offsetof(struct layer_weights, input_norm), 1, D_C, D_C },
+	{ "self_attn.q_proj.weight", offsetof(struct layer_weights, q_proj), 2, D_Q, D_C },
+	{ "self_attn.k_proj.weight", offsetof(struct layer_weights, k_proj), 2, D_KV, D_C },
+	{ "self_attn.v_proj.weight", offsetof(struct layer_weights, v_proj), 2, D_KV, D_C },
+	{ "self_attn.o_proj.weight", offsetof(struct layer_weights, o_proj), 2, D_C, D_Q },
+	{ "self_attn.q_norm.weight", offsetof(struct layer_weights, q_norm), 1, D_HD, D_HD },
+	{ "self_attn.k_norm.weight", offsetof(struct layer_weights, k_norm), 1, D_HD, D_HD },
+	{ "post_attention_layernorm.weight", offsetof(struct layer_weights, post_norm), 1, D_C, D_C },
+	{ "mlp.gate_proj.weight", offsetof(struct layer_weights, gate_proj), 2, D_I, D_C },
+	{ "mlp.up_proj.weight", offsetof(struct layer_weights, up_proj), 2, D_I, D_C },
+	{ "mlp.down_proj.weight", offsetof(struct layer_weights, down_proj), 2, D_C, D_I },
+};
+
+static void set_entry(struct ckpt_tensor *t, const char *name, int ndim, int64_t d0,
+                      int64_t d1, struct wref *ref)
+{
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->ndim = ndim;
+	t->shape[0] = d0;
+	t->shape[1] = ndim > 1 ? d1 : 0;
+	t->ref = ref;
+}
+
+struct ckpt_tensor *checkpoint_tensor_list(const struct model_config *c,
+                                           struct model_weights *w, size_t *n)
+{
+	size_t L = (size_t)c->num_layers, k = 0;
+	struct ckpt_tensor *t = xcalloc(3 + L * ARRAY_LEN(layer_tensors), sizeof *t);
+	char name[80];
+
+	if (w && !w->layers) {
+		w->layers = xcalloc(L ? L : 1, sizeof *w->layers);
+		w->nlayers = c->num_layers;
+	}
+	set_entry(&t[k++], "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size,
+	          w ? &w->embed : NULL);
+	for (size_t l = 0; l < L; l++) {
+		for (size_t j = 0; j < ARRAY_LEN(layer_tensors); j++) {
+			snprintf(name, sizeof name, "model.layers.%zu.%s", l, layer_tensors[j].suffix);
+			set_entry(&t[k++], name, layer_tensors[j].ndim, dim_of(c, layer_tensors[j].d0),
+			          dim_of(c, layer_tensors[j].d1),
+			          w ? (struct wref *)((char *)&w->layers[l] + layer_tensors[j].off) : NULL);
+		}
+	}
+	set_entry(&t[k++], "model.norm.weight", 1, c->hidden_size, 0, w ? &w->final_norm : NULL);
+	if (!c->tie_word_embeddings)
+		set_entry(&t[k++], "lm_head.weight", 2, c->vocab_size, c->hidden_size,
+		          w ? &w->lm_head : NULL);
+	*n = k;
+	return t;
+}
+
+void model_weights_free(struct model_weights *w)
+{
+	free(w->layers);
+	memset(w, 0, sizeof *w);
+}
+
+/* ---------------------------------------------------------------- binding */
+
+static void shape_str(char *s, size_t n, int ndim, const int64_t *shape)
+{
+	size_t k = (size_t)snprintf(s, n, "[");
+
+	for (int d = 0; d < ndim && k < n; d++)
+		k += (size_t)snprintf(s + k, n - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+	if (k < n)
+		snprintf(s + k, n - k, "]");
+}
+
+int checkpoint_bind(const struct model_config *c, const struct safetensors *st,
+                    struct model_weights *w, char *err, size_t errlen)
+{
+	size_t n, used = 0;
+	struct ckpt_tensor *list;
+	const char *extra = NULL;
+
+	memset(w, 0, sizeof *w);
+	list = checkpoint_tensor_list(c, w, &n);
+	for (size_t i = 0; i < n; i++) {
+		const struct st_tensor *t = safetensors_find(st, list[i].name);
+		char want[64], got[64];
+
+		if (!t) {
+			errmsg_set(err, errlen, "%s: tensor '%s' missing (the config needs it)",
+			           st->path, list[i].name);
+			goto fail;
+		}
+		if (t->ndim != list[i].ndim || t->shape[0] != list[i].shape[0] ||
+		    (t->ndim > 1 && t->shape[1] != list[i].shape[1])) {
+			shape_str(want, sizeof want, list[i].ndim, list[i].shape);
+			shape_str(got, sizeof got, t->ndim, t->shape);
+			errmsg_set(err, errlen, "%s: tensor '%s' has shape %s, the config needs %s",
+			           safetensors_file(st, t->shard), list[i].name, got, want);
+			goto fail;
+		}
+		list[i].ref->p = t->data;
+		list[i].ref->dt = t->dtype;
+		used++;
+	}
+	if (c->tie_word_embeddings)
+		w->lm_head = w->embed;
+	if (used < st->ntensors) {
+		for (size_t i = 0; i < st->ntensors && !extra; i++) {
+			size_t j;
+			for (j = 0; j < n && strcmp(list[j].name, st->tensors[i].name); j++)
+				;
+			if (j == n)
+				extra = st->tensors[i].name;
+		}
+		warn_msg("note: %s: ignoring %zu tensor%s the model does not use (first: '%s')",
+		         st->path, st->ntensors - used, st->ntensors - used > 1 ? "s" : "",
+		         extra ? extra : "?");
+	}
+	free(list);
+	return 0;
+fail:
+	free(list);
+	model_weights_free(w);
+	return -1;
+}
+
+/* ---------------------------------------------------------------- open, close */
+
+static int file_exists(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+int checkpoint_open(struct checkpoint *ck, const char *dir, char *err, size_t errlen)
+{
+	char *cfg = xasprintf("%s/config.json", dir);
+	char *idx = xasprintf("%s/model.safetensors.index.json", dir);
+	char *one = xasprintf("%s/model.safetensors", dir);
+	int rc = -1;
+
+	memset(ck, 0, sizeof *ck);
+	ck->dir = xstrdup(dir);
+	if (config_load(&ck->cfg, cfg, err, errlen) < 0)
+		goto out;
+	if (file_exists(idx)) {
+		ck->weights_path = idx;
+		idx = NULL;
+	} else if (file_exists(one)) {
+		ck->weights_path = one;
+		one = NULL;
+	} else {
+		errmsg_set(err, errlen, "%s: no model.safetensors or model.safetensors.index.json",
+		           dir);
+		goto out;
+	}
+	if (safetensors_open(&ck->st, ck->weights_path, err, errlen) < 0)
+		goto out;
+	if (checkpoint_bind(&ck->cfg, &ck->st, &ck->w, err, errlen) < 0) {
+		safetensors_close(&ck->st);
+		goto out;
+	}
+	rc = 0;
+out:
+	free(cfg);
+	free(idx);
+	free(one);
+	if (rc < 0) {
+		free(ck->dir);
+		free(ck->weights_path);
+		memset(ck, 0, sizeof *ck);
+	}
+	return rc;
+}
+
+void checkpoint_close(struct checkpoint *ck)
+{
+	model_weights_free(&ck->w);
+	safetensors_close(&ck->st);
+	free(ck->dir);
+	free(ck->weights_path);
+	memset(ck, 0, sizeof *ck);
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static const char *const tokenizer_files[] = {
+	"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+	"special_tokens_map.json", "added_tokens.json", "generation_config.json",
+};
+
+static int copy_tokenizer(const char *dir, const char *from, char *err, size_t errlen)
+{
+	int copied = 0;
+
+	for (size_t i = 0; i < ARRAY_LEN(tokenizer_files); i++) {
+		char *src = xasprintf("%s/%s", from, tokenizer_files[i]);
+		char *dst = xasprintf("%s/%s", dir, tokenizer_files[i]);
+		size_t len;
+		char *data = file_exists(src) ? util_read_file(src, &len) : NULL;
+		int rc = 0;
+
+		if (data) {
+			rc = atomfile_write(dst, data, len, err, errlen);
+			copied++;
+		} else if (file_exists(src)) {
+			errmsg_set(err, errlen, "cannot read '%s': %s", src, strerror(errno));
+			rc = -1;
+		}
+		free(data);
+		free(src);
+		free(dst);
+		if (rc < 0)
+			return -1;
+	}
+	if (!copied) {
+		errmsg_set(err, errlen, "%s: no tokenizer files (tokenizer.json, vocab.json, ...)", from);
+		return -1;
+	}
+	return 0;
+}
+
+static int write_index(const char *dir, const struct st_wtensor *wt, size_t n, const int *shard,
+                       int nshards, char *err, size_t errlen)
+{
+	json_t *root = json_object(), *map = json_object();
+	char *path = xasprintf("%s/model.safetensors.index.json", dir), *text;
+	int rc;
+
+	json_object_set_new(root, "metadata", json_pack("{sI}", "total_size",
+	                                               (json_int_t)safetensors_data_size(wt, n)));
+	for (size_t i = 0; i < n; i++) {
+		char f[64];
+		snprintf(f, sizeof f, "model-%05d-of-%05d.safetensors", shard[i] + 1, nshards);
+		json_object_set_new(map, wt[i].name, json_string(f));
+	}
+	json_object_set_new(root, "weight_map", map);
+	text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+	json_decref(root);
+	rc = atomfile_write(path, text, strlen(text), err, errlen);
+	free(text);
+	free(path);
+	return rc;
+}
+
+int checkpoint_write(const char *dir, const struct model_config *c,
+                     const struct model_weights *w, int nshards, const char *tokenizer_dir,
+                     char *err, size_t errlen)
+{
+	static const char *const meta[] = { "format", "pt" };
+	size_t n, total, acc = 0;
+	struct ckpt_tensor *list;
+	struct st_wtensor *wt;
+	int *shard, rc = -1;
+	char *path;
+
+	if (config_validate(c, "config", err, errlen) < 0)
+		return -1;
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		errmsg_set(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!w->layers || w->nlayers != c->num_layers) {
+		errmsg_set(err, errlen, "%s: weights for %d layers, the config has %d", dir,
+		           w->layers ? w->nlayers : 0, c->num_layers);
+		return -1;
+	}
+	/* the refs point into the caller's w; they are only read */
+	list = checkpoint_tensor_list(c, (struct model_weights *)w, &n);
+	wt = xcalloc(n, sizeof *wt);
+	shard = xcalloc(n, sizeof *shard);
+	if (nshards < 1)
+		nshards = 1;
+	if ((size_t)nshards > n)
+		nshards = (int)n;
+	for (size_t i = 0; i < n; i++) {
+		const struct wref *src = list[i].ref;
+
+		wt[i] = (struct st_wtensor){ .name = list[i].name, .dtype = src->dt,
+		                             .ndim = list[i].ndim, .data = src->p };
+		wt[i].shape[0] = list[i].shape[0];
+		wt[i].shape[1] = list[i].shape[1];
+		if (!src->p) {
+			errmsg_set(err, errlen, "%s: no data for tensor '%s'", dir, list[i].name);
+			goto out;
+		}
+	}
+	/* shards of about equal bytes, in order, none empty */
+	total = safetensors_data_size(wt, n);
+	for (size_t i = 0, s = 0; i < n; i++) {
+		size_t left = n - i;
+		if (s + 1 < (size_t)nshards && i > 0 &&
+		    (acc >= total / (size_t)nshards * (s + 1) || left == (size_t)nshards - s - 1))
+			s++;
+		shard[i] = (int)s;
+		acc += safetensors_data_size(&wt[i], 1);
+	}
+	if (nshards == 1) {
+		path = xasprintf("%s/model.safetensors", dir);
+		rc = safetensors_write(path, wt, n, meta, 1, err, errlen);
+		free(path);
+		if (rc == 0) {
+			path = xasprintf("%s/model.safetensors.index.json", dir);
+			unlink(path);
+			free(path);
+		}
+	} else {
+		size_t b = 0;
+		rc = 0;
+		for (int s = 0; s < nshards && rc == 0; s++) {
+			size_t e = b;
+			while (e < n && shard[e] == s)
+				e++;
+			path = xasprintf("%s/model-%05d-of-%05d.safetensors", dir, s + 1, nshards);
+			rc = safetensors_write(path, wt + b, e - b, meta, 1, err, errlen);
+			free(path);
+			b = e;
+		}
+		if (rc == 0)
+			rc = write_index(dir, wt, n, shard, nshards, err, errlen);
+		if (rc == 0) {
+			path = xasprintf("%s/model.safetensors", dir);
+			unlink(path);
+			free(path);
+		}
+	}
+	if (rc == 0) {
+		path = xasprintf("%s/config.json", dir);
+		rc = config_write(c, path, err, errlen);
+		free(path);
+	}
+	if (rc == 0 && tokenizer_dir)
+		rc = copy_tokenizer(dir, tokenizer_dir, err, errlen);
+out:
+	free(shard);
+	free(wt);
+	free(list);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- random init */
+
+void model_init_defaults(struct model_init *o)
+{
+	memset(o, 0, sizeof *o);
+	o->seed = 1;
+	o->std = 0.02f;
+	o->nshards = 1;
+}
+
+void config_tiny(struct model_config *c, int vocab)
+{
+	config_defaults(c);
+	c->vocab_size = vocab < 16 ? 16 : vocab;
+	c->hidden_size = 64;
+	c->num_layers = 2;
+	c->num_heads = 4;
+	c->num_kv_heads = 2;
+	c->head_dim = 16;
+	c->intermediate_size = 128;
+	c->max_position_embeddings = 4096;
+	c->mask_token_id = c->vocab_size - 1;
+	c->eos_token_id = c->pad_token_id = c->vocab_size - 2;
+	c->dtype = DICE_F32;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+
+	return n >= m && !strcmp(s + n - m, suf);
+}
+
+int checkpoint_init_random(const char *dir, const struct model_config *c,
+                           const struct model_init *o, char *err, size_t errlen)
+{
+	struct model_weights w = { 0 };
+	size_t n, es = dice_dtype_size(c->dtype);
+	struct ckpt_tensor *list;
+	void **bufs;
+	struct rng r;
+	int rc;
+
+	if (config_validate(c, "config", err, errlen) < 0)
+		return -1;
+	rng_seed(&r, o->seed);
+	list = checkpoint_tensor_list(c, &w, &n);
+	bufs = xcalloc(n, sizeof *bufs);
+	for (size_t i = 0; i < n; i++) {
+		size_t cnt = (size_t)list[i].shape[0] * (list[i].ndim > 1 ? (size_t)list[i].shape[1] : 1);
+		int norm = ends_with(list[i].name, "norm.weight");
+		unsigned char *p = bufs[i] = xmalloc(cnt * es + 1);
+
+		for (size_t j = 0; j < cnt; j++) {
+			float v = norm ? 1.0f + o->norm_jitter * (float)rng_normal(&r)
+			               : o->std * (float)rng_normal(&r);
+			uint16_t h;
+
+			if (c->dtype == DICE_F32) {
+				memcpy(p + 4 * j, &v, 4);
+				continue;
+			}
+			h = c->dtype == DICE_BF16 ? dice_f32_to_bf16(v) : dice_f32_to_f16(v);
+			memcpy(p + 2 * j, &h, 2);
+		}
+		list[i].ref->p = bufs[i];
+		list[i].ref->dt = c->dtype;
+	}
+	if (c->tie_word_embeddings)
+		w.lm_head = w.embed;
+	rc = checkpoint_write(dir, c, &w, o->nshards, o->tokenizer_dir, err, errlen);
+	for (size_t i = 0; i < n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(list);
+	model_weights_free(&w);
+	return rc;
+}

@@ -1,0 +1,82 @@
+/* checkpoint: a Hugging Face model directory <-> config + weights (lib/model.h).
+ *
+ * A checkpoint directory holds config.json, the weights (model.safetensors, or
+ * model.safetensors.index.json + model-0000k-of-0000n.safetensors shards) and the tokenizer
+ * files. checkpoint_open reads the config (lib/config.h), maps the weights
+ * (lib/safetensors.h) and binds struct model_weights: every tensor the config needs must be
+ * present with the right shape (names and shapes: SPEC §1.1, checkpoint_tensor_list);
+ * dtypes may differ per tensor (BF16/F16/F32, recorded in each wref). With
+ * tie_word_embeddings, lm_head is the embedding (an lm_head.weight in the file is then
+ * unused). Tensors the model does not use are ignored with one note on stderr.
+ * The weight views point into the read-only mappings and live until checkpoint_close.
+ *
+ * checkpoint_write writes the same layout from host weights: config.json, the weights in
+ * the HF tensor order (one file, or nshards shards + index), "format": "pt" metadata, and
+ * copies of the tokenizer files from another directory. Every file is written atomically;
+ * a stale model.safetensors or index of the other layout is removed.
+ * checkpoint_init_random makes a random-weight checkpoint from a seed (tests, dice-sft
+ * --init): linear and embedding weights ~ N(0, std^2); norm weights 1 + norm_jitter*N(0,1).
+ */
+#ifndef DICE_CHECKPOINT_H
+#define DICE_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+struct checkpoint {
+	char *dir;
+	char *weights_path;          /* the .safetensors or .index.json opened */
+	struct model_config cfg;
+	struct safetensors st;
+	struct model_weights w;      /* views into st */
+};
+
+/* 0, or -1 with a one-line message naming the file (and field or tensor) in err. */
+int checkpoint_open(struct checkpoint *ck, const char *dir, char *err, size_t errlen);
+void checkpoint_close(struct checkpoint *ck);
+
+/* One weight the config needs, in Hugging Face order. */
+struct ckpt_tensor {
+	char name[80];               /* e.g. "model.layers.3.self_attn.q_proj.weight" */
+	int ndim;                    /* 1 or 2 */
+	int64_t shape[2];            /* (ndim) PyTorch layout (out, in) */
+	struct wref *ref;            /* its slot in the model_weights given, or NULL */
+};
+/* The list for c (xmalloc'ed, *n entries; lm_head left out when tied). When w is not NULL,
+ * w->layers is allocated (c->num_layers) if NULL and each ref points into w. */
+struct ckpt_tensor *checkpoint_tensor_list(const struct model_config *c,
+                                           struct model_weights *w, size_t *n);
+/* Bind w to the tensors of st, checking presence and shapes. 0 or -1. w->layers is
+ * allocated here; release it with model_weights_free. */
+int checkpoint_bind(const struct model_config *c, const struct safetensors *st,
+                    struct model_weights *w, char *err, size_t errlen);
+void model_weights_free(struct model_weights *w);
+
+/* Write a checkpoint directory (created if absent, one level). w holds host pointers.
+ * nshards <= 1: model.safetensors; else that many shards and the index. tokenizer_dir:
+ * copy its tokenizer files (tokenizer.json, tokenizer_config.json, vocab.json,
+ * merges.txt, special_tokens_map.json, added_tokens.json, generation_config.json, those
+ * present; at least one), or NULL. */
+int checkpoint_write(const char *dir, const struct model_config *c,
+                     const struct model_weights *w, int nshards, const char *tokenizer_dir,
+                     char *err, size_t errlen);
+
+struct model_init {
+	uint64_t seed;
+	float std;                   /* 0.02 */
+	float norm_jitter;           /* 0: norms exactly 1 */
+	int nshards;                 /* 1 */
+	const char *tokenizer_dir;   /* NULL */
+};
+void model_init_defaults(struct model_init *o);
+/* Random weights in c->dtype, written with checkpoint_write. 0 or -1. */
+int checkpoint_init_random(const char *dir, const struct model_config *c,
+                           const struct model_init *o, char *err, size_t errlen);
+/* A tiny valid SDAR config for tests: V=vocab (>= 16), C=64, L=2, NH=4, NKV=2, HD=16,
+ * I=128, block 4, mask id vocab-1, eos vocab-2, fp32. */
+void config_tiny(struct model_config *c, int vocab);
+
+#endif

@@ -1,0 +1,438 @@
+/* model: the SDAR transformer forward (SPEC §1.1, §1.3), written once against lib/ops.h.
+ *
+ * model_init copies the weights to the backend in one allocation; model_forward packs the new
+ * rows of several sequences, runs the matrix products on all of them at once and attention per
+ * sequence against its KV cache (struct kvcache) under the block-causal rule. Logits are
+ * computed only for the sequences that ask for them. No logit shift: the logit at a position
+ * predicts that position's token.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "rng.h"
+#include "util.h"
+
+#define ALIGN 256
+
+/* ---------------------------------------------------------------- weights */
+
+enum wkind { WK_MAT, WK_NORM };
+
+struct wdesc {
+	struct wref *dst;
+	const struct wref *src;
+	size_t n;                    /* elements */
+	enum wkind kind;
+	const char *name;
+};
+
+static int weight_list(struct wdesc *d, struct model_weights *dst, const struct model_weights *src,
+                       const struct model_config *c)
+{
+	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
+	size_t HD = (size_t)c->head_dim, V = (size_t)c->vocab_size;
+	int n = 0;
+
+#define W(D, S, N, K, NAME) (d[n++] = (struct wdesc){ &(D), &(S), (N), (K), (NAME) })
+	W(dst->embed, src->embed, V * C, WK_MAT, "embed_tokens");
+	for (int l = 0; l < c->num_layers; l++) {
+		struct layer_weights *a = &dst->layers[l];
+		const struct layer_weights *b = &src->layers[l];
+		W(a->input_norm, b->input_norm, C, WK_NORM, "input_layernorm");
+		W(a->q_proj, b->q_proj, QD * C, WK_MAT, "q_proj");
+		W(a->k_proj, b->k_proj, KVD * C, WK_MAT, "k_proj");
+		W(a->v_proj, b->v_proj, KVD * C, WK_MAT, "v_proj");
+		W(a->o_proj, b->o_proj, C * QD, WK_MAT, "o_proj");
+		W(a->q_norm, b->q_norm, HD, WK_NORM, "q_norm");
+		W(a->k_norm, b->k_norm, HD, WK_NORM, "k_norm");
+		W(a->post_norm, b->post_norm, C, WK_NORM, "post_attention_layernorm");
+		W(a->gate_proj, b->gate_proj, I * C, WK_MAT, "gate_proj");
+		W(a->up_proj, b->up_proj, I * C, WK_MAT, "up_proj");
+		W(a->down_proj, b->down_proj, C * I, WK_MAT, "down_proj");
+	}
+	W(dst->final_norm, src->final_norm, C, WK_NORM, "norm");
+	if (!c->tie_word_embeddings && src->lm_head.p)
+		W(dst->lm_head, src->lm_head, V * C, WK_MAT, "lm_head");
+#undef W
+	return n;
+}
+
+static size_t align_up(size_t n)
+{
+	return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+size_t model_weight_bytes(const struct model_config *c, enum dice_dtype dt)
+{
+	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
+	size_t per = (2 * QD * C + 2 * KVD * C + 3 * I * C) * dice_dtype_size(dt);
+	return (size_t)c->num_layers * per + (size_t)c->vocab_size * C * dice_dtype_size(dt);
+}
+
+/* the input width of a matrix by its name: down_proj reads I, o_proj reads NH*HD, others C */
+static size_t matrix_fan_in(const struct model_config *c, const char *name)
+{
+	if (!strcmp(name, "down_proj"))
+		return (size_t)c->intermediate_size;
+	if (!strcmp(name, "o_proj"))
+		return (size_t)c->num_heads * c->head_dim;
+	return (size_t)c->hidden_size;
+}
+
+float *model_weights_random(struct model_weights *w, const struct model_config *c, uint64_t seed)
+{
+	struct model_weights shape = { .nlayers = c->num_layers };
+	struct wdesc *d = xmalloc((size_t)(11 * c->num_layers + 3) * sizeof *d);
+	struct rng r;
+	size_t total = 0;
+	float *mem, *p;
+	int n;
+
+	memset(w, 0, sizeof *w);
+	w->nlayers = c->num_layers;
+	w->layers = xcalloc((size_t)c->num_layers, sizeof *w->layers);
+	shape.layers = w->layers;       /* sources are unused here: only sizes and kinds */
+	shape.lm_head.p = c->tie_word_embeddings ? NULL : (void *)1;
+	n = weight_list(d, w, &shape, c);
+	for (int i = 0; i < n; i++)
+		total += d[i].n;
+	mem = p = xmalloc(total * sizeof *mem);
+	rng_seed(&r, seed);
+	for (int i = 0; i < n; i++) {
+		for (size_t j = 0; j < d[i].n; j++)     /* uniform with unit variance: fast */
+			p[j] = (rng_uniformf(&r) * 2.0f - 1.0f) * 1.7320508f;
+		if (d[i].kind == WK_NORM) {
+			for (size_t j = 0; j < d[i].n; j++)
+				p[j] = 1.0f + 0.1f * p[j];
+		} else if (d[i].dst != &w->embed) {
+			size_t fan_in = matrix_fan_in(c, d[i].name);
+			float sc = 1.0f / sqrtf((float)fan_in);
+			for (size_t j = 0; j < d[i].n; j++)
+				p[j] *= sc;
+		}
+		d[i].dst->p = p;
+		d[i].dst->dt = DICE_F32;
+		p += d[i].n;
+	}
+	if (c->tie_word_embeddings)
+		w->lm_head = w->embed;
+	free(d);
+	return mem;
+}
+
+/* element i of a host weight as float */
+static float host_w(const struct wref *w, size_t i)
+{
+	switch (w->dt) {
+	case DICE_F32: return ((const float *)w->p)[i];
+	case DICE_BF16: return dice_bf16_to_f32(((const uint16_t *)w->p)[i]);
+	case DICE_F16: return dice_f16_to_f32(((const uint16_t *)w->p)[i]);
+	}
+	return 0;
+}
+
+static void upload(const struct ops *o, void *dst, const struct wref *src, size_t n,
+                   enum dice_dtype dt)
+{
+	size_t chunk = 1 << 20, es = dice_dtype_size(dt);
+	void *tmp;
+
+	if (src->dt == dt) {
+		o->to_device(dst, src->p, n * es);
+		return;
+	}
+	tmp = xmalloc(chunk * es);
+	for (size_t i = 0; i < n; i += chunk) {
+		size_t m = n - i < chunk ? n - i : chunk;
+		for (size_t j = 0; j < m; j++) {
+			float f = host_w(src, i + j);
+			if (dt == DICE_F32)
+				((float *)tmp)[j] = f;
+			else if (dt == DICE_BF16)
+				((uint16_t *)tmp)[j] = dice_f32_to_bf16(f);
+			else
+				((uint16_t *)tmp)[j] = dice_f32_to_f16(f);
+		}
+		o->to_device((char *)dst + i * es, tmp, m * es);
+	}
+	free(tmp);
+}
+
+int model_init(struct model *m, const struct model_config *cfg, const struct model_weights *host,
+               const struct ops *ops, enum dice_dtype dt)
+{
+	const struct model_config *c = cfg;
+	struct wdesc *d;
+	size_t off = 0;
+	int n;
+
+	memset(m, 0, sizeof *m);
+	if (c->num_layers <= 0 || c->hidden_size <= 0 || c->num_heads <= 0 || c->num_kv_heads <= 0 ||
+	    c->head_dim <= 0 || c->head_dim % 2 || c->num_heads % c->num_kv_heads ||
+	    c->intermediate_size <= 0 || c->vocab_size <= 0 || c->block_size <= 0) {
+		warn_msg("model: bad geometry in the config");
+		return -1;
+	}
+	if (host->nlayers != c->num_layers) {
+		warn_msg("model: %d layers of weights for %d in the config", host->nlayers, c->num_layers);
+		return -1;
+	}
+	m->cfg = *c;
+	m->ops = ops;
+	m->dtype = dt;
+	m->w.nlayers = c->num_layers;
+	m->w.layers = xcalloc((size_t)c->num_layers, sizeof *m->w.layers);
+	d = xmalloc((size_t)(11 * c->num_layers + 3) * sizeof *d);
+	n = weight_list(d, &m->w, host, c);
+	for (int i = 0; i < n; i++) {
+		if (!d[i].src->p) {
+			warn_msg("model: weight %s missing", d[i].name);
+			free(d);
+			free(m->w.layers);
+			m->w.layers = NULL;
+			return -1;
+		}
+		d[i].dst->dt = d[i].kind == WK_NORM ? DICE_F32 : dt;
+		off += align_up(d[i].n * dice_dtype_size(d[i].dst->dt));
+	}
+	m->wbytes = off;
+	m->wbuf = ops->alloc(off);
+	off = 0;
+	for (int i = 0; i < n; i++) {
+		d[i].dst->p = (char *)m->wbuf + off;
+		upload(ops, (char *)m->wbuf + off, d[i].src, d[i].n, d[i].dst->dt);
+		off += align_up(d[i].n * dice_dtype_size(d[i].dst->dt));
+	}
+	if (c->tie_word_embeddings || !host->lm_head.p)
+		m->w.lm_head = m->w.embed;
+	free(d);
+	ops->sync();
+	return 0;
+}
+
+static void scratch_free(struct model *m)
+{
+	const struct ops *o = m->ops;
+	float **f[] = { &m->x, &m->xn, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->gate, &m->up,
+	                &m->hsel };
+	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
+		if (*f[i])
+			o->free(*f[i]);
+		*f[i] = NULL;
+	}
+	if (m->ids_d)
+		o->free(m->ids_d);
+	if (m->pos_d)
+		o->free(m->pos_d);
+	free(m->ids_h);
+	free(m->pos_h);
+	m->ids_d = m->pos_d = m->ids_h = m->pos_h = NULL;
+	m->rows = 0;
+}
+
+void model_free(struct model *m)
+{
+	if (!m->ops)
+		return;
+	scratch_free(m);
+	if (m->logits)
+		m->ops->free(m->logits);
+	if (m->iota_d)
+		m->ops->free(m->iota_d);
+	if (m->wbuf)
+		m->ops->free(m->wbuf);
+	free(m->w.layers);
+	memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+static void reserve_rows(struct model *m, int rows)
+{
+	const struct ops *o = m->ops;
+	const struct model_config *c = &m->cfg;
+	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size, R;
+
+	if (rows <= m->rows)
+		return;
+	scratch_free(m);
+	R = (size_t)rows;
+	m->rows = rows;
+	m->x = o->alloc(R * C * 4);
+	m->xn = o->alloc(R * C * 4);
+	m->tmp = o->alloc(R * C * 4);
+	m->hsel = o->alloc(R * C * 4);
+	m->q = o->alloc(R * QD * 4);
+	m->att = o->alloc(R * QD * 4);
+	m->k = o->alloc(R * KVD * 4);
+	m->v = o->alloc(R * KVD * 4);
+	m->gate = o->alloc(R * I * 4);
+	m->up = o->alloc(R * I * 4);
+	m->ids_d = o->alloc(R * sizeof(int));
+	m->pos_d = o->alloc(R * sizeof(int));
+	m->ids_h = xmalloc(R * sizeof(int));
+	m->pos_h = xmalloc(R * sizeof(int));
+}
+
+static void reserve_logits(struct model *m, int lrows)
+{
+	if (lrows <= m->lrows)
+		return;
+	if (m->logits)
+		m->ops->free(m->logits);
+	m->logits = m->ops->alloc((size_t)lrows * m->cfg.vocab_size * 4);
+	m->lrows = lrows;
+}
+
+static void reserve_iota(struct model *m, int npos)
+{
+	int *h;
+
+	if (npos <= m->npos)
+		return;
+	if (npos < 2 * m->npos)
+		npos = 2 * m->npos;
+	if (m->iota_d)
+		m->ops->free(m->iota_d);
+	m->iota_d = m->ops->alloc((size_t)npos * sizeof(int));
+	h = xmalloc((size_t)npos * sizeof(int));
+	for (int i = 0; i < npos; i++)
+		h[i] = i;
+	m->ops->to_device(m->iota_d, h, (size_t)npos * sizeof(int));
+	free(h);
+	m->npos = npos;
+}
+
+/* ---------------------------------------------------------------- KV cache */
+
+size_t kvcache_bytes(const struct model_config *c, int cap)
+{
+	return 2 * (size_t)c->num_layers * (size_t)cap * c->num_kv_heads * c->head_dim * sizeof(float);
+}
+
+void kvcache_init(struct kvcache *kv, const struct model *m, int cap)
+{
+	size_t half = kvcache_bytes(&m->cfg, cap) / 2;
+
+	kv->cap = cap;
+	kv->len = 0;
+	kv->k = m->ops->alloc(half);
+	kv->v = m->ops->alloc(half);
+}
+
+void kvcache_free(struct kvcache *kv, const struct model *m)
+{
+	if (kv->k)
+		m->ops->free(kv->k);
+	if (kv->v)
+		m->ops->free(kv->v);
+	memset(kv, 0, sizeof *kv);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits)
+{
+	const struct ops *o = m->ops;
+	const struct model_config *c = &m->cfg;
+	int C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads, HD = c->head_dim;
+	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
+	float eps = c->rms_norm_eps;
+	int N = 0, R = 0, maxpos = 0;
+
+	for (int s = 0; s < nseq; s++) {
+		const struct model_seq *q = &seqs[s];
+		if (q->T <= 0 || q->kv->len + q->T > q->kv->cap) {
+			warn_msg("model: %d new positions after %d do not fit a cache of %d", q->T,
+			         q->kv->len, q->kv->cap);
+			return -1;
+		}
+		for (int t = 0; t < q->T; t++) {
+			if (q->ids[t] < 0 || q->ids[t] >= V) {
+				warn_msg("model: token id %d outside the vocabulary (%d)", q->ids[t], V);
+				return -1;
+			}
+		}
+		N += q->T;
+		R += q->logits ? q->T : 0;
+		if (q->kv->len + q->T > maxpos)
+			maxpos = q->kv->len + q->T;
+	}
+	if (N == 0)
+		return 0;
+	reserve_rows(m, N);
+	reserve_iota(m, maxpos);
+	if (R)
+		reserve_logits(m, R);
+	for (int s = 0, n = 0; s < nseq; s++) {
+		for (int t = 0; t < seqs[s].T; t++, n++) {
+			m->ids_h[n] = seqs[s].ids[t];
+			m->pos_h[n] = seqs[s].kv->len + t;
+		}
+	}
+	o->to_device(m->ids_d, m->ids_h, (size_t)N * sizeof(int));
+	o->to_device(m->pos_d, m->pos_h, (size_t)N * sizeof(int));
+
+	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
+	for (int l = 0; l < c->num_layers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+		size_t lay = (size_t)l;
+
+		o->rmsnorm(m->xn, m->x, w->input_norm.p, w->input_norm.dt, N, C, eps);
+		o->matmul(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
+		o->matmul(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
+		o->matmul(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+		o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
+		o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
+		o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
+		o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
+		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
+			const struct model_seq *q = &seqs[s];
+			struct kvcache *kv = q->kv;
+			float *kl = kv->k + lay * kv->cap * KVD, *vl = kv->v + lay * kv->cap * KVD;
+			size_t bytes = (size_t)q->T * KVD * sizeof(float);
+			struct attn_mask mask = { .block = c->block_size, .qpos = m->pos_d + off,
+			                          .kpos = m->iota_d };
+
+			o->copy(kl + (size_t)kv->len * KVD, m->k + (size_t)off * KVD, bytes);
+			o->copy(vl + (size_t)kv->len * KVD, m->v + (size_t)off * KVD, bytes);
+			o->attention(m->att + (size_t)off * QD, m->q + (size_t)off * QD, kl, vl, q->T,
+			             kv->len + q->T, NH, NKV, HD, &mask);
+		}
+		o->matmul(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+		o->add(m->x, m->tmp, (size_t)N * C);
+		o->rmsnorm(m->xn, m->x, w->post_norm.p, w->post_norm.dt, N, C, eps);
+		o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
+		o->matmul(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
+		o->swiglu(m->gate, m->gate, m->up, N, I);
+		o->matmul(m->tmp, m->gate, w->down_proj.p, w->down_proj.dt, N, I, C);
+		o->add(m->x, m->tmp, (size_t)N * C);
+	}
+	if (R) {
+		const float *h = m->x;
+		if (R < N) {                    /* gather the rows that want logits */
+			for (int s = 0, off = 0, r = 0; s < nseq; off += seqs[s].T, s++) {
+				if (!seqs[s].logits)
+					continue;
+				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)off * C,
+				        (size_t)seqs[s].T * C * sizeof(float));
+				r += seqs[s].T;
+			}
+			h = m->hsel;
+		}
+		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
+		o->matmul(m->logits, m->xn, m->w.lm_head.p, m->w.lm_head.dt, R, C, V);
+		if (logits)
+			o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
+	}
+	o->sync();
+	for (int s = 0; s < nseq; s++)
+		if (seqs[s].store)
+			seqs[s].kv->len += seqs[s].T;
+	return 0;
+}

@@ -1,0 +1,358 @@
+/* model_bwd: training forward (activations kept) and backward of the SDAR model over a
+ * packed [x_t | x_0] batch (lib/model_bwd.h), written once against lib/ops.h.
+ *
+ * Per layer the forward keeps xn1, q/k before and after norm+rope, v, the attention output,
+ * the mid residual, xn2, gate, up and silu(gate)*up; the backward walks the layers in reverse
+ * with the residual-stream gradient in dx. With recompute only the layer inputs xs are kept
+ * and each layer's forward is run again into one shared activation block before its backward.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "model_bwd.h"
+#include "util.h"
+
+/* the activation block of one layer, carved from acts[l] */
+struct acts {
+	float *xn1, *qraw, *q, *kraw, *k, *v, *att, *xmid, *xn2, *gate, *up, *h;
+};
+
+static size_t acts_floats(const struct model_config *c, int R)
+{
+	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
+	return (size_t)R * (3 * C + 3 * QD + 3 * KVD + 3 * I);
+}
+
+static struct acts acts_carve(const struct model_train *t, int l)
+{
+	const struct model_config *c = &t->m->cfg;
+	size_t R = (size_t)t->rows, C = (size_t)c->hidden_size;
+	size_t QD = (size_t)c->num_heads * c->head_dim, KVD = (size_t)c->num_kv_heads * c->head_dim;
+	size_t I = (size_t)c->intermediate_size;
+	float *p = t->acts[t->recompute ? 0 : l];
+	struct acts a;
+
+#define TAKE(f, n) (a.f = p, p += R * (n))
+	TAKE(xn1, C); TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	TAKE(att, QD); TAKE(xmid, C); TAKE(xn2, C); TAKE(gate, I); TAKE(up, I); TAKE(h, I);
+#undef TAKE
+	return a;
+}
+
+int model_train_init(struct model_train *t, struct model *m, int recompute)
+{
+	const struct ops *o = m->ops;
+	struct ckpt_tensor *list;
+	size_t n, off = 0;
+
+	memset(t, 0, sizeof *t);
+	if (m->dtype != DICE_F32) {
+		warn_msg("model_bwd: training needs fp32 weights on the backend (master copy)");
+		return -1;
+	}
+	if (!o->matmul_backward || !o->attention_backward || !o->cross_entropy || !o->adamw) {
+		warn_msg("model_bwd: backend %s has no training ops", o->name);
+		return -1;
+	}
+	t->m = m;
+	t->ops = o;
+	t->recompute = recompute;
+	list = checkpoint_tensor_list(&m->cfg, &t->g, &n);
+	for (size_t i = 0; i < n; i++)
+		off += (size_t)list[i].shape[0] * (list[i].ndim == 2 ? (size_t)list[i].shape[1] : 1);
+	t->ngrad = off;
+	t->gbuf = o->alloc(off * sizeof(float));
+	off = 0;
+	for (size_t i = 0; i < n; i++) {
+		list[i].ref->p = t->gbuf + off;
+		list[i].ref->dt = DICE_F32;
+		off += (size_t)list[i].shape[0] * (list[i].ndim == 2 ? (size_t)list[i].shape[1] : 1);
+	}
+	t->g.nlayers = m->cfg.num_layers;
+	if (m->cfg.tie_word_embeddings || m->w.lm_head.p == m->w.embed.p)
+		t->g.lm_head = t->g.embed;
+	free(list);
+	model_train_zero_grad(t);
+	return 0;
+}
+
+static void scratch_free(struct model_train *t)
+{
+	const struct ops *o = t->ops;
+	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
+	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d };
+	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
+		if (*f[i])
+			o->free(*f[i]);
+		*f[i] = NULL;
+	}
+	for (int l = 0; l < t->nlayer_acts; l++)
+		o->free(t->acts[l]);
+	free(t->acts);
+	t->acts = NULL;
+	t->nlayer_acts = 0;
+	if (t->ids_d)
+		o->free(t->ids_d);
+	if (t->pos_d)
+		o->free(t->pos_d);
+	if (t->target_d)
+		o->free(t->target_d);
+	if (t->noisy_d)
+		o->free(t->noisy_d);
+	t->ids_d = t->pos_d = t->target_d = NULL;
+	t->noisy_d = NULL;
+	free(t->rowsel_h);
+	t->rowsel_h = NULL;
+	t->rows = t->lrows = 0;
+}
+
+void model_train_free(struct model_train *t)
+{
+	if (!t->ops)
+		return;
+	scratch_free(t);
+	if (t->gbuf)
+		t->ops->free(t->gbuf);
+	free(t->g.layers);
+	memset(t, 0, sizeof *t);
+}
+
+void model_train_zero_grad(struct model_train *t)
+{
+	t->ops->zero(t->gbuf, t->ngrad * sizeof(float));
+}
+
+static void reserve(struct model_train *t, int N)
+{
+	const struct ops *o = t->ops;
+	const struct model_config *c = &t->m->cfg;
+	size_t R = (size_t)N, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
+	size_t V = (size_t)c->vocab_size;
+
+	if (N <= t->rows)
+		return;
+	scratch_free(t);
+	t->rows = t->lrows = N;
+	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
+	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
+	for (int l = 0; l < t->nlayer_acts; l++)
+		t->acts[l] = o->alloc(acts_floats(c, N) * sizeof(float));
+	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
+	t->xnf = o->alloc(R * C * 4);
+	t->sel = o->alloc(R * C * 4);
+	t->logits = o->alloc(R * V * 4);
+	t->loss = o->alloc(R * 4);
+	t->dx = o->alloc(R * C * 4);
+	t->dtmp = o->alloc(R * C * 4);
+	t->dxn = o->alloc(R * C * 4);
+	t->dq = o->alloc(R * QD * 4);
+	t->datt = o->alloc(R * QD * 4);
+	t->dk = o->alloc(R * KVD * 4);
+	t->dv = o->alloc(R * KVD * 4);
+	t->dg = o->alloc(R * I * 4);
+	t->du = o->alloc(R * I * 4);
+	t->dh = o->alloc(R * I * 4);
+	t->weight_d = o->alloc(R * 4);
+	t->ids_d = o->alloc(R * sizeof(int));
+	t->pos_d = o->alloc(R * sizeof(int));
+	t->target_d = o->alloc(R * sizeof(int));
+	t->noisy_d = o->alloc(R);
+	t->rowsel_h = xmalloc(R * sizeof(int));
+}
+
+static struct attn_mask sample_mask(const struct model_train *t, const struct train_batch *b,
+                                    int s)
+{
+	int off = b->start[s];
+	return (struct attn_mask){ .block = t->m->cfg.block_size, .qpos = t->pos_d + off,
+	                           .kpos = t->pos_d + off, .qnoisy = t->noisy_d + off,
+	                           .knoisy = t->noisy_d + off };
+}
+
+static void layer_forward(struct model_train *t, const struct train_batch *b, int l)
+{
+	const struct ops *o = t->ops;
+	const struct model_config *c = &t->m->cfg;
+	const struct layer_weights *w = &t->m->w.layers[l];
+	int N = b->N, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
+	int HD = c->head_dim, QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size;
+	float eps = c->rms_norm_eps;
+	float *xin = t->xs + (size_t)l * t->rows * C, *xout = xin + (size_t)t->rows * C;
+	struct acts a = acts_carve(t, l);
+
+	o->rmsnorm(a.xn1, xin, w->input_norm.p, w->input_norm.dt, N, C, eps);
+	o->matmul(a.qraw, a.xn1, w->q_proj.p, w->q_proj.dt, N, C, QD);
+	o->matmul(a.kraw, a.xn1, w->k_proj.p, w->k_proj.dt, N, C, KVD);
+	o->matmul(a.v, a.xn1, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+	o->rmsnorm(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
+	o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
+	o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
+	o->rope(a.k, t->pos_d, N, NKV, HD, c->rope_theta);
+	for (int s = 0; s < b->nsamp; s++) {
+		size_t off = (size_t)b->start[s];
+		struct attn_mask mk = sample_mask(t, b, s);
+		o->attention(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
+		             b->len[s], b->len[s], NH, NKV, HD, &mk);
+	}
+	o->matmul(t->dtmp, a.att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+	o->copy(a.xmid, xin, (size_t)N * C * 4);
+	o->add(a.xmid, t->dtmp, (size_t)N * C);
+	o->rmsnorm(a.xn2, a.xmid, w->post_norm.p, w->post_norm.dt, N, C, eps);
+	o->matmul(a.gate, a.xn2, w->gate_proj.p, w->gate_proj.dt, N, C, I);
+	o->matmul(a.up, a.xn2, w->up_proj.p, w->up_proj.dt, N, C, I);
+	o->swiglu(a.h, a.gate, a.up, N, I);
+	o->matmul(t->dtmp, a.h, w->down_proj.p, w->down_proj.dt, N, I, C);
+	o->copy(xout, a.xmid, (size_t)N * C * 4);
+	o->add(xout, t->dtmp, (size_t)N * C);
+}
+
+/* t->dx: gradient of the layer's output on entry, of its input on return */
+static void layer_backward(struct model_train *t, const struct train_batch *b, int l)
+{
+	const struct ops *o = t->ops;
+	const struct model_config *c = &t->m->cfg;
+	const struct layer_weights *w = &t->m->w.layers[l];
+	struct layer_weights *g = &t->g.layers[l];
+	int N = b->N, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
+	int HD = c->head_dim, QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size;
+	float eps = c->rms_norm_eps;
+	float *xin = t->xs + (size_t)l * t->rows * C;
+	size_t NC = (size_t)N * C;
+	struct acts a;
+
+	if (t->recompute)
+		layer_forward(t, b, l);
+	a = acts_carve(t, l);
+	/* MLP */
+	o->matmul_backward(t->dh, (float *)g->down_proj.p, t->dx, a.h, w->down_proj.p,
+	                   w->down_proj.dt, N, I, C);
+	o->swiglu_backward(t->dg, t->du, t->dh, a.gate, a.up, N, I);
+	o->matmul_backward(t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2, w->gate_proj.p,
+	                   w->gate_proj.dt, N, C, I);
+	o->matmul_backward(t->dtmp, (float *)g->up_proj.p, t->du, a.xn2, w->up_proj.p,
+	                   w->up_proj.dt, N, C, I);
+	o->add(t->dxn, t->dtmp, NC);
+	o->rmsnorm_backward(t->dtmp, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm.p,
+	                    w->post_norm.dt, N, C, eps);
+	o->add(t->dx, t->dtmp, NC);
+	/* attention */
+	o->matmul_backward(t->datt, (float *)g->o_proj.p, t->dx, a.att, w->o_proj.p,
+	                   w->o_proj.dt, N, QD, C);
+	for (int s = 0; s < b->nsamp; s++) {
+		size_t off = (size_t)b->start[s];
+		struct attn_mask mk = sample_mask(t, b, s);
+		o->attention_backward(t->dq + off * QD, t->dk + off * KVD, t->dv + off * KVD,
+		                      t->datt + off * QD, a.q + off * QD, a.k + off * KVD,
+		                      a.v + off * KVD, a.att + off * QD, b->len[s], b->len[s], NH,
+		                      NKV, HD, &mk);
+	}
+	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
+	o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
+	o->rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p, w->q_norm.dt,
+	                    N * NH, HD, eps);
+	o->rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p, w->k_norm.dt,
+	                    N * NKV, HD, eps);
+	o->matmul_backward(t->dxn, (float *)g->q_proj.p, t->dq, a.xn1, w->q_proj.p, w->q_proj.dt,
+	                   N, C, QD);
+	o->matmul_backward(t->dtmp, (float *)g->k_proj.p, t->dk, a.xn1, w->k_proj.p,
+	                   w->k_proj.dt, N, C, KVD);
+	o->add(t->dxn, t->dtmp, NC);
+	o->matmul_backward(t->dtmp, (float *)g->v_proj.p, t->dv, a.xn1, w->v_proj.p,
+	                   w->v_proj.dt, N, C, KVD);
+	o->add(t->dxn, t->dtmp, NC);
+	o->rmsnorm_backward(t->dtmp, (float *)g->input_norm.p, t->dxn, xin, w->input_norm.p,
+	                    w->input_norm.dt, N, C, eps);
+	o->add(t->dx, t->dtmp, NC);
+}
+
+/* forward to the loss; with grad, the backward too. */
+static int run(struct model_train *t, const struct train_batch *b, double *loss, int grad)
+{
+	const struct ops *o = t->ops;
+	const struct model_config *c = &t->m->cfg;
+	const struct model_weights *w = &t->m->w;
+	int N = b->N, C = c->hidden_size, V = c->vocab_size, L = c->num_layers, R = 0;
+	float *lossh, *wsel;
+	int *tsel;
+	double sum = 0.0;
+
+	for (int n = 0; n < N; n++) {
+		if (b->ids[n] < 0 || b->ids[n] >= V || (b->target[n] >= V)) {
+			warn_msg("model_bwd: token id %d outside the vocabulary (%d)",
+			         b->ids[n] >= V || b->ids[n] < 0 ? b->ids[n] : b->target[n], V);
+			return -1;
+		}
+	}
+	if (N == 0) {
+		*loss = 0.0;
+		return 0;
+	}
+	reserve(t, N);
+	tsel = xmalloc((size_t)N * sizeof *tsel);
+	wsel = xmalloc((size_t)N * sizeof *wsel);
+	for (int n = 0; n < N; n++) {
+		if (b->target[n] < 0)
+			continue;
+		t->rowsel_h[R] = n;
+		tsel[R] = b->target[n];
+		wsel[R] = b->weight[n];
+		R++;
+	}
+	o->to_device(t->ids_d, b->ids, (size_t)N * sizeof(int));
+	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));
+	o->to_device(t->noisy_d, b->noisy, (size_t)N);
+	o->to_device(t->target_d, tsel, (size_t)R * sizeof(int));
+	o->to_device(t->weight_d, wsel, (size_t)R * sizeof(float));
+	free(tsel);
+	free(wsel);
+
+	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
+	for (int l = 0; l < L; l++)
+		layer_forward(t, b, l);
+	/* head on the rows with a target */
+	float *xf = t->xs + (size_t)L * t->rows * C;
+	for (int r = 0; r < R; r++)
+		o->copy(t->sel + (size_t)r * C, xf + (size_t)t->rowsel_h[r] * C, (size_t)C * 4);
+	if (R) {
+		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
+		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
+		lossh = xmalloc((size_t)R * sizeof *lossh);
+		o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
+		for (int r = 0; r < R; r++)
+			sum += lossh[r];
+		free(lossh);
+	}
+	*loss = sum;
+	if (!grad || !R) {
+		o->sync();
+		return 0;
+	}
+	/* backward: head, layers in reverse, embedding */
+	o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf, w->lm_head.p,
+	                   w->lm_head.dt, R, C, V);
+	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
+	                    w->final_norm.dt, R, C, c->rms_norm_eps);
+	o->zero(t->dx, (size_t)N * C * 4);
+	for (int r = 0; r < R; r++)
+		o->copy(t->dx + (size_t)t->rowsel_h[r] * C, t->dxn + (size_t)r * C, (size_t)C * 4);
+	for (int l = L - 1; l >= 0; l--)
+		layer_backward(t, b, l);
+	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);
+	o->sync();
+	return 0;
+}
+
+int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss)
+{
+	return run(t, b, loss, 1);
+}
+
+int model_train_loss(struct model_train *t, const struct train_batch *b, double *loss)
+{
+	return run(t, b, loss, 0);
+}

@@ -1,0 +1,65 @@
+/* model_bwd: training forward and backward of the SDAR model (lib/model.h) against
+ * lib/ops.h, for the block-diffusion SFT objective (SPEC §1.3).
+ *
+ * A struct train_batch is a set of packed rows (built by lib/sft.c): each sample occupies
+ * 2n consecutive rows [x_t | x_0] (noisy copy first), both halves with positions 0..n-1;
+ * attention runs per sample (so packed samples never see each other) under the noisy-flag
+ * rule of struct attn_mask. No logit shift: the loss of a row compares its logits with its
+ * own target. Only rows with a target get logits.
+ *
+ * struct model_train holds the gradients in ONE flat fp32 backend buffer (gbuf, the tensors
+ * of checkpoint_tensor_list in order, no gaps; a tied lm_head shares the embedding's
+ * gradient), carved into the views of g; so clipping, the optimizer and a data-parallel
+ * all-reduce each see one array. Activations are kept per layer, or with recompute only
+ * each layer's input (the layer's forward is run again during the backward).
+ *
+ * The training model must hold fp32 weights (model_init with DICE_F32); the weights are then
+ * the optimizer's master copy (lib/optim.h) and are updated in place.
+ */
+#ifndef DICE_MODEL_BWD_H
+#define DICE_MODEL_BWD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+struct train_batch {
+	int N;                       /* rows */
+	int nsamp;                   /* samples */
+	int *ids;                    /* (N) token ids (mask id at masked noisy rows) */
+	int *pos;                    /* (N) position within the sample */
+	uint8_t *noisy;              /* (N) 1 = x_t half */
+	int *target;                 /* (N) clean token at masked noisy rows, else -1 */
+	float *weight;               /* (N) loss weight of the row (1/(p * labels ...)), else 0 */
+	int *start, *len;            /* (nsamp) first row and row count (2n) of each sample */
+};
+
+struct model_train {
+	struct model *m;
+	const struct ops *ops;
+	int recompute;
+	float *gbuf;                 /* (ngrad) fp32 gradients, backend memory */
+	size_t ngrad;
+	struct model_weights g;      /* views into gbuf, same shapes as m->w */
+	/* scratch, backend memory, grown on demand */
+	int rows, lrows, nlayer_acts;
+	float **acts;                /* per stored layer: one block of its activations */
+	float *xs;                   /* (L+1, rows, C) layer inputs; xs[L] is the final residual */
+	float *xnf, *sel, *logits, *loss, *dx, *dtmp, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh;
+	int *ids_d, *pos_d, *target_d, *rowsel_h;
+	float *weight_d;
+	uint8_t *noisy_d;
+};
+
+/* 0, or -1 with a warning (weights not fp32, backend without training ops). */
+int model_train_init(struct model_train *t, struct model *m, int recompute);
+void model_train_free(struct model_train *t);
+void model_train_zero_grad(struct model_train *t);
+/* Forward and backward of one batch: gradients of sum_rows weight * CE are ADDED to gbuf;
+ * *loss gets that sum. 0, or -1 with a warning (bad ids, no target). */
+int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss);
+/* The loss alone (no gradient), for tests and evaluation. */
+int model_train_loss(struct model_train *t, const struct train_batch *b, double *loss);
+
+#endif

@@ -1,0 +1,285 @@
+/* ops_cpu: the CPU backend of lib/ops.h in plain fp32 loops. This file is the specification
+ * of every op: the CUDA backend (lib/cuda/) is tested against it. Clarity over speed; the
+ * only concession is converting a weight row once per output feature in matmul.
+ * Also: dtype conversions, the attention mask rule, and backend lookup (ops_get). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "ops_bwd_cpu.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- dtypes */
+
+size_t dice_dtype_size(enum dice_dtype dt)
+{
+	return dt == DICE_F32 ? 4 : 2;
+}
+
+float dice_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+uint16_t dice_f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffff) > 0x7f800000)      /* NaN: keep it a quiet NaN */
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fff + ((u >> 16) & 1);          /* round to nearest even */
+	return (uint16_t)(u >> 16);
+}
+
+float dice_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	int exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff, u;
+	float f;
+
+	if (exp == 0) {
+		f = ldexpf((float)man, -24);
+		return sign ? -f : f;
+	}
+	if (exp == 31)
+		u = sign | 0x7f800000 | (man << 13);
+	else
+		u = sign | ((uint32_t)(exp - 15 + 127) << 23) | (man << 13);
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+uint16_t dice_f32_to_f16(float f)
+{
+	uint32_t u, sign, man;
+	int exp;
+
+	memcpy(&u, &f, 4);
+	sign = (u >> 16) & 0x8000;
+	exp = (int)((u >> 23) & 0xff) - 127 + 15;
+	man = u & 0x7fffff;
+	if (((u >> 23) & 0xff) == 0xff)                 /* inf or NaN */
+		return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+	if (exp >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	if (exp <= 0) {                                  /* subnormal or zero */
+		if (exp < -10)
+			return (uint16_t)sign;
+		man |= 0x800000;
+		int shift = 14 - exp;
+		uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+		if (rem > mid || (rem == mid && (half & 1)))
+			half++;
+		return (uint16_t)(sign | half);
+	}
+	uint32_t h = sign | ((uint32_t)exp << 10) | (man >> 13);
+	uint32_t rem = man & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+		h++;                                     /* may carry into the exponent: correct */
+	return (uint16_t)h;
+}
+
+static inline float load_w(const void *w, enum dice_dtype dt, size_t i)
+{
+	switch (dt) {
+	case DICE_F32: return ((const float *)w)[i];
+	case DICE_BF16: return dice_bf16_to_f32(((const uint16_t *)w)[i]);
+	case DICE_F16: return dice_f16_to_f32(((const uint16_t *)w)[i]);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- mask rule */
+
+int attn_allowed(const struct attn_mask *m, int i, int j)
+{
+	int qb = m->qpos[i] / m->block, kb = m->kpos[j] / m->block;
+
+	if (m->qseg && m->kseg && m->qseg[i] != m->kseg[j])
+		return 0;
+	if (!m->qnoisy || !m->knoisy)
+		return kb <= qb;
+	if (m->qnoisy[i])
+		return m->knoisy[j] ? kb == qb : kb < qb;
+	return m->knoisy[j] ? 0 : kb <= qb;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void cpu_matmul(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                       int N, int in, int out)
+{
+	float *row = xmalloc((size_t)in * sizeof *row);
+
+	for (int o = 0; o < out; o++) {
+		for (int i = 0; i < in; i++)
+			row[i] = load_w(w, wdt, (size_t)o * in + i);
+		for (int n = 0; n < N; n++) {
+			const float *xn = x + (size_t)n * in;
+			float acc = 0.0f;
+			for (int i = 0; i < in; i++)
+				acc += xn[i] * row[i];
+			y[(size_t)n * out + o] = acc;
+		}
+	}
+	free(row);
+}
+
+static void cpu_rmsnorm(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                        int N, int C, float eps)
+{
+	for (int n = 0; n < N; n++) {
+		const float *xn = x + (size_t)n * C;
+		float *yn = y + (size_t)n * C;
+		float ss = 0.0f;
+		for (int c = 0; c < C; c++)
+			ss += xn[c] * xn[c];
+		float r = 1.0f / sqrtf(ss / (float)C + eps);
+		for (int c = 0; c < C; c++)
+			yn[c] = xn[c] * r * load_w(w, wdt, (size_t)c);
+	}
+}
+
+static void cpu_rope(float *x, const int *pos, int N, int NH, int HD, float theta)
+{
+	int half = HD / 2;
+
+	for (int n = 0; n < N; n++) {
+		for (int j = 0; j < half; j++) {
+			/* as transformers: inv_freq and the angle in fp32 */
+			float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
+			float ang = (float)pos[n] * inv_freq;
+			float c = cosf(ang), s = sinf(ang);
+			for (int h = 0; h < NH; h++) {
+				float *xh = x + ((size_t)n * NH + h) * HD;
+				float x1 = xh[j], x2 = xh[j + half];
+				xh[j] = x1 * c - x2 * s;
+				xh[j + half] = x2 * c + x1 * s;
+			}
+		}
+	}
+}
+
+static void cpu_swiglu(float *y, const float *gate, const float *up, int N, int C)
+{
+	size_t n = (size_t)N * C;
+	for (size_t i = 0; i < n; i++) {
+		float g = gate[i];
+		y[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+static void cpu_add(float *y, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+static void cpu_attention(float *out, const float *q, const float *k, const float *v,
+                          int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	float *p = xmalloc((size_t)(S ? S : 1) * sizeof *p);
+	float scale = 1.0f / sqrtf((float)HD);
+	int group = NH / NKV;
+
+	for (int t = 0; t < T; t++) {
+		for (int h = 0; h < NH; h++) {
+			const float *qh = q + ((size_t)t * NH + h) * HD;
+			float *oh = out + ((size_t)t * NH + h) * HD;
+			int kh = h / group;
+			float mx = -INFINITY, sum = 0.0f;
+
+			for (int s = 0; s < S; s++) {
+				if (!attn_allowed(m, t, s)) {
+					p[s] = -INFINITY;
+					continue;
+				}
+				const float *ks = k + ((size_t)s * NKV + kh) * HD;
+				float d = 0.0f;
+				for (int c = 0; c < HD; c++)
+					d += qh[c] * ks[c];
+				p[s] = d * scale;
+				if (p[s] > mx)
+					mx = p[s];
+			}
+			memset(oh, 0, (size_t)HD * sizeof *oh);
+			if (mx == -INFINITY)
+				continue;
+			for (int s = 0; s < S; s++) {
+				p[s] = p[s] == -INFINITY ? 0.0f : expf(p[s] - mx);
+				sum += p[s];
+			}
+			for (int s = 0; s < S; s++) {
+				if (p[s] == 0.0f)
+					continue;
+				const float *vs = v + ((size_t)s * NKV + kh) * HD;
+				float a = p[s] / sum;
+				for (int c = 0; c < HD; c++)
+					oh[c] += a * vs[c];
+			}
+		}
+	}
+	free(p);
+}
+
+static void cpu_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
+{
+	for (int n = 0; n < N; n++)
+		for (int c = 0; c < C; c++)
+			y[(size_t)n * C + c] = load_w(w, wdt, (size_t)ids[n] * C + c);
+}
+
+static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_sync(void) {}
+
+const struct ops ops_cpu = {
+	.name = "cpu",
+	.matmul = cpu_matmul,
+	.rmsnorm = cpu_rmsnorm,
+	.rope = cpu_rope,
+	.swiglu = cpu_swiglu,
+	.add = cpu_add,
+	.attention = cpu_attention,
+	.embed = cpu_embed,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.to_host = cpu_copy,
+	.to_device = cpu_copy,
+	.copy = cpu_copy,
+	.sync = cpu_sync,
+	.matmul_backward = cpu_matmul_backward,
+	.rmsnorm_backward = cpu_rmsnorm_backward,
+	.rope_backward = cpu_rope_backward,
+	.swiglu_backward = cpu_swiglu_backward,
+	.attention_backward = cpu_attention_backward,
+	.embed_backward = cpu_embed_backward,
+	.cross_entropy = cpu_cross_entropy,
+	.zero = cpu_zero,
+	.sumsq = cpu_sumsq,
+	.adamw = cpu_adamw,
+};
+
+/* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build
+ * without it simply has no "cuda" backend. The reference is strong on purpose: a weak
+ * undefined symbol does not pull lib/cuda/backend.o out of libdice.a. */
+#ifdef DICE_CUDA
+const struct ops *gpu_ops(void);
+#endif
+
+const struct ops *ops_get(const char *name)
+{
+	if (!strcmp(name, "cpu"))
+		return &ops_cpu;
+#ifdef DICE_CUDA
+	if (!strcmp(name, "cuda"))
+		return gpu_ops();
+#endif
+	return NULL;
+}

@@ -1,0 +1,296 @@
+/* sft_train: epochs, micro-batches, accumulation, optimizer steps, checkpoint + state save
+ * and exact resume for dice-sft (lib/sft_train.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "errmsg.h"
+#include "sft_train.h"
+#include "util.h"
+
+static void plan_epoch(struct sft_train *s, int e)
+{
+	struct rng r;
+
+	rng_seed(&r, s->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(e + 1)));
+	free(s->order);
+	free(s->starts);
+	s->order = xmalloc((s->d->n ? s->d->n : 1) * sizeof *s->order);
+	sft_shuffle(s->order, s->d->n, &r);
+	s->nbatch = sft_plan(s->d, s->order, s->batch_tokens, &s->starts);
+}
+
+static long steps_of(size_t nbatch, int ga)
+{
+	return (long)((nbatch + (size_t)ga - 1) / (size_t)ga);
+}
+
+int sft_train_init(struct sft_train *s, struct model *m, const struct sft_data *d,
+                   const struct optim_opts *oo, double warmup, uint64_t seed,
+                   size_t batch_tokens, int grad_accum, int epochs, long max_steps,
+                   int recompute)
+{
+	struct optim_opts o = *oo;
+	struct optim_param *par;
+	size_t npar;
+
+	memset(s, 0, sizeof *s);
+	if (!d->n) {
+		warn_msg("no training samples");
+		return -1;
+	}
+	s->m = m;
+	s->d = d;
+	s->seed = seed;
+	s->batch_tokens = batch_tokens;
+	s->grad_accum = grad_accum;
+	s->epochs = epochs;
+	if (model_train_init(&s->t, m, recompute) < 0)
+		return -1;
+	for (int e = 0; e < epochs; e++) {
+		plan_epoch(s, e);
+		s->total_steps += steps_of(s->nbatch, grad_accum);
+	}
+	if (max_steps > 0 && max_steps < s->total_steps)
+		s->total_steps = max_steps;
+	o.total = (int)s->total_steps;
+	o.warmup = warmup < 1.0 ? (int)ceil(warmup * (double)s->total_steps) : (int)warmup;
+	par = optim_model_params(&s->t, &npar);
+	optim_init(&s->op, m->ops, &o, par, npar, s->t.gbuf, s->t.ngrad);
+	plan_epoch(s, 0);
+	rng_seed(&s->noise, seed);
+	return 0;
+}
+
+void sft_train_free(struct sft_train *s)
+{
+	optim_free(&s->op);
+	model_train_free(&s->t);
+	free(s->order);
+	free(s->starts);
+	memset(s, 0, sizeof *s);
+}
+
+int sft_train_more(const struct sft_train *s)
+{
+	return s->op.step < s->total_steps;
+}
+
+int sft_train_step(struct sft_train *s, struct sft_step *out)
+{
+	int k;
+
+	memset(out, 0, sizeof *out);
+	if (s->batch >= s->nbatch) {
+		s->epoch++;
+		s->batch = 0;
+		plan_epoch(s, s->epoch);
+	}
+	k = s->nbatch - s->batch < (size_t)s->grad_accum ? (int)(s->nbatch - s->batch)
+	                                                 : s->grad_accum;
+	model_train_zero_grad(&s->t);
+	for (int i = 0; i < k; i++) {
+		size_t mb = s->batch + (size_t)i, b0 = s->starts[mb], ns = s->starts[mb + 1] - b0;
+		const struct sft_sample **smp = xmalloc(ns * sizeof *smp);
+		struct train_batch tb;
+		double loss;
+		int rc;
+
+		for (size_t j = 0; j < ns; j++) {
+			smp[j] = &s->d->s[s->order[b0 + j]];
+			out->tokens += (size_t)smp[j]->n;
+		}
+		sft_batch_build(&tb, smp, (int)ns, s->m->cfg.mask_token_id, (double)k, &s->noise,
+		                NULL);
+		rc = model_train_batch(&s->t, &tb, &loss);
+		sft_batch_free(&tb);
+		free(smp);
+		if (rc < 0)
+			return -1;
+		out->loss += loss;
+	}
+	s->batch += (size_t)k;
+	out->micro = k;
+	out->grad_norm = optim_step(&s->op, &out->lr);
+	return 0;
+}
+
+int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
+                   size_t errlen)
+{
+	struct model *m = s->m;
+	struct model_config c = m->cfg;
+	struct model_weights hw = m->w;
+	struct ckpt_tensor *list;
+	char *host = xmalloc(m->wbytes), *path;
+	char seed[24], epoch[16], batch[24], rngs[80], samples[24], total[24];
+	size_t n;
+	int rc;
+
+	m->ops->to_host(host, m->wbuf, m->wbytes);
+	hw.layers = xmalloc((size_t)c.num_layers * sizeof *hw.layers);
+	memcpy(hw.layers, m->w.layers, (size_t)c.num_layers * sizeof *hw.layers);
+	list = checkpoint_tensor_list(&c, &hw, &n);
+	for (size_t i = 0; i < n; i++)
+		list[i].ref->p = host + ((const char *)list[i].ref->p - (const char *)m->wbuf);
+	c.dtype = DICE_F32;
+	rc = checkpoint_write(out_dir, &c, &hw, 1, tok_dir, err, errlen);
+	free(list);
+	free(hw.layers);
+	free(host);
+	if (rc < 0)
+		return -1;
+	snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
+	snprintf(epoch, sizeof epoch, "%d", s->epoch);
+	snprintf(batch, sizeof batch, "%zu", s->batch);
+	snprintf(rngs, sizeof rngs, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64,
+	         s->noise.s[0], s->noise.s[1], s->noise.s[2], s->noise.s[3]);
+	snprintf(samples, sizeof samples, "%zu", s->d->n);
+	snprintf(total, sizeof total, "%ld", s->total_steps);
+	const char *meta[] = { "seed", seed, "epoch", epoch, "batch", batch, "noise_rng", rngs,
+	                       "samples", samples, "total_steps", total };
+	path = xasprintf("%s/%s", out_dir, SFT_STATE_FILE);
+	rc = optim_save(&s->op, path, meta, ARRAY_LEN(meta) / 2, err, errlen);
+	free(path);
+	return rc;
+}
+
+static int meta_u64(const struct safetensors *st, const char *key, uint64_t *out, char *err,
+                    size_t errlen)
+{
+	const char *v = safetensors_meta(st, key);
+	char *end;
+
+	if (v) {
+		*out = strtoull(v, &end, 10);
+		if (end != v && !*end)
+			return 0;
+	}
+	errmsg_set(err, errlen, "%s: no valid \"%s\" in __metadata__", st->path, key);
+	return -1;
+}
+
+int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t errlen)
+{
+	struct safetensors st;
+	char *path = xasprintf("%s/%s", dir, SFT_STATE_FILE);
+	uint64_t seed, epoch, batch, samples;
+	const char *rngs;
+	int rc = -1;
+
+	if (safetensors_open(&st, path, err, errlen) < 0) {
+		free(path);
+		return -1;
+	}
+	free(path);
+	if (optim_load(&s->op, &st, err, errlen) < 0 || meta_u64(&st, "seed", &seed, err, errlen) ||
+	    meta_u64(&st, "epoch", &epoch, err, errlen) ||
+	    meta_u64(&st, "batch", &batch, err, errlen) ||
+	    meta_u64(&st, "samples", &samples, err, errlen))
+		goto out;
+	rngs = safetensors_meta(&st, "noise_rng");
+	if (!rngs || sscanf(rngs, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &s->noise.s[0],
+	                    &s->noise.s[1], &s->noise.s[2], &s->noise.s[3]) != 4) {
+		errmsg_set(err, errlen, "%s: no valid \"noise_rng\" in __metadata__", st.path);
+		goto out;
+	}
+	if (seed != s->seed || samples != s->d->n) {
+		errmsg_set(err, errlen, "%s: written with --seed %" PRIu64 " and %" PRIu64 " samples, "
+		           "now %" PRIu64 " and %zu\nhint: resume with the same data and options",
+		           st.path, seed, samples, s->seed, s->d->n);
+		goto out;
+	}
+	s->epoch = (int)epoch;
+	plan_epoch(s, s->epoch);
+	s->batch = (size_t)batch;
+	rc = 0;
+out:
+	safetensors_close(&st);
+	return rc;
+}
+
+static float *as_f32(const void *src, int n, int is_int, int is_u8)
+{
+	float *f = xmalloc((size_t)(n ? n : 1) * sizeof *f);
+	for (int i = 0; i < n; i++)
+		f[i] = is_u8 ? (float)((const uint8_t *)src)[i] :
+		       is_int ? (float)((const int *)src)[i] : ((const float *)src)[i];
+	return f;
+}
+
+int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen)
+{
+	struct rng r = s->noise;
+	size_t mb = s->batch < s->nbatch ? s->batch : 0, b0, ns;
+	const struct sft_sample **smp;
+	struct train_batch tb;
+	struct ckpt_tensor *gl;
+	struct st_wtensor *t;
+	float *cols[7];
+	char **names, loss_s[40], block_s[16];
+	double loss;
+	size_t ng;
+	int rc;
+
+	if (s->batch >= s->nbatch) {    /* the next step starts a new epoch */
+		plan_epoch(s, s->epoch + 1);
+		mb = 0;
+	}
+	b0 = s->starts[mb];
+	ns = s->starts[mb + 1] - b0;
+	smp = xmalloc(ns * sizeof *smp);
+	for (size_t j = 0; j < ns; j++)
+		smp[j] = &s->d->s[s->order[b0 + j]];
+	sft_batch_build(&tb, smp, (int)ns, s->m->cfg.mask_token_id, 1.0, &r, NULL);
+	if (s->batch >= s->nbatch)
+		plan_epoch(s, s->epoch);
+	free(smp);
+	model_train_zero_grad(&s->t);
+	if (model_train_batch(&s->t, &tb, &loss) < 0) {
+		errmsg_set(err, errlen, "%s: the forward/backward failed", path);
+		sft_batch_free(&tb);
+		return -1;
+	}
+	float *gh = xmalloc(s->t.ngrad * sizeof *gh);
+	s->m->ops->to_host(gh, s->t.gbuf, s->t.ngrad * sizeof *gh);
+	gl = checkpoint_tensor_list(&s->m->cfg, &s->t.g, &ng);
+	t = xcalloc(ng + 7, sizeof *t);
+	names = xcalloc(ng, sizeof *names);
+	cols[0] = as_f32(tb.ids, tb.N, 1, 0);
+	cols[1] = as_f32(tb.pos, tb.N, 1, 0);
+	cols[2] = as_f32(tb.noisy, tb.N, 0, 1);
+	cols[3] = as_f32(tb.target, tb.N, 1, 0);
+	cols[4] = as_f32(tb.weight, tb.N, 0, 0);
+	cols[5] = as_f32(tb.start, tb.nsamp, 1, 0);
+	cols[6] = as_f32(tb.len, tb.nsamp, 1, 0);
+	static const char *const cn[7] = { "ids", "pos", "noisy", "target", "weight", "start", "len" };
+	for (int i = 0; i < 7; i++)
+		t[i] = (struct st_wtensor){ .name = cn[i], .dtype = DICE_F32, .ndim = 1,
+		                            .shape = { i < 5 ? tb.N : tb.nsamp }, .data = cols[i] };
+	for (size_t i = 0; i < ng; i++) {
+		names[i] = xasprintf("grad.%s", gl[i].name);
+		t[7 + i] = (struct st_wtensor){ .name = names[i], .dtype = DICE_F32,
+		                                .ndim = gl[i].ndim,
+		                                .data = gh + ((const float *)gl[i].ref->p - s->t.gbuf),
+		                                .shape = { gl[i].shape[0], gl[i].shape[1] } };
+	}
+	snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+	snprintf(block_s, sizeof block_s, "%d", s->m->cfg.block_size);
+	const char *meta[] = { "dice_format", "dice-sft-batch", "dice_format_version", "1",
+	                       "loss", loss_s, "block", block_s };
+	rc = safetensors_write(path, t, ng + 7, meta, 4, err, errlen);
+	for (int i = 0; i < 7; i++)
+		free(cols[i]);
+	for (size_t i = 0; i < ng; i++)
+		free(names[i]);
+	free(names);
+	free(t);
+	free(gl);
+	free(gh);
+	sft_batch_free(&tb);
+	model_train_zero_grad(&s->t);
+	return rc;
+}

@@ -1,0 +1,84 @@
+/* sft_train: the dice-sft training loop pieces: epochs of shuffled, packed micro-batches,
+ * optimizer steps with gradient accumulation, checkpoints and exact resume.
+ *
+ * Data order: epoch e shuffles the samples with an RNG seeded from (seed, e) and packs them
+ * into micro-batches of at most batch_tokens tokens (lib/sft.h); an optimizer step takes
+ * grad_accum consecutive micro-batches of one epoch (the last step of an epoch may take
+ * fewer), each sample weight divided by the step's micro-batch count, so the step's loss
+ * and gradient are the mean over its micro-batches. The noise comes from a second RNG
+ * seeded from seed, advanced only by the batches.
+ *
+ * Saving (sft_train_save): the Hugging Face directory out_dir (config.json with torch_dtype
+ * float32: the fp32 master weights, model.safetensors, the tokenizer files of tok_dir) and
+ * out_dir/trainer_state.safetensors (lib/optim.h state + "seed", "epoch", "batch" (the next
+ * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps").
+ * sft_train_resume restores all of it, so on the CPU the losses continue bitwise.
+ */
+/* Data parallelism (not written yet) drops in without a communication layer of our own:
+ * rank r of W takes the micro-batches i with i % W == r of each step, and one NCCL
+ * all-reduce (average) of model_train.gbuf, a single flat fp32 buffer, runs between the
+ * backward passes and optim_step; every rank then applies the same update.
+ */
+#ifndef DICE_SFT_TRAIN_H
+#define DICE_SFT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_bwd.h"
+#include "optim.h"
+#include "rng.h"
+#include "sft.h"
+
+#define SFT_STATE_FILE "trainer_state.safetensors"
+
+struct sft_train {
+	struct model *m;
+	struct model_train t;
+	struct optim op;
+	const struct sft_data *d;
+	uint64_t seed;
+	size_t batch_tokens;
+	int grad_accum, epochs;
+	long total_steps;            /* min(epochs x steps per epoch, max_steps) */
+	/* position */
+	int epoch;
+	size_t batch;                /* next micro-batch of the epoch */
+	size_t *order, *starts, nbatch;  /* the epoch's plan */
+	struct rng noise;
+};
+
+struct sft_step {
+	double loss;                 /* mean over the step's micro-batches */
+	double grad_norm;
+	float lr;
+	size_t tokens;               /* sample tokens (not doubled) */
+	int micro;                   /* micro-batches */
+};
+
+/* Plans every epoch once to count steps; max_steps <= 0: no cap. warmup < 1 is a fraction of
+ * the total steps (rounded up), else a step count. 0 or -1 with a warning. */
+int sft_train_init(struct sft_train *s, struct model *m, const struct sft_data *d,
+                   const struct optim_opts *oo, double warmup, uint64_t seed,
+                   size_t batch_tokens, int grad_accum, int epochs, long max_steps,
+                   int recompute);
+void sft_train_free(struct sft_train *s);
+/* 1 while steps remain. */
+int sft_train_more(const struct sft_train *s);
+/* One optimizer step. 0 or -1. */
+int sft_train_step(struct sft_train *s, struct sft_step *out);
+/* Write the checkpoint and the state. 0, or -1 with err. */
+int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
+                   size_t errlen);
+/* Export the next micro-batch (noise drawn from a copy of the generator: training is not
+ * disturbed) with its loss and gradients, for checks against another implementation:
+ * safetensors with "ids", "pos", "noisy", "target", "weight" (N), "start", "len" (nsamp),
+ * all F32 (ids exact below 2^24), "grad.<tensor name>" for every weight, and __metadata__
+ * dice_format "dice-sft-batch" version 1, "loss" (%.17g), "block". Gradients are zeroed
+ * again afterwards. 0, or -1 with err. */
+int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen);
+/* Restore the state from dir/trainer_state.safetensors (the weights come with the model,
+ * loaded from dir). 0, or -1 with err. */
+int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t errlen);
+
+#endif
