@@ -18,19 +18,6 @@
 #include "kbench.h"
 #include "pool.h"
 
-/* Until lib/deceive.c is in the library the rules are weak references: --robust then
- * reports them unavailable (kbench_robust_available). */
-#pragma weak deceive_checker_new
-#pragma weak deceive_checker_free
-#pragma weak deceive_check
-#pragma weak deceive_result_free
-#pragma weak deceive_result_json
-
-int kbench_robust_available(void)
-{
-	return deceive_checker_new != NULL && deceive_check != NULL;
-}
-
 /* ================================================================== problems */
 
 /* Locate "levelN/<num>_<name>.py" at the end of path: offset of "levelN" in *off. */
@@ -348,7 +335,7 @@ struct kbench_engine {
 	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
 	char *python;
 	char *worker;
-	char **env_base;       /* NULL-terminated, owned */
+	char *cache;           /* absolute path of the build cache (workers run elsewhere) */
 	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
 	size_t head, n, cap;
 	struct worker *w;      /* (nlanes * 2): lane i owns w[2i] and w[2i+1] */
@@ -766,7 +753,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		pool_finish(&pw.p);
 		pool_proc_free(&pw.p);
 	}
-	if (mkdir_p(cfg->cache_dir) < 0) {
+	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
 		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
 		kbench_engine_free(e);
 		return NULL;
@@ -808,6 +795,7 @@ int kbench_engine_free(struct kbench_engine *e)
 	free(e->arch);
 	free(e->python);
 	free(e->worker);
+	free(e->cache);
 	free(e);
 	return fatal ? -1 : 0;
 }
@@ -1299,7 +1287,7 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
 	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
 	buf_free(&b);
-	snprintf(key, sizeof key, "%s/%s", e->cfg.cache_dir, en->hash);
+	snprintf(key, sizeof key, "%s/%s", e->cache, en->hash);
 	en->cache = xstrdup(key);
 	en->state = needs_build(en->kernel) ? E_BUILD_WAIT : E_RUN_WAIT;
 	if (en->state == E_BUILD_WAIT && mkdir(en->cache, 0755) < 0 && errno != EEXIST)
