@@ -3,6 +3,7 @@
  * object; every other record goes to --rejects with its reason. The logic is in lib/cuke.c;
  * this file holds the options and the read loop. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,17 @@ static const char usage_text[] =
 	"  -m, --min-speedup X     keep records with speedup >= X\n"
 	"  -M, --max-speedup X     drop records with speedup > X\n"
 	"  -c, --require-correct   keep only records whose correct (or eval.correct) is true\n"
+	"  -d, --drop-deceptive    drop kernels the deceive rules find deceptive\n"
+	"  -u, --dedupe            drop records whose normalised ref+kernel was seen before\n"
+	"  -k, --dedupe-key KEY    what --dedupe compares: pair (ref+kernel, default) or ref\n"
+	"  -t, --max-tokens N      drop records whose SFT prompt+response is over N tokens\n"
+	"  -T, --tokenizer DIR     checkpoint (tokenizer.json) for -t; default $DICE_MODEL\n"
+	"  -l, --level N[,N]       keep references of these levels (1 op, 2 chain, 3 model)\n"
+	"  -C, --classify          write the computed level as cuke.level\n"
+	"  -S, --sort-level        emit level 1 records, then 2, then 3 (stable)\n"
+	"  -p, --to-sft            write SFT records {id, prompt, response}\n"
+	"  -i, --to-infill         write infill records {id, level, ref, kernel, prefix, middle,\n"
+	"                          suffix}\n"
 	"  -r, --rejects FILE      write every record not kept there, with cuke.rejected\n"
 	"  -s, --stats             print counts by reason and the speedup histogram on stderr\n"
 	"  -j, --stats-json FILE   write the same summary as JSON to FILE\n"
@@ -29,6 +41,16 @@ static const struct option longopts[] = {
 	{ "min-speedup", required_argument, NULL, 'm' },
 	{ "max-speedup", required_argument, NULL, 'M' },
 	{ "require-correct", no_argument, NULL, 'c' },
+	{ "drop-deceptive", no_argument, NULL, 'd' },
+	{ "dedupe", no_argument, NULL, 'u' },
+	{ "dedupe-key", required_argument, NULL, 'k' },
+	{ "max-tokens", required_argument, NULL, 't' },
+	{ "tokenizer", required_argument, NULL, 'T' },
+	{ "level", required_argument, NULL, 'l' },
+	{ "classify", no_argument, NULL, 'C' },
+	{ "sort-level", no_argument, NULL, 'S' },
+	{ "to-sft", no_argument, NULL, 'p' },
+	{ "to-infill", no_argument, NULL, 'i' },
 	{ "rejects", required_argument, NULL, 'r' },
 	{ "stats", no_argument, NULL, 's' },
 	{ "stats-json", required_argument, NULL, 'j' },
@@ -39,7 +61,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:M:cr:sj:o:UPhV";
+static const char shortopts[] = ":m:M:cduk:t:T:l:CSpir:sj:o:UPhV";
 
 static _Noreturn void usage(int status)
 {
@@ -50,6 +72,24 @@ static _Noreturn void usage(int status)
 	}
 	fputs(usage_text, stdout);
 	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
+/* "1,3" -> bits 1 and 3 */
+static unsigned parse_levels(const char *arg)
+{
+	unsigned bits = 0;
+	char *copy = xstrdup(arg), *save = NULL;
+	long n;
+
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (parse_long(t, 1, 3, &n) < 0)
+			die_status(EXIT_STATUS_USAGE, "bad --level '%s': levels are 1, 2 and 3", arg);
+		bits |= 1u << n;
+	}
+	free(copy);
+	if (!bits)
+		die_status(EXIT_STATUS_USAGE, "bad --level '%s': levels are 1, 2 and 3", arg);
+	return bits;
 }
 
 static FILE *open_out(const char *path)
@@ -68,6 +108,7 @@ int main(int argc, char **argv)
 	char err[256];
 
 	util_set_progname(argv[0]);
+	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm':
@@ -81,6 +122,33 @@ int main(int argc, char **argv)
 			cfg.has_max = 1;
 			break;
 		case 'c': cfg.require_correct = 1; break;
+		case 'd': cfg.drop_deceptive = 1; break;
+		case 'u':
+			if (!cfg.dedupe)
+				cfg.dedupe = CUKE_DEDUPE_ALL;
+			break;
+		case 'k':
+			if (!strcmp(optarg, "ref"))
+				cfg.dedupe = CUKE_DEDUPE_REF;
+			else if (!strcmp(optarg, "pair"))
+				cfg.dedupe = CUKE_DEDUPE_ALL;
+			else
+				die_status(EXIT_STATUS_USAGE, "bad --dedupe-key '%s': use pair or ref", optarg);
+			break;
+		case 't':
+			if (parse_long(optarg, 1, LONG_MAX, &cfg.max_tokens) < 0)
+				die_status(EXIT_STATUS_USAGE, "bad --max-tokens '%s'", optarg);
+			break;
+		case 'T': cfg.tokenizer = optarg; break;
+		case 'l': cfg.levels = parse_levels(optarg); break;
+		case 'C': cfg.classify = 1; break;
+		case 'S': cfg.sort_level = 1; break;
+		case 'p':
+		case 'i':
+			if (cfg.format != CUKE_OUT_RECORDS)
+				die_status(EXIT_STATUS_USAGE, "--to-sft and --to-infill exclude each other");
+			cfg.format = opt == 'p' ? CUKE_OUT_SFT : CUKE_OUT_INFILL;
+			break;
 		case 'r': rejects_path = optarg; break;
 		case 's': stats = 1; break;
 		case 'j': stats_json = optarg; break;
@@ -91,15 +159,31 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("cuke-filter %s\n", DICE_VERSION);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		default: usage(EXIT_STATUS_USAGE);
+		case ':':
+			warn_msg("option '%s' needs an argument", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
+		default:
+			warn_msg("unknown option '%s'", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
 		}
 	}
 
+	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = getenv("DICE_MODEL")))
+		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
+	if (cfg.tokenizer && cfg.max_tokens <= 0)
+		die_status(EXIT_STATUS_USAGE, "--tokenizer is only used with --max-tokens N");
 	struct cuke *c = cuke_new(&cfg, err, sizeof err);
 	if (!c)
-		die_status(EXIT_STATUS_USAGE, "%s", err);
+		die("%s", err);
 	FILE *out = out_path ? open_out(out_path) : stdout;
 	FILE *rej = rejects_path ? open_out(rejects_path) : NULL;
+	/* records are often bigger than stdio's default buffer: write in 64 KiB pieces */
+	static char obuf[1 << 16], rbuf[1 << 16];
+	if (!unbuffered) {
+		setvbuf(out, obuf, _IOFBF, sizeof obuf);
+		if (rej)
+			setvbuf(rej, rbuf, _IOFBF, sizeof rbuf);
+	}
 	struct jsonl_writer wout, wrej;
 	struct cuke_sink sink = { &wout, rej ? &wrej : NULL };
 	jsonl_writer_init(&wout, out, out_path ? out_path : "stdout", unbuffered);

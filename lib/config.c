@@ -1,7 +1,9 @@
 /* config: read, validate and write config.json for SDAR/Qwen3 checkpoints. See config.h. */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +80,8 @@ static int get_float(json_t *root, const char *key, float *out, const char *name
 
 	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_number(v)) {
-		errmsg_set(err, errlen, "%s: '%s' must be a number", name, key);
+	if (!json_is_number(v) || fabs(json_number_value(v)) > FLT_MAX) {
+		errmsg_set(err, errlen, "%s: '%s' must be a number within float range", name, key);
 		return -1;
 	}
 	*out = (float)json_number_value(v);
@@ -169,6 +171,20 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		errmsg_set(err, errlen, "%s: torch_dtype '%s' not supported (bfloat16, float16, "
 		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");
 		goto out;
+	}
+	/* transformers 5 writes {"rope_parameters": {"rope_theta": x, "rope_type": "default"}} */
+	v = json_object_get(root, "rope_parameters");
+	if (v && !json_is_null(v)) {
+		json_t *type = json_object_get(v, "rope_type");
+
+		if (!json_is_object(v) ||
+		    (type && (!json_is_string(type) || strcmp(json_string_value(type), "default")))) {
+			errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
+			           "supported", name);
+			goto out;
+		}
+		if (get_float(v, "rope_theta", &c->rope_theta, name, err, errlen))
+			goto out;
 	}
 	if (refuse(root, "rope_scaling", name, err, errlen) ||
 	    refuse(root, "attention_bias", name, err, errlen) ||

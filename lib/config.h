@@ -5,7 +5,8 @@
  * num_key_value_heads = num_attention_heads, head_dim = hidden_size / num_attention_heads,
  * max_position_embeddings 32768, rope_theta 1e6, rms_norm_eps 1e-6, tie_word_embeddings
  * false, block_size 4, mask_token_id 151669, bos/eos/pad -1, torch_dtype (or "dtype")
- * bfloat16. eos_token_id may be a list (its first id is kept). Features the engine does not
+ * bfloat16. eos_token_id may be a list (its first id is kept); null means absent.
+ * rope_theta may also sit in transformers 5's "rope_parameters" (rope_type "default"). Features the engine does not
  * implement are refused, not ignored: rope_scaling other than null, attention_bias true,
  * hidden_act other than silu, use_sliding_window true.
  * Validation: positive sizes, NH a multiple of NKV, even head_dim, token ids < vocab_size.

@@ -12,12 +12,13 @@
  * that is not > 0, is bad-speedup. Correctness: `correct`, else `eval.correct`; null is
  * absent, a non-boolean is bad-correct.
  *
- * Two paths give the same bytes: when the options need only those fields (no --dedupe,
- * level, tokens, deception, --to-sft/--to-infill), cuke_fields_scan() reads them off the raw
- * line in one validating pass (no tree); whenever it is unsure (escaped keys, deep nesting,
- * big numbers, \u0000 or surrogates, a `cuke` key already there, invalid JSON) the line goes
- * through jansson like everything else. Kept records are written back byte for byte with a
- * `cuke` object added (jsonl_write_added).
+ * Two paths give the same bytes: cuke_fields_scan() reads those fields off the raw line in
+ * one validating pass (no tree), and only a record that passes the cheap checks and needs
+ * its content (--dedupe, level, tokens, deception, --to-sft/--to-infill) is parsed by
+ * jansson; whenever the scanner is unsure (escaped keys, deep nesting, big numbers, \u0000
+ * or surrogates, a `cuke` key already there, invalid JSON) the line goes through jansson
+ * first. Kept records are written back byte for byte with a `cuke` object added
+ * (jsonl_write_added).
  *
  * Ownership: struct cuke lives behind cuke_new/cuke_free; the caller owns the writers it
  * hands to cuke_sink and closes them after cuke_finish.
@@ -93,9 +94,50 @@ struct cuke_config {
 	int has_min, has_max;
 	double min_speedup, max_speedup;
 	int require_correct;
+	int classify;           /* compute cuke.level (implied by levels and sort_level) */
+	unsigned levels;        /* bit n set: keep level n (1..3); 0 keeps every level */
+	int sort_level;         /* emit level 1, then 2, then 3 (stable; 2 and 3 spooled) */
+	enum cuke_dedupe dedupe;
+	int drop_deceptive;     /* run lib/deceive on the kernel; deceptive ones are rejected */
+	long max_tokens;        /* > 0: reject SFT pairs longer than this (needs tokenizer) */
+	const char *tokenizer;  /* checkpoint directory or tokenizer.json */
 	int no_fast;            /* always parse with jansson (tests compare both paths) */
 	enum cuke_format format;
 };
+
+/* ---- the content checks (exposed for the tests) --------------------------------------- */
+
+/* Difficulty level of a PyTorch reference from its class Model (1 single op, 2 fused chain,
+ * 3 whole model). Ops are counted in the methods of Model other than __init__: calls of
+ * torch.* / F.* functions, tensor methods and submodules (self.x = nn.Conv2d(...)), and the
+ * binary arithmetic operators + - * / // % @ ** (augmented too); layout and conversion calls
+ * (view, reshape, size, contiguous, unsqueeze, to, float, ...) and Python builtins do not
+ * count. Level 3: a loop in Model, a container submodule (nn.Sequential, nn.ModuleList,
+ * nn.ModuleDict), a submodule or helper defined in the file, or 8 or more op instances;
+ * else level 1 for exactly one op instance and level 2 for more. Returns the level, or -1
+ * with *why set when there is no class Model with a forward method. */
+struct cuke_level {
+	int level;
+	int ops;                /* op instances */
+	int distinct;           /* distinct ops */
+	const char *why;        /* static: what decided the level */
+};
+int cuke_classify(const char *ref, size_t len, struct cuke_level *out);
+
+/* Dedupe key: FNV-1a 64 of the pysrc-normalised reference (comments and docstrings gone),
+ * a NUL, and the normalised kernel (kernel NULL: reference alone), with every white-space
+ * byte dropped, inside strings too. */
+unsigned long long cuke_dedupe_key(const char *ref, size_t rlen, const char *kernel, size_t klen);
+
+/* Infill split (SPEC §5.2): middle = the one module-level assignment of a string literal
+ * holding `__global__` (from the start of its line to the end of its logical line, newline
+ * included); prefix = what comes before it (no class, def or load_inline there); suffix =
+ * the rest (a load_inline call and class ModelNew must be there). 0 with *a, *b the middle's
+ * byte span, or -1 with *why (static). prefix + middle + suffix == kernel by construction. */
+int cuke_split(const char *kernel, size_t len, size_t *a, size_t *b, const char **why);
+
+/* SFT response: the kernel, trailing white space removed, in a ```python fenced block. */
+char *cuke_sft_response(const char *kernel, size_t len);
 
 struct cuke_stats {
 	size_t read;            /* non-blank lines */

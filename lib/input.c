@@ -41,6 +41,13 @@ static ssize_t member_read(void *cookie, char *buf, size_t size)
 	return (ssize_t)n;
 }
 
+/* stdio reads st_blksize (often 4 KiB) per read(2), so a stream of 4 KB records costs one
+ * system call per record; 64 KiB buffers cut that 16-fold (bench/cuke-filter.sh: about a
+ * quarter of a fast filter's time). stdin gets a static buffer once, before its first read. */
+enum { INPUT_IOBUF = 1 << 16 };
+static char stdin_iobuf[INPUT_IOBUF];
+static int stdin_iobuf_set;
+
 int input_open(struct input *in, const char *path)
 {
 	int c;
@@ -50,6 +57,8 @@ int input_open(struct input *in, const char *path)
 	if (!strcmp(path, "-")) {
 		in->name = xstrdup("<stdin>");
 		in->raw = stdin;
+		if (!stdin_iobuf_set++)
+			setvbuf(stdin, stdin_iobuf, _IOFBF, sizeof stdin_iobuf);
 	} else {
 		in->name = xstrdup(path);
 		if (!(in->raw = fopen(path, "rb"))) {
@@ -58,6 +67,8 @@ int input_open(struct input *in, const char *path)
 			in->name = NULL;
 			return -1;
 		}
+		in->iobuf = xmalloc(INPUT_IOBUF);
+		setvbuf(in->raw, in->iobuf, _IOFBF, INPUT_IOBUF);
 	}
 	c = getc(in->raw);
 	if (c != EOF)
@@ -137,6 +148,7 @@ void input_close(struct input *in)
 	}
 	if (in->raw && in->raw != stdin)
 		fclose(in->raw);
+	free(in->iobuf);
 	free(in->name);
 	free(in->member_buf);
 	memset(in, 0, sizeof *in);

@@ -32,6 +32,7 @@ struct input {
 	int state;          /* 0 fresh, 1 plain handed out, 2 archive, 3 done */
 	int is_raw;         /* archive format "raw": a compressed single stream */
 	char *member_buf;
+	char *iobuf;        /* stdio buffer of raw when it is a file we opened */
 	char rbuf[65536];
 };
 

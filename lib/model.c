@@ -103,8 +103,8 @@ float *model_weights_random(struct model_weights *w, const struct model_config *
 	mem = p = xmalloc(total * sizeof *mem);
 	rng_seed(&r, seed);
 	for (int i = 0; i < n; i++) {
-		for (size_t j = 0; j < d[i].n; j++)
-			p[j] = (float)rng_normal(&r);
+		for (size_t j = 0; j < d[i].n; j++)     /* uniform with unit variance: fast */
+			p[j] = (rng_uniformf(&r) * 2.0f - 1.0f) * 1.7320508f;
 		if (d[i].kind == WK_NORM) {
 			for (size_t j = 0; j < d[i].n; j++)
 				p[j] = 1.0f + 0.1f * p[j];

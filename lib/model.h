@@ -114,8 +114,8 @@ void model_free(struct model *m);
 /* Bytes of weights one forward reads (layers + lm_head), for the floors of benchmarks. */
 size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);
 
-/* Random fp32 host weights for tests and benchmarks (seeded, normal with std 1/sqrt(in) for
- * matrices, 1 for embeddings, 1 + 0.1 normal for norms). Fills w (w->layers allocated) and
+/* Random fp32 host weights for tests and benchmarks (seeded; uniform with std 1/sqrt(in) for
+ * matrices, 1 for embeddings, 1 + 0.1 x for norms, x of unit variance). Fills w (w->layers allocated) and
  * returns the one allocation holding the values; free it and w->layers. */
 float *model_weights_random(struct model_weights *w, const struct model_config *cfg, uint64_t seed);
 

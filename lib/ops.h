@@ -85,9 +85,9 @@ struct ops {
 	void (*free)(void *p);
 	void (*to_host)(void *dst, const void *src, size_t bytes);
 	void (*to_device)(void *dst, const void *src, size_t bytes);
+	void (*sync)(void);
 	/* backend -> backend copy (both pointers backend memory; regions do not overlap) */
 	void (*copy)(void *dst, const void *src, size_t bytes);
-	void (*sync)(void);
 
 	/* ---- training (lib/ops_bwd_cpu.c is the specification). Appended after the inference
 	 * ops so tables written with designated initialisers keep compiling; a backend without

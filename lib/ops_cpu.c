@@ -266,15 +266,20 @@ const struct ops ops_cpu = {
 	.adamw = cpu_adamw,
 };
 
-/* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in; weak here so that a
- * build without it links and simply has no "cuda" backend. */
-const struct ops *gpu_ops(void) __attribute__((weak));
+/* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build
+ * without it simply has no "cuda" backend. The reference is strong on purpose: a weak
+ * undefined symbol does not pull lib/cuda/backend.o out of libdice.a. */
+#ifdef DICE_CUDA
+const struct ops *gpu_ops(void);
+#endif
 
 const struct ops *ops_get(const char *name)
 {
 	if (!strcmp(name, "cpu"))
 		return &ops_cpu;
-	if (!strcmp(name, "cuda") && gpu_ops)
+#ifdef DICE_CUDA
+	if (!strcmp(name, "cuda"))
 		return gpu_ops();
+#endif
 	return NULL;
 }

@@ -294,6 +294,49 @@ static uint32_t nfc_compose_pair(uint32_t a, uint32_t b)
 	return e ? e[2] : 0;
 }
 
+static unsigned nfc_cc(int c)
+{
+	return NFC_IS_BYTE(c) ? 0 : nfc_class((uint32_t)c);
+}
+
+/* Canonical ordering: a stable sort by combining class of each run of non-starters;
+ * insertion sort for short runs, counting sort for long ones (hostile text must not make
+ * this quadratic). */
+static void nfc_reorder(int *p, size_t n)
+{
+	for (size_t a = 0; a < n; a++) {
+		if (!nfc_cc(p[a]))
+			continue;
+		size_t b = a + 1;
+		while (b < n && nfc_cc(p[b]))
+			b++;
+		if (b - a <= 32) {
+			for (size_t k = a + 1; k < b; k++) {
+				int c = p[k];
+				unsigned cc = nfc_cc(c);
+				size_t j = k;
+				while (j > a && nfc_cc(p[j - 1]) > cc) {
+					p[j] = p[j - 1];
+					j--;
+				}
+				p[j] = c;
+			}
+		} else {
+			size_t count[257] = { 0 };
+			int *tmp = xmalloc((b - a) * sizeof *tmp);
+			for (size_t k = a; k < b; k++)
+				count[nfc_cc(p[k]) + 1]++;
+			for (int c = 1; c < 257; c++)
+				count[c] += count[c - 1];
+			for (size_t k = a; k < b; k++)
+				tmp[count[nfc_cc(p[k])]++] = p[k];
+			memcpy(p + a, tmp, (b - a) * sizeof *tmp);
+			free(tmp);
+		}
+		a = b;
+	}
+}
+
 /* Append the NFC form of s[0..n) to out (the slow path: decompose, reorder, compose). */
 static void nfc_slow(const unsigned char *u, size_t n, struct buf *out)
 {
@@ -310,29 +353,13 @@ static void nfc_slow(const unsigned char *u, size_t n, struct buf *out)
 		nfc_decompose(&v, (int)c);
 		i += l;
 	}
-	/* canonical ordering: stable insertion sort of each run of non-starters */
-	for (size_t k = 1; k < v.n; k++) {
-		int c = v.p[k];
-		unsigned cc = NFC_IS_BYTE(c) ? 0 : nfc_class((uint32_t)c);
-		if (!cc)
-			continue;
-		size_t j = k;
-		while (j > 0) {
-			int p = v.p[j - 1];
-			unsigned pc = NFC_IS_BYTE(p) ? 0 : nfc_class((uint32_t)p);
-			if (pc <= cc)
-				break;
-			v.p[j] = p;
-			j--;
-		}
-		v.p[j] = c;
-	}
+	nfc_reorder(v.p, v.n);
 	/* canonical composition */
 	size_t w = 0, starter = SIZE_MAX;
 	unsigned last_cc = 0;
 	for (size_t k = 0; k < v.n; k++) {
 		int c = v.p[k];
-		unsigned cc = NFC_IS_BYTE(c) ? 0 : nfc_class((uint32_t)c);
+		unsigned cc = nfc_cc(c);
 		if (starter != SIZE_MAX && !NFC_IS_BYTE(c) && !NFC_IS_BYTE(v.p[starter]) &&
 		    (w == starter + 1 || (last_cc != 0 && last_cc < cc))) {
 			uint32_t m = nfc_compose_pair((uint32_t)v.p[starter], (uint32_t)c);
@@ -630,6 +657,10 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 			im->tok_str[id] = xstrndup(json_string_value(cv), len);
 			im->tok_bytes[id] = xstrndup(json_string_value(cv), len);
 			im->tok_nbytes[id] = (uint32_t)len;
+		} else if (strlen(im->tok_str[id]) != len ||
+			   memcmp(im->tok_str[id], json_string_value(cv), len)) {
+			return errf(err, errlen, path, "added_tokens[%zu]: id %d is already '%s'", i, id,
+				    im->tok_str[id]);
 		}
 		vocab_put(im, im->tok_str[id], len, id);
 		struct added *a = &im->added[i];
@@ -999,7 +1030,9 @@ static int encode_text(struct tokenizer_impl *im, const char *s, size_t len, str
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(im->md);
 	while (pos < len) {
 		int rc = im->jit ? pcre2_jit_match(im->re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL)
-				 : pcre2_match(im->re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL);
+				 : PCRE2_ERROR_JIT_BADOPTION;
+		if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)   /* no JIT, or its stack ran out */
+			rc = pcre2_match(im->re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL);
 		if (rc == PCRE2_ERROR_NOMATCH) {
 			encode_piece(im, s + pos, len - pos, out);
 			break;

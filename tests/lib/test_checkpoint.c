@@ -5,7 +5,11 @@
  * Also a fixture maker for shell tests (the same code dice-sft --init will use):
  *     tests/bin/test_checkpoint mktiny DIR [SEED [NSHARDS [DTYPE [TOKENIZER_DIR]]]]
  * writes a tiny random SDAR checkpoint (config_tiny, vocab 151936 unless DICE_TINY_VOCAB
- * is set) and prints nothing; DTYPE is float32 (default), bfloat16 or float16. */
+ * is set) and prints nothing; DTYPE is float32 (default), bfloat16 or float16.
+ *     tests/bin/test_checkpoint sums PATH
+ * opens a checkpoint folder (checking it against its config) or one .safetensors / index
+ * file and prints "name DTYPE [d0,d1] sum" per tensor, sorted by name, sum in float64
+ * (tests/gpu/st-compat.sh compares these with what Python reads). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,6 +62,11 @@ static void test_config(void)
 	      c.block_size == 8 && !strcmp(c.model_type, "qwen3"), "explicit fields, eos list");
 	CHECK(parse(&c, "{" BASE ",\"dtype\":\"float16\"}") == 0 && c.dtype == DICE_F16,
 	      "newer 'dtype' key");
+	CHECK(parse(&c, "{" BASE ",\"rope_parameters\":{\"rope_theta\":5000.0,"
+	            "\"rope_type\":\"default\"},\"pad_token_id\":null}") == 0 &&
+	      c.rope_theta == 5000.0f && c.pad_token_id == -1, "transformers 5 rope_parameters");
+	expect_cfg_error("rope_parameters yarn", "{" BASE ",\"rope_parameters\":{\"rope_type\":"
+	                 "\"yarn\",\"rope_theta\":1e6}}", "only rope_type \"default\"");
 	expect_cfg_error("missing hidden_size", "{\"vocab_size\":10,\"num_hidden_layers\":1}",
 	                 "config.json: missing 'hidden_size'");
 	expect_cfg_error("string where an integer belongs", "{" BASE ",\"head_dim\":\"16\"}",
@@ -82,6 +91,8 @@ static void test_config(void)
 	expect_cfg_error("not an object", "[]", "not a JSON object");
 	expect_cfg_error("tie not boolean", "{" BASE ",\"tie_word_embeddings\":1}",
 	                 "must be true or false");
+	expect_cfg_error("rope_theta past float range", "{" BASE ",\"rope_theta\":1e300}",
+	                 "'rope_theta' must be a number within float range");
 	expect_cfg_error("huge integer", "{" BASE ",\"head_dim\":99999999999}", "must be an integer");
 
 	/* write -> load round trip */
@@ -310,10 +321,55 @@ static int mktiny(int argc, char **argv)
 	return 0;
 }
 
+static float elem(const struct st_tensor *t, size_t i)
+{
+	switch (t->dtype) {
+	case DICE_BF16: return dice_bf16_to_f32(((const uint16_t *)t->data)[i]);
+	case DICE_F16: return dice_f16_to_f32(((const uint16_t *)t->data)[i]);
+	default: return ((const float *)t->data)[i];
+	}
+}
+
+static int sums(const char *path)
+{
+	struct checkpoint ck;
+	struct safetensors st, *s = &st;
+	struct stat sb;
+	int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+
+	if (dir ? checkpoint_open(&ck, path, err, sizeof err) : safetensors_open(&st, path, err,
+	                                                                         sizeof err)) {
+		fprintf(stderr, "test_checkpoint: %s\n", err);
+		return 1;
+	}
+	if (dir)
+		s = &ck.st;
+	for (size_t i = 0; i < s->ntensors; i++) {
+		const struct st_tensor *t = &s->tensors[i];
+		double sum = 0;
+
+		for (size_t j = 0; j < t->nelem; j++)
+			sum += elem(t, j);
+		printf("%s %s [", t->name, safetensors_dtype_name(t->dtype));
+		for (int d = 0; d < t->ndim; d++)
+			printf("%s%lld", d ? "," : "", (long long)t->shape[d]);
+		printf("] %.17g\n", sum);
+	}
+	for (size_t i = 0; i < s->nmeta; i++)
+		printf("__metadata__ %s=%s\n", s->meta[2 * i], s->meta[2 * i + 1]);
+	if (dir)
+		checkpoint_close(&ck);
+	else
+		safetensors_close(&st);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "mktiny"))
 		return mktiny(argc, argv);
+	if (argc > 2 && !strcmp(argv[1], "sums"))
+		return sums(argv[2]);
 	if (tmpdir_make("dice-test-ckpt") < 0)
 		return 1;
 	test_config();

@@ -1,0 +1,21 @@
+#!/bin/sh
+# gpu-ops.sh [REPS]: time every CUDA op against its roofline (bench/gpu-ops.cu says how).
+# Builds lib/libdice.a and the bench program unless BENCH_BIN names a built one; needs a GPU.
+# Prints the table on stdout: op, shape, median us, floor us, % of floor, GB/s, TFLOP/s.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bin=${BENCH_BIN:-tests/bin/bench-gpu-ops}
+if [ -z "${BENCH_BIN:-}" ]; then
+	make -s lib/libdice.a
+	mkdir -p tests/bin
+	vars=$(make -s -f config.mk -f - print <<'MK'
+print:
+	@echo 'nvcc="$(NVCC) $(NVCCFLAGS)" libs="$(CUDA_LIBS)"'
+MK
+)
+	eval "$vars"
+	$nvcc -Ilib -o "$bin" bench/gpu-ops.cu lib/libdice.a $libs
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | sed 's/^/# /'
+"$bin" "${1:-30}"

@@ -1,0 +1,229 @@
+/* deceive-check: find kernels that bypass their own CUDA code (SPEC §8 rules, lib/deceive).
+ * Reads kernel records (JSONL) or .py files, writes every record back with a `deceive`
+ * object. Options and the main loop only; the rules live in lib/deceive.c. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deceive.h"
+#include "extract.h"
+#include "input.h"
+#include "jsonl.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: deceive-check [options] [file.jsonl | file.py | -]...\n"
+	"Check kernel records (or .py files) for deception; write each record with a `deceive` object.\n"
+	"  -d, --drop          write only the records that are not deceptive\n"
+	"  -s, --strict        exit 1 when any record is deceptive\n"
+	"  -e, --explain       print findings on stderr as `file:line: rule: message`\n"
+	"  -r, --rules LIST    run only these rules (comma-separated names)\n"
+	"  -l, --list-rules    print the rules (name, severity, description) and exit\n"
+	"  -f, --field NAME    take the kernel from field NAME (default: kernel, else completion)\n"
+	"  -R, --ref FILE      reference source for records without a `ref` field (and .py files)\n"
+	"  -o, --output FILE   write records to FILE instead of stdout\n"
+	"  -u, --unbuffered    flush after every record\n"
+	"  -h, --help          print this help and exit\n"
+	"  -V, --version       print the version and exit\n";
+
+static const struct option long_opts[] = {
+	{ "drop", no_argument, NULL, 'd' },
+	{ "strict", no_argument, NULL, 's' },
+	{ "explain", no_argument, NULL, 'e' },
+	{ "rules", required_argument, NULL, 'r' },
+	{ "list-rules", no_argument, NULL, 'l' },
+	{ "field", required_argument, NULL, 'f' },
+	{ "ref", required_argument, NULL, 'R' },
+	{ "output", required_argument, NULL, 'o' },
+	{ "unbuffered", no_argument, NULL, 'u' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct state {
+	struct deceive_checker *checker;
+	struct jsonl_writer w;
+	const char *field;
+	char *ref;                      /* --ref FILE contents, or NULL */
+	int drop, explain;
+	long records, deceptive, missing;
+};
+
+static _Noreturn void usage_error(void)
+{
+	fputs("usage: deceive-check [-dselu] [-r rules] [-f field] [-R ref.py] [-o file] [file ...]\n", stderr);
+	exit(EXIT_STATUS_USAGE);
+}
+
+static void explain(const struct deceive_result *res, const char *where)
+{
+	for (size_t i = 0; i < res->n; i++)
+		fprintf(stderr, "%s:%d: %s: %s\n", where, res->findings[i].line, res->findings[i].rule,
+		        res->findings[i].message);
+}
+
+/* Check one record; line/len is its raw text for pass-through (NULL: serialise rec). */
+static int check_record(struct state *st, json_t *rec, const char *line, size_t len, const char *where)
+{
+	const char *from, *ref = json_get_str(rec, "ref");
+	char *kernel = extract_record_kernel(rec, st->field, &from);
+	struct deceive_result res;
+	json_t *obj;
+	int bad = 0;
+
+	if (!ref)
+		ref = st->ref;
+	st->records++;
+	if (!kernel) {
+		char msg[256];
+		if (from)
+			snprintf(msg, sizeof msg, "no fenced code block in '%s'", from);
+		else if (st->field)
+			snprintf(msg, sizeof msg, "no string field '%s'", st->field);
+		else
+			snprintf(msg, sizeof msg, "no kernel: neither 'kernel' nor 'completion' is a string");
+		warn_msg("%s: %s", where, msg);
+		obj = json_pack("{s:b, s:[], s:s}", "deceptive", 0, "findings", "error", msg);
+		st->missing++;
+		bad = 1;
+	} else {
+		deceive_check(st->checker, kernel, strlen(kernel), ref, ref ? strlen(ref) : 0, &res);
+		if (st->explain)
+			explain(&res, where);
+		obj = deceive_result_json(&res);
+		if (res.deceptive)
+			st->deceptive++;
+		if (res.deceptive && st->drop) {
+			json_decref(obj);
+			obj = NULL;
+		}
+		deceive_result_free(&res);
+		free(kernel);
+	}
+	if (obj) {
+		if (line)
+			jsonl_write_added(&st->w, line, len, rec, "deceive", obj);
+		else {
+			json_object_set(rec, "deceive", obj);
+			jsonl_write(&st->w, rec);
+		}
+		json_decref(obj);
+	}
+	return bad;
+}
+
+static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	struct state *st = arg;
+	const char *id = json_get_str(rec, "id");
+	char *where = id ? xstrdup(id) : xasprintf("%s:%zu", r->name, r->lineno);
+	int bad = check_record(st, rec, r->line, r->len, where);
+
+	free(where);
+	json_decref(rec);
+	return bad;
+}
+
+static int py_file(const char *name, const char *data, size_t len, void *arg)
+{
+	struct state *st = arg;
+	struct buf b;
+	json_t *rec;
+	int bad;
+
+	buf_init(&b);
+	utf8_repair(&b, data, len);
+	rec = json_object();
+	json_object_set_new(rec, "id", json_string(name));
+	json_object_set_new(rec, "kernel", json_stringn(b.p, b.len));
+	bad = check_record(st, rec, NULL, 0, name);
+	json_decref(rec);
+	buf_free(&b);
+	return bad ? 2 : 0;
+}
+
+static int is_py(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 3 && !strcmp(path + n - 3, ".py");
+}
+
+int main(int argc, char **argv)
+{
+	struct state st;
+	const char *rules = NULL, *output = NULL, *bad_rule = NULL;
+	int strict = 0, unbuffered = 0, c, ret = 0;
+	FILE *out = stdout;
+
+	util_set_progname(argv[0]);
+	memset(&st, 0, sizeof st);
+	opterr = 0;     /* our own messages: "deceive-check: ...", not the full argv[0] */
+	while ((c = getopt_long(argc, argv, ":dser:lf:R:o:uhV", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': st.drop = 1; break;
+		case 's': strict = 1; break;
+		case 'e': st.explain = 1; break;
+		case 'r': rules = optarg; break;
+		case 'l':
+			for (int k = 0; deceive_rules[k].name; k++)
+				printf("%-20s %-10s %s\n", deceive_rules[k].name,
+				       deceive_rules[k].severity == DECEIVE_DECEPTIVE ? "deceptive" : "warn",
+				       deceive_rules[k].description);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case 'f': st.field = optarg; break;
+		case 'R':
+			free(st.ref);
+			if (!(st.ref = util_read_file(optarg, NULL)))
+				die("cannot read '%s':", optarg);
+			break;
+		case 'o': output = optarg; break;
+		case 'u': unbuffered = 1; break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case 'V':
+			puts("deceive-check " DICE_VERSION);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case ':':
+			warn_msg("option '%s' needs an argument", argv[optind - 1]);
+			usage_error();
+		default:
+			warn_msg("unknown option '%s'", argv[optind - 1]);
+			usage_error();
+		}
+	}
+	st.checker = deceive_checker_new(rules, &bad_rule);
+	if (!st.checker) {
+		warn_msg("unknown rule '%s' (deceive-check --list-rules lists them)", bad_rule);
+		usage_error();
+	}
+	if (output && !(out = fopen(output, "w")))
+		die("cannot open '%s':", output);
+	jsonl_writer_init(&st.w, out, output ? output : "stdout", unbuffered);
+
+	/* operands in order: .py files are records of their own, the rest JSONL */
+	char **ops = argv + optind;
+	int n = argc - optind;
+	if (n == 0) {
+		ret |= jsonl_each(NULL, 0, on_record, NULL, &st);
+	}
+	for (int i = 0; i < n; i++) {
+		if (is_py(ops[i])) {
+			if (input_each_file(ops[i], py_file, &st) != 0)
+				ret = 1;
+		} else {
+			ret |= jsonl_each(ops + i, 1, on_record, NULL, &st);
+		}
+	}
+	if (strict && st.deceptive)
+		ret = 1;
+	if (st.w.failed)
+		ret = 1;
+	jsonl_writer_free(&st.w);
+	deceive_checker_free(st.checker);
+	free(st.ref);
+	if (util_fshut(out, output ? output : "stdout"))
+		ret = 1;
+	return ret;
+}

@@ -1,0 +1,494 @@
+/* dice-sample: block-diffusion sampling from an SDAR/DICE checkpoint (lib/sampler.h).
+ * A .py operand is a KernelBench reference: its kernel (or, with --raw, the whole completion)
+ * goes to stdout. JSONL operands (or --jsonl) are records: each comes back with `completion`,
+ * `kernel` and a `sample` object. The prompt rules are in lib/sample_rec.h; this file holds
+ * the options and the read/decode/write loop. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "extract.h"
+#include "input.h"
+#include "jsonl.h"
+#include "model.h"
+#include "sample_rec.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static const char usage_text[] =
+	"usage: dice-sample [options] [file.py | file.jsonl ...]\n"
+	"  -m, --model DIR         checkpoint directory ($DICE_MODEL)\n"
+	"  -d, --device DEV        cpu or cuda ($DICE_DEVICE; default cuda when present)\n"
+	"  -t, --dtype T           bf16, fp16 or fp32 (default bf16 on cuda, fp32 on cpu)\n"
+	"  -p, --preset NAME       eval (static, top-k 1) or rl (dynamic 0.9, top-k 0)\n"
+	"  -D, --decoding MODE     static, dynamic or sequential (static)\n"
+	"  -T, --threshold X       confidence threshold of dynamic decoding (0.9)\n"
+	"  -s, --steps N           denoising steps per block (4)\n"
+	"  -B, --block-size N      block size (the checkpoint's, 4)\n"
+	"  -e, --temperature X     temperature (1)\n"
+	"  -k, --top-k N           keep the N largest logits, 0 = all (0)\n"
+	"  -P, --top-p X           nucleus sampling, 1 = off (1)\n"
+	"  -n, --max-tokens N      new tokens at most (4096)\n"
+	"  -S, --stop IDS|none     stop ids, comma-separated (the tokenizer's end ids)\n"
+	"  -r, --seed N            seed of the first sample; each next sample takes the next (0)\n"
+	"  -N, --samples N         samples per record (1)\n"
+	"  -b, --batch N           sequences decoded together (1)\n"
+	"  -j, --jsonl             write records even for .py operands\n"
+	"  -R, --raw               print the whole completion instead of the kernel\n"
+	"  -x, --trace             add sample.trace: step and log-probability per token\n"
+	"  -I, --infill            use the infilling prompt for every record with ref\n"
+	"  -c, --template CHAT     qwen3 (default) or none (feed the text raw)\n"
+	"  -o, --output FILE       write to FILE instead of stdout\n"
+	"  -U, --unbuffered        flush after every record\n"
+	"  -v, --progress          progress on stderr even when it is not a terminal\n"
+	"  -h, --help              show this help\n"
+	"  -V, --version           show the version\n";
+
+static const struct option longopts[] = {
+	{ "model", required_argument, NULL, 'm' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "dtype", required_argument, NULL, 't' },
+	{ "preset", required_argument, NULL, 'p' },
+	{ "decoding", required_argument, NULL, 'D' },
+	{ "threshold", required_argument, NULL, 'T' },
+	{ "steps", required_argument, NULL, 's' },
+	{ "block-size", required_argument, NULL, 'B' },
+	{ "temperature", required_argument, NULL, 'e' },
+	{ "top-k", required_argument, NULL, 'k' },
+	{ "top-p", required_argument, NULL, 'P' },
+	{ "max-tokens", required_argument, NULL, 'n' },
+	{ "stop", required_argument, NULL, 'S' },
+	{ "seed", required_argument, NULL, 'r' },
+	{ "samples", required_argument, NULL, 'N' },
+	{ "batch", required_argument, NULL, 'b' },
+	{ "jsonl", no_argument, NULL, 'j' },
+	{ "raw", no_argument, NULL, 'R' },
+	{ "trace", no_argument, NULL, 'x' },
+	{ "infill", no_argument, NULL, 'I' },
+	{ "template", required_argument, NULL, 'c' },
+	{ "output", required_argument, NULL, 'o' },
+	{ "unbuffered", no_argument, NULL, 'U' },
+	{ "progress", no_argument, NULL, 'v' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+static const char shortopts[] = "m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:o:UvhV";
+
+static _Noreturn void usage(int status)
+{
+	if (status) {
+		fputs("usage: dice-sample [options] [file.py | file.jsonl ...]\n"
+		      "try 'dice-sample --help' for the options\n", stderr);
+		exit(status);
+	}
+	fputs(usage_text, stdout);
+	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
+static _Noreturn void bad_arg(const char *opt, const char *arg)
+{
+	warn_msg("bad --%s '%s'", opt, arg);
+	usage(EXIT_STATUS_USAGE);
+}
+
+/* one sample to draw: a record (or a .py file) and its sample number */
+struct job {
+	json_t *rec;                 /* owned */
+	char *where;                 /* "file:line" or the .py path */
+	int text;                    /* 1: print the kernel / completion, not a record */
+	int *ids, n;                 /* prompt ids; NULL when the prompt failed */
+	char *err;
+	uint64_t seed;
+};
+
+struct state {
+	struct model m;
+	struct sampler_opts o;
+	struct sample_rec sr;
+	struct jsonl_writer w;
+	FILE *out;
+	const char *device, *dtype;
+	int samples, trace, raw, jsonl, progress, ret;
+	uint64_t next_seed;
+	struct job *jobs;
+	int njobs, cap;
+	size_t kv_limit;             /* bytes the KV caches may take (0: unchecked) */
+};
+
+static void progress_cb(void *arg, int done, int total)
+{
+	fprintf(stderr, "\rdice-sample: %d/%d", done, total);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+static void write_job(struct state *st, struct job *j, struct sampler_result *r)
+{
+	char *text = r ? sample_rec_text(&st->sr, r->ids, r->n, st->o.mask_id) : NULL;
+	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
+
+	if (j->text && !st->jsonl) {
+		if (!r) {
+			warn_msg("%s: %s", j->where, j->err);
+			st->ret = 1;
+		} else if (st->raw || !kernel) {
+			if (!st->raw) {
+				warn_msg("%s: no code block in the completion (--raw prints it)", j->where);
+				st->ret = 1;
+			} else {
+				fputs(text ? text : "", st->out);
+				fputc('\n', st->out);
+			}
+		} else {
+			fputs(kernel, st->out);
+			fputc('\n', st->out);
+		}
+	} else {
+		json_t *rec = j->rec;
+		if (!r) {
+			json_t *e = json_object();
+			warn_msg("%s: %s", j->where, j->err);
+			json_object_set_new(e, "error", json_string(j->err));
+			json_object_set_new(rec, "sample", e);
+			st->ret = 1;
+		} else {
+			if (text)
+				json_object_set_new(rec, "completion", json_string(text));
+			if (kernel)
+				json_object_set_new(rec, "kernel", json_string(kernel));
+			json_object_set_new(rec, "sample",
+			                    sample_rec_object(r, &st->o, j->seed, j->n, st->trace,
+			                                      st->device, st->dtype));
+		}
+		jsonl_write(&st->w, rec);
+	}
+	free(text);
+	free(kernel);
+}
+
+/* decode every queued job and write them in order */
+static void flush(struct state *st)
+{
+	struct sampler_request *rq = xcalloc((size_t)st->njobs + 1, sizeof *rq);
+	struct sampler_result *res = xcalloc((size_t)st->njobs + 1, sizeof *res);
+	int *map = xcalloc((size_t)st->njobs + 1, sizeof *map), nr = 0, maxp = 0;
+
+	for (int i = 0; i < st->njobs; i++) {
+		if (!st->jobs[i].ids)
+			continue;
+		rq[nr] = (struct sampler_request){ st->jobs[i].ids, st->jobs[i].n, st->jobs[i].seed };
+		if (st->jobs[i].n > maxp)
+			maxp = st->jobs[i].n;
+		map[i] = nr++;
+	}
+	if (nr && st->kv_limit) {
+		size_t need = sampler_kv_bytes(&st->m, &st->o, maxp);
+		if (need > st->kv_limit)
+			die("the KV cache of --batch %d x (%d prompt + %d new tokens) needs %.1f GiB, "
+			    "more than the %.1f GiB of memory\nhint: lower --batch or --max-tokens",
+			    st->o.max_active, maxp, st->o.max_tokens, need / 1073741824.0,
+			    st->kv_limit / 1073741824.0);
+	}
+	if (nr && sampler_run(&st->m, &st->o, rq, nr, res, st->progress ? progress_cb : NULL, NULL) < 0)
+		die("the model failed");
+	for (int i = 0; i < st->njobs; i++) {
+		struct job *j = &st->jobs[i];
+		write_job(st, j, j->ids ? &res[map[i]] : NULL);
+		if (j->ids)
+			sampler_result_free(&res[map[i]]);
+		json_decref(j->rec);
+		free(j->where), free(j->ids), free(j->err);
+	}
+	st->njobs = 0;
+	free(rq), free(res), free(map);
+}
+
+static void queue(struct state *st, json_t *rec, const char *where, int text)
+{
+	char err[512];
+	int *ids = NULL, n = 0, ok;
+
+	ok = sample_rec_prompt(&st->sr, rec, &ids, &n, err, sizeof err) == 0;
+	for (int k = 0; k < st->samples; k++) {
+		if (st->njobs == st->cap) {
+			st->cap = st->cap ? 2 * st->cap : 16;
+			st->jobs = xrealloc(st->jobs, (size_t)st->cap * sizeof *st->jobs);
+		}
+		struct job *j = &st->jobs[st->njobs++];
+		memset(j, 0, sizeof *j);
+		j->rec = k + 1 < st->samples ? json_deep_copy(rec) : json_incref(rec);
+		j->where = xstrdup(where);
+		j->text = text;
+		j->seed = st->next_seed++;
+		if (ok) {
+			j->ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
+			memcpy(j->ids, ids, (size_t)n * sizeof *ids);
+			j->n = n;
+		} else {
+			j->err = xstrdup(err);
+		}
+	}
+	free(ids);
+	json_decref(rec);
+	if (st->njobs >= 4 * st->o.max_active)
+		flush(st);
+}
+
+static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	char *where = xasprintf("%s:%zu", r->name, r->lineno);
+	queue(arg, rec, where, 0);
+	free(where);
+	return 0;
+}
+
+static int on_py(const char *name, const char *data, size_t len, void *arg)
+{
+	struct buf b;
+	json_t *rec = json_object();
+
+	buf_init(&b);
+	utf8_repair(&b, data, len);
+	json_object_set_new(rec, "id", json_string(name));
+	json_object_set_new(rec, "ref", json_stringn(b.p, b.len));
+	buf_free(&b);
+	queue(arg, rec, name, 1);
+	return 0;
+}
+
+static int is_py(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 3 && !strcmp(path + n - 3, ".py");
+}
+
+static int parse_stop(const char *arg, int **stop)
+{
+	char *copy = xstrdup(arg), *save = NULL;
+	long v;
+	int n = 0;
+
+	*stop = xmalloc((strlen(arg) / 2 + 2) * sizeof **stop);
+	if (strcmp(arg, "none")) {
+		for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			if (parse_long(t, 0, 1 << 30, &v) < 0) {
+				free(copy);
+				return -1;
+			}
+			(*stop)[n++] = (int)v;
+		}
+		if (!n)
+			n = -1;
+	}
+	free(copy);
+	return n;
+}
+
+static size_t host_memory(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+	return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct state st;
+	struct checkpoint ck;
+	struct tokenizer tok;
+	const char *model_dir = getenv("DICE_MODEL"), *out_path = NULL, *stop_arg = NULL;
+	const char *dtype_arg = NULL, *preset = NULL;
+	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
+	int infill = 0, unbuffered = 0, block = 0, opt, nstop = 0, have_tok;
+	int *stop = NULL;
+	long v;
+	double d;
+	char err[512];
+	struct sampler_opts set;     /* options given, applied over the preset */
+	unsigned given = 0;
+	enum { G_DEC = 1, G_THR = 2, G_TEMP = 4, G_TOPK = 8, G_TOPP = 16 };
+
+	util_set_progname(argv[0]);
+	sampler_opts_default(&st.o);
+	set = st.o;
+	st.samples = 1;
+	st.device = getenv("DICE_DEVICE");
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'm': model_dir = optarg; break;
+		case 'd': st.device = optarg; break;
+		case 't': dtype_arg = optarg; break;
+		case 'p':
+			if (sampler_preset(&st.o, optarg) < 0)
+				bad_arg("preset", optarg);
+			preset = optarg;
+			break;
+		case 'D':
+			if (sampler_decoding_parse(optarg, &set.decoding) < 0)
+				bad_arg("decoding", optarg);
+			given |= G_DEC;
+			break;
+		case 'T':
+			if (parse_double(optarg, 0, 1, &d) < 0)
+				bad_arg("threshold", optarg);
+			set.threshold = (float)d, given |= G_THR;
+			break;
+		case 's':
+			if (parse_long(optarg, 1, 1024, &v) < 0)
+				bad_arg("steps", optarg);
+			st.o.steps = (int)v;
+			break;
+		case 'B':
+			if (parse_long(optarg, 1, 1024, &v) < 0)
+				bad_arg("block-size", optarg);
+			block = (int)v;
+			break;
+		case 'e':
+			if (parse_double(optarg, 1e-6, 1e6, &d) < 0)
+				bad_arg("temperature", optarg);
+			set.temperature = (float)d, given |= G_TEMP;
+			break;
+		case 'k':
+			if (parse_long(optarg, 0, 1 << 30, &v) < 0)
+				bad_arg("top-k", optarg);
+			set.top_k = (int)v, given |= G_TOPK;
+			break;
+		case 'P':
+			if (parse_double(optarg, 1e-9, 1, &d) < 0)
+				bad_arg("top-p", optarg);
+			set.top_p = (float)d, given |= G_TOPP;
+			break;
+		case 'n':
+			if (parse_long(optarg, 0, 1 << 24, &v) < 0)
+				bad_arg("max-tokens", optarg);
+			st.o.max_tokens = (int)v;
+			break;
+		case 'S': stop_arg = optarg; break;
+		case 'r':
+			if (parse_long(optarg, 0, (long)(~0UL >> 1), &v) < 0)
+				bad_arg("seed", optarg);
+			st.next_seed = (uint64_t)v;
+			break;
+		case 'N':
+			if (parse_long(optarg, 1, 1 << 20, &v) < 0)
+				bad_arg("samples", optarg);
+			st.samples = (int)v;
+			break;
+		case 'b':
+			if (parse_long(optarg, 1, 1 << 20, &v) < 0)
+				bad_arg("batch", optarg);
+			st.o.max_active = (int)v;
+			break;
+		case 'j': st.jsonl = 1; break;
+		case 'R': st.raw = 1; break;
+		case 'x': st.trace = 1; break;
+		case 'I': infill = 1; break;
+		case 'c':
+			if (prompt_chat_parse(optarg, &chat) < 0)
+				bad_arg("template", optarg);
+			break;
+		case 'o': out_path = optarg; break;
+		case 'U': unbuffered = 1; break;
+		case 'v': st.progress = 1; break;
+		case 'h': usage(0);
+		case 'V':
+			printf("dice-sample %s\n", DICE_VERSION);
+			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case ':':
+			warn_msg("option '%s' needs an argument", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
+		default:
+			warn_msg("unknown option '%s'", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
+		}
+	}
+	(void)preset;
+	if (given & G_DEC) st.o.decoding = set.decoding;
+	if (given & G_THR) st.o.threshold = set.threshold;
+	if (given & G_TEMP) st.o.temperature = set.temperature;
+	if (given & G_TOPK) st.o.top_k = set.top_k;
+	if (given & G_TOPP) st.o.top_p = set.top_p;
+	if (!model_dir) {
+		warn_msg("no checkpoint: give -m DIR or set DICE_MODEL");
+		usage(EXIT_STATUS_USAGE);
+	}
+	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
+		bad_arg("stop", stop_arg);
+
+	/* backend and precision */
+	const struct ops *ops;
+	if (!st.device)
+		st.device = ops_get("cuda") ? "cuda" : "cpu";
+	if (strcmp(st.device, "cpu") && strcmp(st.device, "cuda"))
+		bad_arg("device", st.device);
+	if (!(ops = ops_get(st.device)))
+		die("no CUDA device (or this build has no CUDA backend)\nhint: --device cpu");
+	enum dice_dtype dt = !strcmp(st.device, "cuda") ? DICE_BF16 : DICE_F32;
+	if (dtype_arg) {
+		if (!strcmp(dtype_arg, "bf16")) dt = DICE_BF16;
+		else if (!strcmp(dtype_arg, "fp16")) dt = DICE_F16;
+		else if (!strcmp(dtype_arg, "fp32")) dt = DICE_F32;
+		else bad_arg("dtype", dtype_arg);
+	}
+	st.dtype = dt == DICE_BF16 ? "bf16" : dt == DICE_F16 ? "fp16" : "fp32";
+
+	/* checkpoint, tokenizer, model */
+	if (checkpoint_open(&ck, model_dir, err, sizeof err) < 0)
+		die("%s", err);
+	have_tok = tokenizer_load(&tok, model_dir, err, sizeof err) == 0;
+	if (!have_tok)
+		warn_msg("%s (only prompt_ids records can be sampled)", err);
+	if (!stop_arg) {                 /* the tokenizer's end ids */
+		static const char *const ends[] = { "<|endoftext|>", "<|im_end|>" };
+		stop = xmalloc(2 * sizeof *stop);
+		for (size_t i = 0; i < 2; i++) {
+			int id = have_tok ? tokenizer_token_id(&tok, ends[i]) : (i ? 151645 : 151643);
+			if (id >= 0)
+				stop[nstop++] = id;
+		}
+	}
+	st.o.stop = stop, st.o.nstop = nstop;
+	st.o.block = block ? block : ck.cfg.block_size;
+	st.o.mask_id = ck.cfg.mask_token_id;
+	if (model_init(&st.m, &ck.cfg, &ck.w, ops, dt) < 0)
+		die("%s: cannot set up the model", model_dir);
+	checkpoint_close(&ck);
+	if (!strcmp(st.device, "cpu"))
+		st.kv_limit = host_memory() / 10 * 9;
+	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
+	st.progress |= isatty(2);
+
+	st.out = stdout;
+	if (out_path && !(st.out = fopen(out_path, "w")))
+		die("cannot open '%s':", out_path);
+	jsonl_writer_init(&st.w, st.out, out_path ? out_path : "stdout", unbuffered);
+	char **ops_v = argv + optind, *dash[] = { "-" };
+	int nops = argc - optind;
+	if (!nops)
+		ops_v = dash, nops = 1;
+	for (int i = 0; i < nops; i++) {
+		if (is_py(ops_v[i])) {
+			if (input_each_file(ops_v[i], on_py, &st) != 0)
+				st.ret = 1;
+		} else if (jsonl_each(ops_v + i, 1, on_record, NULL, &st)) {
+			st.ret = 1;
+		}
+	}
+	flush(&st);
+	if (st.w.failed)
+		st.ret = 1;
+	jsonl_writer_free(&st.w);
+	if (util_fshut(st.out, out_path ? out_path : "stdout"))
+		st.ret = 1;
+	sample_rec_free(&st.sr);
+	if (have_tok)
+		tokenizer_free(&tok);
+	model_free(&st.m);
+	free(st.jobs);
+	free(stop);
+	return st.ret;
+}

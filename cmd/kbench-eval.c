@@ -1,0 +1,430 @@
+/* kbench-eval: evaluate candidate kernels on KernelBench (compile, check, time) in sandboxed
+ * workers, list problems, and report Exec / fast_p per level. See kbench-eval(1). */
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "deceive.h"
+#include "jsonl.h"
+#include "kbench.h"
+
+#pragma weak deceive_checker_new   /* see kbench_robust_available */
+#pragma weak deceive_checker_free
+
+static const char usage_text[] =
+"usage: kbench-eval [options] [FILE...]             evaluate candidate records\n"
+"       kbench-eval --list [-k PATH] [-L N] [-p LIST]  one record per problem\n"
+"       kbench-eval --report [--json] [FILE...]       the per-level table\n"
+"\n"
+"  -k, --kernelbench PATH   KernelBench checkout or archive (default $KERNELBENCH)\n"
+"  -l, --list               write {id, level, problem, ref} for every problem\n"
+"  -L, --level LIST         levels to list or report, e.g. 1 or 1-2\n"
+"  -p, --problems LIST      problem numbers, e.g. 1-10,19\n"
+"  -r, --report             read evaluated records, print Exec and fast_p per level\n"
+"  -J, --json               --report: one JSON object per level\n"
+"  -R, --robust             run the deception rules; deceptive kernels are not correct\n"
+"  -F, --fail-under SPEC    exit 3 when a level is under e.g. exec=0.4,fast_1=0.1\n"
+"  -d, --device DEV         cpu, cuda or auto (default $DICE_DEVICE or auto)\n"
+"  -j, --jobs N             build workers (default: CPU count)\n"
+"  -g, --gpus LIST          CUDA devices, one run worker each (default: all)\n"
+"  -w, --run-workers N      run workers in CPU mode (default 1)\n"
+"  -n, --trials N           correctness trials (default 5)\n"
+"  -P, --perf-trials N      timed trials, 0: no timing (default 100)\n"
+"  -W, --warmup N           warm-up runs before timing (default 3)\n"
+"  -a, --atol X             absolute tolerance (default 0.01)\n"
+"  -e, --rtol X             relative tolerance (default 0.01)\n"
+"  -E, --rtol-only          judge by relative error alone\n"
+"  -f, --flush-l2           flush the L2 cache before every timed trial\n"
+"  -b, --baseline FILE      reference times from baseline_time_torch.json\n"
+"  -t, --timeout S          seconds for one run (default 180)\n"
+"  -T, --compile-timeout S  seconds for one build (default 600)\n"
+"  -c, --cache DIR          build cache (default ~/.cache/dice/kbench)\n"
+"  -G, --log-bytes N        bytes of worker output kept in eval.log (default 4096)\n"
+"  -M, --mem-limit MB       address-space limit of CPU-mode workers (default 16384)\n"
+"  -N, --no-netns           no private network namespace for workers\n"
+"  -o, --output FILE        write records to FILE\n"
+"  -u, --unbuffered         flush after every record\n"
+"  -h, --help               this help\n"
+"  -V, --version            print the version\n";
+
+static const struct option longopts[] = {
+	{ "kernelbench", required_argument, NULL, 'k' },
+	{ "list", no_argument, NULL, 'l' },
+	{ "level", required_argument, NULL, 'L' },
+	{ "problems", required_argument, NULL, 'p' },
+	{ "report", no_argument, NULL, 'r' },
+	{ "json", no_argument, NULL, 'J' },
+	{ "robust", no_argument, NULL, 'R' },
+	{ "fail-under", required_argument, NULL, 'F' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "jobs", required_argument, NULL, 'j' },
+	{ "gpus", required_argument, NULL, 'g' },
+	{ "run-workers", required_argument, NULL, 'w' },
+	{ "trials", required_argument, NULL, 'n' },
+	{ "perf-trials", required_argument, NULL, 'P' },
+	{ "warmup", required_argument, NULL, 'W' },
+	{ "atol", required_argument, NULL, 'a' },
+	{ "rtol", required_argument, NULL, 'e' },
+	{ "rtol-only", no_argument, NULL, 'E' },
+	{ "flush-l2", no_argument, NULL, 'f' },
+	{ "baseline", required_argument, NULL, 'b' },
+	{ "timeout", required_argument, NULL, 't' },
+	{ "compile-timeout", required_argument, NULL, 'T' },
+	{ "cache", required_argument, NULL, 'c' },
+	{ "log-bytes", required_argument, NULL, 'G' },
+	{ "mem-limit", required_argument, NULL, 'M' },
+	{ "no-netns", no_argument, NULL, 'N' },
+	{ "output", required_argument, NULL, 'o' },
+	{ "unbuffered", no_argument, NULL, 'u' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+static const char shortopts[] = "k:lL:p:rJRF:d:j:g:w:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
+
+static _Noreturn void usage(void)
+{
+	fputs("usage: kbench-eval [options] [FILE...]; kbench-eval --list | --report; "
+	      "try 'kbench-eval --help'\n", stderr);
+	exit(EXIT_STATUS_USAGE);
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+struct run {
+	struct kbench_engine *e;
+	struct jsonl_writer w;
+	struct kbench_tally tally;
+	int robust;
+	int ret;
+	size_t window;
+};
+
+static void check_stop(struct run *r)
+{
+	if (!stop_signal)
+		return;
+	kbench_engine_abort(r->e);
+	die_status(128 + stop_signal, "stopped by signal %d", (int)stop_signal);
+}
+
+static void emit(struct run *r)
+{
+	json_t *rec, *ev;
+	char *line;
+	size_t len;
+	int bad;
+	const char *why;
+
+	while (kbench_engine_next(r->e, &rec, &line, &len, &ev, &bad)) {
+		if (bad)
+			r->ret = EXIT_STATUS_BAD;
+		jsonl_write_added(&r->w, line, len, rec, "eval", ev);
+		json_object_set(rec, "eval", ev);
+		kbench_tally_record(&r->tally, rec, r->robust, &why);
+		json_decref(ev);
+		json_decref(rec);
+	}
+}
+
+static void pump(struct run *r, size_t until)
+{
+	while (kbench_engine_pending(r->e) > until) {
+		if (kbench_engine_step(r->e, 100) < 0) {
+			kbench_engine_abort(r->e);
+			die("the evaluation cannot go on");
+		}
+		check_stop(r);
+		emit(r);
+	}
+}
+
+static int on_record(json_t *rec, struct jsonl_reader *rd, void *arg)
+{
+	struct run *r = arg;
+	char *where = xasprintf("%s:%zu", rd->name, rd->lineno);
+
+	kbench_engine_submit(r->e, rec, rd->line, rd->len, where);
+	free(where);
+	emit(r);
+	pump(r, r->window);
+	return 0;
+}
+
+static int on_report_record(json_t *rec, struct jsonl_reader *rd, void *arg)
+{
+	struct run *r = arg;
+	const char *why = NULL;
+
+	if (kbench_tally_record(&r->tally, rec, r->robust, &why) < 0) {
+		warn_msg("%s:%zu: %s", rd->name, rd->lineno, why);
+		r->ret = EXIT_STATUS_BAD;
+	}
+	json_decref(rec);
+	return 0;
+}
+
+static int parse_gpus(const char *s, int **out)
+{
+	struct kbench_ranges rs;
+	int n = 0;
+
+	if (kbench_ranges_parse(&rs, s) < 0)
+		return -1;
+	*out = NULL;
+	for (size_t i = 0; i < rs.n; i++)
+		for (long g = rs.r[i][0]; g <= rs.r[i][1] && n < 64; g++) {
+			*out = xrealloc(*out, (size_t)(n + 1) * sizeof **out);
+			(*out)[n++] = (int)g;
+		}
+	kbench_ranges_free(&rs);
+	return n;
+}
+
+static char *default_cache(void)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+
+	if (x && *x)
+		return xasprintf("%s/dice/kbench", x);
+	if (home && *home)
+		return xasprintf("%s/.cache/dice/kbench", home);
+	return xstrdup("/tmp/dice-kbench-cache");
+}
+
+int main(int argc, char **argv)
+{
+	struct kbench_config cfg = {
+		.device = "auto", .trials = 5, .perf_trials = 100, .warmup = 3, .atol = 1e-2,
+		.rtol = 1e-2, .timeout = 180, .compile_timeout = 600, .start_timeout = 300,
+		.mem_mb = 16384, .fsize_mb = 4096, .nproc = 0, .netns = 1, .log_bytes = 4096,
+	};
+	struct kbench_ranges levels = { 0 }, problems = { 0 };
+	struct kbench_threshold *th = NULL;
+	struct kbench_tree tree = { 0 };
+	struct run r = { 0 };
+	const char *kb = getenv("KERNELBENCH"), *output = NULL, *baseline = NULL;
+	char *cache = NULL;
+	int c, list = 0, report = 0, json = 0, unbuffered = 0, have_tree = 0;
+	size_t nth = 0;
+	long v;
+	double d;
+	FILE *out = stdout;
+
+	util_set_progname(argv[0]);
+	if (getenv("DICE_DEVICE") && *getenv("DICE_DEVICE"))
+		cfg.device = getenv("DICE_DEVICE");
+	cfg.python = getenv("DICE_PYTHON") && *getenv("DICE_PYTHON") ? getenv("DICE_PYTHON") : NULL;
+	v = sysconf(_SC_NPROCESSORS_ONLN);
+	cfg.jobs = v > 0 ? (int)v : 1;
+	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		switch (c) {
+		case 'k': kb = optarg; break;
+		case 'l': list = 1; break;
+		case 'L':
+			kbench_ranges_free(&levels);
+			if (kbench_ranges_parse(&levels, optarg) < 0)
+				usage();
+			break;
+		case 'p':
+			kbench_ranges_free(&problems);
+			if (kbench_ranges_parse(&problems, optarg) < 0)
+				usage();
+			break;
+		case 'r': report = 1; break;
+		case 'J': json = 1; break;
+		case 'R': r.robust = 1; break;
+		case 'F':
+			free(th);
+			if (kbench_thresholds_parse(optarg, &th, &nth) < 0) {
+				warn_msg("bad --fail-under '%s' (want e.g. exec=0.4,fast_1=0.1)", optarg);
+				usage();
+			}
+			break;
+		case 'd':
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+				usage();
+			cfg.device = optarg;
+			break;
+		case 'j':
+			if (parse_long(optarg, 1, 256, &v) < 0)
+				usage();
+			cfg.jobs = (int)v;
+			break;
+		case 'g':
+			free(cfg.gpus);
+			if ((cfg.ngpus = parse_gpus(optarg, &cfg.gpus)) <= 0)
+				usage();
+			break;
+		case 'w':
+			if (parse_long(optarg, 1, 64, &v) < 0)
+				usage();
+			cfg.run_workers = (int)v;
+			break;
+		case 'n':
+			if (parse_long(optarg, 1, 1000, &v) < 0)
+				usage();
+			cfg.trials = (int)v;
+			break;
+		case 'P':
+			if (parse_long(optarg, 0, 100000, &v) < 0)
+				usage();
+			cfg.perf_trials = (int)v;
+			break;
+		case 'W':
+			if (parse_long(optarg, 0, 1000, &v) < 0)
+				usage();
+			cfg.warmup = (int)v;
+			break;
+		case 'a':
+			if (parse_double(optarg, 0, 1e9, &cfg.atol) < 0)
+				usage();
+			break;
+		case 'e':
+			if (parse_double(optarg, 0, 1e9, &cfg.rtol) < 0)
+				usage();
+			break;
+		case 'E': cfg.rtol_only = 1; break;
+		case 'f': cfg.flush_l2 = 1; break;
+		case 'b': baseline = optarg; break;
+		case 't':
+			if (parse_double(optarg, 0.1, 1e6, &d) < 0)
+				usage();
+			cfg.timeout = d;
+			break;
+		case 'T':
+			if (parse_double(optarg, 0.1, 1e6, &d) < 0)
+				usage();
+			cfg.compile_timeout = d;
+			break;
+		case 'c': free(cache); cache = xstrdup(optarg); break;
+		case 'G':
+			if (parse_long(optarg, 0, 1 << 26, &v) < 0)
+				usage();
+			cfg.log_bytes = (size_t)v;
+			break;
+		case 'M':
+			if (parse_long(optarg, 0, 1L << 30, &v) < 0)
+				usage();
+			cfg.mem_mb = v;
+			break;
+		case 'N': cfg.netns = 0; break;
+		case 'o': output = optarg; break;
+		case 'u': unbuffered = 1; break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
+		case 'V':
+			printf("kbench-eval %s\n", DICE_VERSION);
+			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
+		default:
+			usage();
+		}
+	}
+	if (list + report > 1 || (list && optind < argc))
+		usage();
+	if (list && (!kb || !*kb)) {
+		warn_msg("--list needs a KernelBench tree (--kernelbench or $KERNELBENCH)");
+		usage();
+	}
+	if (kb && *kb) {
+		if (kbench_tree_load(&tree, kb) < 0)
+			die("cannot load KernelBench from '%s'", kb);
+		have_tree = 1;
+	}
+	if (output && !(out = fopen(output, "w")))
+		die("cannot open '%s':", output);
+	jsonl_writer_init(&r.w, out, output ? output : "stdout", unbuffered);
+	kbench_tally_init(&r.tally);
+
+	if (list) {
+		for (size_t i = 0; i < tree.n; i++) {
+			if (!kbench_ranges_has(&levels, tree.p[i].level) ||
+			    !kbench_ranges_has(&problems, tree.p[i].num))
+				continue;
+			json_t *rec = kbench_problem_record(&tree.p[i]);
+			jsonl_write(&r.w, rec);
+			json_decref(rec);
+		}
+	} else if (report) {
+		struct kbench_row *rows;
+		size_t nr;
+		if (jsonl_each(argv + optind, argc - optind, on_report_record, NULL, &r))
+			r.ret = EXIT_STATUS_BAD;
+		nr = kbench_tally_rows(&r.tally, have_tree ? &tree : NULL, &levels, &problems, &rows);
+		for (size_t i = 0; json && i < nr; i++) {
+			/* written here, not by the JSONL writer, for short numbers (0.3333) */
+			json_t *o = kbench_row_json(&rows[i]);
+			json_dumpf(o, out, JSON_COMPACT | JSON_REAL_PRECISION(6));
+			fputc('\n', out);
+			json_decref(o);
+		}
+		if (!json)
+			kbench_rows_print(out, rows, nr);
+		if (th && kbench_thresholds_check(th, nth, rows, nr))
+			r.ret = 3;
+		free(rows);
+	} else {
+		json_t *base = NULL;
+		struct sigaction sa = { .sa_handler = on_signal };
+		if (baseline) {
+			json_error_t err;
+			if (!(base = json_load_file(baseline, 0, &err)))
+				die("%s:%d: %s", baseline, err.line, err.text);
+		}
+		if (r.robust) {
+			const char *bad = NULL;
+			if (!kbench_robust_available())
+				die("--robust: the deception rules are unavailable in this build");
+			if (!(cfg.robust = deceive_checker_new(NULL, &bad)))
+				die("--robust: the deception rules are unavailable");
+		}
+		cfg.cache_dir = cache ? cache : (cache = default_cache());
+		cfg.baseline = base;
+		cfg.tree = have_tree ? &tree : NULL;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		if (!(r.e = kbench_engine_new(&cfg)))
+			die("cannot start the evaluation");
+		r.window = (size_t)(4 * (cfg.jobs + (cfg.ngpus > 0 ? cfg.ngpus : 1)) + 8);
+		int rr = jsonl_each(argv + optind, argc - optind, on_record, NULL, &r);
+		kbench_engine_close_input(r.e);
+		pump(&r, 0);
+		if (rr)
+			r.ret = EXIT_STATUS_BAD;
+		if (kbench_engine_free(r.e) < 0)
+			r.ret = EXIT_STATUS_BAD;
+		if (th) {
+			struct kbench_row *rows;
+			size_t nr = kbench_tally_rows(&r.tally, have_tree ? &tree : NULL, &levels,
+			                              &problems, &rows);
+			if (kbench_thresholds_check(th, nth, rows, nr) && r.ret == 0)
+				r.ret = 3;
+			free(rows);
+		}
+		if (cfg.robust)
+			deceive_checker_free(cfg.robust);
+		json_decref(base);
+	}
+	if (r.w.failed)
+		r.ret = EXIT_STATUS_BAD;
+	jsonl_writer_free(&r.w);
+	kbench_tally_free(&r.tally);
+	kbench_tree_free(&tree);
+	kbench_ranges_free(&levels);
+	kbench_ranges_free(&problems);
+	free(cfg.gpus);
+	free(th);
+	free(cache);
+	if (util_fshut(out, output ? output : "stdout"))
+		r.ret = EXIT_STATUS_BAD;
+	return r.ret;
+}

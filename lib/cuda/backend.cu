@@ -1,0 +1,189 @@
+/* backend.cu: the CUDA backend's table (gpu_ops) and its per-process state: one stream, one
+ * cuBLAS handle bound to it, one scratch buffer that grows on demand, and the fatal
+ * CUDA_CHECK / CUBLAS_CHECK reporters. The table's ops call the launchers of the other files
+ * on that stream; a launcher's shape error is a bug in the caller, so the table aborts on it. */
+#include "common.cuh"
+
+/* ---------------------------------------------------------------- checks */
+
+void gpu_check_cuda(cudaError_t e, const char *file, int line)
+{
+	if (e == cudaSuccess)
+		return;
+	fprintf(stderr, "dice: cuda error at %s:%d: %s\n", file, line, cudaGetErrorString(e));
+	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+		fprintf(stderr, "dice: hint: no usable GPU; use --device cpu\n");
+	exit(1);
+}
+
+void gpu_check_cublas(cublasStatus_t s, const char *file, int line)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return;
+	fprintf(stderr, "dice: cublas error at %s:%d: %s\n", file, line, cublasGetStatusString(s));
+	exit(1);
+}
+
+/* ---------------------------------------------------------------- state */
+
+static cudaStream_t g_stream;
+static cublasHandle_t g_cublas;
+static void *g_scratch;
+static size_t g_scratch_cap;
+
+cudaStream_t gpu_stream(void)
+{
+	if (!g_stream)
+		CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+	return g_stream;
+}
+
+cublasHandle_t gpu_cublas(void)
+{
+	if (!g_cublas) {
+		CUBLAS_CHECK(cublasCreate(&g_cublas));
+		/* fp32 stays fp32: no TF32 behind the caller's back */
+		CUBLAS_CHECK(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH));
+	}
+	return g_cublas;
+}
+
+void *gpu_scratch(size_t bytes)
+{
+	if (bytes > g_scratch_cap) {
+		if (g_scratch)
+			CUDA_CHECK(cudaFree(g_scratch));      /* synchronises: no kernel still reads it */
+		g_scratch_cap = bytes + bytes / 4;
+		CUDA_CHECK(cudaMalloc(&g_scratch, g_scratch_cap));
+	}
+	return g_scratch;
+}
+
+/* ---------------------------------------------------------------- the table */
+
+#define OPS_CALL(op, call) do { if ((call) != 0) { \
+	fprintf(stderr, "dice: cuda %s: bad arguments\n", (op)); abort(); } } while (0)
+
+static void cu_matmul(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                      int N, int in, int out)
+{
+	OPS_CALL("matmul", gpu_matmul(gpu_stream(), y, x, w, wdt, N, in, out));
+}
+
+static void cu_rmsnorm(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                       int N, int C, float eps)
+{
+	OPS_CALL("rmsnorm", gpu_rmsnorm(gpu_stream(), y, x, w, wdt, N, C, eps));
+}
+
+static void cu_rope(float *x, const int *pos, int N, int NH, int HD, float theta)
+{
+	OPS_CALL("rope", gpu_rope(gpu_stream(), x, pos, N, NH, HD, theta));
+}
+
+static void cu_swiglu(float *y, const float *gate, const float *up, int N, int C)
+{
+	OPS_CALL("swiglu", gpu_swiglu(gpu_stream(), y, gate, up, N, C));
+}
+
+static void cu_add(float *y, const float *x, size_t n)
+{
+	OPS_CALL("add", gpu_add(gpu_stream(), y, x, n));
+}
+
+static void cu_attention(float *out, const float *q, const float *k, const float *v,
+                         int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	OPS_CALL("attention", gpu_attention(gpu_stream(), out, q, k, v, T, S, NH, NKV, HD, m));
+}
+
+static void cu_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
+{
+	OPS_CALL("embed", gpu_embed(gpu_stream(), y, ids, w, wdt, N, C));
+}
+
+/* zeroed like the CPU backend's calloc; NULL (with a warning) when the GPU is full */
+static void *cu_alloc(size_t bytes)
+{
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+
+	if (e == cudaErrorMemoryAllocation) {
+		cudaGetLastError();
+		size_t free_b = 0, total_b = 0;
+		cudaMemGetInfo(&free_b, &total_b);
+		fprintf(stderr, "dice: cannot allocate %zu bytes on the GPU (%zu free of %zu)\n",
+		        bytes, free_b, total_b);
+		return NULL;
+	}
+	CUDA_CHECK(e);
+	CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));   /* zeroed for any stream's use */
+	return p;
+}
+
+static void cu_free(void *p)
+{
+	if (p)
+		CUDA_CHECK(cudaFree(p));
+}
+
+static void cu_to_host(void *dst, const void *src, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
+}
+
+/* returns when the host buffer may be reused */
+static void cu_to_device(void *dst, const void *src, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu_stream()));
+	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
+}
+
+/* device -> device, in stream order */
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu_stream()));
+}
+
+static void cu_sync(void)
+{
+	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
+}
+
+static const struct ops ops_cuda = {
+	"cuda",
+	cu_matmul,
+	cu_rmsnorm,
+	cu_rope,
+	cu_swiglu,
+	cu_add,
+	cu_attention,
+	cu_embed,
+	cu_alloc,
+	cu_free,
+	cu_to_host,
+	cu_to_device,
+	cu_sync,
+	cu_copy,
+};
+
+/* NULL when the driver finds no GPU; the first call decides */
+extern "C" const struct ops *gpu_ops(void)
+{
+	static int state;                       /* 0 unknown, 1 present, -1 absent */
+	int n = 0;
+
+	if (!state) {
+		cudaError_t e = cudaGetDeviceCount(&n);
+		if (e != cudaSuccess || n < 1) {
+			cudaGetLastError();
+			state = -1;
+		} else {
+			state = 1;
+		}
+	}
+	return state > 0 ? &ops_cuda : NULL;
+}

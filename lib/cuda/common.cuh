@@ -1,0 +1,59 @@
+/* common.cuh: what every lib/cuda/*.cu shares: the CUDA_CHECK / CUBLAS_CHECK macros (fatal,
+ * file:line), CEIL_DIV, device-side dtype loads, warp reductions, and the backend's
+ * per-process state (stream, cuBLAS handle, scratch) defined in backend.cu. C-like CUDA:
+ * no templates, no STL, no constexpr. */
+#ifndef DICE_CUDA_COMMON_CUH
+#define DICE_CUDA_COMMON_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+
+#include "gpu.h"
+
+void gpu_check_cuda(cudaError_t e, const char *file, int line);
+void gpu_check_cublas(cublasStatus_t s, const char *file, int line);
+#define CUDA_CHECK(call) gpu_check_cuda((call), __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) gpu_check_cublas((call), __FILE__, __LINE__)
+/* after a launch: the launch itself (bad configuration), not the kernel's completion */
+#define CUDA_CHECK_LAUNCH() gpu_check_cuda(cudaGetLastError(), __FILE__, __LINE__)
+
+/* shape preconditions of a launcher: warn and return -1 */
+#define GPU_REQUIRE(cond, op) do { if (!(cond)) { \
+	fprintf(stderr, "dice: %s: bad shape (%s) at %s:%d\n", (op), #cond, __FILE__, __LINE__); \
+	return -1; } } while (0)
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* backend state (backend.cu) */
+cublasHandle_t gpu_cublas(void);
+void *gpu_scratch(size_t bytes);        /* grows on demand; valid until the next call */
+
+static __device__ __forceinline__ float gpu_load_w(const void *w, int dt, size_t i)
+{
+	if (dt == DICE_BF16)
+		return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+	if (dt == DICE_F16)
+		return __half2float(((const __half *)w)[i]);
+	return ((const float *)w)[i];
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+#endif

@@ -1,0 +1,76 @@
+/* rope.cu: rotate-half RoPE in place on x(N,NH,HD) at positions pos(N). inv_freq(HD/2) is
+ * computed on the host exactly as the CPU twin does (fp32 powf), uploaded once per
+ * (theta, HD) and kept; the angle pos*inv_freq and its cos/sin are taken in fp32 on the GPU.
+ * One thread per (n, j < HD/2): one sincos, applied to every head. */
+#include <math.h>
+#include <string.h>
+
+#include "common.cuh"
+
+#define ROPE_TABLES 8      /* distinct (theta, HD) tables kept; a model needs one */
+
+/* ---------------------------------------------------------------- CUDA kernels */
+
+static __global__ void rope_kernel(float *x, const int *pos, const float *inv_freq,
+                                   int N, int NH, int HD)
+{
+	int half = HD / 2;
+	size_t total = (size_t)N * half;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int j = (int)(i % half), n = (int)(i / half);
+		float ang = (float)pos[n] * inv_freq[j];
+		float c, s;
+		sincosf(ang, &s, &c);
+		for (int h = 0; h < NH; h++) {
+			float *xh = x + ((size_t)n * NH + h) * HD;
+			float x1 = xh[j], x2 = xh[j + half];
+			xh[j] = x1 * c - x2 * s;
+			xh[j + half] = x2 * c + x1 * s;
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- kernel launchers */
+
+static struct {
+	float theta;
+	int HD;
+	float *d;
+} tables[ROPE_TABLES];
+
+static const float *rope_table(float theta, int HD)
+{
+	float h[512];
+	int i;
+
+	for (i = 0; i < ROPE_TABLES && tables[i].d; i++)
+		if (tables[i].theta == theta && tables[i].HD == HD)
+			return tables[i].d;
+	if (i == ROPE_TABLES) {                 /* full: recycle the oldest */
+		CUDA_CHECK(cudaFree(tables[0].d));      /* synchronises */
+		memmove(&tables[0], &tables[1], sizeof tables[0] * (ROPE_TABLES - 1));
+		i = ROPE_TABLES - 1;
+	}
+	for (int j = 0; j < HD / 2; j++)        /* as ops_cpu.c: fp32 powf on the host */
+		h[j] = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
+	CUDA_CHECK(cudaMalloc(&tables[i].d, sizeof(float) * (HD / 2)));
+	CUDA_CHECK(cudaMemcpy(tables[i].d, h, sizeof(float) * (HD / 2), cudaMemcpyHostToDevice));
+	tables[i].theta = theta;
+	tables[i].HD = HD;
+	return tables[i].d;
+}
+
+int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, float theta)
+{
+	GPU_REQUIRE(N >= 0 && NH > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024, "rope");
+	if (N == 0)
+		return 0;
+	const float *inv_freq = rope_table(theta, HD);
+	size_t total = (size_t)N * (HD / 2);
+	int grid = (int)(CEIL_DIV(total, (size_t)256) < 65536 ? CEIL_DIV(total, (size_t)256) : 65536);
+	rope_kernel<<<grid, 256, 0, st>>>(x, pos, inv_freq, N, NH, HD);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

@@ -1,0 +1,64 @@
+/* gpu: the CUDA backend of lib/ops.h (lib/cuda/*.cu), declared for C and C++.
+ *
+ * gpu_ops() returns the backend table (struct ops, "cuda") or NULL when no GPU is present; it
+ * is what ops_get("cuda") hands out. The table's functions run on one backend stream
+ * (gpu_stream()) in issue order; to_host waits for it. Under the table sit the launchers
+ * below, one per op: each takes an explicit stream, checks its shapes (returns -1 on bad
+ * shapes, with a warning) and checks the launch; 0 on success. CUDA or cuBLAS failures are
+ * fatal and name file:line (CUDA_CHECK / CUBLAS_CHECK in lib/cuda/common.cuh).
+ *
+ * Every pointer is a DEVICE pointer, attn_mask's arrays included (see lib/ops.h); shapes
+ * and semantics are exactly those of the CPU twin in lib/ops_cpu.c, the specification.
+ * Every launcher is tested against that twin on random data (tests/gpu/test_<op>.cu).
+ *
+ * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
+ * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
+ * rounding of x. Decode-sized N (<= GPU_GEMV_NMAX rows) takes a bandwidth-bound kernel
+ * of our own, larger N cuBLAS. */
+#ifndef DICE_GPU_H
+#define DICE_GPU_H
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "ops.h"
+
+#define GPU_GEMV_NMAX 8
+
+const struct ops *gpu_ops(void);
+cudaStream_t gpu_stream(void);          /* the stream of the ops table (created on first use) */
+
+/* matmul: y(N,out) fp32 = x(N,in) fp32 @ w(out,in)^T; the path is chosen by N, or forced:
+ * gpu_matmul_cublas (any N) and gpu_matmul_gemv (N <= GPU_GEMV_NMAX) are there for tests
+ * and the bench. */
+int gpu_matmul(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
+               int N, int in, int out);
+int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
+                      enum dice_dtype wdt, int N, int in, int out);
+int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
+                    enum dice_dtype wdt, int N, int in, int out);
+/* y(N,C) = x / rms(x) * w(C); y may equal x */
+int gpu_rmsnorm(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
+                int N, int C, float eps);
+/* in place on x(N,NH,HD), positions pos(N); HD even, HD <= 1024 */
+int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, float theta);
+/* y(N,C) = silu(gate) * up; y may equal gate */
+int gpu_swiglu(cudaStream_t st, float *y, const float *gate, const float *up, int N, int C);
+/* y(n) += x(n) */
+int gpu_add(cudaStream_t st, float *y, const float *x, size_t n);
+/* out(T,NH,HD) from q(T,NH,HD), k,v(S,NKV,HD) under mask m (device arrays); HD <= 256 and a
+ * multiple of 4; q, k, v 16-byte aligned */
+int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
+                  int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* y(N,C) = w[ids[n]] rows, w (V,C) of dtype wdt, ids(N) on the device */
+int gpu_embed(cudaStream_t st, float *y, const int *ids, const void *w, enum dice_dtype wdt,
+              int N, int C);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1651 @@
+/* kbench: KernelBench problem discovery, the evaluation engine over lib/pool workers, and
+ * the paper's metrics. See kbench.h; the worker protocol is documented in kbench-eval(1). */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "deceive.h"
+#include "extract.h"
+#include "input.h"
+#include "jsonl.h"
+#include "kbench.h"
+#include "pool.h"
+
+/* Until lib/deceive.c is in the library the rules are weak references: --robust then
+ * reports them unavailable (kbench_robust_available). */
+#pragma weak deceive_checker_new
+#pragma weak deceive_checker_free
+#pragma weak deceive_check
+#pragma weak deceive_result_free
+#pragma weak deceive_result_json
+
+int kbench_robust_available(void)
+{
+	return deceive_checker_new != NULL && deceive_check != NULL;
+}
+
+/* ================================================================== problems */
+
+/* Locate "levelN/<num>_<name>.py" at the end of path: offset of "levelN" in *off. */
+static int parse_path_at(const char *path, int *level, int *num, size_t *off)
+{
+	const char *file = strrchr(path, '/'), *dir, *p;
+	size_t n = strlen(path);
+	char *end;
+	long lv, nm;
+
+	if (!file || n < 4 || strcmp(path + n - 3, ".py"))
+		return -1;
+	file++;
+	for (dir = file - 1; dir > path && dir[-1] != '/'; dir--)
+		;
+	if (strncmp(dir, "level", 5))
+		return -1;
+	errno = 0;
+	lv = strtol(dir + 5, &end, 10);
+	if (end == dir + 5 || *end != '/' || lv < 0 || lv > 99)
+		return -1;
+	nm = strtol(file, &end, 10);
+	if (end == file || *end != '_' || nm < 0 || nm > 1000000)
+		return -1;
+	for (p = file; *p; p++)
+		if (*p == '/')
+			return -1;
+	*level = (int)lv;
+	*num = (int)nm;
+	if (off)
+		*off = (size_t)(dir - path);
+	return 0;
+}
+
+int kbench_parse_path(const char *path, int *level, int *num)
+{
+	return parse_path_at(path, level, num, NULL);
+}
+
+struct found {
+	char *prefix;
+	struct kbench_problem pr;
+};
+
+struct finder {
+	struct found *f;
+	size_t n, cap;
+	const char *root;      /* directory walks: strip this from names */
+};
+
+static void finder_add(struct finder *fd, const char *name, const char *data, size_t len)
+{
+	int level, num;
+	size_t off;
+
+	if (parse_path_at(name, &level, &num, &off) < 0)
+		return;
+	if (fd->n == fd->cap) {
+		fd->cap = fd->cap ? fd->cap * 2 : 64;
+		fd->f = xrealloc(fd->f, fd->cap * sizeof *fd->f);
+	}
+	struct found *f = &fd->f[fd->n++];
+	f->prefix = xstrndup(name, off);
+	f->pr.level = level;
+	f->pr.num = num;
+	f->pr.path = xstrdup(name + off);
+	f->pr.src = xstrndup(data, len);
+}
+
+static int archive_cb(const char *name, const char *data, size_t len, void *arg)
+{
+	finder_add(arg, name, data, len);
+	return 0;
+}
+
+static struct finder *walk_finder;
+
+static int walk_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	size_t len;
+	char *data;
+
+	(void)st;
+	if (flag != FTW_F || ftw->level > 8)
+		return 0;
+	int level, num;
+	if (parse_path_at(path, &level, &num, NULL) < 0)
+		return 0;
+	if (!(data = util_read_file(path, &len))) {
+		warn_msg("cannot read '%s':", path);
+		return 0;
+	}
+	finder_add(walk_finder, path, data, len);
+	free(data);
+	return 0;
+}
+
+static int problem_cmp(const void *a, const void *b)
+{
+	const struct kbench_problem *x = a, *y = b;
+
+	if (x->level != y->level)
+		return x->level - y->level;
+	if (x->num != y->num)
+		return x->num - y->num;
+	return strcmp(x->path, y->path);
+}
+
+int kbench_tree_load(struct kbench_tree *t, const char *path)
+{
+	struct finder fd = { 0 };
+	struct stat st;
+	size_t i, j, best = 0, bestn = 0;
+
+	memset(t, 0, sizeof *t);
+	if (stat(path, &st) < 0) {
+		warn_msg("cannot open KernelBench '%s':", path);
+		return -1;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		walk_finder = &fd;
+		nftw(path, walk_cb, 16, FTW_PHYS);
+		walk_finder = NULL;
+	} else if (input_each_file(path, archive_cb, &fd) < 0) {
+		return -1;
+	}
+	/* the level folders' parent that holds the most problems */
+	for (i = 0; i < fd.n; i++) {
+		size_t c = 0;
+		for (j = 0; j < fd.n; j++)
+			c += !strcmp(fd.f[i].prefix, fd.f[j].prefix);
+		if (c > bestn) {
+			bestn = c;
+			best = i;
+		}
+	}
+	if (!bestn) {
+		warn_msg("%s: no KernelBench problems (levelN/<num>_<Name>.py) found", path);
+		free(fd.f);
+		return -1;
+	}
+	t->p = xcalloc(bestn, sizeof *t->p);
+	const char *prefix = fd.f[best].prefix;
+	for (i = 0; i < fd.n; i++) {
+		if (!strcmp(fd.f[i].prefix, prefix) && t->n < bestn) {
+			t->p[t->n++] = fd.f[i].pr;
+			fd.f[i].pr.path = fd.f[i].pr.src = NULL;
+		}
+	}
+	for (i = 0; i < fd.n; i++) {
+		if (i != best)
+			free(fd.f[i].prefix);
+		free(fd.f[i].pr.path);
+		free(fd.f[i].pr.src);
+	}
+	free(fd.f[best].prefix);
+	free(fd.f);
+	qsort(t->p, t->n, sizeof *t->p, problem_cmp);
+	for (i = 1, j = 1; i < t->n; i++) {
+		if (t->p[i].level == t->p[j - 1].level && t->p[i].num == t->p[j - 1].num) {
+			warn_msg("%s: %s: duplicate problem number, ignored", path, t->p[i].path);
+			free(t->p[i].path);
+			free(t->p[i].src);
+			continue;
+		}
+		t->p[j++] = t->p[i];
+	}
+	if (t->n)
+		t->n = j;
+	return 0;
+}
+
+void kbench_tree_free(struct kbench_tree *t)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		free(t->p[i].path);
+		free(t->p[i].src);
+	}
+	free(t->p);
+	memset(t, 0, sizeof *t);
+}
+
+const struct kbench_problem *kbench_tree_find_num(const struct kbench_tree *t, int level, int num)
+{
+	for (size_t i = 0; t && i < t->n; i++)
+		if (t->p[i].level == level && t->p[i].num == num)
+			return &t->p[i];
+	return NULL;
+}
+
+const struct kbench_problem *kbench_tree_find(const struct kbench_tree *t, const char *problem)
+{
+	const char *s;
+	char *end;
+	long lv, nm;
+
+	for (size_t i = 0; t && i < t->n; i++) {
+		size_t n = strlen(t->p[i].path);
+		if (!strcmp(t->p[i].path, problem) ||
+		    (!strncmp(t->p[i].path, problem, n - 3) && !problem[n - 3]))
+			return &t->p[i];
+	}
+	/* "levelN/NUM..." anywhere in the string */
+	for (s = problem; (s = strstr(s, "level")); s++) {
+		if (s != problem && s[-1] != '/')
+			continue;
+		lv = strtol(s + 5, &end, 10);
+		if (end == s + 5 || *end != '/')
+			continue;
+		nm = strtol(end + 1, &end, 10);
+		if (*end && *end != '_' && *end != '.')
+			continue;
+		return kbench_tree_find_num(t, (int)lv, (int)nm);
+	}
+	return NULL;
+}
+
+json_t *kbench_problem_record(const struct kbench_problem *p)
+{
+	json_t *o = json_object();
+	size_t n = strlen(p->path);
+
+	json_object_set_new(o, "id", json_stringn(p->path, n - 3));
+	json_object_set_new(o, "level", json_integer(p->level));
+	json_object_set_new(o, "problem", json_string(p->path));
+	json_object_set_new(o, "ref", json_string(p->src));
+	return o;
+}
+
+int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
+{
+	char *copy = xstrdup(s), *save = NULL, *tok, *dash;
+	long a, b;
+
+	memset(rs, 0, sizeof *rs);
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		dash = strchr(tok, '-');
+		if (dash)
+			*dash = '\0';
+		if (parse_long(tok, 0, 1000000, &a) < 0 ||
+		    (dash && parse_long(dash + 1, 0, 1000000, &b) < 0) || (dash && b < a)) {
+			free(copy);
+			kbench_ranges_free(rs);
+			return -1;
+		}
+		if (!dash)
+			b = a;
+		rs->r = xrealloc(rs->r, (rs->n + 1) * sizeof *rs->r);
+		rs->r[rs->n][0] = a;
+		rs->r[rs->n][1] = b;
+		rs->n++;
+	}
+	free(copy);
+	return rs->n ? 0 : -1;
+}
+
+int kbench_ranges_has(const struct kbench_ranges *rs, long v)
+{
+	if (!rs || !rs->n)
+		return 1;
+	for (size_t i = 0; i < rs->n; i++)
+		if (v >= rs->r[i][0] && v <= rs->r[i][1])
+			return 1;
+	return 0;
+}
+
+void kbench_ranges_free(struct kbench_ranges *rs)
+{
+	free(rs->r);
+	rs->r = NULL;
+	rs->n = 0;
+}
+
+/* ================================================================== engine */
+
+enum { E_BUILD_WAIT, E_RUN_WAIT, E_BUSY, E_DONE };
+enum { ROLE_BUILD, ROLE_RUN, ROLE_PROBE };
+enum { W_NONE, W_STARTING, W_READY, W_BUSY };
+
+struct entry {
+	json_t *rec;
+	char *line;
+	size_t len;
+	char *where;           /* "file:line" for messages */
+	char *kernel;          /* candidate source, NULL: no code */
+	char *ref;
+	int level;
+	char *problem;         /* problem path, or NULL */
+	char hash[17];
+	char *cache;           /* cache_dir/hash */
+	int state;
+	int bad;               /* the record itself was bad */
+	json_t *ev;            /* verdict so far (owned) */
+	json_t *deceive;       /* robust findings (owned) or NULL */
+	double build_s;
+	int cached;
+	int loaded;            /* the run worker said the candidate was loaded */
+};
+
+struct worker {
+	struct pool_proc p;
+	int role;
+	int gpu;               /* CUDA device, -1 for none */
+	int state;
+	struct entry *job;
+	char nonce[33];
+	double deadline;
+	json_t *result;        /* the worker's reply (owned) */
+};
+
+struct kbench_engine {
+	struct kbench_config cfg;
+	char *device;          /* "cpu" or "cuda" */
+	char *torch;
+	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
+	char *python;
+	char *worker;
+	char **env_base;       /* NULL-terminated, owned */
+	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
+	size_t head, n, cap;
+	struct worker *w;      /* (nlanes * 2): lane i owns w[2i] and w[2i+1] */
+	int nlanes, nbuild;
+	int input_closed;
+	int start_failures;
+	int fatal;
+	unsigned long long nonce_ctr, nonce_seed;   /* nonces the candidate cannot guess */
+	struct entry *out;     /* handed back by the last kbench_engine_next */
+};
+
+static void entry_free(struct entry *en)
+{
+	if (!en)
+		return;
+	json_decref(en->rec);
+	json_decref(en->ev);
+	json_decref(en->deceive);
+	free(en->line);
+	free(en->where);
+	free(en->kernel);
+	free(en->ref);
+	free(en->problem);
+	free(en->cache);
+	free(en);
+}
+
+static char *find_in_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char *copy, *save = NULL, *dir, *full;
+
+	if (strchr(prog, '/'))
+		return access(prog, X_OK) == 0 ? xstrdup(prog) : NULL;
+	copy = xstrdup(path ? path : "/usr/local/bin:/usr/bin:/bin");
+	for (dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		full = xasprintf("%s/%s", *dir ? dir : ".", prog);
+		if (access(full, X_OK) == 0) {
+			free(copy);
+			return full;
+		}
+		free(full);
+	}
+	free(copy);
+	return NULL;
+}
+
+static char *find_worker(void)
+{
+	char exe[4096], *p, *cand;
+	ssize_t n;
+
+	if (getenv("KBENCH_WORKER") && *getenv("KBENCH_WORKER"))
+		return xstrdup(getenv("KBENCH_WORKER"));
+	cand = xasprintf("%s/kbench/worker.py", util_sharedir());
+	if (access(cand, R_OK) == 0)
+		return cand;
+	free(cand);
+	n = readlink("/proc/self/exe", exe, sizeof exe - 64);
+	if (n > 0) {
+		exe[n] = '\0';
+		for (int up = 0; up < 3 && (p = strrchr(exe, '/')); up++) {
+			*p = '\0';
+			cand = xasprintf("%s/share/kbench/worker.py", exe);
+			if (access(cand, R_OK) == 0)
+				return cand;
+			free(cand);
+		}
+	}
+	return NULL;
+}
+
+static void env_add(char ***env, size_t *n, const char *name, const char *value)
+{
+	*env = xrealloc(*env, (*n + 2) * sizeof **env);
+	(*env)[(*n)++] = xasprintf("%s=%s", name, value);
+	(*env)[*n] = NULL;
+}
+
+/* The scrubbed environment: a few variables the toolchain needs, nothing else. */
+static char **make_env(const struct kbench_engine *e, int gpu, int role)
+{
+	static const char *keep[] = { "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_HOME",
+		"CUDA_PATH", "CC", "CXX", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVCC_APPEND_FLAGS",
+		"NVCC_PREPEND_FLAGS", "MAX_JOBS" };
+	char **env = NULL, num[32];
+	size_t n = 0;
+
+	env_add(&env, &n, "LANG", "C.UTF-8");
+	for (size_t i = 0; i < ARRAY_LEN(keep); i++)
+		if (getenv(keep[i]))
+			env_add(&env, &n, keep[i], getenv(keep[i]));
+	if (!getenv("PATH"))
+		env_add(&env, &n, "PATH", "/usr/local/bin:/usr/bin:/bin");
+	env_add(&env, &n, "PYTHONDONTWRITEBYTECODE", "1");
+	env_add(&env, &n, "PYTHONHASHSEED", "0");
+	env_add(&env, &n, "PYTHONUNBUFFERED", "1");
+	env_add(&env, &n, "KBENCH_DEVICE", role == ROLE_PROBE ? e->cfg.device : e->device);
+	if (role == ROLE_BUILD || (e->device && !strcmp(e->device, "cpu")) ||
+	    (role == ROLE_PROBE && !strcmp(e->cfg.device, "cpu"))) {
+		env_add(&env, &n, "CUDA_VISIBLE_DEVICES", "");
+	} else if (gpu >= 0) {
+		snprintf(num, sizeof num, "%d", gpu);
+		env_add(&env, &n, "CUDA_VISIBLE_DEVICES", num);
+	}
+	return env;
+}
+
+static void env_free(char **env)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
+{
+	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL, NULL };
+	char **env = make_env(e, gpu, role);
+	struct pool_opts o = {
+		.argv = argv, .env = env, .tmp_root = e->cfg.tmp_root, .nproc = e->cfg.nproc,
+		.fsize_mb = e->cfg.fsize_mb, .netns = e->cfg.netns,
+		.log_max = e->cfg.log_bytes ? e->cfg.log_bytes : 2,
+	};
+	int r;
+
+	if (role == ROLE_PROBE)
+		argv[7] = "--probe";
+	if ((e->device && !strcmp(e->device, "cpu")) || (role == ROLE_PROBE &&
+	                                                 !strcmp(e->cfg.device, "cpu")))
+		o.mem_mb = e->cfg.mem_mb;
+	r = pool_spawn(&w->p, &o);
+	env_free(env);
+	if (r < 0)
+		return -1;
+	w->role = role;
+	w->gpu = gpu;
+	w->state = W_STARTING;
+	w->job = NULL;
+	w->deadline = pool_now() + e->cfg.start_timeout;
+	json_decref(w->result);
+	w->result = NULL;
+	return 0;
+}
+
+static void worker_stop(struct kbench_engine *e, struct worker *w, int sweep)
+{
+	pid_t live[256];
+	int n = 0;
+
+	pool_finish(&w->p);
+	w->state = W_NONE;
+	if (!sweep)
+		return;
+	for (int i = 0; i < e->nlanes * 2 && n < 256; i++)
+		if (e->w[i].p.pid)
+			live[n++] = e->w[i].p.pid;
+	pool_sweep(live, n);
+}
+
+static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry *en, int mode)
+{
+	json_t *j = json_object();
+	char ext[4096];
+
+	unsigned long long mix[2] = { e->nonce_seed, ++e->nonce_ctr };
+
+	snprintf(w->nonce, sizeof w->nonce, "%016llx%016llx", util_hash64(mix, sizeof mix),
+	         util_hash64(mix, sizeof mix) ^ e->nonce_seed);
+	json_object_set_new(j, "mode", json_string(mode == ROLE_PROBE ? "probe" :
+	                                           mode == ROLE_BUILD ? "build" : "run"));
+	json_object_set_new(j, "nonce", json_string(w->nonce));
+	if (mode == ROLE_PROBE)
+		return j;
+	snprintf(ext, sizeof ext, "%s/ext", en->cache);
+	json_object_set_new(j, "extensions_dir", json_string(ext));
+	json_object_set_new(j, "arch", json_string(e->arch));
+	json_object_set_new(j, "kernel", json_string(en->kernel));
+	if (mode == ROLE_BUILD)
+		return j;
+	json_object_set_new(j, "ref", json_string(en->ref));
+	json_object_set_new(j, "device", json_string(e->device));
+	json_object_set_new(j, "trials", json_integer(e->cfg.trials));
+	json_object_set_new(j, "perf_trials", json_integer(e->cfg.perf_trials));
+	json_object_set_new(j, "warmup", json_integer(e->cfg.warmup));
+	json_object_set_new(j, "atol", json_real(e->cfg.atol));
+	json_object_set_new(j, "rtol", json_real(e->cfg.rtol));
+	json_object_set_new(j, "rtol_only", json_boolean(e->cfg.rtol_only));
+	json_object_set_new(j, "flush_l2", json_boolean(e->cfg.flush_l2));
+	json_object_set_new(j, "time_ref", json_boolean(!e->cfg.baseline));
+	return j;
+}
+
+static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en, int mode)
+{
+	json_t *j = job_json(e, w, en, mode);
+	char *s = json_dumps(j, JSON_COMPACT);
+	size_t n = strlen(s);
+	int r;
+
+	s = xrealloc(s, n + 2);
+	s[n] = '\n';
+	s[n + 1] = '\0';
+	r = pool_send(&w->p, s, n + 1);
+	free(s);
+	json_decref(j);
+	w->state = W_BUSY;
+	w->job = en;
+	w->deadline = pool_now() + (mode == ROLE_BUILD ? e->cfg.compile_timeout :
+	                            mode == ROLE_RUN ? e->cfg.timeout : e->cfg.start_timeout);
+	if (en)
+		en->state = E_BUSY;
+	return r;
+}
+
+/* Start one worker (--probe) and wait for its ready line, which says what the interpreter
+ * has: torch version, device, GPU architectures. NULL on failure, with *why. The worker stays
+ * in *w, ready for a job. */
+static json_t *probe(struct kbench_engine *e, struct worker *w, char **why)
+{
+	struct pool_proc *pp = &w->p;
+	json_t *info = NULL, *o;
+	char *line;
+
+	if (spawn(e, w, ROLE_PROBE, -1) < 0) {
+		*why = xstrdup("cannot start");
+		return NULL;
+	}
+	while (!info && pool_now() < w->deadline) {
+		pool_poll(&pp, 1, 100);
+		while (!info && pool_line(&w->p, &line)) {
+			o = json_loads(line, 0, NULL);
+			free(line);
+			if (o && json_object_get(o, "ready")) {
+				if (json_is_true(json_object_get(o, "ready"))) {
+					info = json_incref(o);
+				} else {
+					const char *m = json_get_str(o, "message");
+					*why = xstrdup(m ? m : "the worker is not ready");
+					json_decref(o);
+					goto fail;
+				}
+			}
+			json_decref(o);
+		}
+		if (!info && w->p.exited) {
+			pool_poll(&pp, 1, 0);
+			if (w->p.msg.len == 0 || !memchr(w->p.msg.p, '\n', w->p.msg.len)) {
+				char *log = pool_log(&w->p);
+				size_t n = strlen(log);
+				while (n && (log[n - 1] == '\n'))
+					log[--n] = '\0';
+				char *last = strrchr(log, '\n');
+				*why = xasprintf("%s: %s", pool_status_str(w->p.status),
+				                 last ? last + 1 : *log ? log : "no output");
+				free(log);
+				goto fail;
+			}
+		}
+	}
+	if (info) {
+		w->state = W_READY;
+		return info;
+	}
+	*why = xstrdup("no reply in time");
+fail:
+	pool_finish(&w->p);
+	pool_proc_free(&w->p);
+	memset(w, 0, sizeof *w);
+	return NULL;
+}
+
+static int mkdir_p(const char *dir)
+{
+	char *p = xstrdup(dir), *s;
+	int r = 0;
+
+	for (s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			r = -1;
+		*s = '/';
+	}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		r = -1;
+	else
+		r = 0;
+	free(p);
+	return r;
+}
+
+struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
+{
+	struct kbench_engine *e = xcalloc(1, sizeof *e);
+	const char *cands[3];
+	json_t *info = NULL;
+	struct worker pw = { 0 };
+	char *why = NULL;
+	int nc = 0;
+
+	e->cfg = *cfg;
+	pool_init();   /* orphans of a worker come back to us, to be killed */
+	if (getrandom(&e->nonce_seed, sizeof e->nonce_seed, 0) != sizeof e->nonce_seed)
+		e->nonce_seed = util_hash64(&e, sizeof e) ^ (unsigned long long)(pool_now() * 1e9);
+	if (!(e->worker = cfg->worker ? xstrdup(cfg->worker) : find_worker())) {
+		warn_msg("cannot find share/kbench/worker.py (set DICE_SHARE)");
+		free(e);
+		return NULL;
+	}
+	if (cfg->python)
+		cands[nc++] = cfg->python;
+	else {
+		cands[nc++] = "/usr/bin/python3";
+		cands[nc++] = "python3";
+	}
+	e->device = NULL;
+	e->arch = xstrdup("");
+	for (int i = 0; i < nc && !info; i++) {
+		free(e->python);
+		if (!(e->python = find_in_path(cands[i]))) {
+			free(why);
+			why = xasprintf("'%s' not found", cands[i]);
+			continue;
+		}
+		free(why);
+		why = NULL;
+		info = probe(e, &pw, &why);
+	}
+	if (!info) {
+		warn_msg("cannot run the worker with %s: %s", e->python ? e->python : cands[nc - 1],
+		         why ? why : "?");
+		fprintf(stderr, "hint: set DICE_PYTHON to a Python that imports torch\n");
+		free(why);
+		free(e->python);
+		free(e->worker);
+		free(e->arch);
+		free(e);
+		return NULL;
+	}
+	free(why);
+	const char *dev = json_get_str(info, "device");
+	if (!strcmp(cfg->device, "cuda") && (!dev || strcmp(dev, "cuda"))) {
+		warn_msg("--device cuda: torch.cuda is not available with %s", e->python);
+		json_decref(info);
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
+		free(e->python);
+		free(e->worker);
+		free(e->arch);
+		free(e);
+		return NULL;
+	}
+	e->device = xstrdup(dev && !strcmp(dev, "cuda") && strcmp(cfg->device, "cpu") ? "cuda" : "cpu");
+	e->torch = xstrdup(json_get_str(info, "torch") ? json_get_str(info, "torch") : "?");
+	if (!strcmp(e->device, "cuda")) {
+		free(e->arch);
+		e->arch = xstrdup(getenv("TORCH_CUDA_ARCH_LIST") ? getenv("TORCH_CUDA_ARCH_LIST") :
+		                  json_get_str(info, "arch") ? json_get_str(info, "arch") : "");
+	}
+	double ng = 0;
+	json_get_num(info, "gpus", &ng);
+	json_decref(info);
+	int nrun;
+	if (!strcmp(e->device, "cuda")) {
+		if (!e->cfg.ngpus) {
+			e->cfg.ngpus = ng > 0 ? (int)ng : 1;
+			e->cfg.gpus = xcalloc((size_t)e->cfg.ngpus, sizeof(int));
+			for (int i = 0; i < e->cfg.ngpus; i++)
+				e->cfg.gpus[i] = i;
+		} else {
+			int *g = xcalloc((size_t)e->cfg.ngpus, sizeof(int));
+			memcpy(g, cfg->gpus, (size_t)e->cfg.ngpus * sizeof(int));
+			e->cfg.gpus = g;
+		}
+		nrun = e->cfg.ngpus;
+	} else {
+		e->cfg.gpus = NULL;
+		e->cfg.ngpus = 0;
+		nrun = cfg->run_workers > 0 ? cfg->run_workers : 1;
+	}
+	e->nbuild = cfg->jobs > 0 ? cfg->jobs : 1;
+	e->nlanes = e->nbuild + nrun;
+	e->w = xcalloc((size_t)e->nlanes * 2, sizeof *e->w);
+	/* in CPU mode the probe is as good as a run worker: the first one */
+	if (!strcmp(e->device, "cpu") && !strcmp(cfg->device, "cpu")) {
+		e->w[2 * e->nbuild] = pw;
+		e->w[2 * e->nbuild].role = ROLE_RUN;
+	} else {
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
+	}
+	if (mkdir_p(cfg->cache_dir) < 0) {
+		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
+		kbench_engine_free(e);
+		return NULL;
+	}
+	return e;
+}
+
+const char *kbench_engine_device(const struct kbench_engine *e) { return e->device; }
+const char *kbench_engine_torch(const struct kbench_engine *e) { return e->torch; }
+
+void kbench_engine_abort(struct kbench_engine *e)
+{
+	for (int i = 0; i < e->nlanes * 2; i++)
+		if (e->w[i].p.pid)
+			pool_finish(&e->w[i].p);
+	pool_sweep(NULL, 0);
+}
+
+int kbench_engine_free(struct kbench_engine *e)
+{
+	int fatal;
+
+	if (!e)
+		return 0;
+	fatal = e->fatal;
+	kbench_engine_abort(e);
+	for (int i = 0; i < e->nlanes * 2; i++) {
+		pool_proc_free(&e->w[i].p);
+		json_decref(e->w[i].result);
+	}
+	for (size_t i = e->head; i < e->n; i++)
+		entry_free(e->q[i]);
+	entry_free(e->out);
+	free(e->q);
+	free(e->w);
+	free(e->cfg.gpus);
+	free(e->device);
+	free(e->torch);
+	free(e->arch);
+	free(e->python);
+	free(e->worker);
+	free(e);
+	return fatal ? -1 : 0;
+}
+
+static json_t *verdict(const char *error, const char *message, int compiled)
+{
+	json_t *ev = json_object();
+
+	json_object_set_new(ev, "compiled", json_boolean(compiled));
+	json_object_set_new(ev, "correct", json_false());
+	json_object_set_new(ev, "error", error ? json_string(error) : json_null());
+	if (message)
+		json_object_set_new(ev, "message", json_string(message));
+	return ev;
+}
+
+static void finish_entry(struct entry *en, json_t *ev, int bad)
+{
+	json_decref(en->ev);
+	en->ev = ev;
+	en->bad = bad;
+	en->state = E_DONE;
+}
+
+/* cache_dir/<hash>/status: "ok\n" or "fail\n<message>\n<log>" */
+static int cache_status(struct entry *en, char **message, char **log)
+{
+	char *path = xasprintf("%s/status", en->cache), *data, *nl, *nl2;
+	size_t len;
+
+	data = util_read_file(path, &len);
+	free(path);
+	if (!data)
+		return 0;
+	if (!strncmp(data, "ok\n", 3)) {
+		free(data);
+		return 1;
+	}
+	if (strncmp(data, "fail\n", 5)) {
+		free(data);
+		return 0;
+	}
+	nl = strchr(data + 5, '\n');
+	if (nl)
+		*nl = '\0';
+	*message = xstrdup(data + 5);
+	nl2 = nl ? nl + 1 : NULL;
+	*log = nl2 ? xstrdup(nl2) : NULL;
+	free(data);
+	return -1;
+}
+
+static void cache_store(struct entry *en, const char *message, const char *log)
+{
+	char *path = xasprintf("%s/status", en->cache), *tmp = xasprintf("%s.%d", path, (int)getpid());
+	FILE *fp = fopen(tmp, "w");
+
+	if (fp) {
+		if (message)
+			fprintf(fp, "fail\n%s\n%s", message, log ? log : "");
+		else
+			fputs("ok\n", fp);
+		if (fclose(fp) == 0)
+			rename(tmp, path);
+	}
+	unlink(tmp);
+	free(tmp);
+	free(path);
+}
+
+static void set_log(struct kbench_engine *e, json_t *ev, const char *log)
+{
+	struct buf b;
+
+	if (!e->cfg.log_bytes || !log || !*log)
+		return;
+	buf_init(&b);
+	utf8_repair(&b, log, strlen(log));
+	json_object_set_new(ev, "log", json_stringn(b.p, b.len));
+	buf_free(&b);
+}
+
+/* Order the eval object's fields, add what the C side knows. */
+static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, const char *log)
+{
+	static const char *order[] = { "compiled", "correct", "error", "message", "trials_passed",
+		"max_abs_err", "max_rel_err", "ref_ms", "kernel_ms", "speedup", "excessive_speedup" };
+	json_t *ev = json_object(), *v;
+	const char *k;
+	double ref = 0, ker = 0;
+
+	for (size_t i = 0; i < ARRAY_LEN(order); i++)
+		if ((v = json_object_get(raw, order[i])))
+			json_object_set(ev, order[i], v);
+	json_object_foreach(raw, k, v)
+		if (!json_object_get(ev, k) && strcmp(k, "build_s") && strcmp(k, "deferred"))
+			json_object_set(ev, k, v);
+	if (!json_object_get(ev, "error"))
+		json_object_set_new(ev, "error", json_null());
+	/* --baseline: reference time from the file */
+	if (e->cfg.baseline && en->problem && json_get_num(ev, "kernel_ms", &ker) && ker > 0) {
+		char lv[32];
+		const char *slash = strrchr(en->problem, '/');
+		snprintf(lv, sizeof lv, "level%d", en->level);
+		json_t *b = json_object_get(json_object_get(e->cfg.baseline, lv),
+		                            slash ? slash + 1 : en->problem);
+		if (json_get_num(b, "mean", &ref) && ref > 0) {
+			json_object_set_new(ev, "ref_ms", json_real(ref));
+			json_object_set_new(ev, "speedup", json_real(round(ref / ker * 1e4) / 1e4));
+			json_object_set_new(ev, "excessive_speedup", json_boolean(ref / ker > 10));
+			json_object_set_new(ev, "baseline", json_true());
+		}
+	}
+	json_object_set_new(ev, "device", json_string(e->device));
+	json_object_set_new(ev, "torch", json_string(e->torch));
+	json_object_set_new(ev, "build_s", json_real(en->build_s));
+	if (!json_object_get(ev, "run_s"))
+		json_object_set_new(ev, "run_s", json_real(0));
+	json_object_set_new(ev, "cached", json_boolean(en->cached));
+	if (en->deceive) {
+		int dec = json_is_true(json_object_get(en->deceive, "deceptive"));
+		json_object_set_new(ev, "deceptive", json_boolean(dec));
+		json_object_set(ev, "deceive", en->deceive);
+		if (dec && json_is_true(json_object_get(ev, "correct"))) {
+			json_object_set_new(ev, "correct", json_false());
+			json_object_set_new(ev, "error", json_string("deceptive"));
+			json_object_set_new(ev, "message",
+			                    json_string("the robust check found the kernel deceptive"));
+		}
+	}
+	set_log(e, ev, log);
+	json_decref(raw);
+	return ev;
+}
+
+static const char *get_kind(json_t *ev)
+{
+	const char *s = json_get_str(ev, "error");
+	return s ? s : "";
+}
+
+/* A worker replied, died, or ran out of time: settle its entry. */
+static void settle(struct kbench_engine *e, struct worker *w, const char *kind, const char *msg)
+{
+	struct entry *en = w->job;
+	json_t *raw;
+	char *log;
+
+	w->job = NULL;
+	if (w->result) {
+		raw = json_incref(json_object_get(w->result, "eval"));
+		if (!raw || !json_is_object(raw)) {
+			json_decref(raw);
+			raw = verdict("crash", "the worker sent no verdict", 0);
+		}
+	} else {
+		raw = verdict(kind, msg, en->loaded);
+	}
+	json_decref(w->result);
+	w->result = NULL;
+	worker_stop(e, w, 1);
+	log = pool_log(&w->p);
+	if (w->role == ROLE_BUILD) {
+		double bs = 0;
+		json_get_num(raw, "build_s", &bs);
+		en->build_s = bs;
+		if (!strcmp(get_kind(raw), "") || json_is_true(json_object_get(raw, "deferred"))) {
+			if (!json_is_true(json_object_get(raw, "deferred")))
+				cache_store(en, NULL, NULL);
+			en->state = E_RUN_WAIT;
+			json_decref(raw);
+			free(log);
+			return;
+		}
+		if (!strcmp(get_kind(raw), "compile_error"))
+			cache_store(en, json_get_str(raw, "message"), log);
+	}
+	finish_entry(en, finalize(e, en, raw, log), !strcmp(get_kind(raw), "ref_error"));
+	free(log);
+}
+
+static int lane_role(const struct kbench_engine *e, int lane)
+{
+	return lane < e->nbuild ? ROLE_BUILD : ROLE_RUN;
+}
+
+static int lane_gpu(const struct kbench_engine *e, int lane)
+{
+	int r = lane - e->nbuild;
+
+	return lane < e->nbuild || !e->cfg.ngpus ? -1 : e->cfg.gpus[r % e->cfg.ngpus];
+}
+
+/* Whether a worker of this role should be started (or kept) now: build workers only for
+ * waiting builds (they are slow anyway, and most candidates may need none), run workers
+ * while records can still come. */
+static int want_work(const struct kbench_engine *e, int role)
+{
+	if (role == ROLE_RUN && !e->input_closed)
+		return 1;
+	for (size_t i = e->head; i < e->n; i++) {
+		int s = e->q[i]->state;
+		if (s == E_BUILD_WAIT || (role == ROLE_RUN && s != E_DONE))
+			return 1;
+	}
+	return 0;
+}
+
+static void handle(struct kbench_engine *e, struct worker *w)
+{
+	char *line;
+	json_t *o;
+	double now = pool_now();
+
+	while (pool_line(&w->p, &line)) {
+		o = json_loads(line, 0, NULL);
+		free(line);
+		if (!o)
+			continue;
+		if (w->state == W_STARTING && json_object_get(o, "ready")) {
+			if (json_is_true(json_object_get(o, "ready"))) {
+				w->state = W_READY;
+				e->start_failures = 0;
+			}
+		} else if (w->state == W_BUSY && !w->result && json_get_str(o, "nonce") &&
+		           !strcmp(json_get_str(o, "nonce"), w->nonce)) {
+			if (json_object_get(o, "progress"))
+				w->job->loaded = 1;
+			else
+				w->result = json_incref(o);
+		}
+		json_decref(o);
+	}
+	if (w->state == W_BUSY && w->result) {
+		settle(e, w, NULL, NULL);
+		return;
+	}
+	if (w->p.exited) {
+		struct pool_proc *one = &w->p;
+		pool_poll(&one, 1, 0);   /* the last line may have come with the exit */
+		if (memchr(w->p.msg.p, '\n', w->p.msg.len)) {
+			handle(e, w);
+			return;
+		}
+		if (w->state == W_BUSY) {
+			char *m = xasprintf("the worker died (%s) without a verdict",
+			                    pool_status_str(w->p.status));
+			settle(e, w, "crash", m);
+			free(m);
+		} else {
+			char *log = pool_log(&w->p);
+			if (++e->start_failures >= 3) {
+				warn_msg("workers fail to start (%s): %.300s", pool_status_str(w->p.status), log);
+				e->fatal = 1;
+			}
+			free(log);
+			worker_stop(e, w, 1);
+		}
+		return;
+	}
+	if (now > w->deadline) {
+		if (w->state == W_BUSY) {
+			char *m = xasprintf("no verdict within %g s", w->role == ROLE_BUILD ?
+			                    e->cfg.compile_timeout : e->cfg.timeout);
+			settle(e, w, "timeout", m);
+			free(m);
+		} else if (w->state == W_STARTING) {
+			if (++e->start_failures >= 3) {
+				warn_msg("workers do not start within %g s", e->cfg.start_timeout);
+				e->fatal = 1;
+			}
+			worker_stop(e, w, 1);
+		}
+	}
+}
+
+static int hash_building(const struct kbench_engine *e, const char *hash)
+{
+	for (int i = 0; i < e->nlanes * 2; i++)
+		if (e->w[i].state == W_BUSY && e->w[i].role == ROLE_BUILD && e->w[i].job &&
+		    !strcmp(e->w[i].job->hash, hash))
+			return 1;
+	return 0;
+}
+
+/* The next entry for a worker of this role, or NULL. Cache hits settle here. */
+static struct entry *next_job(struct kbench_engine *e, int role)
+{
+	for (size_t i = e->head; i < e->n; i++) {
+		struct entry *en = e->q[i];
+		if (role == ROLE_RUN && en->state == E_RUN_WAIT)
+			return en;
+		if (role != ROLE_BUILD || en->state != E_BUILD_WAIT)
+			continue;
+		char *msg = NULL, *log = NULL;
+		int st = cache_status(en, &msg, &log);
+		if (st == 1) {
+			en->cached = 1;
+			en->state = E_RUN_WAIT;
+			continue;
+		}
+		if (st < 0) {
+			en->cached = 1;
+			finish_entry(en, finalize(e, en, verdict("compile_error", msg, 0), log), 0);
+			free(msg);
+			free(log);
+			continue;
+		}
+		if (hash_building(e, en->hash))
+			continue;
+		return en;
+	}
+	return NULL;
+}
+
+int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
+{
+	struct pool_proc **pp = xcalloc((size_t)e->nlanes * 2, sizeof *pp);
+	int n = 0, lane, k;
+
+	for (lane = 0; lane < e->nlanes && !e->fatal; lane++) {
+		int role = lane_role(e, lane), has_spare = 0;
+		for (k = 0; k < 2; k++)
+			if (e->w[2 * lane + k].state == W_STARTING || e->w[2 * lane + k].state == W_READY)
+				has_spare = 1;
+		if (!has_spare && want_work(e, role)) {
+			struct worker *w = &e->w[2 * lane + (e->w[2 * lane].state != W_NONE)];
+			if (w->state == W_NONE && spawn(e, w, role, lane_gpu(e, lane)) < 0)
+				e->fatal = 1;
+		}
+		/* give a ready worker a job when the lane is idle */
+		int busy = e->w[2 * lane].state == W_BUSY || e->w[2 * lane + 1].state == W_BUSY;
+		for (k = 0; k < 2 && !busy; k++) {
+			struct worker *w = &e->w[2 * lane + k];
+			struct entry *en;
+			if (w->state != W_READY || !(en = next_job(e, role)))
+				continue;
+			if (send_job(e, w, en, role) < 0) {
+				settle(e, w, "crash", "the worker went away before its job");
+			}
+			busy = 1;
+		}
+		/* idle spares when no work can come */
+		for (k = 0; k < 2; k++) {
+			struct worker *w = &e->w[2 * lane + k];
+			if ((w->state == W_READY || w->state == W_STARTING) && !want_work(e, role))
+				worker_stop(e, w, 0);
+		}
+	}
+	for (int i = 0; i < e->nlanes * 2; i++)
+		if (e->w[i].p.pid)
+			pp[n++] = &e->w[i].p;
+	if (n)
+		pool_poll(pp, n, timeout_ms);
+	free(pp);
+	for (int i = 0; i < e->nlanes * 2; i++)
+		if (e->w[i].p.pid)
+			handle(e, &e->w[i]);
+	return e->fatal ? -1 : 0;
+}
+
+size_t kbench_engine_pending(const struct kbench_engine *e)
+{
+	return e->n - e->head;
+}
+
+void kbench_engine_close_input(struct kbench_engine *e)
+{
+	e->input_closed = 1;
+}
+
+static int json_level(const json_t *rec, int *level)
+{
+	double v;
+	const char *s = json_get_str(rec, "level");
+
+	if (json_get_num(rec, "level", &v) && v == floor(v) && v >= 0 && v < 100) {
+		*level = (int)v;
+		return 0;
+	}
+	if (s) {
+		long l;
+		if (!strncmp(s, "level", 5))
+			s += 5;
+		if (parse_long(s, 0, 99, &l) == 0) {
+			*level = (int)l;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Resolve the problem of a record: `ref`, `problem` path, or `level` + number. */
+static const char *resolve(struct kbench_engine *e, struct entry *en)
+{
+	const json_t *rec = en->rec;
+	const struct kbench_problem *p = NULL;
+	const char *prob = json_get_str(rec, "problem"), *ref = json_get_str(rec, "ref");
+	double num;
+	int level = -1;
+
+	json_level(rec, &level);
+	if (prob) {
+		p = kbench_tree_find(e->cfg.tree, prob);
+		if (!p && !ref) {
+			long l2;
+			if (e->cfg.tree && level >= 0 && parse_long(prob, 0, 1000000, &l2) == 0)
+				p = kbench_tree_find_num(e->cfg.tree, level, (int)l2);
+			if (!p)
+				return e->cfg.tree ? "unknown problem" : "no `ref` and no --kernelbench tree";
+		}
+	} else if ((json_get_num(rec, "problem", &num) || json_get_num(rec, "problem_id", &num)) &&
+	           !ref) {
+		if (level < 0)
+			return "a problem number needs a `level`";
+		if (!(p = kbench_tree_find_num(e->cfg.tree, level, (int)num)))
+			return e->cfg.tree ? "unknown problem" : "no `ref` and no --kernelbench tree";
+	} else if (!ref) {
+		return "no `problem` and no `ref`";
+	}
+	if (p) {
+		en->level = p->level;
+		en->problem = xstrdup(p->path);
+	} else {
+		en->level = level;
+		if (prob) {
+			int lv, nm;
+			en->problem = xstrdup(prob);
+			if (level < 0 && kbench_parse_path(prob, &lv, &nm) == 0)
+				en->level = lv;
+		}
+	}
+	en->ref = xstrdup(ref ? ref : p->src);
+	return NULL;
+}
+
+/* A cheap test: a candidate that builds no extension goes straight to a run worker. */
+static int needs_build(const char *kernel)
+{
+	return strstr(kernel, "load_inline") || strstr(kernel, "cpp_extension") ||
+	       strstr(kernel, "load(");
+}
+
+void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line, size_t len,
+                          const char *where)
+{
+	struct entry *en = xcalloc(1, sizeof *en);
+	const char *why, *from = NULL;
+	char key[512];
+
+	en->rec = rec;
+	en->line = xstrndup(line, len);
+	en->len = len;
+	en->where = xstrdup(where);
+	if (e->n == e->cap) {
+		if (e->head > 0) {
+			memmove(e->q, e->q + e->head, (e->n - e->head) * sizeof *e->q);
+			e->n -= e->head;
+			e->head = 0;
+		}
+		if (e->n == e->cap) {
+			e->cap = e->cap ? e->cap * 2 : 64;
+			e->q = xrealloc(e->q, e->cap * sizeof *e->q);
+		}
+	}
+	e->q[e->n++] = en;
+	if ((why = resolve(e, en))) {
+		warn_msg("%s: %s", where, why);
+		finish_entry(en, verdict("bad_problem", why, 0), 1);
+		return;
+	}
+	en->kernel = extract_record_kernel(rec, NULL, &from);
+	if (!en->kernel) {
+		finish_entry(en, finalize(e, en, verdict("no_code", from ?
+		             "no code block in the completion" : "no `kernel` and no `completion`", 0),
+		             NULL), 0);
+		return;
+	}
+	if (e->cfg.robust) {
+		struct deceive_result dr;
+		deceive_check(e->cfg.robust, en->kernel, strlen(en->kernel), en->ref,
+		              strlen(en->ref), &dr);
+		en->deceive = deceive_result_json(&dr);
+		deceive_result_free(&dr);
+	}
+	struct buf b;
+	buf_init(&b);
+	buf_adds(&b, en->kernel);
+	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
+	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
+	buf_free(&b);
+	snprintf(key, sizeof key, "%s/%s", e->cfg.cache_dir, en->hash);
+	en->cache = xstrdup(key);
+	en->state = needs_build(en->kernel) ? E_BUILD_WAIT : E_RUN_WAIT;
+	if (en->state == E_BUILD_WAIT && mkdir(en->cache, 0755) < 0 && errno != EEXIST)
+		warn_msg("cannot create '%s':", en->cache);
+}
+
+int kbench_engine_next(struct kbench_engine *e, json_t **rec, char **line, size_t *len,
+                       json_t **ev, int *bad)
+{
+	struct entry *en;
+
+	entry_free(e->out);
+	e->out = NULL;
+	if (e->head == e->n || e->q[e->head]->state != E_DONE)
+		return 0;
+	en = e->q[e->head++];
+	*rec = en->rec;
+	*ev = en->ev;
+	*bad = en->bad;
+	*line = en->line;
+	*len = en->len;
+	en->rec = NULL;
+	en->ev = NULL;
+	e->out = en;
+	return 1;
+}
+
+/* ================================================================== metrics */
+
+const double kbench_fast_p[KBENCH_NFAST] = { 0, 0.5, 0.8, 1.0, 1.5, 2.0 };
+
+void kbench_tally_init(struct kbench_tally *t)
+{
+	memset(t, 0, sizeof *t);
+}
+
+void kbench_tally_free(struct kbench_tally *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		free(t->e[i].key);
+	free(t->e);
+	memset(t, 0, sizeof *t);
+}
+
+void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int correct,
+                      double speedup)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 64;
+		t->e = xrealloc(t->e, t->cap * sizeof *t->e);
+	}
+	t->e[t->n++] = (struct kbench_tally_entry){ level, xstrdup(key), correct, speedup };
+}
+
+int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why)
+{
+	const json_t *ev = json_object_get(rec, "eval");
+	const char *prob = json_get_str(rec, "problem"), *id = json_get_str(rec, "id");
+	int level = -1, lv, nm, correct;
+	double sp = 0, num;
+	char key[64];
+
+	if (!json_is_object(ev)) {
+		*why = "no `eval` object";
+		return -1;
+	}
+	json_level(rec, &level);
+	if (prob && kbench_parse_path(prob, &lv, &nm) == 0) {
+		const char *l = strstr(prob, "level");
+		prob = l ? l : prob;
+		if (level < 0)
+			level = lv;
+	}
+	if (!prob && (json_get_num(rec, "problem", &num) || json_get_num(rec, "problem_id", &num))) {
+		snprintf(key, sizeof key, "level%d/%d", level, (int)num);
+		prob = key;
+	}
+	if (!prob)
+		prob = id;
+	if (!prob || level < 0) {
+		*why = "no `problem` (or `level`) to count it under";
+		return -1;
+	}
+	correct = json_is_true(json_object_get(ev, "correct"));
+	if (robust && (json_is_true(json_object_get(ev, "deceptive")) ||
+	               json_is_true(json_object_get(json_object_get(rec, "deceive"), "deceptive"))))
+		correct = 0;
+	json_get_num(ev, "speedup", &sp);
+	kbench_tally_add(t, level, prob, correct, sp);
+	return 0;
+}
+
+/* Canonical key: "level1/19_ReLU.py" and "level1/19" both become "1/19". */
+static char *canon_key(int level, const char *key)
+{
+	int lv, nm;
+	const char *s = strstr(key, "level");
+
+	if (kbench_parse_path(key, &lv, &nm) == 0)
+		return xasprintf("%d/%d", lv, nm);
+	if (s) {
+		char *end;
+		long l = strtol(s + 5, &end, 10);
+		if (*end == '/') {
+			long n = strtol(end + 1, &end, 10);
+			if (!*end || *end == '_' || *end == '.')
+				return xasprintf("%ld/%ld", l, n);
+		}
+	}
+	return xasprintf("%d/%s", level, key);
+}
+
+struct prob_acc {
+	char *key;
+	int level;
+	int s, c;
+	int f[KBENCH_NFAST];
+};
+
+static int acc_cmp(const void *a, const void *b)
+{
+	const struct prob_acc *x = a, *y = b;
+
+	return x->level != y->level ? x->level - y->level : strcmp(x->key, y->key);
+}
+
+/* log C(n, k) */
+static double lchoose(int n, int k)
+{
+	return lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0);
+}
+
+static double pass_at_k(int n, int c, int k)
+{
+	if (k > n)
+		k = n;
+	if (c == 0 || k == 0)
+		return 0;
+	if (n - c < k)
+		return 1;
+	return 1 - exp(lchoose(n - c, k) - lchoose(n, k));
+}
+
+size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree *tree,
+                         const struct kbench_ranges *levels, const struct kbench_ranges *problems,
+                         struct kbench_row **rows)
+{
+	struct prob_acc *a = NULL;
+	size_t na = 0, i, j, nr = 0;
+	struct kbench_row *r = NULL;
+	double *logsum = NULL;
+
+	for (i = 0; tree && i < tree->n; i++) {
+		if (!kbench_ranges_has(levels, tree->p[i].level) ||
+		    !kbench_ranges_has(problems, tree->p[i].num))
+			continue;
+		a = xrealloc(a, (na + 1) * sizeof *a);
+		a[na] = (struct prob_acc){ canon_key(tree->p[i].level, tree->p[i].path),
+		                           tree->p[i].level, 0, 0, { 0 } };
+		na++;
+	}
+	for (i = 0; i < t->n; i++) {
+		const struct kbench_tally_entry *te = &t->e[i];
+		if (!kbench_ranges_has(levels, te->level))
+			continue;
+		char *k = canon_key(te->level, te->key);
+		for (j = 0; j < na; j++)
+			if (a[j].level == te->level && !strcmp(a[j].key, k))
+				break;
+		if (j == na) {
+			if (tree) {   /* not a problem of the tree (or filtered out): not counted */
+				free(k);
+				continue;
+			}
+			a = xrealloc(a, (na + 1) * sizeof *a);
+			a[na++] = (struct prob_acc){ k, te->level, 0, 0, { 0 } };
+		} else {
+			free(k);
+		}
+		a[j].s++;
+		if (te->correct) {
+			a[j].c++;
+			for (int p = 0; p < KBENCH_NFAST; p++)
+				if (p == 0 || te->speedup > kbench_fast_p[p])
+					a[j].f[p]++;
+		}
+	}
+	if (na)
+		qsort(a, na, sizeof *a, acc_cmp);
+	for (i = 0; i < na; i++) {
+		if (!nr || r[nr - 1].level != a[i].level) {
+			r = xrealloc(r, (nr + 1) * sizeof *r);
+			logsum = xrealloc(logsum, (nr + 1) * sizeof *logsum);
+			memset(&r[nr], 0, sizeof *r);
+			r[nr].level = a[i].level;
+			logsum[nr] = 0;
+			nr++;
+		}
+		struct kbench_row *row = &r[nr - 1];
+		row->n++;
+		row->samples += a[i].s;
+		if (a[i].s > row->k)
+			row->k = a[i].s;
+	}
+	for (i = 0; i < t->n; i++) {   /* geometric mean over correct samples with a speedup */
+		for (j = 0; j < nr; j++)
+			if (r[j].level == t->e[i].level)
+				break;
+		if (j == nr || !t->e[i].correct || t->e[i].speedup <= 0)
+			continue;
+		if (tree) {
+			char *k = canon_key(t->e[i].level, t->e[i].key);
+			int known = 0;
+			for (size_t m = 0; m < na && !known; m++)
+				known = a[m].level == t->e[i].level && !strcmp(a[m].key, k);
+			free(k);
+			if (!known)
+				continue;
+		}
+		logsum[j] += log(t->e[i].speedup);
+		r[j].n_speedup++;
+	}
+	for (i = 0, j = 0; i < na; i++) {
+		while (r[j].level != a[i].level)
+			j++;
+		struct kbench_row *row = &r[j];
+		if (a[i].s) {
+			row->exec += (double)a[i].c / a[i].s;
+			for (int p = 0; p < KBENCH_NFAST; p++)
+				row->fast[p] += (double)a[i].f[p] / a[i].s;
+			row->pass_exec += pass_at_k(a[i].s, a[i].c, row->k);
+			row->pass_fast1 += pass_at_k(a[i].s, a[i].f[3], row->k);
+		}
+	}
+	for (j = 0; j < nr; j++) {
+		r[j].exec /= r[j].n;
+		for (int p = 0; p < KBENCH_NFAST; p++)
+			r[j].fast[p] /= r[j].n;
+		r[j].pass_exec /= r[j].n;
+		r[j].pass_fast1 /= r[j].n;
+		r[j].geomean = r[j].n_speedup ? exp(logsum[j] / r[j].n_speedup) : 0;
+	}
+	for (i = 0; i < na; i++)
+		free(a[i].key);
+	free(a);
+	free(logsum);
+	*rows = r;
+	return nr;
+}
+
+static double round4(double x)
+{
+	return round(x * 1e4) / 1e4;
+}
+
+json_t *kbench_row_json(const struct kbench_row *r)
+{
+	json_t *o = json_object();
+	char name[32];
+
+	json_object_set_new(o, "level", json_integer(r->level));
+	json_object_set_new(o, "n", json_integer(r->n));
+	json_object_set_new(o, "samples", json_integer(r->samples));
+	json_object_set_new(o, "exec", json_real(round4(r->exec)));
+	for (int p = 0; p < KBENCH_NFAST; p++) {
+		snprintf(name, sizeof name, "fast_%g", kbench_fast_p[p]);
+		json_object_set_new(o, name, json_real(round4(r->fast[p])));
+	}
+	json_object_set_new(o, "geomean_speedup", json_real(round4(r->geomean)));
+	json_object_set_new(o, "n_speedup", json_integer(r->n_speedup));
+	if (r->k > 1) {
+		json_t *pk = json_object();
+		json_object_set_new(pk, "k", json_integer(r->k));
+		json_object_set_new(pk, "exec", json_real(round4(r->pass_exec)));
+		json_object_set_new(pk, "fast_1", json_real(round4(r->pass_fast1)));
+		json_object_set_new(o, "pass_at_k", pk);
+	}
+	return o;
+}
+
+void kbench_rows_print(FILE *fp, const struct kbench_row *rows, size_t n)
+{
+	int any_k = 0;
+
+	fprintf(fp, "%-5s %5s %7s %6s %6s %6s %6s %6s %6s %6s %8s\n", "level", "n", "samples",
+	        "exec", "fast_0", "f_0.5", "f_0.8", "fast_1", "f_1.5", "fast_2", "geomean");
+	for (size_t i = 0; i < n; i++) {
+		const struct kbench_row *r = &rows[i];
+		fprintf(fp, "%-5d %5d %7d %5.1f%%", r->level, r->n, r->samples, 100 * r->exec);
+		for (int p = 0; p < KBENCH_NFAST; p++)
+			fprintf(fp, " %5.1f%%", 100 * r->fast[p]);
+		if (r->n_speedup)
+			fprintf(fp, " %7.3fx\n", r->geomean);
+		else
+			fprintf(fp, " %8s\n", "-");
+		any_k |= r->k > 1;
+	}
+	if (!any_k)
+		return;
+	fprintf(fp, "\n%-5s %5s %10s %10s\n", "level", "k", "pass@k", "fast_1@k");
+	for (size_t i = 0; i < n; i++)
+		fprintf(fp, "%-5d %5d %9.1f%% %9.1f%%\n", rows[i].level, rows[i].k,
+		        100 * rows[i].pass_exec, 100 * rows[i].pass_fast1);
+}
+
+static int metric_of(const struct kbench_row *r, const char *name, double *v)
+{
+	char buf[32];
+
+	if (!strcmp(name, "exec")) {
+		*v = r->exec;
+		return 0;
+	}
+	if (!strcmp(name, "geomean")) {
+		*v = r->geomean;
+		return 0;
+	}
+	for (int p = 0; p < KBENCH_NFAST; p++) {
+		snprintf(buf, sizeof buf, "fast_%g", kbench_fast_p[p]);
+		if (!strcmp(name, buf)) {
+			*v = r->fast[p];
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int kbench_thresholds_parse(const char *s, struct kbench_threshold **out, size_t *n)
+{
+	char *copy = xstrdup(s), *save = NULL, *tok, *eq;
+	struct kbench_row dummy = { 0 };
+	double v;
+
+	*out = NULL;
+	*n = 0;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!(eq = strchr(tok, '=')))
+			goto bad;
+		*eq = '\0';
+		if (strlen(tok) >= sizeof (*out)->name || metric_of(&dummy, tok, &v) < 0 ||
+		    parse_double(eq + 1, 0, 1e9, &v) < 0)
+			goto bad;
+		*out = xrealloc(*out, (*n + 1) * sizeof **out);
+		snprintf((*out)[*n].name, sizeof (*out)[*n].name, "%s", tok);
+		(*out)[*n].min = v;
+		(*n)++;
+	}
+	free(copy);
+	return *n ? 0 : -1;
+bad:
+	free(copy);
+	free(*out);
+	*out = NULL;
+	*n = 0;
+	return -1;
+}
+
+int kbench_thresholds_check(const struct kbench_threshold *th, size_t nth,
+                            const struct kbench_row *rows, size_t n)
+{
+	int fails = 0;
+	double v;
+
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < nth; j++) {
+			if (metric_of(&rows[i], th[j].name, &v) == 0 && v < th[j].min) {
+				warn_msg("level %d: %s %.4g is under %.4g", rows[i].level, th[j].name, v,
+				         th[j].min);
+				fails++;
+			}
+		}
+	}
+	return fails;
+}

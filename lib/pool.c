@@ -1,0 +1,502 @@
+/* pool: fork/exec of sandboxed children with pipes, process groups, limits and a private
+ * temp dir; output capture with head/tail truncation; orphan sweeping. See pool.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+int pool_init(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+		warn_msg("cannot become a child subreaper:");
+		return -1;
+	}
+	return 0;
+}
+
+double pool_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void set_limit(int what, rlim_t v)
+{
+	struct rlimit r = { v, v };
+
+	setrlimit(what, &r);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, text, strlen(text)) < 0) {
+			/* nothing to do: the namespace is a best effort */
+		}
+		close(fd);
+	}
+}
+
+/* In the child: a user namespace that maps us to ourselves, holding a network namespace
+ * with only a loopback device. 1 when it worked. */
+static int enter_netns(void)
+{
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	char map[64];
+
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
+		return 0;
+	write_file("/proc/self/setgroups", "deny");
+	snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
+	write_file("/proc/self/uid_map", map);
+	snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+	write_file("/proc/self/gid_map", map);
+	return 1;
+}
+
+static _Noreturn void child(const struct pool_opts *o, const char *dir, int req, int rep, int out,
+                            int ready)
+{
+	int devnull, fd, ns = 0;
+	char ok;
+
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGPIPE, SIG_DFL);
+	if (o->netns)
+		ns = enter_netns();
+	set_limit(RLIMIT_CORE, 0);
+	if (o->fsize_mb > 0)
+		set_limit(RLIMIT_FSIZE, (rlim_t)o->fsize_mb << 20);
+	if (o->mem_mb > 0)
+		set_limit(RLIMIT_AS, (rlim_t)o->mem_mb << 20);
+	if (o->nproc > 0)
+		set_limit(RLIMIT_NPROC, (rlim_t)o->nproc);
+	set_limit(RLIMIT_NOFILE, 4096);
+	devnull = open("/dev/null", O_RDONLY);
+	/* move the pipe ends above 4 first so the dup2s below cannot clobber each other */
+	req = fcntl(req, F_DUPFD, 10);
+	rep = fcntl(rep, F_DUPFD, 10);
+	out = fcntl(out, F_DUPFD, 10);
+	if (devnull < 0 || req < 0 || rep < 0 || out < 0 || dup2(devnull, 0) < 0 ||
+	    dup2(out, 1) < 0 || dup2(out, 2) < 0 || dup2(req, 3) < 0 || dup2(rep, 4) < 0)
+		_exit(126);
+	ok = ns ? 'n' : 'y';
+	if (write(ready, &ok, 1) < 0)
+		_exit(126);
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, 5, ~0U, 0) < 0)
+#endif
+		for (fd = 5; fd < 4096; fd++)
+			close(fd);
+	if (chdir(dir) < 0)
+		_exit(126);
+	{
+		size_t n = 0;
+		while (o->env && o->env[n])
+			n++;
+		char **env = calloc(n + 3, sizeof *env);
+		if (!env)
+			_exit(126);
+		memcpy(env, o->env, n * sizeof *env);
+		env[n] = malloc(strlen(dir) + 8);
+		env[n + 1] = malloc(strlen(dir) + 8);
+		if (!env[n] || !env[n + 1])
+			_exit(126);
+		sprintf(env[n], "TMPDIR=%s", dir);
+		sprintf(env[n + 1], "HOME=%s", dir);
+		execve(o->argv[0], o->argv, env);
+	}
+	dprintf(2, "cannot run '%s': %s\n", o->argv[0], strerror(errno));
+	_exit(127);
+}
+
+int pool_spawn(struct pool_proc *p, const struct pool_opts *o)
+{
+	int req[2], rep[2], out[2], ready[2];
+	const char *root = o->tmp_root ? o->tmp_root : getenv("TMPDIR");
+	char ok = 0;
+	pid_t pid;
+
+	memset(p, 0, sizeof *p);
+	p->to_fd = p->from_fd = p->log_fd = -1;
+	buf_init(&p->msg);
+	buf_init(&p->head);
+	p->tail_cap = o->log_max / 2;
+	p->tail = xmalloc(p->tail_cap + 1);
+	if (!root || !*root)
+		root = "/tmp";
+	p->tmpdir = xasprintf("%s/kbench-XXXXXX", root);
+	if (!mkdtemp(p->tmpdir)) {
+		warn_msg("cannot create a temporary directory in '%s':", root);
+		free(p->tmpdir);
+		p->tmpdir = NULL;
+		return -1;
+	}
+	if (pipe2(req, O_CLOEXEC) < 0)
+		goto fail0;
+	if (pipe2(rep, O_CLOEXEC) < 0)
+		goto fail1;
+	if (pipe2(out, O_CLOEXEC) < 0)
+		goto fail2;
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		goto fail3;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		warn_msg("cannot fork:");
+		goto fail4;
+	}
+	if (pid == 0)
+		child(o, p->tmpdir, req[0], rep[1], out[1], ready[1]);
+	setpgid(pid, pid);   /* also here: no race with a kill before the child ran */
+	close(req[0]);
+	close(rep[1]);
+	close(out[1]);
+	close(ready[1]);
+	if (read(ready[0], &ok, 1) != 1)
+		ok = 0;
+	close(ready[0]);
+	p->pid = pid;
+	p->to_fd = req[1];
+	p->from_fd = rep[0];
+	p->log_fd = out[0];
+	p->netns = ok == 'n';
+	p->started = pool_now();
+	fcntl(p->from_fd, F_SETFL, O_NONBLOCK);
+	fcntl(p->log_fd, F_SETFL, O_NONBLOCK);
+	return 0;
+fail4:
+	close(ready[0]);
+	close(ready[1]);
+fail3:
+	close(out[0]);
+	close(out[1]);
+fail2:
+	close(rep[0]);
+	close(rep[1]);
+fail1:
+	close(req[0]);
+	close(req[1]);
+fail0:
+	if (!errno)
+		errno = EIO;
+	warn_msg("cannot start a worker:");
+	rmdir(p->tmpdir);
+	return -1;
+}
+
+static void log_add(struct pool_proc *p, const char *s, size_t n)
+{
+	size_t half = p->tail_cap, take;
+
+	p->log_total += n;
+	if (p->head.len < half) {
+		take = half - p->head.len < n ? half - p->head.len : n;
+		buf_add(&p->head, s, take);
+		s += take;
+		n -= take;
+	}
+	if (!half)
+		return;
+	if (n >= half) {   /* keep only the last half bytes */
+		memcpy(p->tail, s + n - half, half);
+		p->tail_len = half;
+		p->tail_pos = 0;
+		return;
+	}
+	while (n) {
+		take = half - p->tail_pos < n ? half - p->tail_pos : n;
+		memcpy(p->tail + p->tail_pos, s, take);
+		p->tail_pos = (p->tail_pos + take) % half;
+		p->tail_len = p->tail_len + take > half ? half : p->tail_len + take;
+		s += take;
+		n -= take;
+	}
+}
+
+/* Read everything available on fd; -1 marks EOF (fd closed by us). */
+static void drain(struct pool_proc *p, int *fd, int is_log)
+{
+	char b[65536];
+	ssize_t n;
+
+	while (*fd >= 0) {
+		n = read(*fd, b, sizeof b);
+		if (n > 0) {
+			if (is_log)
+				log_add(p, b, (size_t)n);
+			else if (p->msg.len < (64u << 20))   /* a reply is small; refuse floods */
+				buf_add(&p->msg, b, (size_t)n);
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+static void reap(struct pool_proc **procs, int n)
+{
+	int st, i;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (procs[i] && procs[i]->pid == pid && !procs[i]->exited) {
+				procs[i]->exited = 1;
+				procs[i]->status = st;
+			}
+		}
+	}
+}
+
+int pool_poll(struct pool_proc **procs, int n, int timeout_ms)
+{
+	struct pollfd *fds = xcalloc((size_t)n * 2 + 1, sizeof *fds);
+	int i, k = 0, r;
+
+	for (i = 0; i < n; i++) {
+		if (!procs[i] || !procs[i]->pid)
+			continue;
+		if (procs[i]->from_fd >= 0)
+			fds[k++] = (struct pollfd){ .fd = procs[i]->from_fd, .events = POLLIN };
+		if (procs[i]->log_fd >= 0)
+			fds[k++] = (struct pollfd){ .fd = procs[i]->log_fd, .events = POLLIN };
+	}
+	r = poll(fds, (nfds_t)k, timeout_ms);
+	free(fds);
+	if (r < 0 && errno != EINTR) {
+		warn_msg("poll:");
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		if (!procs[i] || !procs[i]->pid)
+			continue;
+		drain(procs[i], &procs[i]->from_fd, 0);
+		drain(procs[i], &procs[i]->log_fd, 1);
+	}
+	reap(procs, n);
+	return 0;
+}
+
+int pool_line(struct pool_proc *p, char **line)
+{
+	char *nl = memchr(p->msg.p, '\n', p->msg.len);
+	size_t n;
+
+	if (!nl)
+		return 0;
+	n = (size_t)(nl - p->msg.p);
+	*line = xstrndup(p->msg.p, n);
+	memmove(p->msg.p, nl + 1, p->msg.len - n - 1);
+	p->msg.len -= n + 1;
+	p->msg.p[p->msg.len] = '\0';
+	return 1;
+}
+
+int pool_done(const struct pool_proc *p)
+{
+	return p->exited && p->from_fd < 0;
+}
+
+int pool_send(struct pool_proc *p, const char *data, size_t len)
+{
+	ssize_t n;
+	int ret = 0;
+
+	while (len && p->to_fd >= 0) {
+		n = write(p->to_fd, data, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -1;
+			break;
+		}
+		data += n;
+		len -= (size_t)n;
+	}
+	if (p->to_fd >= 0)
+		close(p->to_fd);
+	p->to_fd = -1;
+	return ret;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP || flag == FTW_D)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+static int open_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_D || flag == FTW_DNR)
+		chmod(path, (st->st_mode & 07777) | S_IRWXU);
+	return 0;
+}
+
+static void remove_tree(const char *dir)
+{
+	nftw(dir, open_entry, 32, FTW_PHYS);   /* a candidate may have chmod'ed dirs to 000 */
+	nftw(dir, rm_entry, 32, FTW_PHYS | FTW_DEPTH);
+}
+
+/* ppid and pgrp of pid from /proc/pid/stat; -1 when gone. */
+static int proc_stat(pid_t pid, pid_t *ppid, pid_t *pgrp)
+{
+	char path[64], b[512], *rp;
+	int fd, ppi, pgr;
+	ssize_t n;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -1;
+	n = read(fd, b, sizeof b - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	b[n] = '\0';
+	rp = strrchr(b, ')');
+	if (!rp || sscanf(rp + 1, " %*c %d %d", &ppi, &pgr) != 2)
+		return -1;
+	*ppid = ppi;
+	*pgrp = pgr;
+	return 0;
+}
+
+void pool_sweep(const pid_t *live, int n)
+{
+	pid_t self = getpid(), mygrp = getpgrp(), ppid, pgrp, pid;
+	int round, found, i, keep;
+	DIR *d;
+	struct dirent *e;
+
+	for (round = 0; round < 200; round++) {
+		found = 0;
+		if (!(d = opendir("/proc")))
+			return;
+		while ((e = readdir(d))) {
+			if (e->d_name[0] < '1' || e->d_name[0] > '9')
+				continue;
+			pid = (pid_t)atoi(e->d_name);
+			if (proc_stat(pid, &ppid, &pgrp) < 0 || ppid != self)
+				continue;
+			keep = 0;
+			for (i = 0; i < n; i++)
+				if (live[i] == pid || live[i] == pgrp)
+					keep = 1;
+			if (keep)
+				continue;
+			found++;
+			if (pgrp != mygrp && pgrp > 1)
+				kill(-pgrp, SIGKILL);
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, WNOHANG);
+		}
+		closedir(d);
+		if (!found)
+			return;
+		usleep(2000);
+	}
+}
+
+void pool_finish(struct pool_proc *p)
+{
+	double until;
+
+	if (!p->pid)
+		return;
+	kill(-p->pid, SIGKILL);
+	kill(p->pid, SIGKILL);
+	if (!p->exited && waitpid(p->pid, &p->status, 0) == p->pid)
+		p->exited = 1;
+	/* the rest of the output: writers are dead, but escaped descendants may hold the pipes */
+	until = pool_now() + 0.5;
+	while ((p->log_fd >= 0 || p->from_fd >= 0) && pool_now() < until) {
+		struct pool_proc *one = p;
+		pool_poll(&one, 1, 20);
+	}
+	if (p->log_fd >= 0)
+		close(p->log_fd);
+	if (p->from_fd >= 0)
+		close(p->from_fd);
+	if (p->to_fd >= 0)
+		close(p->to_fd);
+	p->log_fd = p->from_fd = p->to_fd = -1;
+	if (p->tmpdir) {
+		remove_tree(p->tmpdir);
+		free(p->tmpdir);
+		p->tmpdir = NULL;
+	}
+	p->pid = 0;
+}
+
+void pool_proc_free(struct pool_proc *p)
+{
+	buf_free(&p->msg);
+	buf_free(&p->head);
+	free(p->tail);
+	p->tail = NULL;
+	free(p->tmpdir);
+	p->tmpdir = NULL;
+}
+
+char *pool_log(const struct pool_proc *p)
+{
+	struct buf b;
+	size_t kept = p->head.len + p->tail_len, start;
+
+	buf_init(&b);
+	buf_add(&b, p->head.p, p->head.len);
+	if (p->log_total > kept)
+		buf_addf(&b, "\n[... %zu bytes dropped ...]\n", p->log_total - kept);
+	if (p->tail_len) {
+		start = p->tail_len < p->tail_cap ? 0 : p->tail_pos;
+		buf_add(&b, p->tail + start, p->tail_len - start);
+		buf_add(&b, p->tail, start);
+	}
+	return buf_detach(&b, NULL);
+}
+
+const char *pool_status_str(int status)
+{
+	static char s[96];
+
+	if (WIFSIGNALED(status))
+		snprintf(s, sizeof s, "killed by signal %d (%s)", WTERMSIG(status),
+		         strsignal(WTERMSIG(status)));
+	else if (WIFEXITED(status))
+		snprintf(s, sizeof s, "exit status %d", WEXITSTATUS(status));
+	else
+		snprintf(s, sizeof s, "wait status %d", status);
+	return s;
+}

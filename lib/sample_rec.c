@@ -1,0 +1,175 @@
+/* sample_rec: prompts of records, completion text, the `sample` object (see sample_rec.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonl.h"
+#include "sample_rec.h"
+#include "util.h"
+
+void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill)
+{
+	memset(s, 0, sizeof *s);
+	s->tok = tok;
+	s->chat = chat;
+	s->infill = infill;
+}
+
+void sample_rec_free(struct sample_rec *s)
+{
+	if (s->kb)
+		prompt_free(s->kb);
+	if (s->fill)
+		prompt_free(s->fill);
+	memset(s, 0, sizeof *s);
+}
+
+static int ids_from_array(const json_t *a, int **ids, int *n, char *err, size_t errlen)
+{
+	size_t i, len = json_array_size(a);
+	json_t *v;
+
+	*ids = xmalloc((len ? len : 1) * sizeof **ids);
+	json_array_foreach(a, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+			snprintf(err, errlen, "prompt_ids[%zu] is not a token id", i);
+			free(*ids);
+			*ids = NULL;
+			return -1;
+		}
+		(*ids)[i] = (int)json_integer_value(v);
+	}
+	*n = (int)len;
+	return 0;
+}
+
+static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref, char *err,
+                        size_t errlen)
+{
+	const char *prefix = json_get_str(rec, "prefix"), *suffix = json_get_str(rec, "suffix");
+	const char *keys[3], *vals[3];
+	struct prompt_template **t;
+	size_t n = 0;
+
+	if (s->infill || prefix || suffix) {
+		t = &s->fill;
+		if (!*t && !(*t = prompt_load("infill", err, errlen)))
+			return NULL;
+		keys[n] = "prefix", vals[n++] = prefix ? prefix : "";
+		keys[n] = "suffix", vals[n++] = suffix ? suffix : "";
+	} else {
+		t = &s->kb;
+		if (!*t && !(*t = prompt_load("kernelbench", err, errlen)))
+			return NULL;
+	}
+	keys[n] = "ref", vals[n++] = ref;
+	return prompt_render(*t, keys, vals, n, s->chat, err, errlen);
+}
+
+int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n, char *err,
+                      size_t errlen)
+{
+	const char *ref = json_get_str(rec, "ref"), *prompt = json_get_str(rec, "prompt");
+	const json_t *pids = json_object_get(rec, "prompt_ids");
+	char *text;
+	size_t len;
+	int r;
+
+	if (!ref && !prompt) {
+		if (json_is_array(pids))
+			return ids_from_array(pids, ids, n, err, errlen);
+		snprintf(err, errlen, "record has no ref, prompt or prompt_ids");
+		return -1;
+	}
+	if (!s->tok) {
+		snprintf(err, errlen, "no tokenizer in the checkpoint for a text prompt");
+		return -1;
+	}
+	text = ref ? render_ref(s, rec, ref, err, errlen) : prompt_chat_wrap(prompt, s->chat);
+	if (!text)
+		return -1;
+	r = tokenizer_encode(s->tok, text, strlen(text), ids, &len);
+	free(text);
+	if (r < 0) {
+		snprintf(err, errlen, "the tokenizer failed on the prompt");
+		return -1;
+	}
+	*n = (int)len;
+	return 0;
+}
+
+char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mask_id)
+{
+	struct buf raw, out;
+	int *keep;
+	int m = 0;
+
+	if (!s->tok)
+		return NULL;
+	keep = xmalloc((size_t)(n ? n : 1) * sizeof *keep);
+	for (int i = 0; i < n; i++)
+		if (ids[i] != mask_id)
+			keep[m++] = ids[i];
+	buf_init(&raw);
+	buf_init(&out);
+	tokenizer_decode(s->tok, keep, (size_t)m, TOKENIZER_DECODE_SKIP_SPECIAL, &raw);
+	utf8_repair(&out, raw.p, raw.len);
+	buf_free(&raw);
+	free(keep);
+	return buf_detach(&out, NULL);
+}
+
+static json_t *int_array(const int *v, int n)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, json_integer(v[i]));
+	return a;
+}
+
+/* floats rounded to 6 significant digits so the output stays short and stable */
+static json_t *real6(double x)
+{
+	char s[32];
+	if (!isfinite(x))
+		return json_real(x < 0 ? -1e30 : 1e30);
+	snprintf(s, sizeof s, "%.6g", x);
+	return json_real(strtod(s, NULL));
+}
+
+json_t *sample_rec_object(const struct sampler_result *r, const struct sampler_opts *o,
+                          uint64_t seed, int prompt_tokens, int trace, const char *device,
+                          const char *dtype)
+{
+	json_t *s = json_object(), *set = json_object();
+
+	json_object_set_new(s, "ids", int_array(r->ids, r->n));
+	json_object_set_new(s, "tokens", json_integer(r->n));
+	json_object_set_new(s, "prompt_tokens", json_integer(prompt_tokens));
+	json_object_set_new(s, "forwards", json_integer(r->forwards));
+	json_object_set_new(s, "steps", json_integer(r->steps));
+	json_object_set_new(s, "ms", real6(r->ms));
+	json_object_set_new(s, "seed", json_integer((json_int_t)seed));
+	json_object_set_new(s, "stopped", json_boolean(r->stopped));
+	json_object_set_new(set, "decoding", json_string(sampler_decoding_name(o->decoding)));
+	json_object_set_new(set, "block_size", json_integer(o->block));
+	json_object_set_new(set, "steps", json_integer(o->steps));
+	json_object_set_new(set, "threshold", real6(o->threshold));
+	json_object_set_new(set, "temperature", real6(o->temperature));
+	json_object_set_new(set, "top_k", json_integer(o->top_k));
+	json_object_set_new(set, "top_p", real6(o->top_p));
+	json_object_set_new(set, "max_tokens", json_integer(o->max_tokens));
+	json_object_set_new(set, "stop", int_array(o->stop, o->nstop));
+	json_object_set_new(set, "device", json_string(device));
+	json_object_set_new(set, "dtype", json_string(dtype));
+	json_object_set_new(s, "settings", set);
+	if (trace) {
+		json_t *t = json_object(), *lp = json_array();
+		json_object_set_new(t, "step", int_array(r->step, r->n));
+		for (int i = 0; i < r->n; i++)
+			json_array_append_new(lp, real6(r->logp[i]));
+		json_object_set_new(t, "logp", lp);
+		json_object_set_new(s, "trace", t);
+	}
+	return s;
+}

@@ -1,0 +1,49 @@
+/* sample_rec: the records side of dice-sample: which prompt a record asks for, the text of a
+ * completion, and the `sample` object written back (DESIGN.md "Records").
+ *
+ * Prompt of a record, first match wins:
+ *   - `ref` with `prefix`/`suffix` present, or --infill: the "infill" template ({{ref}}
+ *     {{prefix}} {{suffix}}), chat-wrapped;
+ *   - `ref`: the "kernelbench" template ({{ref}}), chat-wrapped;
+ *   - `prompt` (string): that text as the user turn, chat-wrapped;
+ *   - `prompt_ids` (array of token ids): fed as they are (no tokenizer needed).
+ * Chat wrapping is Qwen3's unless chat is PROMPT_CHAT_NONE (--template none). Text is
+ * encoded with the tokenizer's added tokens recognised, and no BOS (SPEC §1.2).
+ */
+#ifndef DICE_SAMPLE_REC_H
+#define DICE_SAMPLE_REC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "prompt.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+struct sample_rec {
+	struct tokenizer *tok;              /* NULL: only prompt_ids records can be served */
+	enum prompt_chat chat;
+	int infill;                          /* --infill: the infill template for every ref */
+	struct prompt_template *kb, *fill;  /* loaded on first use */
+};
+
+void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
+void sample_rec_free(struct sample_rec *s);
+
+/* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err. */
+int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
+                      char *err, size_t errlen);
+
+/* The completion text of ids (special tokens and the mask id dropped, valid UTF-8), or NULL
+ * when there is no tokenizer. New string. */
+char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mask_id);
+
+/* The `sample` object: ids, tokens, prompt_tokens, forwards, steps, ms, seed, stopped,
+ * settings (decoding, block, steps, threshold, temperature, top_k, top_p, max_tokens, stop,
+ * device, dtype) and, with trace, trace.step and trace.logp (one per generated token). */
+json_t *sample_rec_object(const struct sampler_result *r, const struct sampler_opts *o,
+                          uint64_t seed, int prompt_tokens, int trace, const char *device,
+                          const char *dtype);
+
+#endif

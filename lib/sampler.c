@@ -1,0 +1,449 @@
+/* sampler: block-diffusion decoding (SPEC §2): the per-position draw, the commit rules, and
+ * the scheduler that runs many requests through shared forwards (see sampler.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rng.h"
+#include "sampler.h"
+#include "util.h"
+
+void sampler_opts_default(struct sampler_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->decoding = SAMPLER_STATIC;
+	o->block = 4;
+	o->steps = 4;
+	o->threshold = 0.9f;
+	o->temperature = 1.0f;
+	o->top_k = 0;
+	o->top_p = 1.0f;
+	o->max_tokens = 4096;
+	o->mask_id = 151669;
+	o->max_active = 1;
+}
+
+int sampler_preset(struct sampler_opts *o, const char *name)
+{
+	if (!strcmp(name, "eval")) {
+		o->decoding = SAMPLER_STATIC;
+		o->top_k = 1;
+	} else if (!strcmp(name, "rl")) {
+		o->decoding = SAMPLER_DYNAMIC;
+		o->threshold = 0.9f;
+		o->top_k = 0;
+	} else {
+		return -1;
+	}
+	o->temperature = 1.0f;
+	o->top_p = 1.0f;
+	return 0;
+}
+
+static const char *const decoding_names[] = { "static", "dynamic", "sequential" };
+
+const char *sampler_decoding_name(enum sampler_decoding d)
+{
+	return decoding_names[d];
+}
+
+int sampler_decoding_parse(const char *s, enum sampler_decoding *d)
+{
+	for (size_t i = 0; i < ARRAY_LEN(decoding_names); i++) {
+		if (!strcmp(s, decoding_names[i])) {
+			*d = (enum sampler_decoding)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+void sampler_result_free(struct sampler_result *r)
+{
+	free(r->ids);
+	free(r->step);
+	free(r->logp);
+	memset(r, 0, sizeof *r);
+}
+
+int sampler_quota(int block, int steps, int s)
+{
+	return block / steps + (s < block % steps);
+}
+
+/* ---------------------------------------------------------------- one position */
+
+struct ranked {
+	float e;
+	int i;
+};
+
+/* k-th largest (0-based k) of a[0..n), reordering a */
+static float kth_largest(float *a, int n, int k)
+{
+	int lo = 0, hi = n - 1;
+
+	while (lo < hi) {
+		float piv = a[lo + (hi - lo) / 2];
+		int i = lo, j = hi;
+		while (i <= j) {
+			while (a[i] > piv)
+				i++;
+			while (a[j] < piv)
+				j--;
+			if (i <= j) {
+				float t = a[i];
+				a[i++] = a[j];
+				a[j--] = t;
+			}
+		}
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return a[k];
+	}
+	return a[k];
+}
+
+static int ranked_cmp(const void *pa, const void *pb)
+{
+	const struct ranked *a = pa, *b = pb;
+	if (a->e != b->e)
+		return a->e > b->e ? -1 : 1;
+	return a->i - b->i;
+}
+
+int sampler_draw(const float *logits, int V, float temperature, int top_k, float top_p, double u,
+                 float *prob, float *work)
+{
+	float *e = work;
+	struct ranked *rk = (struct ranked *)(work + V);
+	float thr = -INFINITY, mx = -INFINITY;
+	double sum = 0, target, acc = 0;
+	int tok = -1;
+
+	for (int i = 0; i < V; i++) {
+		e[i] = temperature == 1.0f ? logits[i] : logits[i] / temperature;
+		if (e[i] > mx)
+			mx = e[i];
+	}
+	if (top_k == 1) {
+		thr = mx;
+	} else if (top_k > 0 && top_k < V) {
+		float *tmp = (float *)rk;
+		memcpy(tmp, e, (size_t)V * sizeof *tmp);
+		thr = kth_largest(tmp, V, top_k - 1);
+	}
+	for (int i = 0; i < V; i++) {
+		e[i] = e[i] >= thr ? expf(e[i] - mx) : 0.0f;
+		sum += e[i];
+	}
+	if (top_p < 1.0f) {
+		int n = 0;
+		double cum = 0;
+		for (int i = 0; i < V; i++)
+			if (e[i] > 0.0f)
+				rk[n++] = (struct ranked){ e[i], i };
+		qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
+		/* drop the sorted tail once the cumulative probability before it exceeds top_p */
+		for (int j = 0; j < n; j++) {
+			if (j > 0 && cum / sum > top_p)
+				e[rk[j].i] = 0.0f;
+			cum += rk[j].e;
+		}
+		sum = 0;
+		for (int i = 0; i < V; i++)
+			sum += e[i];
+	}
+	target = u * sum;
+	for (int i = 0; i < V; i++) {
+		if (e[i] <= 0.0f)
+			continue;
+		tok = i;
+		acc += e[i];
+		if (acc > target)
+			break;
+	}
+	*prob = (float)(e[tok] / sum);
+	return tok;
+}
+
+int sampler_choose(enum sampler_decoding d, int n, const uint8_t *masked, const float *conf,
+                   int quota, float threshold, uint8_t *commit)
+{
+	int nm = 0, got = 0;
+
+	memset(commit, 0, (size_t)n);
+	for (int i = 0; i < n; i++)
+		nm += masked[i];
+	if (quota > nm)
+		quota = nm;
+	if (d == SAMPLER_SEQUENTIAL) {
+		for (int i = 0; i < n && got < quota; i++)
+			if (masked[i])
+				commit[i] = 1, got++;
+		return got;
+	}
+	if (d == SAMPLER_DYNAMIC) {
+		int above = 0;
+		for (int i = 0; i < n; i++)
+			above += masked[i] && conf[i] > threshold;
+		if (above >= quota) {
+			for (int i = 0; i < n; i++)
+				if (masked[i] && conf[i] > threshold)
+					commit[i] = 1;
+			return above;
+		}
+	}
+	/* the quota most confident; ties to the lowest position */
+	while (got < quota) {
+		int best = -1;
+		for (int i = 0; i < n; i++)
+			if (masked[i] && !commit[i] && (best < 0 || conf[i] > conf[best]))
+				best = i;
+		commit[best] = 1;
+		got++;
+	}
+	return got;
+}
+
+/* ---------------------------------------------------------------- the scheduler */
+
+enum phase { PH_PREFILL, PH_DECODE };
+
+struct slot {
+	int req;                     /* request index, -1 when free */
+	int *x;                      /* (len) prompt then generated / mask ids */
+	uint8_t *msk;                /* (len) 1 = still masked */
+	int *step;                   /* (len) committing step */
+	float *logp;                 /* (len) */
+	int len, P, nb, b, it, gstep, forwards, stopped;
+	enum phase ph;
+	int action_save;             /* this round's forward is the save pass */
+	struct kvcache kv;
+	struct rng rng;
+};
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int blocks_for(const struct sampler_opts *o, int plen)
+{
+	return (plen + o->max_tokens + o->block - 1) / o->block;
+}
+
+size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen)
+{
+	return (size_t)o->max_active * kvcache_bytes(&m->cfg, blocks_for(o, plen) * o->block);
+}
+
+static void slot_start(struct slot *s, const struct model *m, const struct sampler_opts *o,
+                       const struct sampler_request *r, int idx)
+{
+	int len = blocks_for(o, r->plen) * o->block;
+
+	s->req = idx;
+	s->len = len;
+	s->P = r->plen;
+	s->nb = len / o->block;
+	s->x = xrealloc(s->x, (size_t)len * sizeof *s->x);
+	s->msk = xrealloc(s->msk, (size_t)len);
+	s->step = xrealloc(s->step, (size_t)len * sizeof *s->step);
+	s->logp = xrealloc(s->logp, (size_t)len * sizeof *s->logp);
+	memcpy(s->x, r->prompt, (size_t)r->plen * sizeof *s->x);
+	for (int i = r->plen; i < len; i++)
+		s->x[i] = o->mask_id;
+	memset(s->msk, 0, (size_t)r->plen);
+	memset(s->msk + r->plen, 1, (size_t)(len - r->plen));
+	memset(s->step, 0, (size_t)len * sizeof *s->step);
+	s->b = r->plen / o->block;
+	s->ph = s->b > 0 ? PH_PREFILL : PH_DECODE;
+	s->it = s->gstep = s->forwards = s->stopped = 0;
+	if (s->kv.cap < len) {
+		kvcache_free(&s->kv, m);
+		kvcache_init(&s->kv, m, len);
+	}
+	s->kv.len = 0;
+	rng_seed(&s->rng, r->seed);
+}
+
+static int is_stop(const struct sampler_opts *o, int id)
+{
+	for (int i = 0; i < o->nstop; i++)
+		if (o->stop[i] == id)
+			return 1;
+	return 0;
+}
+
+static void slot_finish(struct slot *s, const struct sampler_opts *o, struct sampler_result *r,
+                        double ms)
+{
+	int n = s->len - s->P;
+
+	if (n > o->max_tokens)
+		n = o->max_tokens;
+	for (int i = 0; i < n; i++) {
+		if (s->msk[s->P + i]) {         /* not reached (stopped before) */
+			n = i;
+			break;
+		}
+		if (is_stop(o, s->x[s->P + i])) {
+			n = i + 1;
+			s->stopped = 1;
+			break;
+		}
+	}
+	r->n = n;
+	r->ids = xmalloc((size_t)(n ? n : 1) * sizeof *r->ids);
+	r->step = xmalloc((size_t)(n ? n : 1) * sizeof *r->step);
+	r->logp = xmalloc((size_t)(n ? n : 1) * sizeof *r->logp);
+	memcpy(r->ids, s->x + s->P, (size_t)n * sizeof *r->ids);
+	memcpy(r->step, s->step + s->P, (size_t)n * sizeof *r->step);
+	memcpy(r->logp, s->logp + s->P, (size_t)n * sizeof *r->logp);
+	r->forwards = s->forwards;
+	r->steps = s->gstep;
+	r->stopped = s->stopped;
+	r->ms = ms;
+	s->req = -1;
+}
+
+/* after the save pass of block b: is the request done? */
+static int block_ends_request(const struct slot *s, const struct sampler_opts *o)
+{
+	int end = (s->b + 1) * o->block;
+
+	if (s->b + 1 >= s->nb)
+		return 1;
+	for (int i = s->P; i < end; i++)
+		if (is_stop(o, s->x[i]))
+			return 1;
+	return 0;
+}
+
+/* sample the masked positions of the slot's block from its logits (block, V) and commit */
+static void slot_denoise(struct slot *s, const struct sampler_opts *o, const float *lg, int V,
+                         float *work)
+{
+	int B = o->block, bs = s->b * B, quota, nm = 0;
+	int cand[B];
+	float conf[B];
+	uint8_t commit[B];
+
+	s->gstep++;
+	for (int j = 0; j < B; j++) {
+		conf[j] = 0;
+		cand[j] = s->x[bs + j];
+		if (!s->msk[bs + j])
+			continue;
+		nm++;
+		cand[j] = sampler_draw(lg + (size_t)j * V, V, o->temperature, o->top_k, o->top_p,
+		                       rng_uniform(&s->rng), &conf[j], work);
+	}
+	quota = s->it >= o->steps ? nm : sampler_quota(B, o->steps, s->it);
+	sampler_choose(o->decoding, B, s->msk + bs, conf, quota, o->threshold, commit);
+	for (int j = 0; j < B; j++) {
+		if (!commit[j])
+			continue;
+		s->x[bs + j] = cand[j];
+		s->msk[bs + j] = 0;
+		s->step[bs + j] = s->gstep;
+		s->logp[bs + j] = logf(conf[j]);
+	}
+	s->it++;
+}
+
+static int block_has_mask(const struct slot *s, const struct sampler_opts *o)
+{
+	for (int j = 0; j < o->block; j++)
+		if (s->msk[s->b * o->block + j])
+			return 1;
+	return 0;
+}
+
+int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
+                int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg)
+{
+	int A = o->max_active > 0 ? o->max_active : 1, V = m->cfg.vocab_size, B = o->block;
+	int max_rows = o->max_rows > 0 ? o->max_rows : 8192, next = 0, done = 0, ret = 0;
+	struct slot *sl = xcalloc((size_t)A, sizeof *sl);
+	struct model_seq *seq = xcalloc((size_t)A, sizeof *seq);
+	int *who = xcalloc((size_t)A, sizeof *who);
+	float *logits = xmalloc((size_t)A * B * V * sizeof *logits);
+	float *work = xmalloc((size_t)V * (sizeof(float) + sizeof(struct ranked)));
+	double t0 = now_ms();
+
+	m->cfg.block_size = B;
+	for (int a = 0; a < A; a++)
+		sl[a].req = -1;
+	while (done < nreq) {
+		int ns = 0, rows = 0;
+
+		for (int a = 0; a < A; a++) {
+			struct slot *s = &sl[a];
+			while (s->req < 0 && next < nreq) {
+				memset(&res[next], 0, sizeof res[next]);
+				slot_start(s, m, o, &req[next], next);
+				next++;
+				if (o->max_tokens <= 0) {   /* nothing to generate */
+					slot_finish(s, o, &res[s->req], now_ms() - t0);
+					if (progress)
+						progress(arg, ++done, nreq);
+				}
+			}
+			if (s->req < 0)
+				continue;
+			struct model_seq q = { .kv = &s->kv };
+			if (s->ph == PH_PREFILL) {
+				q.ids = s->x, q.T = s->b * B, q.store = 1;
+			} else {
+				s->action_save = !block_has_mask(s, o);
+				q.ids = s->x + s->b * B, q.T = B;
+				q.store = s->action_save, q.logits = !s->action_save;
+			}
+			if (rows && rows + q.T > max_rows)
+				continue;
+			rows += q.T;
+			who[ns] = a;
+			seq[ns++] = q;
+		}
+		if (!ns)
+			break;
+		if (model_forward(m, seq, ns, logits) < 0) {
+			ret = -1;
+			break;
+		}
+		for (int i = 0, lr = 0; i < ns; i++) {
+			struct slot *s = &sl[who[i]];
+			s->forwards++;
+			if (s->ph == PH_PREFILL) {
+				s->ph = PH_DECODE;
+			} else if (!s->action_save) {
+				if (o->on_logits)
+					o->on_logits(o->on_logits_arg, s->req, s->gstep + 1,
+					             logits + (size_t)lr * V, B, V);
+				slot_denoise(s, o, logits + (size_t)lr * V, V, work);
+				lr += B;
+			} else if (block_ends_request(s, o)) {
+				slot_finish(s, o, &res[s->req], now_ms() - t0);
+				if (progress)
+					progress(arg, ++done, nreq);
+			} else {
+				s->b++;
+				s->it = 0;
+			}
+		}
+	}
+	for (int a = 0; a < A; a++) {
+		kvcache_free(&sl[a].kv, m);
+		free(sl[a].x), free(sl[a].msk), free(sl[a].step), free(sl[a].logp);
+	}
+	free(sl), free(seq), free(who), free(logits), free(work);
+	return ret;
+}

@@ -1,0 +1,556 @@
+# worker.py: the process that kbench-eval starts for one candidate (see kbench-eval(1)).
+#
+# It talks JSON Lines over two pipes that kbench-eval hands it (--in FD, --out FD), never over
+# stdin/stdout: stdout and stderr are captured by kbench-eval into eval.log. Life of a worker:
+#   1. import torch, write {"ready": true, "torch": ..., "device": ...} (with --probe also
+#      "arch", "gpus" and "gpu_name": the one worker that looks at every GPU)
+#   2. read one job {"mode": "build" | "run", ...}
+#   3. write one result {"nonce": ..., "eval": {...}} and exit.
+# "build" executes the candidate once so that load_inline compiles it into the build cache
+# (TORCH_EXTENSIONS_DIR, set by kbench-eval per source hash); "run" follows KernelBench's
+# protocol: seeded init, correctness trials on fresh seeded inputs, then timing of both the
+# reference and the candidate under the same conditions, with the defences of SPEC section 8.
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+ERR_NO = None
+
+
+def parse_args(argv):
+    fin, fout = 3, 4
+    i = 1
+    while i < len(argv):
+        if argv[i] == "--in":
+            fin = int(argv[i + 1])
+            i += 1
+        elif argv[i] == "--out":
+            fout = int(argv[i + 1])
+            i += 1
+        i += 1
+    return fin, fout
+
+
+class Channel:
+    """The result pipe, kept on a high descriptor the candidate is not told about."""
+
+    def __init__(self, fd):
+        self.fd = os.dup2(fd, 1000) if fd != 1000 else fd
+        if self.fd != fd:
+            os.close(fd)
+        os.set_inheritable(self.fd, False)
+
+    def send(self, obj):
+        data = (json.dumps(obj, allow_nan=False, default=str) + "\n").encode()
+        while data:
+            n = os.write(self.fd, data)
+            data = data[n:]
+
+
+def read_job(fd):
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+        if b.endswith(b"\n"):
+            break
+    os.close(fd)
+    return json.loads(b"".join(chunks).decode())
+
+
+def tail(msg, n=400):
+    msg = str(msg).strip().replace("\n", " | ")
+    return msg if len(msg) <= n else msg[: n - 3] + "..."
+
+
+def finite(x):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return x
+
+
+# ---------------------------------------------------------------- the candidate and the reference
+
+def exec_source(src, name):
+    """Execute a Python source as a fresh module namespace."""
+    ns = {"__name__": name, "__builtins__": __builtins__}
+    code = compile(src, "<%s>" % name, "exec")
+    exec(code, ns)
+    return ns
+
+
+def set_seed(torch, seed, cuda):
+    torch.manual_seed(seed)
+    if cuda:
+        torch.cuda.manual_seed(seed)
+
+
+def to_device(torch, xs, dev):
+    return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def clone_all(torch, xs):
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def flatten(torch, out):
+    """The output as a list of tensors (a tensor, or a tuple/list of them); None if other."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        res = []
+        for o in out:
+            if not isinstance(o, torch.Tensor):
+                return None
+            res.append(o)
+        return res
+    return None
+
+
+class Verdict(Exception):
+    def __init__(self, error, message):
+        Exception.__init__(self, message)
+        self.error = error
+        self.message = message
+
+
+def is_cuda_error(e):
+    s = str(e)
+    return ("CUDA error" in s or "cudaError" in s or "illegal memory access" in s
+            or "device-side assert" in s or type(e).__name__ in ("AcceleratorError", "CudaError"))
+
+
+def compare(torch, ref, new, atol, rtol, rtol_only, stats):
+    """Raise Verdict on a shape/dtype/value difference; update max_abs/max_rel in stats."""
+    r = flatten(torch, ref)
+    c = flatten(torch, new)
+    if r is None:
+        raise Verdict("runtime_error", "reference output is not a tensor or a tuple of tensors")
+    if c is None:
+        raise Verdict("shape_mismatch", "output is %s, want a tensor" % type(new).__name__)
+    if len(r) != len(c):
+        raise Verdict("shape_mismatch", "output has %d tensors, want %d" % (len(c), len(r)))
+    for i, (a, b) in enumerate(zip(r, c)):
+        if tuple(a.shape) != tuple(b.shape):
+            raise Verdict("shape_mismatch", "output shape %s, want %s"
+                          % (list(b.shape), list(a.shape)))
+        if a.dtype != b.dtype:
+            raise Verdict("mismatch", "output dtype %s, want %s" % (b.dtype, a.dtype))
+        if b.device != a.device:
+            b = b.to(a.device)
+        if not (a.is_floating_point() or a.is_complex()):
+            if not torch.equal(a, b):
+                raise Verdict("mismatch", "output %d differs (exact comparison of %s)" % (i, a.dtype))
+            continue
+        a64 = a.detach().double()
+        b64 = b.detach().double()
+        diff = (a64 - b64).abs()
+        if a.numel():
+            nan = torch.isnan(diff)
+            mabs = float("inf") if bool(nan.any()) else float(diff.max())
+            rel = diff / a64.abs().clamp_min(1e-6)
+            mrel = float("inf") if bool(nan.any()) else float(rel.max())
+            stats["max_abs_err"] = max(stats["max_abs_err"], mabs)
+            stats["max_rel_err"] = max(stats["max_rel_err"], mrel)
+        if rtol_only:
+            ok = a.numel() == 0 or stats["max_rel_err"] <= rtol
+        else:
+            ok = bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+        if not ok:
+            raise Verdict("mismatch", "output %d: max_abs_err %.4g, max_rel_err %.4g"
+                          % (i, stats["max_abs_err"], stats["max_rel_err"]))
+
+
+def same_inputs(torch, a, b):
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor):
+            if x.shape != y.shape or not torch.equal(x, y):
+                return False
+    return True
+
+
+def poison(torch, cuda, outs):
+    """Overwrite memory the reference freed, so uninitialised output cannot hold its result."""
+    if cuda:
+        torch.cuda.synchronize()
+        reserved = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()
+        big = max(reserved, 1 << 22)
+        try:
+            t = torch.empty(big, dtype=torch.uint8, device="cuda")
+            t.fill_(0xFF)   # NaN in every float format
+            small = [torch.empty(1 << 19, dtype=torch.uint8, device="cuda").fill_(0xFF)
+                     for _ in range(32)]
+            torch.cuda.synchronize()
+            del t, small
+        except RuntimeError:
+            pass
+    else:
+        junk = []
+        for o in outs:
+            for _ in range(4):
+                junk.append(torch.full_like(o, float("nan")) if o.is_floating_point()
+                            else torch.full_like(o, -1))
+        del junk
+
+
+class Timer:
+    def __init__(self, torch, cuda, flush_l2):
+        self.torch = torch
+        self.cuda = cuda
+        self.flush = None
+        if cuda and flush_l2:
+            # larger than any current L2 (H100: 50 MB, H200: 60 MB)
+            self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def measure(self, fn, inputs, warmup, trials):
+        torch = self.torch
+        times = []
+        with torch.no_grad():
+            for _ in range(warmup):
+                fn(*inputs)
+                if self.cuda:
+                    torch.cuda.synchronize()
+            for _ in range(trials):
+                if self.flush is not None:
+                    self.flush.zero_()
+                if self.cuda:
+                    torch.cuda.synchronize()
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn(*inputs)
+                    # every stream's work is done before the end event is recorded, so work
+                    # moved to a side stream is timed too
+                    torch.cuda.synchronize()
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    fn(*inputs)
+                    times.append((time.perf_counter() - t0) * 1e3)
+        return times
+
+
+def stats_of(times):
+    n = len(times)
+    s = sorted(times)
+    mean = sum(times) / n
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    std = math.sqrt(sum((t - mean) ** 2 for t in times) / (n - 1)) if n > 1 else 0.0
+    return {"mean": mean, "median": med, "std": std, "min": s[0], "max": s[-1], "n": n}
+
+
+def sig3(x):
+    if x is None or x == 0 or not math.isfinite(x):
+        return x
+    return float("%.3g" % x)
+
+
+# ---------------------------------------------------------------- modes
+
+def cpu_only_extensions():
+    """CPU mode: a CUDA extension is a compile error, whatever toolkit is installed."""
+    import torch.utils.cpp_extension as ext
+    orig = ext.load_inline
+
+    def load_inline(*a, **k):
+        if k.get("cuda_sources") or (len(a) > 2 and a[2]) or k.get("with_cuda"):
+            raise RuntimeError("CUDA sources cannot be built in CPU mode (--device cpu)")
+        return orig(*a, **k)
+    ext.load_inline = load_inline
+
+
+def ext_cache():
+    """load_inline through the build cache: a build that succeeded leaves a stamp holding the
+    hash of its arguments beside the library; a later call with the same arguments imports
+    that library instead of rebuilding (older torch rewrites the sources on every call, which
+    makes ninja rebuild)."""
+    import hashlib
+    import torch.utils.cpp_extension as ext
+    orig = ext.load_inline
+    names = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
+             "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "build_directory",
+             "verbose", "with_cuda", "is_python_module", "with_pytorch_error_handling",
+             "keep_intermediates")
+
+    def load_inline(*a, **k):
+        call = dict(zip(names, a))
+        call.update(k)
+        call.pop("verbose", None)
+        key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
+        name = call.get("name")
+        root = call.get("build_directory") or os.path.join(
+            os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(name))
+        stamp = os.path.join(root, "%s.kbench-stamp" % name)
+        so = os.path.join(root, "%s.so" % name)
+        try:
+            with open(stamp) as f:
+                hit = f.read().strip() == key and os.path.exists(so)
+        except OSError:
+            hit = False
+        if hit:
+            try:
+                return ext._import_module_from_library(name, root,
+                                                       call.get("is_python_module", True))
+            except Exception:
+                pass
+        mod = orig(*a, **k)
+        try:
+            with open(stamp, "w") as f:
+                f.write(key + "\n")
+        except OSError:
+            pass
+        return mod
+    ext.load_inline = load_inline
+
+
+def load_candidate(torch, src, ev):
+    """Execute the candidate; a failure here is compile_error (KernelBench: compiled=False)."""
+    t0 = time.perf_counter()
+    try:
+        ns = exec_source(src, "kbench_candidate")
+    except BaseException as e:  # SystemExit too: the candidate does not end the worker
+        ev["build_s"] = round(time.perf_counter() - t0, 3)
+        traceback.print_exc()
+        raise Verdict("compile_error", "%s: %s" % (type(e).__name__, tail(e)))
+    ev["build_s"] = round(time.perf_counter() - t0, 3)
+    ev["compiled"] = True
+    return ns
+
+
+def do_build(torch, job, ev):
+    """Compile only: a failure after every load_inline call succeeded (module code that needs
+    the GPU, say) is left to the run phase, which executes the candidate again."""
+    import torch.utils.cpp_extension as ext
+    failed = []
+
+    def wrap(fn):
+        def inner(*a, **k):
+            try:
+                return fn(*a, **k)
+            except BaseException:
+                failed.append(1)
+                raise
+        return inner
+    ext.load_inline = wrap(ext.load_inline)
+    ext.load = wrap(ext.load)
+    try:
+        load_candidate(torch, job["kernel"], ev)
+    except Verdict:
+        if failed:
+            raise
+        ev["deferred"] = True
+
+
+def progress(stage):
+    """Tell kbench-eval how far the candidate got, in case it dies later."""
+    if CHANNEL is not None:
+        CHANNEL[0].send({"nonce": CHANNEL[1], "progress": stage})
+
+
+CHANNEL = None
+
+
+def do_run(torch, job, ev, info):
+    cuda = info["device"] == "cuda"
+    dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    seed = 42
+    trials = int(job.get("trials", 5))
+    perf = int(job.get("perf_trials", 100))
+    warm = int(job.get("warmup", 3))
+    atol = float(job.get("atol", 1e-2))
+    rtol = float(job.get("rtol", 1e-2))
+    rtol_only = bool(job.get("rtol_only", False))
+    time_ref = bool(job.get("time_ref", True))
+
+    try:
+        ref = exec_source(job["ref"], "kbench_reference")
+        Model = ref["Model"]
+        get_inputs = ref["get_inputs"]
+        get_init_inputs = ref["get_init_inputs"]
+        set_seed(torch, seed, cuda)
+        init = to_device(torch, get_init_inputs(), dev)
+        set_seed(torch, seed, cuda)
+        model = Model(*init).to(dev)
+    except Exception as e:
+        traceback.print_exc()
+        raise Verdict("ref_error", "reference: %s: %s" % (type(e).__name__, tail(e)))
+
+    ns = load_candidate(torch, job["kernel"], ev)
+    progress("compiled")
+    ModelNew = ns.get("ModelNew")
+    if ModelNew is None:
+        raise Verdict("missing_modelnew", "the candidate defines no ModelNew")
+    try:
+        set_seed(torch, seed, cuda)
+        init_new = to_device(torch, clone_all(torch, init), dev)
+        set_seed(torch, seed, cuda)
+        new = ModelNew(*init_new)
+        if isinstance(new, torch.nn.Module):
+            new = new.to(dev)
+        if cuda:
+            torch.cuda.synchronize()
+    except Exception as e:
+        traceback.print_exc()
+        if cuda and is_cuda_error(e):
+            raise Verdict("cuda_error", "ModelNew(): %s" % tail(e))
+        raise Verdict("init_error", "ModelNew(): %s: %s" % (type(e).__name__, tail(e)))
+
+    # correctness: KernelBench's seeds, fresh inputs per trial, reference on its own copy
+    stats = {"max_abs_err": 0.0, "max_rel_err": 0.0}
+    set_seed(torch, seed, cuda)
+    seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(trials)]
+    passed = 0
+    ev["trials_passed"] = 0
+    for s in seeds:
+        set_seed(torch, s, cuda)
+        orig = to_device(torch, get_inputs(), dev)
+        ref_in = clone_all(torch, orig)
+        new_in = clone_all(torch, orig)
+        try:
+            with torch.no_grad():
+                ref_out = model(*ref_in)
+        except Exception as e:
+            traceback.print_exc()
+            raise Verdict("ref_error", "reference forward: %s: %s" % (type(e).__name__, tail(e)))
+        flat = flatten(torch, ref_out) or []
+        poison(torch, cuda, flat)
+        try:
+            with torch.no_grad():
+                out = new(*new_in)
+            if cuda:
+                torch.cuda.synchronize()
+        except Exception as e:
+            traceback.print_exc()
+            if cuda and is_cuda_error(e):
+                raise Verdict("cuda_error", "forward: %s" % tail(e))
+            raise Verdict("runtime_error", "forward: %s: %s" % (type(e).__name__, tail(e)))
+        try:
+            compare(torch, ref_out, out, atol, rtol, rtol_only, stats)
+        finally:
+            ev["max_abs_err"] = finite(stats["max_abs_err"])
+            ev["max_rel_err"] = finite(stats["max_rel_err"])
+        if not same_inputs(torch, orig, new_in):
+            ev["inputs_mutated"] = True
+            raise Verdict("mismatch", "the candidate modified its inputs")
+        passed += 1
+        ev["trials_passed"] = passed
+    ev["correct"] = True
+
+    if perf <= 0:
+        return
+    timer = Timer(torch, cuda, bool(job.get("flush_l2", False)))
+    set_seed(torch, seed, cuda)
+    inputs = to_device(torch, get_inputs(), dev)
+    try:
+        kt = stats_of(timer.measure(new, clone_all(torch, inputs), warm, perf))
+    except Exception as e:
+        traceback.print_exc()
+        ev["correct"] = False
+        if cuda and is_cuda_error(e):
+            raise Verdict("cuda_error", "timing: %s" % tail(e))
+        raise Verdict("runtime_error", "timing: %s: %s" % (type(e).__name__, tail(e)))
+    ev["kernel_ms"] = sig3(kt["mean"])
+    ev["kernel_ms_median"] = sig3(kt["median"])
+    ev["kernel_ms_std"] = sig3(kt["std"])
+    if time_ref:
+        rt = stats_of(timer.measure(model, clone_all(torch, inputs), warm, perf))
+        ev["ref_ms"] = sig3(rt["mean"])
+        ev["ref_ms_median"] = sig3(rt["median"])
+        if kt["mean"] > 0:
+            ev["speedup"] = round(rt["mean"] / kt["mean"], 4)
+            ev["excessive_speedup"] = ev["speedup"] > 10
+
+
+def probe_info(torch, want):
+    info = {"ready": True, "torch": torch.__version__, "python": sys.version.split()[0]}
+    cuda = False
+    if want != "cpu":
+        try:
+            cuda = torch.cuda.is_available()
+        except Exception:
+            cuda = False
+    if want == "cuda" and not cuda:
+        info["warning"] = "CUDA requested but torch.cuda is not available"
+    info["device"] = "cuda" if cuda else "cpu"
+    return info
+
+
+def main():
+    fin, fout = parse_args(sys.argv)
+    os.set_inheritable(fin, False)
+    chan = Channel(fout)
+    want = os.environ.get("KBENCH_DEVICE", "auto")
+    try:
+        import torch
+    except Exception as e:
+        chan.send({"ready": False, "message": "cannot import torch: %s" % tail(e)})
+        return 1
+    # a CUDA device is touched only by run workers; build workers see none
+    info = probe_info(torch, "cpu" if want == "cpu" else "auto")
+    if want == "cuda" and info["device"] != "cuda" and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+        info["device"] = "cuda"
+    if "--probe" in sys.argv and info["device"] == "cuda":
+        # only the probe touches every GPU: their architectures and count
+        caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})
+        info["arch"] = ";".join(caps)
+        info["gpus"] = torch.cuda.device_count()
+        info["gpu_name"] = torch.cuda.get_device_name(0)
+    chan.send(info)
+    job = read_job(fin)
+    nonce = job.get("nonce")
+    mode = job.get("mode")
+    global CHANNEL
+    CHANNEL = (chan, nonce)
+    if job.get("device"):
+        info["device"] = job["device"]
+    # the build cache of this source (same path and flags in the build and the run phase,
+    # so the run phase finds the build up to date)
+    if job.get("extensions_dir"):
+        os.makedirs(job["extensions_dir"], exist_ok=True)
+        os.environ["TORCH_EXTENSIONS_DIR"] = job["extensions_dir"]
+    if job.get("arch"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]
+    ext_cache()
+    if info["device"] == "cpu":
+        cpu_only_extensions()
+    ev = {"compiled": False, "correct": False}
+    t0 = time.perf_counter()
+    try:
+        if mode == "build":
+            do_build(torch, job, ev)
+        else:
+            do_run(torch, job, ev, info)
+        ev["error"] = None
+    except Verdict as v:
+        ev["error"] = v.error
+        ev["message"] = v.message
+        ev["correct"] = False
+    except BaseException as e:  # the candidate raised something odd at an odd time
+        traceback.print_exc()
+        ev["error"] = "runtime_error"
+        ev["message"] = "%s: %s" % (type(e).__name__, tail(e))
+        ev["correct"] = False
+    ev["run_s"] = round(time.perf_counter() - t0, 3)
+    for k in list(ev):
+        if isinstance(ev[k], float):
+            ev[k] = finite(ev[k])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    chan.send({"nonce": nonce, "eval": ev})
+    return 0
+
+
+if __name__ == "__main__":
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,0 +1,228 @@
+/* model-logits: the engine's side of tests/gpu/model-parity.py (built by tests/gpu/run-model.sh).
+ *
+ *   model-logits write DIR SEED
+ *       write a tiny random checkpoint of SDAR geometry (HD 128, GQA 4:1, untied lm_head) with
+ *       our own writer (lib/checkpoint) and random weights (model_weights_random)
+ *   model-logits run DIR DEVICE DTYPE OUTDIR G ID...
+ *       OUTDIR/prefill.f32  logits (P, V) of the prompt under the block-causal mask
+ *       OUTDIR/steps.f32    logits (block, V) of every denoising step of a greedy run
+ *                           (the eval preset: static, top-k 1; G new tokens, no stop ids)
+ *       OUTDIR/ids.txt      the generated ids, then the committing step of each
+ *   model-logits bench DEVICE DTYPE GEOM BATCH P G PRESET
+ *       random weights in memory of geometry GEOM (tiny, 0.6b, 1.7b, 4b, 8b); BATCH requests
+ *       of P random prompt tokens and G new ones, decoded together; prints one line:
+ *       ms per forward, forwards per token, tokens/s, the weight-bytes floor
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "model.h"
+#include "sampler.h"
+#include "util.h"
+
+static void dump_step(void *arg, int req, int step, const float *lg, int rows, int V)
+{
+	fwrite(lg, sizeof *lg, (size_t)rows * V, arg);
+}
+
+static int cmd_write(const char *dir, const char *seed)
+{
+	struct model_config c;
+	struct model_weights w;
+	char err[512];
+	float *mem;
+
+	config_tiny(&c, 1024);
+	c.hidden_size = 256, c.num_heads = 8, c.num_kv_heads = 2, c.head_dim = 128;
+	c.intermediate_size = 512, c.num_layers = 3, c.rope_theta = 1e6f;
+	c.tie_word_embeddings = 0, c.dtype = DICE_F32;
+	mem = model_weights_random(&w, &c, strtoull(seed, NULL, 10));
+	if (checkpoint_write(dir, &c, &w, 1, NULL, err, sizeof err) < 0)
+		die("%s", err);
+	free(mem), free(w.layers);
+	return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	struct checkpoint ck;
+	struct model m;
+	struct sampler_opts o;
+	struct sampler_request rq;
+	struct sampler_result r;
+	struct kvcache kv;
+	const struct ops *ops = ops_get(argv[1]);
+	enum dice_dtype dt = !strcmp(argv[2], "bf16") ? DICE_BF16 : !strcmp(argv[2], "fp16") ? DICE_F16 : DICE_F32;
+	int G = atoi(argv[4]), P = argc - 5, *ids = xmalloc(sizeof(int) * (P + 1));
+	char err[512], *path;
+	FILE *f;
+
+	if (!ops)
+		die("no backend '%s'", argv[1]);
+	for (int i = 0; i < P; i++)
+		ids[i] = atoi(argv[5 + i]);
+	if (checkpoint_open(&ck, argv[0], err, sizeof err) < 0)
+		die("%s", err);
+	if (model_init(&m, &ck.cfg, &ck.w, ops, dt) < 0)
+		die("model_init failed");
+	float *lg = xmalloc(sizeof(float) * P * ck.cfg.vocab_size);
+	kvcache_init(&kv, &m, P);
+	struct model_seq s = { &kv, ids, P, 1, 1 };
+	if (model_forward(&m, &s, 1, lg) < 0)
+		die("forward failed");
+	path = xasprintf("%s/prefill.f32", argv[3]);
+	f = fopen(path, "wb");
+	fwrite(lg, sizeof *lg, (size_t)P * ck.cfg.vocab_size, f);
+	fclose(f);
+	free(path);
+	kvcache_free(&kv, &m);
+
+	sampler_opts_default(&o);
+	sampler_preset(&o, "eval");
+	o.max_tokens = G;
+	o.mask_id = ck.cfg.mask_token_id;
+	path = xasprintf("%s/steps.f32", argv[3]);
+	f = fopen(path, "wb");
+	o.on_logits = dump_step, o.on_logits_arg = f;
+	rq = (struct sampler_request){ ids, P, 0 };
+	if (sampler_run(&m, &o, &rq, 1, &r, NULL, NULL) < 0)
+		die("sampling failed");
+	fclose(f);
+	free(path);
+	path = xasprintf("%s/ids.txt", argv[3]);
+	f = fopen(path, "w");
+	for (int i = 0; i < r.n; i++)
+		fprintf(f, "%d%c", r.ids[i], i + 1 < r.n ? ' ' : '\n');
+	for (int i = 0; i < r.n; i++)
+		fprintf(f, "%d%c", r.step[i], i + 1 < r.n ? ' ' : '\n');
+	fclose(f);
+	fprintf(stderr, "model-logits: %s %s: %d tokens, %d forwards\n", argv[1], argv[2], r.n, r.forwards);
+	free(path), free(lg), free(ids);
+	sampler_result_free(&r);
+	model_free(&m);
+	checkpoint_close(&ck);
+	return 0;
+}
+
+static int geometry(struct model_config *c, const char *g)
+{
+	config_tiny(c, 1024);
+	c->rope_theta = 1e6f;
+	c->tie_word_embeddings = 0;
+	if (!strcmp(g, "tiny"))
+		return 0;
+	c->vocab_size = 151936, c->mask_token_id = 151669, c->eos_token_id = 151645;
+	c->pad_token_id = 151643, c->head_dim = 128, c->num_kv_heads = 8;
+	if (!strcmp(g, "0.6b"))
+		c->hidden_size = 1024, c->num_layers = 28, c->num_heads = 16, c->intermediate_size = 3072;
+	else if (!strcmp(g, "1.7b"))
+		c->hidden_size = 2048, c->num_layers = 28, c->num_heads = 16, c->intermediate_size = 6144;
+	else if (!strcmp(g, "4b"))
+		c->hidden_size = 2560, c->num_layers = 36, c->num_heads = 32, c->intermediate_size = 9728;
+	else if (!strcmp(g, "8b"))
+		c->hidden_size = 4096, c->num_layers = 36, c->num_heads = 32, c->intermediate_size = 12288;
+	else
+		return -1;
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmd_bench(char **argv)
+{
+	struct model_config c;
+	struct model_weights w;
+	struct model m;
+	struct sampler_opts o;
+	const struct ops *ops = ops_get(argv[0]);
+	enum dice_dtype dt = !strcmp(argv[1], "bf16") ? DICE_BF16 : !strcmp(argv[1], "fp16") ? DICE_F16 : DICE_F32;
+	int B = atoi(argv[3]), P = atoi(argv[4]), G = atoi(argv[5]), fw = 0, ntok = 0;
+	double t;
+
+	if (!ops || geometry(&c, argv[2]) < 0)
+		die("bad backend or geometry");
+	t = now_s();
+	float *mem = model_weights_random(&w, &c, 1);
+	if (model_init(&m, &c, &w, ops, dt) < 0)
+		die("model_init failed");
+	fprintf(stderr, "random weights + upload: %.1f s\n", now_s() - t);
+	free(mem), free(w.layers);
+	sampler_opts_default(&o);
+	if (sampler_preset(&o, argv[6]) < 0)
+		die("bad preset");
+	o.max_tokens = G, o.mask_id = c.mask_token_id, o.max_active = B;
+	struct sampler_request *rq = xcalloc((size_t)B, sizeof *rq);
+	struct sampler_result *r = xcalloc((size_t)B, sizeof *r);
+	int *ids = xmalloc(sizeof(int) * P);
+	for (int i = 0; i < P; i++)
+		ids[i] = (i * 7919 + 13) % (c.vocab_size - 300);
+	for (int b = 0; b < B; b++)
+		rq[b] = (struct sampler_request){ ids, P, (uint64_t)b };
+	/* the decode forward alone: B sequences x one block against a cache of P, with and
+	 * without the logits (lm_head + copy to the host) */
+	{
+		struct kvcache *kv = xcalloc((size_t)B, sizeof *kv);
+		struct model_seq *sq = xcalloc((size_t)B, sizeof *sq);
+		float *lg = xmalloc(sizeof(float) * B * o.block * c.vocab_size);
+		double tl, tn;
+		for (int b = 0; b < B; b++) {
+			kvcache_init(&kv[b], &m, P + o.block);
+			kv[b].len = P;       /* cache contents are whatever: timing only */
+			sq[b] = (struct model_seq){ &kv[b], ids, o.block, 0, 1 };
+		}
+		model_forward(&m, sq, B, lg);
+		t = now_s();
+		for (int i = 0; i < 10; i++)
+			model_forward(&m, sq, B, lg);
+		tl = (now_s() - t) / 10;
+		for (int b = 0; b < B; b++)
+			sq[b].logits = 0;
+		t = now_s();
+		for (int i = 0; i < 10; i++)
+			model_forward(&m, sq, B, NULL);
+		tn = (now_s() - t) / 10;
+		fprintf(stderr, "decode forward, batch %d, cache %d: %.3f ms with logits to host, %.3f ms without\n",
+		        B, P, tl * 1e3, tn * 1e3);
+		for (int b = 0; b < B; b++)
+			kvcache_free(&kv[b], &m);
+		free(kv), free(sq), free(lg);
+	}
+	t = now_s();
+	if (sampler_run(&m, &o, rq, B, r, NULL, NULL) < 0)
+		die("sampling failed");
+	t = now_s() - t;
+	for (int b = 0; b < B; b++) {
+		ntok += r[b].n;
+		if (r[b].forwards > fw)
+			fw = r[b].forwards;
+		sampler_result_free(&r[b]);
+	}
+	printf("%s %s %s batch %d P %d G %d %s: %.3f s, %d forwards, %.3f ms/forward, "
+	       "%.3f forwards/token, %.1f tokens/s, weights %.3f GB\n", argv[0], argv[1], argv[2], B, P, G,
+	       argv[6], t, fw, t * 1e3 / fw, (double)fw * B / ntok, ntok / t,
+	       model_weight_bytes(&c, dt) / 1e9);
+	model_free(&m);
+	free(rq), free(r), free(ids);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	util_set_progname(argv[0]);
+	if (argc == 4 && !strcmp(argv[1], "write"))
+		return cmd_write(argv[2], argv[3]);
+	if (argc >= 7 && !strcmp(argv[1], "run"))
+		return cmd_run(argc - 2, argv + 2);
+	if (argc == 9 && !strcmp(argv[1], "bench"))
+		return cmd_bench(argv + 2);
+	fprintf(stderr, "usage: model-logits write DIR SEED | run DIR DEVICE DTYPE OUTDIR G ID... | bench DEVICE DTYPE GEOM BATCH P G PRESET\n");
+	return 2;
+}

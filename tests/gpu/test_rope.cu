@@ -1,0 +1,35 @@
+/* test_rope: the CUDA RoPE against the CPU twin: head dims 64 and 128, large and unordered
+ * positions, two thetas (two inv_freq tables). */
+#include "gpu_test.h"
+
+static void one(int N, int NH, int HD, float theta, int maxpos)
+{
+	size_t n = (size_t)N * NH * HD;
+	float *x = gt_rand(n, -1, 1);
+	int *pos = (int *)xmalloc(N * sizeof(int));
+	char what[96];
+
+	for (int i = 0; i < N; i++)
+		pos[i] = (int)rng_below(&R, (uint64_t)maxpos);
+	float *dx = (float *)gt_up(x, n * sizeof(float));
+	int *dpos = (int *)gt_up(pos, N * sizeof(int));
+	H->rope(x, pos, N, NH, HD, theta);
+	G->rope(dx, dpos, N, NH, HD, theta);
+	float *y = gt_down(dx, n);
+	snprintf(what, sizeof what, "rope N=%d NH=%d HD=%d theta=%g pos<%d", N, NH, HD, theta, maxpos);
+	/* cos/sin of the same fp32 angle: a few ulp apart */
+	gt_compare(what, y, x, n, 2e-6, 1e-5);
+	free(x); free(pos); free(y);
+	G->free(dx); G->free(dpos);
+}
+
+int main(void)
+{
+	if (gt_init(13))
+		return 0;
+	one(5, 4, 64, 10000.0f, 16);
+	one(37, 8, 128, 1000000.0f, 40000);
+	one(64, 2, 128, 10000.0f, 4096);
+	one(3, 3, 6, 500.0f, 100);
+	return test_done();
+}
