@@ -57,7 +57,7 @@ tests/bin/gpu_%: tests/gpu/test_%.cu tests/lib/test.h lib/libdice.a
 	$(NVCC) $(NVCCFLAGS) -Ilib -Itests/lib -DDICE_CUDA=1 -o $@ $< lib/libdice.a $(LDLIBS)
 
 # deps: install on a fresh Debian what the build and the tests need; skips what is there.
-DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq
+DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq python3-dev ninja-build
 deps:
 	@sh tests/deps.sh $(DEPS_APT)
 	@$(MAKE) --no-print-directory deps-npm
@@ -80,6 +80,13 @@ check-gpu: all $(GPUTESTS)
 demo: deps all
 	@sh share/examples/demo.sh
 
+# fuzz: every tests/fuzz/fuzz_<t>.c under libFuzzer (clang) for FUZZ_SECONDS each, after
+# replaying the kept crash inputs in tests/fuzz/<t>/ (tests/fuzz/run.sh).
+FUZZ_SECONDS = 600
+fuzz:
+	@for f in tests/fuzz/fuzz_*.c; do t=$${f##*/fuzz_}; \
+		sh tests/fuzz/run.sh $${t%.c} $(FUZZ_SECONDS) || exit 1; done
+
 lint-man:
 	@for m in $(MANS); do mandoc -Tlint -Wwarning $$m || exit 1; done
 
@@ -100,5 +107,5 @@ dist:
 clean:
 	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a dice-*.tar.gz
 
-.PHONY: all deps deps-npm check check-gpu demo lint-man install uninstall dist clean
+.PHONY: all deps deps-npm check check-gpu demo fuzz lint-man install uninstall dist clean
 .PRECIOUS: lib/%.o lib/cuda/%.o

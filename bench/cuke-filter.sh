@@ -6,7 +6,8 @@
 #   cuke-filter --min-speedup 2 --require-correct             (raw-line fast path)
 #   cuke-filter --min-speedup 2 --require-correct --parse-all (every record through jansson)
 # three times each, and prints the median wall time, records/s, MB/s and the ratio to jq.
-# Both tools must keep the same number of records. Needs jq (/usr/bin/jq) and a built bin/.
+# Both tools must keep the same number of records, and the two cuke-filter runs the same bytes.
+# Needs jq (/usr/bin/jq) and a built bin/.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 n=${1:-50000}
@@ -31,6 +32,7 @@ time3() {
 tj=$(time3 jq jq -c 'select(.speedup >= 2 and .correct)')
 tf=$(time3 fast "$root/bin/cuke-filter" --min-speedup 2 --require-correct)
 tp=$(time3 parse "$root/bin/cuke-filter" --min-speedup 2 --require-correct --parse-all)
+cmp -s "$tmp/fast.out" "$tmp/parse.out" || { echo "cuke-filter.sh: fast path and --parse-all differ" >&2; exit 1; }
 for k in fast parse; do
 	if [ "$(cat "$tmp/$k.n")" != "$(cat "$tmp/jq.n")" ]; then
 		echo "cuke-filter.sh: $k kept $(cat "$tmp/$k.n") records, jq $(cat "$tmp/jq.n")" >&2

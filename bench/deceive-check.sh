@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/deceive-check.sh [N] [RUNS]: deceive-check throughput on N generated kernel records
 # (4-8 KB of kernel each, with their reference; bench/deceive-gen.py writes them), one core.
-# Prints one table: records, bytes, median seconds of RUNS runs, records/s, MB/s, for
+# Prints one table: records, bytes, median wall and CPU seconds of RUNS runs, records/s and
+# MB/s per CPU second (user + system: one core's throughput, whatever else runs), for
 # deceive-check and, measured in the same run, two references: `cat` (the I/O floor) and a
 # Python json.loads/json.dumps pass-through (what parsing the records alone costs in Python).
 # Target: at least 2,000 kernels/s.
@@ -15,31 +16,37 @@ trap 'rm -rf "$tmp"' EXIT
 python3 "$root/bench/deceive-gen.py" "$n" 1 >"$tmp/in.jsonl"
 bytes=$(wc -c <"$tmp/in.jsonl")
 
-# median wall-clock seconds of $runs runs of "$@" (input on stdin, output discarded)
+# "median-wall median-cpu" seconds of $runs runs of "$@" (input on stdin, output discarded);
+# cpu = user + system time, which other load on the machine does not inflate
 median() {
 	i=0
 	: >"$tmp/times"
 	while [ $i -lt "$runs" ]; do
-		s=$(date +%s.%N)
-		taskset -c 0 "$@" <"$tmp/in.jsonl" >/dev/null
-		e=$(date +%s.%N)
-		echo "$e - $s" | bc -l >>"$tmp/times"
+		/usr/bin/time -f '%e %U %S' -o "$tmp/t" taskset -c 0 "$@" <"$tmp/in.jsonl" >/dev/null
+		awk '{ print $1, $2 + $3 }' "$tmp/t" >>"$tmp/times"
 		i=$((i + 1))
 	done
-	sort -n "$tmp/times" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'
+	w=$(awk '{ print $1 }' "$tmp/times" | sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }')
+	c=$(awk '{ print $2 }' "$tmp/times" | sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }')
+	echo "$w $c"
 }
 
-row() { # name seconds
-	awk -v name="$1" -v s="$2" -v n="$n" -v b="$bytes" 'BEGIN {
-		printf "%-34s %8d %11d %9.3f %10.0f %8.1f\n", name, n, b, s, n / s, b / s / 1e6 }'
+row() { # name "wall cpu"
+	set -- "$1" $2
+	awk -v name="$1" -v w="$2" -v c="$3" -v n="$n" -v b="$bytes" 'BEGIN {
+		if (c < 0.01) {
+			printf "%-30s %8d %11d %8.2f %8.2f %10s %8s\n", name, n, b, w, c, "-", "-"
+			exit
+		}
+		printf "%-30s %8d %11d %8.2f %8.2f %10.0f %8.1f\n", name, n, b, w, c, n / c, b / c / 1e6 }'
 }
 
-printf '%-34s %8s %11s %9s %10s %8s\n' program records bytes seconds records/s MB/s
+printf '%-30s %8s %11s %8s %8s %10s %8s\n' program records bytes wall-s cpu-s records/s MB/s
 row "deceive-check" "$(median "$root/bin/deceive-check")"
 row "deceive-check --drop" "$(median "$root/bin/deceive-check" --drop)"
 row "cat (I/O floor)" "$(median cat)"
 row "python3 json pass-through" "$(median python3 -c 'import sys, json
 for l in sys.stdin: sys.stdout.write(json.dumps(json.loads(l)) + "\n")')"
 echo
-echo "command: bench/deceive-check.sh $n $runs   (median of $runs runs, pinned to CPU 0; $(uname -m), $(nproc) cores)"
+echo "command: bench/deceive-check.sh $n $runs   (median of $runs runs, pinned to CPU 0; records/s and MB/s per CPU second)"
 echo "records: bench/deceive-gen.py $n 1 (kernel 4-8 KB + reference each)"

@@ -3,6 +3,7 @@
  * object; every other record goes to --rejects with its reason. The logic is in lib/cuke.c;
  * this file holds the options and the read loop. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,12 +17,11 @@ static const char usage_text[] =
 	"  -m, --min-speedup X     keep records with speedup >= X\n"
 	"  -M, --max-speedup X     drop records with speedup > X\n"
 	"  -c, --require-correct   keep only records whose correct (or eval.correct) is true\n"
-	"  -d, --drop-deceptive    drop kernels the deceive rules flag (not available yet)\n"
+	"  -d, --drop-deceptive    drop kernels the deceive rules find deceptive\n"
 	"  -u, --dedupe            drop records whose normalised ref+kernel was seen before\n"
 	"  -k, --dedupe-key KEY    what --dedupe compares: pair (ref+kernel, default) or ref\n"
-	"  -t, --max-tokens N      drop records whose prompt+kernel is over N tokens (with -T;\n"
-	"                          not available yet)\n"
-	"  -T, --tokenizer DIR     tokenizer for --max-tokens (not available yet)\n"
+	"  -t, --max-tokens N      drop records whose SFT prompt+response is over N tokens\n"
+	"  -T, --tokenizer DIR     checkpoint (tokenizer.json) for -t; default $DICE_MODEL\n"
 	"  -l, --level N[,N]       keep references of these levels (1 op, 2 chain, 3 model)\n"
 	"  -C, --classify          write the computed level as cuke.level\n"
 	"  -S, --sort-level        emit level 1 records, then 2, then 3 (stable)\n"
@@ -122,9 +122,7 @@ int main(int argc, char **argv)
 			cfg.has_max = 1;
 			break;
 		case 'c': cfg.require_correct = 1; break;
-		case 'd':
-			die_status(EXIT_STATUS_USAGE, "--drop-deceptive is not available in this build "
-			           "(the deceive library has not landed yet)");
+		case 'd': cfg.drop_deceptive = 1; break;
 		case 'u':
 			if (!cfg.dedupe)
 				cfg.dedupe = CUKE_DEDUPE_ALL;
@@ -138,9 +136,10 @@ int main(int argc, char **argv)
 				die_status(EXIT_STATUS_USAGE, "bad --dedupe-key '%s': use pair or ref", optarg);
 			break;
 		case 't':
-		case 'T':
-			die_status(EXIT_STATUS_USAGE, "--max-tokens and --tokenizer are not available in "
-			           "this build (the tokenizer library has not landed yet)");
+			if (parse_long(optarg, 1, LONG_MAX, &cfg.max_tokens) < 0)
+				die_status(EXIT_STATUS_USAGE, "bad --max-tokens '%s'", optarg);
+			break;
+		case 'T': cfg.tokenizer = optarg; break;
 		case 'l': cfg.levels = parse_levels(optarg); break;
 		case 'C': cfg.classify = 1; break;
 		case 'S': cfg.sort_level = 1; break;
@@ -169,6 +168,10 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = getenv("DICE_MODEL")))
+		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
+	if (cfg.tokenizer && cfg.max_tokens <= 0)
+		die_status(EXIT_STATUS_USAGE, "--tokenizer is only used with --max-tokens N");
 	struct cuke *c = cuke_new(&cfg, err, sizeof err);
 	if (!c)
 		die("%s", err);

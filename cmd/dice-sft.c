@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -46,6 +47,8 @@ static const char usage_text[] =
 	"  -E, --adam-eps X        AdamW epsilon (1e-8)\n"
 	"  -W, --weight-decay X    AdamW weight decay of matrices (0)\n"
 	"  -c, --clip X            gradient-norm clipping (1.0; 0: off)\n"
+	"  -x, --dump-batch FILE   write the first micro-batch, its loss and gradients to FILE\n"
+	"                          (safetensors, for tests/gpu/sft-parity.py) and exit\n"
 	"  -q, --quiet             no progress lines on stderr\n"
 	"  -h, --help              show this help\n"
 	"  -V, --version           show the version\n";
@@ -76,12 +79,13 @@ static const struct option longopts[] = {
 	{ "adam-eps", required_argument, NULL, 'E' },
 	{ "weight-decay", required_argument, NULL, 'W' },
 	{ "clip", required_argument, NULL, 'c' },
+	{ "dump-batch", required_argument, NULL, 'x' },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:o:i:t:e:n:l:w:S:b:a:L:s:d:D:g:k:rRT1:2:E:W:c:qhV";
+static const char shortopts[] = "m:o:i:t:e:n:l:w:S:b:a:L:s:d:D:g:k:rRT1:2:E:W:c:x:qhV";
 
 static _Noreturn void usage(int status)
 {
@@ -190,7 +194,7 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = "cpu", *dtype_name = NULL;
+	const char *device = "cpu", *dtype_name = NULL, *dump = NULL;
 	long epochs = 3, max_steps = 0, batch_tokens = 16384, grad_accum = 1, max_len = 6144;
 	long save_every = 0;
 	unsigned long long seed = 42;
@@ -200,6 +204,8 @@ int main(int argc, char **argv)
 	char err[512];
 
 	util_set_progname(argv[0]);
+	signal(SIGINT, on_signal);      /* from here on a signal ends training after a step */
+	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
@@ -232,6 +238,7 @@ int main(int argc, char **argv)
 		case 'E': oo.eps = (float)real("--adam-eps", optarg, 0, 1); break;
 		case 'W': oo.weight_decay = (float)real("--weight-decay", optarg, 0, 10); break;
 		case 'c': oo.clip = (float)real("--clip", optarg, 0, 1e9); break;
+		case 'x': dump = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
 		case 'V':
@@ -240,7 +247,7 @@ int main(int argc, char **argv)
 		default: usage(EXIT_STATUS_USAGE);
 		}
 	}
-	if (!out)
+	if (!out && !(dump && model_dir))
 		usage(EXIT_STATUS_USAGE);
 
 	if (init) {                             /* a random checkpoint */
@@ -308,12 +315,18 @@ int main(int argc, char **argv)
 	if (resume && sft_train_resume(&st, out, err, sizeof err) < 0)
 		die("%s", err);
 
+	if (dump) {
+		if (sft_train_dump(&st, dump, err, sizeof err) < 0)
+			die("%s", err);
+		sft_train_free(&st);
+		sft_data_free(&data);
+		model_free(&m);
+		return ret;
+	}
+
 	FILE *logf = NULL;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-
 	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
 	double t0 = now();
 	while (sft_train_more(&st) && !stop) {
@@ -323,12 +336,14 @@ int main(int argc, char **argv)
 			die("training step %d failed", st.op.step + 1);
 		double dt_s = now() - t1;
 		if (logf) {
-			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f}", "step",
+			struct rusage ru;
+			getrusage(RUSAGE_SELF, &ru);
+			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "step",
 			                      st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
 			                      (double)s.lr, "grad_norm", s.grad_norm, "tokens",
 			                      (json_int_t)s.tokens, "tokens_per_s",
 			                      dt_s > 0 ? (double)s.tokens / dt_s : 0.0, "elapsed_s",
-			                      now() - t0);
+			                      now() - t0, "peak_mem_mb", (double)ru.ru_maxrss / 1024.0);
 			json_dumpf(j, logf, JSON_COMPACT);
 			fputc('\n', logf);
 			fflush(logf);

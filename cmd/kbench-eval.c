@@ -10,9 +10,6 @@
 #include "jsonl.h"
 #include "kbench.h"
 
-#pragma weak deceive_checker_new   /* see kbench_robust_available */
-#pragma weak deceive_checker_free
-
 static const char usage_text[] =
 "usage: kbench-eval [options] [FILE...]             evaluate candidate records\n"
 "       kbench-eval --list [-k PATH] [-L N] [-p LIST]  one record per problem\n"
@@ -356,11 +353,14 @@ int main(int argc, char **argv)
 	} else if (report) {
 		struct kbench_row *rows;
 		size_t nr;
-		r.ret = jsonl_each(argv + optind, argc - optind, on_report_record, NULL, &r);
+		if (jsonl_each(argv + optind, argc - optind, on_report_record, NULL, &r))
+			r.ret = EXIT_STATUS_BAD;
 		nr = kbench_tally_rows(&r.tally, have_tree ? &tree : NULL, &levels, &problems, &rows);
 		for (size_t i = 0; json && i < nr; i++) {
+			/* written here, not by the JSONL writer, for short numbers (0.3333) */
 			json_t *o = kbench_row_json(&rows[i]);
-			jsonl_write(&r.w, o);
+			json_dumpf(o, out, JSON_COMPACT | JSON_REAL_PRECISION(6));
+			fputc('\n', out);
 			json_decref(o);
 		}
 		if (!json)
@@ -378,10 +378,9 @@ int main(int argc, char **argv)
 		}
 		if (r.robust) {
 			const char *bad = NULL;
-			if (!kbench_robust_available())
-				die("--robust: the deception rules are unavailable in this build");
 			if (!(cfg.robust = deceive_checker_new(NULL, &bad)))
-				die("--robust: the deception rules are unavailable");
+				die("--robust: cannot build the deception rules%s%s", bad ? ": " : "",
+				    bad ? bad : "");
 		}
 		cfg.cache_dir = cache ? cache : (cache = default_cache());
 		cfg.baseline = base;

@@ -1,7 +1,9 @@
 /* config: read, validate and write config.json for SDAR/Qwen3 checkpoints. See config.h. */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +80,8 @@ static int get_float(json_t *root, const char *key, float *out, const char *name
 
 	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_number(v)) {
-		errmsg_set(err, errlen, "%s: '%s' must be a number", name, key);
+	if (!json_is_number(v) || fabs(json_number_value(v)) > FLT_MAX) {
+		errmsg_set(err, errlen, "%s: '%s' must be a number within float range", name, key);
 		return -1;
 	}
 	*out = (float)json_number_value(v);

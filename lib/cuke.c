@@ -10,9 +10,11 @@
 #endif
 
 #include "cuke.h"
+#include "deceive.h"
 #include "extract.h"
 #include "prompt.h"
 #include "pysrc.h"
+#include "tokenizer.h"
 
 static const char *const reason_names[CUKE_REASON_N] = {
 	[CUKE_KEPT] = "kept",
@@ -419,7 +421,7 @@ int cuke_fields_scan(const char *line, size_t len, struct cuke_fields *f)
 	return 1;
 }
 
-/* ---- the verdict ------------------------------------------------------------------------ */
+/* ---- the speedup ------------------------------------------------------------------------ */
 
 static int ratio(const struct cuke_val *a, const struct cuke_val *b, double *s)
 {
@@ -468,15 +470,17 @@ int cuke_speedup(const struct cuke_fields *f, double *s, const char **from)
 
 /* ---- content: level, dedupe key, infill split, SFT ------------------------------------- */
 
+/* layout, conversion and bookkeeping calls (torch.X, F.X, x.X): no arithmetic of their own */
 static const char *const not_ops[] = {
-	/* layout, conversion and bookkeeping: no arithmetic of their own */
 	"view", "view_as", "reshape", "size", "dim", "contiguous", "unsqueeze", "squeeze",
 	"flatten", "expand", "expand_as", "to", "type", "float", "double", "half", "bfloat16",
-	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone",
-	/* Python builtins */
-	"super", "range", "len", "int", "bool", "str", "isinstance", "print", "tuple", "list",
-	"dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs", "sum",
-	"__init__",
+	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone", "__init__",
+};
+/* Python builtins, called by a bare name (max(a, b) is Python's; x.max() is a tensor op) */
+static const char *const builtins[] = {
+	"super", "range", "len", "int", "float", "bool", "str", "isinstance", "print", "tuple",
+	"list", "dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs",
+	"sum", "round", "type",
 };
 static const char *const containers[] = { "Sequential", "ModuleList", "ModuleDict" };
 static const char *const arith[] = {
@@ -592,8 +596,11 @@ int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 			} else if (pysrc_find_block(&p, c->callee + 5, PYSRC_DEF, model) >= 0) {
 				continue;   /* a helper method: its own calls are counted */
 			}
-		} else if (!strchr(c->callee, '.') && defined_here(&p, c->callee)) {
-			structure = 1, out->why = "helper defined in the file";
+		} else if (!strchr(c->callee, '.')) {
+			if (in_list(name, strlen(name), builtins, ARRAY_LEN(builtins)))
+				continue;
+			if (defined_here(&p, c->callee))
+				structure = 1, out->why = "helper defined in the file";
 		}
 		if (!in_list(name, strlen(name), not_ops, ARRAY_LEN(not_ops)))
 			op_add(&ops, name, strlen(name));
@@ -757,6 +764,8 @@ char *cuke_sft_response(const char *kernel, size_t len)
 	return s;
 }
 
+/* ---- the filter: state, judging, output ----------------------------------------------- */
+
 /* A set of 64-bit keys: open addressing, linear probing, 0 stands for 1. */
 struct keyset {
 	unsigned long long *k;
@@ -791,14 +800,18 @@ static int keyset_add(struct keyset *s, unsigned long long key)
 struct cuke {
 	struct cuke_config cfg;
 	struct cuke_stats st;
-	int can_fast;
+	int can_fast;           /* judge the cheap fields off the raw line */
 	int need_level;
+	int need_content;       /* a record that passes them needs its tree */
 	json_t *stub;           /* a non-empty object without "cuke": the rec the fast path
 	                         * hands to jsonl_write_added, which only asks it that */
 	json_t *stub_empty;
 	json_t *kept_checks;    /* ["min-speedup", ...]: the same for every kept record */
 	struct keyset seen;
-	struct prompt_template *sft;
+	struct prompt_template *sft;   /* the KernelBench prompt: --to-sft, --max-tokens */
+	struct deceive_checker *dc;
+	struct tokenizer tok;
+	int has_tok;
 	FILE *spool[2];         /* --sort-level: kept records of levels 2 and 3 */
 	struct jsonl_writer spool_w[2];
 };
@@ -809,11 +822,25 @@ struct cuke *cuke_new(const struct cuke_config *cfg, char *err, size_t errlen)
 
 	c->cfg = *cfg;
 	c->need_level = cfg->classify || cfg->levels || cfg->sort_level;
-	c->can_fast = !cfg->no_fast && cfg->format == CUKE_OUT_RECORDS && !c->need_level &&
-	              cfg->dedupe == CUKE_DEDUPE_NONE;
-	if (cfg->format == CUKE_OUT_SFT && !(c->sft = prompt_load("kernelbench", err, errlen))) {
+	c->need_content = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS ||
+	                  cfg->drop_deceptive || cfg->max_tokens > 0;
+	c->can_fast = !cfg->no_fast;
+	if ((cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) &&
+	    !(c->sft = prompt_load("kernelbench", err, errlen))) {
 		free(c);
 		return NULL;
+	}
+	if (cfg->drop_deceptive && !(c->dc = deceive_checker_new(NULL, NULL))) {
+		snprintf(err, errlen, "cannot set up the deception rules");
+		cuke_free(c);
+		return NULL;
+	}
+	if (cfg->tokenizer) {
+		if (tokenizer_load(&c->tok, cfg->tokenizer, err, errlen) < 0) {
+			cuke_free(c);
+			return NULL;
+		}
+		c->has_tok = 1;
 	}
 	for (int i = 0; cfg->sort_level && i < 2; i++) {
 		if (!(c->spool[i] = tmpfile())) {
@@ -834,6 +861,10 @@ struct cuke *cuke_new(const struct cuke_config *cfg, char *err, size_t errlen)
 		json_array_append_new(c->kept_checks, json_string("correct"));
 	if (cfg->levels)
 		json_array_append_new(c->kept_checks, json_string("level"));
+	if (cfg->max_tokens > 0)
+		json_array_append_new(c->kept_checks, json_string("max-tokens"));
+	if (cfg->drop_deceptive)
+		json_array_append_new(c->kept_checks, json_string("not-deceptive"));
 	if (cfg->format == CUKE_OUT_INFILL)
 		json_array_append_new(c->kept_checks, json_string("infill-split"));
 	if (cfg->dedupe)
@@ -850,6 +881,9 @@ void cuke_free(struct cuke *c)
 	json_decref(c->kept_checks);
 	free(c->seen.k);
 	prompt_free(c->sft);
+	deceive_checker_free(c->dc);
+	if (c->has_tok)
+		tokenizer_free(&c->tok);
 	for (int i = 0; i < 2; i++)
 		if (c->spool[i]) {
 			jsonl_writer_free(&c->spool_w[i]);
@@ -952,22 +986,47 @@ struct content {
 	const char *ref;        /* borrowed from the record */
 	char *kernel;           /* owned */
 	size_t a, b;            /* infill: the middle's span in kernel */
-	char *prompt, *response;
+	char *prompt, *response;  /* the SFT pair (--to-sft, --max-tokens) */
+	long tokens;            /* --max-tokens: tokens of prompt + response */
+	json_t *deceive;        /* --drop-deceptive: the deceive result (new reference) */
 };
 
 static void content_free(struct content *ct)
 {
+	json_decref(ct->deceive);
 	free(ct->kernel);
 	free(ct->prompt);
 	free(ct->response);
+}
+
+/* Tokens of an SFT pair: the prompt and the response encoded apart (added tokens in the
+ * text count as one each, as a Hugging Face tokenizer does by default), summed; -1 when the
+ * tokenizer fails. */
+static long cuke_count_tokens(struct tokenizer *tok, const char *prompt, const char *response)
+{
+	const char *part[2] = { prompt, response };
+	long total = 0;
+
+	for (int i = 0; i < 2; i++) {
+		int *ids = NULL;
+		size_t n = 0;
+		int r = tokenizer_encode(tok, part[i], strlen(part[i]), &ids, &n);
+		free(ids);
+		if (r < 0)
+			return -1;
+		total += (long)n;
+	}
+	return total;
 }
 
 static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct content *ct,
                                       char *detail, size_t dn)
 {
 	const struct cuke_config *cfg = &c->cfg;
-	int need_kernel = cfg->format != CUKE_OUT_RECORDS || cfg->dedupe == CUKE_DEDUPE_ALL;
-	int need_ref = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS;
+	int need_kernel = cfg->format != CUKE_OUT_RECORDS || cfg->dedupe == CUKE_DEDUPE_ALL ||
+	                  cfg->drop_deceptive || cfg->max_tokens > 0;
+	int need_ref = c->need_level || cfg->dedupe || cfg->format != CUKE_OUT_RECORDS ||
+	               cfg->max_tokens > 0;
 	const char *from, *why;
 	char err[256];
 
@@ -990,18 +1049,45 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 		snprintf(detail, dn, from ? "no code block in %s" : "no kernel or completion", from);
 		return CUKE_NO_KERNEL;
 	}
-	if (cfg->format == CUKE_OUT_INFILL &&
-	    cuke_split(ct->kernel, strlen(ct->kernel), &ct->a, &ct->b, &why) < 0) {
-		snprintf(detail, dn, "%s", why);
-		return CUKE_NO_SPLIT;
-	}
-	if (cfg->format == CUKE_OUT_SFT) {
+	if (cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) {
 		const char *key = "ref";
 		if (!(ct->prompt = prompt_fill(c->sft, &key, &ct->ref, 1, err, sizeof err))) {
 			snprintf(detail, dn, "prompt: %.120s", err);
 			return CUKE_NO_REF;
 		}
 		ct->response = cuke_sft_response(ct->kernel, strlen(ct->kernel));
+	}
+	if (cfg->max_tokens > 0) {
+		ct->tokens = cuke_count_tokens(&c->tok, ct->prompt, ct->response);
+		if (ct->tokens < 0) {
+			snprintf(detail, dn, "the tokenizer failed on this record");
+			return CUKE_TOO_LONG;
+		}
+		if (ct->tokens > cfg->max_tokens) {
+			snprintf(detail, dn, "%ld tokens > %ld", ct->tokens, cfg->max_tokens);
+			return CUKE_TOO_LONG;
+		}
+	}
+	if (cfg->drop_deceptive) {
+		struct deceive_result res;
+		deceive_check(c->dc, ct->kernel, strlen(ct->kernel), ct->ref,
+		              ct->ref ? strlen(ct->ref) : 0, &res);
+		ct->deceive = deceive_result_json(&res);
+		int deceptive = res.deceptive;
+		for (size_t i = 0; deceptive && i < res.n; i++)
+			if (res.findings[i].severity == DECEIVE_DECEPTIVE) {
+				snprintf(detail, dn, "%s: %.200s", res.findings[i].rule,
+				         res.findings[i].message);
+				break;
+			}
+		deceive_result_free(&res);
+		if (deceptive)
+			return CUKE_DECEPTIVE;
+	}
+	if (cfg->format == CUKE_OUT_INFILL &&
+	    cuke_split(ct->kernel, strlen(ct->kernel), &ct->a, &ct->b, &why) < 0) {
+		snprintf(detail, dn, "%s", why);
+		return CUKE_NO_SPLIT;
 	}
 	if (cfg->dedupe) {
 		int all = cfg->dedupe == CUKE_DEDUPE_ALL;
@@ -1033,6 +1119,67 @@ static void write_rec(struct jsonl_writer *w, const struct jsonl_reader *r, json
 	jsonl_write_added(w, r->line, r->len, rec ? rec : stub, "cuke", obj);
 }
 
+/* The cuke object of a kept record (new reference). */
+static json_t *kept_cuke(const struct cuke *c, const struct content *ct, int sp, double s,
+                         const char *from)
+{
+	json_t *obj = json_object();
+
+	cuke_add_speedup(obj, sp, s, from);
+	if (ct->level.level > 0) {
+		json_object_set_new(obj, "level", json_integer(ct->level.level));
+		json_object_set_new(obj, "ops", json_integer(ct->level.ops));
+	}
+	if (c->cfg.max_tokens > 0)
+		json_object_set_new(obj, "tokens", json_integer(ct->tokens));
+	if (ct->deceive)
+		json_object_set(obj, "deceive", ct->deceive);
+	if (c->cfg.dedupe) {
+		char hex[17];
+		snprintf(hex, sizeof hex, "%016llx", ct->key);
+		json_object_set_new(obj, "key", json_string(hex));
+	}
+	json_object_set(obj, "kept", c->kept_checks);
+	return obj;
+}
+
+/* --to-sft {id, prompt, response} or --to-infill {id, level, ref, kernel, prefix, middle,
+ * suffix} (new reference). */
+static json_t *new_record(const struct cuke *c, const struct content *ct, const json_t *rec)
+{
+	json_t *obj = json_object(), *id = json_object_get(rec, "id");
+
+	if (id)
+		json_object_set(obj, "id", id);
+	if (c->cfg.format == CUKE_OUT_SFT) {
+		json_object_set_new(obj, "prompt", json_string(ct->prompt));
+		json_object_set_new(obj, "response", json_string(ct->response));
+		return obj;
+	}
+	if (ct->level.level > 0)
+		json_object_set_new(obj, "level", json_integer(ct->level.level));
+	json_object_set_new(obj, "ref", json_string(ct->ref));
+	json_object_set_new(obj, "kernel", json_string(ct->kernel));
+	json_object_set_new(obj, "prefix", json_stringn(ct->kernel, ct->a));
+	json_object_set_new(obj, "middle", json_stringn(ct->kernel + ct->a, ct->b - ct->a));
+	json_object_set_new(obj, "suffix", json_string(ct->kernel + ct->b));
+	return obj;
+}
+
+/* A malformed line: counted, and written to the rejects file or reported on stderr. */
+static enum cuke_reason bad_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
+{
+	c->st.rejected[CUKE_MALFORMED]++;
+	if (sink->rejects) {
+		json_t *bad = jsonl_bad_record(r);
+		jsonl_write(sink->rejects, bad);
+		json_decref(bad);
+	} else {
+		jsonl_report_bad(r);
+	}
+	return CUKE_MALFORMED;
+}
+
 enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
 {
 	struct cuke_fields f;
@@ -1048,25 +1195,23 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 	if (c->can_fast && cuke_fields_scan(r->line, r->len, &f) && !f.has_cuke) {
 		c->st.fast++;
 	} else {
-		if (jsonl_parse_line(r, &rec) < 0) {
-			c->st.rejected[CUKE_MALFORMED]++;
-			if (sink->rejects) {
-				json_t *bad = jsonl_bad_record(r);
-				jsonl_write(sink->rejects, bad);
-				json_decref(bad);
-			} else {
-				jsonl_report_bad(r);
-			}
-			return CUKE_MALFORMED;
-		}
+		if (jsonl_parse_line(r, &rec) < 0)
+			return bad_line(c, r, sink);
 		cuke_fields_from_json(rec, &f);
 	}
 	stub = f.nkeys ? c->stub : c->stub_empty;
 	sp = cuke_speedup(&f, &s, &from);
 	c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]++;
 	why = judge_fields(c, &f, sp, s);
-	if (why == CUKE_KEPT && rec)
+	if (why == CUKE_KEPT && c->need_content) {
+		/* only records that passed the cheap checks pay for a tree */
+		if (!rec && jsonl_parse_line(r, &rec) < 0) {
+			/* cannot happen: the scanner accepts a subset of what jansson does */
+			c->st.hist_read[sp > 0 ? cuke_bin(s) : CUKE_BIN_NONE]--;
+			return bad_line(c, r, sink);
+		}
 		why = judge_content(c, rec, &ct, detail, sizeof detail);
+	}
 	if (why != CUKE_KEPT) {
 		c->st.rejected[why]++;
 		if (sink->rejects) {
@@ -1076,6 +1221,10 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 			json_object_set_new(obj, "rejected", json_string(cuke_reason_name(why)));
 			json_object_set_new(obj, "detail", json_string(detail));
 			cuke_add_speedup(obj, sp, s, from);
+			if (ct.tokens)
+				json_object_set_new(obj, "tokens", json_integer(ct.tokens));
+			if (ct.deceive)
+				json_object_set(obj, "deceive", ct.deceive);
 			write_rec(sink->rejects, r, rec, stub, obj);
 			json_decref(obj);
 		}
@@ -1090,36 +1239,10 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 	if (c->cfg.sort_level && ct.level.level >= 2)
 		w = &c->spool_w[ct.level.level - 2];
 	if (c->cfg.format == CUKE_OUT_RECORDS) {
-		obj = json_object();
-		cuke_add_speedup(obj, sp, s, from);
-		if (ct.level.level > 0) {
-			json_object_set_new(obj, "level", json_integer(ct.level.level));
-			json_object_set_new(obj, "ops", json_integer(ct.level.ops));
-		}
-		if (c->cfg.dedupe) {
-			char hex[17];
-			snprintf(hex, sizeof hex, "%016llx", ct.key);
-			json_object_set_new(obj, "key", json_string(hex));
-		}
-		json_object_set(obj, "kept", c->kept_checks);
+		obj = kept_cuke(c, &ct, sp, s, from);
 		write_rec(w, r, rec, stub, obj);
 	} else {
-		obj = json_object();
-		json_t *id = json_object_get(rec, "id");
-		if (id)
-			json_object_set(obj, "id", id);
-		if (c->cfg.format == CUKE_OUT_SFT) {
-			json_object_set_new(obj, "prompt", json_string(ct.prompt));
-			json_object_set_new(obj, "response", json_string(ct.response));
-		} else {
-			if (ct.level.level > 0)
-				json_object_set_new(obj, "level", json_integer(ct.level.level));
-			json_object_set_new(obj, "ref", json_string(ct.ref));
-			json_object_set_new(obj, "kernel", json_string(ct.kernel));
-			json_object_set_new(obj, "prefix", json_stringn(ct.kernel, ct.a));
-			json_object_set_new(obj, "middle", json_stringn(ct.kernel + ct.a, ct.b - ct.a));
-			json_object_set_new(obj, "suffix", json_string(ct.kernel + ct.b));
-		}
+		obj = new_record(c, &ct, rec);
 		jsonl_write(w, obj);
 	}
 	json_decref(obj);

@@ -12,12 +12,13 @@
  * that is not > 0, is bad-speedup. Correctness: `correct`, else `eval.correct`; null is
  * absent, a non-boolean is bad-correct.
  *
- * Two paths give the same bytes: when the options need only those fields (no --dedupe,
- * level, tokens, deception, --to-sft/--to-infill), cuke_fields_scan() reads them off the raw
- * line in one validating pass (no tree); whenever it is unsure (escaped keys, deep nesting,
- * big numbers, \u0000 or surrogates, a `cuke` key already there, invalid JSON) the line goes
- * through jansson like everything else. Kept records are written back byte for byte with a
- * `cuke` object added (jsonl_write_added).
+ * Two paths give the same bytes: cuke_fields_scan() reads those fields off the raw line in
+ * one validating pass (no tree), and only a record that passes the cheap checks and needs
+ * its content (--dedupe, level, tokens, deception, --to-sft/--to-infill) is parsed by
+ * jansson; whenever the scanner is unsure (escaped keys, deep nesting, big numbers, \u0000
+ * or surrogates, a `cuke` key already there, invalid JSON) the line goes through jansson
+ * first. Kept records are written back byte for byte with a `cuke` object added
+ * (jsonl_write_added).
  *
  * Ownership: struct cuke lives behind cuke_new/cuke_free; the caller owns the writers it
  * hands to cuke_sink and closes them after cuke_finish.
@@ -97,6 +98,9 @@ struct cuke_config {
 	unsigned levels;        /* bit n set: keep level n (1..3); 0 keeps every level */
 	int sort_level;         /* emit level 1, then 2, then 3 (stable; 2 and 3 spooled) */
 	enum cuke_dedupe dedupe;
+	int drop_deceptive;     /* run lib/deceive on the kernel; deceptive ones are rejected */
+	long max_tokens;        /* > 0: reject SFT pairs longer than this (needs tokenizer) */
+	const char *tokenizer;  /* checkpoint directory or tokenizer.json */
 	int no_fast;            /* always parse with jansson (tests compare both paths) */
 	enum cuke_format format;
 };
@@ -107,11 +111,12 @@ struct cuke_config {
  * 3 whole model). Ops are counted in the methods of Model other than __init__: calls of
  * torch.* / F.* functions, tensor methods and submodules (self.x = nn.Conv2d(...)), and the
  * binary arithmetic operators + - * / // % @ ** (augmented too); layout and conversion calls
- * (view, reshape, size, contiguous, unsqueeze, to, float, ...) and Python builtins do not
- * count. Level 3: a loop in Model, a container submodule (nn.Sequential, nn.ModuleList,
- * nn.ModuleDict), a submodule or helper defined in the file, or 8 or more op instances;
- * else level 1 for exactly one op instance and level 2 for more. Returns the level, or -1
- * with *why set when there is no class Model with a forward method. */
+ * (view, reshape, size, contiguous, unsqueeze, to, float, ...) and Python builtins called by
+ * a bare name (max, len, range, ...) do not count. Level 3: a loop in Model, a container
+ * submodule (nn.Sequential, nn.ModuleList, nn.ModuleDict), a submodule or helper defined in
+ * the file, or 8 or more op instances; else level 1 for at most one op instance and level 2
+ * for more. Returns the level, or -1 with *why set when there is no class Model with a
+ * forward method. */
 struct cuke_level {
 	int level;
 	int ops;                /* op instances */

@@ -25,7 +25,7 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "kernel-not-bound", DECEIVE_DECEPTIVE,
 	  "an extension is built but its module is never stored or used" },
 	{ "kernel-not-called", DECEIVE_DECEPTIVE,
-	  "ModelNew.forward (and what it calls) never calls a function the extension exports" },
+	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or drops its result" },
 	{ "torch-fallback", DECEIVE_DECEPTIVE,
 	  "a try/except or an if on failure that falls back to PyTorch computation" },
 	{ "inherits-reference", DECEIVE_DECEPTIVE,
@@ -48,6 +48,7 @@ const struct deceive_rule_info deceive_rules[] = {
 };
 
 enum { NRULES = 13 };
+enum { DECEIVE_MAX_PER_RULE = 32 };     /* findings kept per rule and record */
 
 enum {
 	RE_MDEF,        /* m.def("name", ...) in the C++ sources */
@@ -63,8 +64,10 @@ enum {
 static const char *patterns[RE_COUNT] = {
 	[RE_MDEF] = "\\.def\\s*\\(\\s*\"([A-Za-z_]\\w*)\"",
 	[RE_ADD] = "\\b(\\w+)\\s*\\[\\s*(\\w+)\\s*\\]\\s*=\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]\\s*\\+\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]",
-	[RE_FAILCOND] = "\\bNone\\b|\\bhasattr\\b|avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|"
-	                "is_cuda|success|\\bexc|\\bext\\b|_ext\\b|\\bext_|built|cuda_ok|use_cuda|use_kernel",
+	[RE_FAILCOND] = "avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|is_cuda|success|\\bexc|"
+	                "\\bext\\b|_ext\\b|\\bext_|built|use_cuda|use_kernel|"
+	                "(?:ext|mod|module|kernel|lib|ops?|fn|func|cuda)\\w*\\s+is\\s+(?:not\\s+)?None|"
+	                "hasattr\\s*\\(\\s*[\\w.]+\\s*,\\s*[\"']\\w*(?:ext|mod|kernel|cuda|op)",
 	[RE_HALF_CUDA] = "\\b(__half2?|half2?|__nv_bfloat162?|__float2half\\w*|__half2float|__float2bfloat16\\w*|"
 	                 "(?:at|torch|c10)::(?:kHalf|kBFloat16|Half|BFloat16))\\b",
 	[RE_HALF_PY] = "\\b(float16|bfloat16|half)\\b",
@@ -79,10 +82,10 @@ static const char *patterns[RE_COUNT] = {
 	              "to_thread)|subprocess\\.Popen|\\w+\\.submit|\\w+\\.map_async|\\w+\\.apply_async)$",
 };
 
+/* Read-only after deceive_checker_new, so threads may share one checker. */
 struct deceive_checker {
 	unsigned enabled;               /* 1 << rule index */
 	pcre2_code *re[RE_COUNT];
-	pcre2_match_data *md;
 };
 
 /* a __global__ function found in the CUDA text */
@@ -93,18 +96,40 @@ struct kernel {
 	int line;                       /* source line */
 };
 
+/* A string -> int map (open addressing); keys are borrowed and must outlive the map. */
+struct smap {
+	const char **k;
+	size_t *kn;
+	int *v;
+	size_t n, cap;
+};
+
+/* names: a set of owned strings, in insertion order, hashed for lookups */
 struct names {
 	char **v;
 	size_t n, cap;
+	struct smap idx;
 };
 
 struct ctx {
 	struct deceive_checker *c;
+	pcre2_match_data *md;           /* this check's own */
 	struct pysrc p;                 /* the kernel */
 	struct pysrc r;                 /* the reference (when has_ref) */
 	int has_ref;
 	struct buf cuda;                /* CUDA text: non-doc strings, C comments blanked */
 	size_t *cuda_at;                /* per string: its offset in cuda, or (size_t)-1 */
+	int *cuda_str;                  /* the strings in the CUDA text, in order */
+	size_t ncuda_str;
+	int line_str;                   /* cuda_line's cache: string, offset, line there */
+	size_t line_at;
+	int line_n;
+	int has_cpp_extension;          /* the source names cpp_extension */
+	int nper[16];                   /* findings per rule (capped) */
+	struct names imp;               /* names bound by imports ... */
+	char **imp_full;                /* ... and what they stand for: F -> torch.nn.functional */
+	char **canon;                   /* per call: the callee with its import alias resolved */
+	char **canon_target;            /* per assignment: the target, likewise */
 	struct kernel *kern;
 	size_t nkern;
 	int *build;                     /* call indices that build an extension */
@@ -112,9 +137,6 @@ struct ctx {
 	struct names exports;           /* functions the extensions export */
 	struct names modules;           /* names the built modules are stored under */
 	struct names alias;             /* names that hold an exported function */
-	struct names kclass;            /* classes whose forward/__call__ calls the extension
-	                                 * (nn.Module layers, autograd.Function) */
-	struct names kinst;             /* names holding an instance of such a class */
 	int model_new, forward;         /* blocks, -1 when absent */
 	unsigned char *reach;           /* per block: reachable from forward */
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
@@ -125,26 +147,71 @@ struct ctx {
 /* ------------------------------------------------------------------------------------ */
 /* small helpers */
 
+static void smap_free(struct smap *m)
+{
+	free(m->k);
+	free(m->kn);
+	free(m->v);
+	memset(m, 0, sizeof(*m));
+}
+
+/* The value slot of key s[0..n): NULL when absent and !create; a new key's value is -1. */
+static int *smap_get(struct smap *m, const char *s, size_t n, int create)
+{
+	size_t h, mask;
+
+	if (m->cap == 0) {
+		if (!create)
+			return NULL;
+		m->cap = 16;
+		m->k = xcalloc(m->cap, sizeof(*m->k));
+		m->kn = xcalloc(m->cap, sizeof(*m->kn));
+		m->v = xcalloc(m->cap, sizeof(*m->v));
+	}
+	mask = m->cap - 1;
+	for (h = (size_t)util_hash64(s, n) & mask; m->k[h]; h = (h + 1) & mask)
+		if (m->kn[h] == n && !memcmp(m->k[h], s, n))
+			return &m->v[h];
+	if (!create)
+		return NULL;
+	if (2 * (m->n + 1) > m->cap) {          /* grow and re-insert */
+		struct smap big = { 0 };
+		big.cap = 2 * m->cap;
+		big.k = xcalloc(big.cap, sizeof(*big.k));
+		big.kn = xcalloc(big.cap, sizeof(*big.kn));
+		big.v = xcalloc(big.cap, sizeof(*big.v));
+		for (size_t i = 0; i < m->cap; i++)
+			if (m->k[i])
+				*smap_get(&big, m->k[i], m->kn[i], 1) = m->v[i];
+		smap_free(m);
+		*m = big;
+		return smap_get(m, s, n, 1);
+	}
+	m->k[h] = s;
+	m->kn[h] = n;
+	m->v[h] = -1;
+	m->n++;
+	return &m->v[h];
+}
+
 /* 1 when v was added, 0 when it was there */
 static int names_add(struct names *s, const char *v, size_t n)
 {
-	for (size_t i = 0; i < s->n; i++)
-		if (strlen(s->v[i]) == n && !memcmp(s->v[i], v, n))
-			return 0;
+	if (smap_get(&s->idx, v, n, 0))
+		return 0;
 	if (s->n == s->cap) {
 		s->cap = s->cap ? 2 * s->cap : 8;
 		s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
 	}
-	s->v[s->n++] = xstrndup(v, n);
+	s->v[s->n] = xstrndup(v, n);
+	*smap_get(&s->idx, s->v[s->n], n, 1) = (int)s->n;
+	s->n++;
 	return 1;
 }
 
 static int names_has(const struct names *s, const char *v, size_t n)
 {
-	for (size_t i = 0; i < s->n; i++)
-		if (strlen(s->v[i]) == n && !memcmp(s->v[i], v, n))
-			return 1;
-	return 0;
+	return smap_get((struct smap *)&s->idx, v, n, 0) != NULL;
 }
 
 static void names_free(struct names *s)
@@ -152,6 +219,7 @@ static void names_free(struct names *s)
 	for (size_t i = 0; i < s->n; i++)
 		free(s->v[i]);
 	free(s->v);
+	smap_free(&s->idx);
 }
 
 /* last dotted component of a callee or target */
@@ -174,12 +242,12 @@ static int ends(const char *s, const char *suffix)
 
 static int match(struct ctx *x, int re, const char *s, size_t n, size_t from, size_t *ms, size_t *me)
 {
-	int rc = pcre2_match(x->c->re[re], (PCRE2_SPTR)s, n, from, 0, x->c->md, NULL);
+	int rc = pcre2_match(x->c->re[re], (PCRE2_SPTR)s, n, from, 0, x->md, NULL);
 	PCRE2_SIZE *ov;
 
 	if (rc < 0)
 		return 0;
-	ov = pcre2_get_ovector_pointer(x->c->md);
+	ov = pcre2_get_ovector_pointer(x->md);
 	if (ms)
 		*ms = ov[0];
 	if (me)
@@ -199,9 +267,12 @@ static void add(struct ctx *x, int rule, int line, const char *fmt, ...)
 	va_list ap;
 	struct buf b;
 
+	if (x->nper[rule] >= DECEIVE_MAX_PER_RULE)
+		return;
 	for (size_t i = 0; i < o->n; i++)       /* one finding per rule and line */
 		if (o->findings[i].line == line && !strcmp(o->findings[i].rule, deceive_rules[rule].name))
 			return;
+	x->nper[rule]++;
 	if (o->n == x->cap) {
 		x->cap = x->cap ? 2 * x->cap : 8;
 		o->findings = xrealloc(o->findings, x->cap * sizeof(*o->findings));
@@ -292,11 +363,14 @@ static void find_cuda(struct ctx *x)
 	size_t n;
 
 	x->cuda_at = xmalloc((p->nstr + 1) * sizeof(*x->cuda_at));
+	x->cuda_str = xmalloc((p->nstr + 1) * sizeof(*x->cuda_str));
+	x->line_str = -1;
 	for (size_t i = 0; i < p->nstr; i++) {
 		x->cuda_at[i] = (size_t)-1;
 		if (p->str[i].flags & PYSRC_STR_DOC)
 			continue;
 		x->cuda_at[i] = x->cuda.len;
+		x->cuda_str[x->ncuda_str++] = (int)i;
 		buf_add(&x->cuda, p->str[i].text, p->str[i].len);
 		/* implicit runs and + joins concatenate directly */
 		int t = p->str[i].tok;
@@ -330,21 +404,34 @@ static void find_cuda(struct ctx *x)
 	}
 }
 
-static int cuda_line(const struct ctx *x, size_t at)
+/* The source line of offset `at` of the CUDA text: its string literal's line, plus the
+ * newlines before it in a triple-quoted literal. Lookups in increasing order reuse the last
+ * count, so walking many kernels of one literal stays linear. */
+static int cuda_line(struct ctx *x, size_t at)
 {
 	const struct pysrc *p = &x->p;
-	size_t best = (size_t)-1;
+	size_t lo = 0, hi = x->ncuda_str;
 
-	for (size_t i = 0; i < p->nstr; i++)
-		if (x->cuda_at[i] != (size_t)-1 && x->cuda_at[i] <= at)
-			best = i;
-	if (best == (size_t)-1)
+	if (x->ncuda_str == 0 || x->cuda_at[x->cuda_str[0]] > at)
 		return 1;
-	int line = p->str[best].line;
-	if (p->str[best].flags & PYSRC_STR_TRIPLE)
-		for (size_t k = x->cuda_at[best]; k < at; k++)
-			line += x->cuda.p[k] == '\n';
-	return line;
+	while (hi - lo > 1) {           /* cuda_at[cuda_str[lo]] <= at */
+		size_t mid = (lo + hi) / 2;
+		if (x->cuda_at[x->cuda_str[mid]] <= at)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	int best = x->cuda_str[lo];
+	if (!(p->str[best].flags & PYSRC_STR_TRIPLE))
+		return p->str[best].line;
+	if (x->line_str != best || x->line_at > at) {
+		x->line_str = best;
+		x->line_at = x->cuda_at[best];
+		x->line_n = p->str[best].line;
+	}
+	for (; x->line_at < at; x->line_at++)
+		x->line_n += x->cuda.p[x->line_at] == '\n';
+	return x->line_n;
 }
 
 static int is_cident(char c)
@@ -375,7 +462,7 @@ static void find_kernels(struct ctx *x)
 			while (b > g && is_cident(b[-1]))
 				b--;
 			if (e - b == 17 && !memcmp(b, "__launch_bounds__", 17)) {
-				while (q < end && *q != ')')
+				while (q + 1 < end && *q != ')')
 					q++;
 				continue;
 			}
@@ -389,10 +476,11 @@ static void find_kernels(struct ctx *x)
 			continue;
 		}
 		/* the body */
-		const char *open = memchr(paren, '{', (size_t)(end - paren));
-		const char *semi = memchr(paren, ';', (size_t)(end - paren));
+		const char *open = paren;
+		while (open < end && *open != '{' && *open != ';')
+			open++;
 		size_t body = 0, body_end = 0;
-		if (open && (!semi || open < semi)) {
+		if (open < end && *open == '{') {
 			int d = 0;
 			const char *c = open;
 			for (; c < end; c++) {
@@ -416,6 +504,109 @@ static void find_kernels(struct ctx *x)
 		k->line = cuda_line(x, k->at);
 		g = paren;
 	}
+}
+
+/* Import bindings: `import a.b as c` binds c to a.b; `from m import n as k` binds k (or n)
+ * to m.n. Plain `import torch` needs no entry. */
+static void imports_add(struct ctx *x, const char *name, size_t n, const char *full, size_t fn)
+{
+	if (n == fn && !memcmp(name, full, n))
+		return;
+	if (!names_add(&x->imp, name, n))
+		return;
+	x->imp_full = xrealloc(x->imp_full, x->imp.cap * sizeof(*x->imp_full));
+	x->imp_full[x->imp.n - 1] = xstrndup(full, fn);
+}
+
+/* Dotted name at token k into b; returns the token after it. */
+static int dotted(const struct pysrc *p, int k, int end, struct buf *b)
+{
+	buf_reset(b);
+	while (k < end && p->tok[k].kind == PYSRC_TOK_NAME) {
+		buf_add(b, p->src + p->tok[k].start, p->tok[k].end - p->tok[k].start);
+		if (k + 1 < end && pysrc_tok_is(p, k + 1, ".")) {
+			buf_addc(b, '.');
+			k += 2;
+		} else {
+			k++;
+			break;
+		}
+	}
+	return k;
+}
+
+static void find_imports(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	struct buf mod, name;
+
+	buf_init(&mod);
+	buf_init(&name);
+	for (size_t l = 0; l < p->nlines; l++) {
+		int k = p->lines[l].tok, end = k + p->lines[l].ntok;
+		if (tok_is(p, k, "import")) {
+			for (k++; k < end;) {
+				k = dotted(p, k, end, &name);
+				if (tok_is(p, k, "as") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+					imports_add(x, p->src + p->tok[k + 1].start, p->tok[k + 1].end - p->tok[k + 1].start,
+					            name.p, name.len);
+					k += 2;
+				}
+				if (!tok_is(p, k, ","))
+					break;
+				k++;
+			}
+		} else if (tok_is(p, k, "from") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+			k = dotted(p, k + 1, end, &mod);
+			if (!tok_is(p, k, "import"))
+				continue;
+			for (k++; k < end;) {
+				if (tok_is(p, k, "(") || tok_is(p, k, ")") || tok_is(p, k, ",")) {
+					k++;
+					continue;
+				}
+				if (p->tok[k].kind != PYSRC_TOK_NAME)
+					break;
+				const struct pysrc_tok *n = &p->tok[k], *as = n;
+				k++;
+				if (tok_is(p, k, "as") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+					as = &p->tok[k + 1];
+					k += 2;
+				}
+				buf_reset(&name);
+				buf_add(&name, mod.p, mod.len);
+				buf_addc(&name, '.');
+				buf_add(&name, p->src + n->start, n->end - n->start);
+				imports_add(x, p->src + as->start, as->end - as->start, name.p, name.len);
+			}
+		}
+	}
+	buf_free(&mod);
+	buf_free(&name);
+}
+
+/* s with its first dotted component replaced by what an import bound it to (new string). */
+static char *canonical(struct ctx *x, const char *s)
+{
+	size_t n = strcspn(s, ".(");
+	int *v = smap_get(&x->imp.idx, s, n, 0);
+
+	if (!v)
+		return xstrdup(s);
+	return xasprintf("%s%s", x->imp_full[*v], s + n);
+}
+
+static void canonical_names(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+
+	find_imports(x);
+	x->canon = xmalloc((p->ncall + 1) * sizeof(*x->canon));
+	x->canon_target = xmalloc((p->nassign + 1) * sizeof(*x->canon_target));
+	for (size_t i = 0; i < p->ncall; i++)
+		x->canon[i] = canonical(x, p->call[i].callee);
+	for (size_t i = 0; i < p->nassign; i++)
+		x->canon_target[i] = canonical(x, p->assign[i].target);
 }
 
 static int is_build_callee(const char *callee)
@@ -465,12 +656,13 @@ static void find_builds(struct ctx *x)
 	size_t ms, me;
 
 	x->build = xmalloc((p->ncall + 1) * sizeof(*x->build));
+	x->has_cpp_extension = memmem(p->clean, p->len, "cpp_extension", 13) != NULL;
 	for (size_t i = 0; i < p->ncall; i++) {
 		const struct pysrc_call *c = &p->call[i];
 		int a, b;
-		if (!is_build_callee(c->callee))
+		if (!is_build_callee(x->canon[i]))
 			continue;
-		if (!strcmp(c->callee, "load") && !memmem(p->clean, p->len, "cpp_extension", 13))
+		if (!strcmp(x->canon[i], "load") && !x->has_cpp_extension)
 			continue;
 		x->build[x->nbuild++] = (int)i;
 		if (!strcmp(last_part(c->callee), "load_inline") &&
@@ -576,69 +768,155 @@ static int call_is_kernel(struct ctx *x, size_t i)
 	return 0;
 }
 
-/* Classes whose forward (or __call__) calls the extension, and the names holding their
- * instances (self.act = FusedAct(), layer = FusedAct()); sets *changed when one is new. */
-static void update_kernel_classes(struct ctx *x, int *changed)
-{
-	const struct pysrc *p = &x->p;
+/* The model graph: which defs a call may run (by name), which class's forward a call runs
+ * (self.act(x) with self.act = FusedAct(...), or FusedFn.apply(x)), and from that the defs
+ * reachable from ModelNew.forward and the blocks that call the extension. Both are worklist
+ * walks over maps, linear in the source for practical purposes. */
+struct graph {
+	struct smap defs;       /* def name -> first DEF block; next_def chains the rest */
+	int *next_def;
+	struct smap calls;      /* callee's last part -> first call; next_call chains */
+	int *next_call;
+	int *fwd_of;            /* per class block: its forward/__call__ def, or -1 */
+	int *tcls;              /* per call: the class whose forward it runs, or -1 */
+	int *cls_call;          /* per class: first call with tcls == it; next_cls_call chains */
+	int *next_cls_call;
+	int *work;              /* worklist of blocks */
+	size_t nwork;
+};
 
-	for (size_t d = 0; d < p->nblock; d++) {
-		int c = p->block[d].parent;
-		if (c < 0 || c == x->model_new || p->block[c].kind != PYSRC_CLASS || !x->calls_kernel[d] ||
-		    (strcmp(p->block[d].name, "forward") && strcmp(p->block[d].name, "__call__")))
-			continue;
-		if (names_add(&x->kclass, p->block[c].name, strlen(p->block[c].name)))
-			*changed = 1;
-	}
-	for (size_t i = 0; i < p->nassign && x->kclass.n; i++) {
-		const struct pysrc_assign *as = &p->assign[i];
-		int k = as->tok_value;
-		while (k + 2 < as->tok_end && pysrc_tok_is(p, k + 1, "."))
-			k += 2;
-		if (k < as->tok_end && tok_name_in(p, k, &x->kclass) && pysrc_tok_is(p, k + 1, "(") &&
-		    names_add(&x->kinst, last_part(as->target), strlen(last_part(as->target))))
-			*changed = 1;
-	}
+static int class_by_name(const struct ctx *x, struct smap *classes, const char *s, size_t n)
+{
+	int *v = smap_get(classes, s, n, 0);
+	(void)x;
+	return v ? *v : -1;
 }
 
-/* The class (defined in the source) whose instance a call runs: self.act(x) when
- * self.act = FusedAct(...), or FusedFn.apply(x); -1 otherwise. */
-static int class_called(const struct ctx *x, const char *callee)
+static void graph_build(struct ctx *x, struct graph *g)
 {
 	const struct pysrc *p = &x->p;
-	const char *last = last_part(callee);
+	struct smap classes = { 0 }, inst = { 0 };
 
-	if (!strcmp(last, "apply") && last != callee) {
-		const char *q = last - 1;
-		while (q > callee && q[-1] != '.')
-			q--;
-		for (size_t b = 0; b < p->nblock; b++)
-			if (p->block[b].kind == PYSRC_CLASS && strlen(p->block[b].name) == (size_t)(last - 1 - q) &&
-			    !memcmp(p->block[b].name, q, (size_t)(last - 1 - q)))
-				return (int)b;
-		return -1;
+	g->next_def = xmalloc((p->nblock + 1) * sizeof(int));
+	g->fwd_of = xmalloc((p->nblock + 1) * sizeof(int));
+	g->cls_call = xmalloc((p->nblock + 1) * sizeof(int));
+	g->work = xmalloc((p->nblock + 1) * sizeof(int));
+	g->next_call = xmalloc((p->ncall + 1) * sizeof(int));
+	g->tcls = xmalloc((p->ncall + 1) * sizeof(int));
+	g->next_cls_call = xmalloc((p->ncall + 1) * sizeof(int));
+	for (size_t b = 0; b < p->nblock; b++) {
+		const struct pysrc_block *bl = &p->block[b];
+		g->fwd_of[b] = -1;
+		g->cls_call[b] = -1;
+		g->next_def[b] = -1;
+		if (bl->kind == PYSRC_CLASS) {
+			int *v = smap_get(&classes, bl->name, strlen(bl->name), 1);
+			if (*v < 0 && (int)b != x->model_new)
+				*v = (int)b;
+		} else {
+			int *v = smap_get(&g->defs, bl->name, strlen(bl->name), 1);
+			g->next_def[b] = *v;
+			*v = (int)b;
+			int c = bl->parent;
+			if (c >= 0 && p->block[c].kind == PYSRC_CLASS && g->fwd_of[c] < 0 &&
+			    (!strcmp(bl->name, "forward") || !strcmp(bl->name, "__call__")))
+				g->fwd_of[c] = (int)b;
+		}
 	}
+	/* instances: name = Chain.Class(...) */
 	for (size_t i = 0; i < p->nassign; i++) {
 		const struct pysrc_assign *as = &p->assign[i];
-		if (strcmp(last_part(as->target), last))
-			continue;
 		int k = as->tok_value;
 		while (k + 2 < as->tok_end && pysrc_tok_is(p, k + 1, "."))
 			k += 2;
 		if (k >= as->tok_end || p->tok[k].kind != PYSRC_TOK_NAME || !pysrc_tok_is(p, k + 1, "("))
 			continue;
-		for (size_t b = 0; b < p->nblock; b++)
-			if (p->block[b].kind == PYSRC_CLASS && (int)b != x->model_new &&
-			    strlen(p->block[b].name) == p->tok[k].end - p->tok[k].start &&
-			    !memcmp(p->block[b].name, p->src + p->tok[k].start, p->tok[k].end - p->tok[k].start))
-				return (int)b;
+		int c = class_by_name(x, &classes, p->src + p->tok[k].start, p->tok[k].end - p->tok[k].start);
+		if (c >= 0) {
+			const char *t = last_part(as->target);
+			int *v = smap_get(&inst, t, strlen(t), 1);
+			*v = c;
+		}
 	}
-	return -1;
+	for (size_t i = 0; i < p->ncall; i++) {
+		const char *callee = p->call[i].callee, *last = last_part(callee);
+		int *v = smap_get(&g->calls, last, strlen(last), 1);
+		g->next_call[i] = *v;
+		*v = (int)i;
+		g->tcls[i] = -1;
+		if (!strcmp(last, "apply") && last != callee) {
+			const char *q = last - 1;
+			while (q > callee && q[-1] != '.')
+				q--;
+			g->tcls[i] = class_by_name(x, &classes, q, (size_t)(last - 1 - q));
+		} else if ((v = smap_get(&inst, last, strlen(last), 0)) != NULL) {
+			g->tcls[i] = *v;
+		}
+		g->next_cls_call[i] = -1;
+		if (g->tcls[i] >= 0) {
+			g->next_cls_call[i] = g->cls_call[g->tcls[i]];
+			g->cls_call[g->tcls[i]] = (int)i;
+		}
+	}
+	smap_free(&classes);
+	smap_free(&inst);
+}
+
+static void graph_free(struct graph *g)
+{
+	smap_free(&g->defs);
+	smap_free(&g->calls);
+	free(g->next_def);
+	free(g->next_call);
+	free(g->fwd_of);
+	free(g->tcls);
+	free(g->cls_call);
+	free(g->next_cls_call);
+	free(g->work);
+}
+
+/* First call whose '(' is at or after token t (calls are in token order). */
+static size_t first_call_at(const struct pysrc *p, int t)
+{
+	size_t lo = 0, hi = p->ncall;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (p->call[mid].tok_open < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void reach_push(struct ctx *x, struct graph *g, int b)
+{
+	if (b >= 0 && !x->reach[b]) {
+		x->reach[b] = 1;
+		g->work[g->nwork++] = b;
+	}
+}
+
+/* Mark the block holding a call (and its classes up to the first def) as calling the
+ * extension; a newly marked def goes on the worklist. */
+static void kernel_mark(struct ctx *x, struct graph *g, int b)
+{
+	const struct pysrc *p = &x->p;
+
+	for (; b >= 0 && !x->calls_kernel[b]; b = p->block[b].parent) {
+		x->calls_kernel[b] = 1;
+		if (p->block[b].kind == PYSRC_DEF) {
+			g->work[g->nwork++] = b;
+			break;
+		}
+	}
 }
 
 static void find_model(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
+	struct graph g;
 
 	x->model_new = pysrc_find_block(p, "ModelNew", PYSRC_CLASS, -2);
 	if (x->model_new < 0)       /* any other class with a forward */
@@ -651,66 +929,45 @@ static void find_model(struct ctx *x)
 	x->forward = x->model_new >= 0 ? pysrc_find_block(p, "forward", PYSRC_DEF, x->model_new) : -1;
 	if (x->forward < 0 && x->model_new >= 0)
 		x->forward = pysrc_find_block(p, "__call__", PYSRC_DEF, x->model_new);
-
-	/* reach: defs called (by name) from forward, transitively */
 	x->reach = xcalloc(p->nblock + 1, 1);
 	x->calls_kernel = xcalloc(p->nblock + 1, 1);
-	if (x->forward >= 0)
-		x->reach[x->forward] = 1;
-	for (int changed = 1, round = 0; changed && round < 16; round++) {
-		changed = 0;
-		for (size_t i = 0; i < p->ncall; i++) {
-			int b = p->call[i].block;
-			while (b >= 0 && !x->reach[b])
-				b = p->block[b].parent;
-			if (b < 0)
-				continue;
-			const char *callee = p->call[i].callee, *last = last_part(callee);
-			int cls = class_called(x, callee);
-			for (size_t d = 0; d < p->nblock; d++) {
-				int hit = p->block[d].kind == PYSRC_DEF && !strcmp(p->block[d].name, last);
-				if (cls >= 0 && p->block[d].parent == cls &&
-				    (!strcmp(p->block[d].name, "forward") || !strcmp(p->block[d].name, "__call__")))
-					hit = 1;
-				if (hit && !x->reach[d]) {
-					x->reach[d] = 1;
-					changed = 1;
-				}
-			}
+	memset(&g, 0, sizeof(g));
+	graph_build(x, &g);
+
+	/* reach: defs called (by name) from forward, and the forward of called instances */
+	reach_push(x, &g, x->forward);
+	while (g.nwork) {
+		const struct pysrc_block *bl = &p->block[g.work[--g.nwork]];
+		for (size_t i = first_call_at(p, bl->tok_body); i < p->ncall && p->call[i].tok_open < bl->tok_end; i++) {
+			const char *last = last_part(p->call[i].callee);
+			int *v = smap_get(&g.defs, last, strlen(last), 0);
+			for (int d = v ? *v : -1; d >= 0; d = g.next_def[d])
+				reach_push(x, &g, d);
+			if (g.tcls[i] >= 0)
+				reach_push(x, &g, g.fwd_of[g.tcls[i]]);
 		}
 	}
-	/* nested defs and lambdas of a reached def are reached */
+	/* nested defs and lambdas of a reached def are reached (parents come first) */
 	for (size_t d = 0; d < p->nblock; d++)
 		if (p->block[d].parent >= 0 && x->reach[p->block[d].parent] && p->block[p->block[d].parent].kind == PYSRC_DEF)
 			x->reach[d] = 1;
-	/* calls_kernel: fixpoint over defs */
-	for (int changed = 1, round = 0; changed && round < 16; round++) {
-		changed = 0;
-		update_kernel_classes(x, &changed);
-		for (size_t i = 0; i < p->ncall; i++) {
-			int b = p->call[i].block;
-			if (b < 0 || x->calls_kernel[b])
-				continue;
-			const char *callee = p->call[i].callee, *last = last_part(callee);
-			int hit = call_is_kernel(x, i) || names_has(&x->kinst, last, strlen(last));
-			if (!hit && !strcmp(last, "apply") && last != callee) {
-				const char *q = last - 1;      /* Function.apply(x) */
-				while (q > callee && q[-1] != '.')
-					q--;
-				hit = names_has(&x->kclass, q, (size_t)(last - 1 - q));
-			}
-			for (size_t d = 0; !hit && d < p->nblock; d++)
-				hit = x->calls_kernel[d] && p->block[d].kind == PYSRC_DEF && !strcmp(p->block[d].name, last);
-			if (hit) {
-				for (; b >= 0 && !x->calls_kernel[b]; b = p->block[b].parent) {
-					x->calls_kernel[b] = 1;
-					if (p->block[b].kind == PYSRC_DEF)
-						break;
-				}
-				changed = 1;
-			}
-		}
+
+	/* calls_kernel: from the calls that reach the extension, back through callers */
+	for (size_t i = 0; i < p->ncall; i++)
+		if (call_is_kernel(x, i))
+			kernel_mark(x, &g, p->call[i].block);
+	while (g.nwork) {
+		int d = g.work[--g.nwork];
+		const char *name = p->block[d].name;
+		int *v = smap_get(&g.calls, name, strlen(name), 0);
+		for (int i = v ? *v : -1; i >= 0; i = g.next_call[i])
+			kernel_mark(x, &g, p->call[i].block);
+		int c = p->block[d].parent;
+		if (c >= 0 && g.fwd_of[c] == d)
+			for (int i = g.cls_call[c]; i >= 0; i = g.next_cls_call[i])
+				kernel_mark(x, &g, p->call[i].block);
 	}
+	graph_free(&g);
 }
 
 /* Is token t in code reachable from forward? */
@@ -783,7 +1040,7 @@ static void rule_kernel_not_bound(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
 
-	for (size_t i = 0; i < x->nbuild; i++) {
+	for (size_t i = 0; i < x->nbuild && i < 16; i++) {     /* 16 builds are plenty */
 		const struct pysrc_call *c = &p->call[x->build[i]];
 		int as = assign_holding(p, c->tok_open);
 		if (as < 0) {
@@ -803,6 +1060,89 @@ static void rule_kernel_not_bound(struct ctx *x)
 	}
 }
 
+/* Does the exported function `name` return a value (its C++ declaration's type ends in
+ * Tensor or >), rather than work in place (void)? 0 when unknown. */
+static int export_returns(const struct ctx *x, const char *name)
+{
+	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
+		const char *a = q + n, *b = q;
+		q += n;
+		if ((b > s && is_cident(b[-1])) || (a < end && is_cident(*a)))
+			continue;
+		while (a < end && (*a == ' ' || *a == '\t'))
+			a++;
+		if (a >= end || *a != '(')
+			continue;
+		while (b > s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n'))
+			b--;
+		if (b > s && b[-1] == '>')
+			return 1;
+		const char *w = b;
+		while (w > s && is_cident(w[-1]))
+			w--;
+		if (b - w == 4 && !memcmp(w, "void", 4))
+			return 0;
+		if (b - w >= 6 && !memcmp(b - 6, "Tensor", 6))
+			return 1;
+	}
+	return 0;
+}
+
+/* Is the value of call i thrown away: an expression statement, `_ = call`, or a name that
+ * the rest of its def never reads? */
+static int call_discarded(const struct ctx *x, size_t i, int def_end)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_call *c = &p->call[i];
+	int l = pysrc_line_of(p, c->tok_open);
+
+	if (p->lines[l].tok == c->tok_name && c->tok_close + 1 < (int)p->ntok &&
+	    p->tok[c->tok_close + 1].kind == PYSRC_TOK_NEWLINE)
+		return 1;
+	int as = assign_holding(p, c->tok_open);
+	if (as < 0 || p->assign[as].tok_value != c->tok_name || p->assign[as].tok_end != c->tok_close + 1)
+		return 0;
+	const char *t = p->assign[as].target;
+	if (!strcmp(t, "_"))
+		return 1;
+	if (strchr(t, '.') || strchr(t, '['))
+		return 0;
+	for (int k = p->assign[as].tok_end; k < def_end; k++)
+		if (tok_is(p, k, t))
+			return 0;
+	return 1;
+}
+
+/* The kernel is called for show: every kernel call in forward is a direct call of an
+ * exported function that returns a tensor, and every result is thrown away. */
+static void kernel_called_for_show(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_block *f = &p->block[x->forward];
+	int direct = 0, line = 0;
+
+	for (size_t i = first_call_at(p, f->tok_body); i < p->ncall && p->call[i].tok_open < f->tok_end; i++) {
+		const char *last = last_part(p->call[i].callee);
+		for (size_t d = 0; d < p->nblock; d++)
+			if (p->block[d].kind == PYSRC_DEF && x->calls_kernel[d] && (int)d != x->forward &&
+			    !strcmp(p->block[d].name, last))
+				return;         /* through a helper: not judged here */
+		if (!call_is_kernel(x, i))
+			continue;
+		if (!names_has(&x->exports, last, strlen(last)) || !export_returns(x, last) ||
+		    !call_discarded(x, i, f->tok_end))
+			return;
+		direct++;
+		if (!line)
+			line = p->call[i].line;
+	}
+	if (direct)
+		add(x, 3, line, "ModelNew.forward calls the kernel but throws its result away");
+}
+
 static void rule_kernel_not_called(struct ctx *x)
 {
 	if (x->nbuild == 0)
@@ -811,11 +1151,14 @@ static void rule_kernel_not_called(struct ctx *x)
 		add(x, 3, block_line(x, x->model_new), "no ModelNew.forward that could call the kernel");
 		return;
 	}
-	if (!x->calls_kernel[x->forward])
+	if (!x->calls_kernel[x->forward]) {
 		add(x, 3, x->p.block[x->forward].line,
 		    x->exports.n ? "ModelNew.forward never calls %s (exported by the extension), directly or through helpers"
 		                 : "ModelNew.forward never calls the extension%s",
 		    x->exports.n ? x->exports.v[0] : "");
+		return;
+	}
+	kernel_called_for_show(x);
 }
 
 /* A suite [l0, l1) computes with PyTorch or delegates to the reference. */
@@ -824,11 +1167,9 @@ static int suite_computes(struct ctx *x, int l0, int l1, int *line)
 	const struct pysrc *p = &x->p;
 	int t0 = p->lines[l0].tok, t1 = l1 < (int)p->nlines ? p->lines[l1].tok : (int)p->ntok;
 
-	for (size_t i = 0; i < p->ncall; i++) {
+	for (size_t i = first_call_at(p, t0); i < p->ncall && p->call[i].tok_open < t1; i++) {
 		const struct pysrc_call *c = &p->call[i];
-		if (c->tok_open < t0 || c->tok_open >= t1)
-			continue;
-		if (is_torch_compute(x, c->callee) || !strcmp(c->callee, "super().forward") ||
+		if (is_torch_compute(x, x->canon[i]) || !strcmp(c->callee, "super().forward") ||
 		    ends(c->callee, "Model.forward") || !strcmp(last_part(c->callee), "Model")) {
 			*line = c->line;
 			return 1;
@@ -913,7 +1254,7 @@ static void rule_timing_patch(struct ctx *x)
 	int a, b;
 
 	for (size_t i = 0; i < p->nassign; i++)
-		if (strchr(p->assign[i].target, '.') && match_str(x, RE_TIMING, p->assign[i].target))
+		if (strchr(x->canon_target[i], '.') && match_str(x, RE_TIMING, x->canon_target[i]))
 			add(x, 6, p->assign[i].line, "assignment to %s patches the timing", p->assign[i].target);
 	for (size_t i = 0; i < p->ncall; i++) {
 		const struct pysrc_call *c = &p->call[i];
@@ -922,6 +1263,10 @@ static void rule_timing_patch(struct ctx *x)
 		struct buf t;
 		buf_init(&t);
 		buf_add(&t, p->src + p->tok[a].start, p->tok[b - 1].end - p->tok[a].start);
+		char *full = canonical(x, t.p);
+		buf_reset(&t);
+		buf_adds(&t, full);
+		free(full);
 		if (pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0 && p->tok[a].kind == PYSRC_TOK_STRING) {
 			buf_addc(&t, '.');
 			buf_add(&t, p->str[p->tok[a].str].text, p->str[p->tok[a].str].len);
@@ -937,7 +1282,7 @@ static void rule_concurrency(struct ctx *x)
 	const struct pysrc *p = &x->p;
 
 	for (size_t i = 0; i < p->ncall; i++)
-		if (match_str(x, RE_THREAD, p->call[i].callee))
+		if (match_str(x, RE_THREAD, x->canon[i]))
 			add(x, 7, p->call[i].line, "%s starts concurrent work", p->call[i].callee);
 }
 
@@ -954,7 +1299,7 @@ static void rule_lazy_tensor(struct ctx *x)
 			add(x, 8, bl->line, "%s overrides tensor operations", bl->name);
 	}
 	for (size_t i = 0; i < p->ncall; i++) {
-		const char *cl = p->call[i].callee;
+		const char *cl = x->canon[i];
 		if (!strcmp(last_part(cl), "_make_subclass") || ends(cl, "Tensor.__new__") ||
 		    !strcmp(last_part(cl), "_make_wrapper_subclass"))
 			add(x, 8, p->call[i].line, "%s makes a lazy tensor", cl);
@@ -982,9 +1327,20 @@ static void find_containers(struct ctx *x, struct names *c)
 static void rule_result_cache(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
-	struct names cont = { 0 };
+	struct names cont = { 0 }, self_set = { 0 };
+	unsigned char *keyed = xcalloc(p->nblock + 1, 1);
+	int init = x->model_new >= 0 ? pysrc_find_block(p, "__init__", PYSRC_DEF, x->model_new) : -1;
 
 	find_containers(x, &cont);
+	/* blocks whose keys come from the inputs' identity: data_ptr, id(), hash() */
+	for (int k = 0; k < (int)p->ntok; k++)
+		if (tok_is(p, k, "data_ptr") || ((tok_is(p, k, "id") || tok_is(p, k, "hash")) && tok_is(p, k + 1, "(")))
+			for (int b = p->tok[k].block; b >= 0 && !keyed[b]; b = p->block[b].parent)
+				keyed[b] = 1;
+	/* self.<x> set on the forward path (not in __init__): a possible stored result */
+	for (size_t i = 0; i < p->nassign; i++)
+		if (starts(p->assign[i].target, "self.") && in_path(x, p->assign[i].block) && p->assign[i].block != init)
+			names_add(&self_set, p->assign[i].target + 5, strlen(p->assign[i].target + 5));
 	/* memoising decorators on the forward path */
 	for (size_t b = 0; b < p->nblock; b++) {
 		if (!x->reach[b] || !p->block[b].ndecor)
@@ -999,10 +1355,7 @@ static void rule_result_cache(struct ctx *x)
 		int blk = pysrc_block_at(p, t);
 		if (!in_path(x, blk))
 			continue;
-		int keyed = blk == x->forward;
-		for (int k = p->block[blk].tok_body; !keyed && k < p->block[blk].tok_end; k++)
-			keyed = tok_is(p, k, "data_ptr") || ((tok_is(p, k, "id") || tok_is(p, k, "hash")) && tok_is(p, k + 1, "("));
-		if (!keyed)
+		if (blk != x->forward && !keyed[blk])
 			continue;
 		int is_if = tok_is(p, t, "if") || tok_is(p, t, "elif");
 		int is_ret = tok_is(p, t, "return");
@@ -1013,16 +1366,8 @@ static void rule_result_cache(struct ctx *x)
 			uses = tok_name_in(p, k, &cont);
 		if (is_if && !uses && blk == x->forward) {
 			/* if self.out is not None: return self.out, with self.out set on the path */
-			for (int k = t + 1; k < t + n && !uses; k++)
-				if (tok_is(p, k, "self") && tok_is(p, k + 1, ".") && p->tok[k + 2].kind == PYSRC_TOK_NAME) {
-					for (size_t i = 0; i < p->nassign && !uses; i++)
-						if (starts(p->assign[i].target, "self.") && in_path(x, p->assign[i].block) &&
-						    p->assign[i].block != pysrc_find_block(p, "__init__", PYSRC_DEF, x->model_new) &&
-						    !strncmp(p->assign[i].target + 5, p->src + p->tok[k + 2].start,
-						             p->tok[k + 2].end - p->tok[k + 2].start) &&
-						    strlen(p->assign[i].target + 5) == p->tok[k + 2].end - p->tok[k + 2].start)
-							uses = 1;
-				}
+			for (int k = t + 1; k + 2 < t + n && !uses; k++)
+				uses = tok_is(p, k, "self") && tok_is(p, k + 1, ".") && tok_name_in(p, k + 2, &self_set);
 		}
 		if (!uses)
 			continue;
@@ -1037,6 +1382,8 @@ static void rule_result_cache(struct ctx *x)
 		    is_if ? "cache hit skips the kernel" : "returns a cached value");
 	}
 	names_free(&cont);
+	names_free(&self_set);
+	free(keyed);
 }
 
 static void rule_torch_compute(struct ctx *x)
@@ -1068,7 +1415,7 @@ static void rule_torch_compute(struct ctx *x)
 		const struct pysrc_call *c = &p->call[i];
 		if (!in_path(x, c->block))
 			continue;
-		if (is_torch_compute(x, c->callee))
+		if (is_torch_compute(x, x->canon[i]))
 			add(x, 10, c->line, "%s computes with PyTorch in the forward path", c->callee);
 		else if (starts(c->callee, "self.") && names_has(&mods, c->callee + 5, strlen(c->callee + 5)))
 			add(x, 10, c->line, "%s is a torch.nn module called in the forward path", c->callee);
@@ -1082,7 +1429,7 @@ static void rule_side_stream(struct ctx *x)
 	const char *s;
 
 	for (size_t i = 0; i < p->ncall; i++) {
-		const char *cl = p->call[i].callee, *last = last_part(cl);
+		const char *cl = x->canon[i], *last = last_part(cl);
 		if (!strcmp(last, "wait_stream") || !strcmp(last, "record_stream") ||
 		    ((!strcmp(last, "Stream") || !strcmp(last, "stream") || !strcmp(last, "ExternalStream") ||
 		      !strcmp(last, "set_stream")) && strstr(cl, "cuda")))
@@ -1170,7 +1517,6 @@ struct deceive_checker *deceive_checker_new(const char *rules, const char **bad)
 		if (!c->re[k])
 			BUG("deceive pattern %d does not compile at %zu", k, (size_t)off);
 	}
-	c->md = pcre2_match_data_create(4, NULL);
 	return c;
 }
 
@@ -1180,7 +1526,6 @@ void deceive_checker_free(struct deceive_checker *c)
 		return;
 	for (int k = 0; k < RE_COUNT; k++)
 		pcre2_code_free(c->re[k]);
-	pcre2_match_data_free(c->md);
 	free(c);
 }
 
@@ -1193,6 +1538,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	memset(&x, 0, sizeof(x));
 	x.c = c;
 	x.out = out;
+	x.md = pcre2_match_data_create(4, NULL);
 	pysrc_scan(&x.p, kernel, len);
 	if (ref) {
 		pysrc_scan(&x.r, ref, ref_len);
@@ -1201,6 +1547,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	buf_init(&x.cuda);
 	find_cuda(&x);
 	find_kernels(&x);
+	canonical_names(&x);
 	find_builds(&x);
 	find_aliases(&x);
 	find_model(&x);
@@ -1213,14 +1560,24 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	free(x.kern);
 	free(x.build);
 	free(x.cuda_at);
+	free(x.cuda_str);
+	for (size_t i = 0; i < x.p.ncall; i++)
+		free(x.canon[i]);
+	for (size_t i = 0; i < x.p.nassign; i++)
+		free(x.canon_target[i]);
+	for (size_t i = 0; i < x.imp.n; i++)
+		free(x.imp_full[i]);
+	free(x.canon);
+	free(x.canon_target);
+	free(x.imp_full);
+	names_free(&x.imp);
 	free(x.reach);
 	free(x.calls_kernel);
 	names_free(&x.exports);
 	names_free(&x.modules);
 	names_free(&x.alias);
-	names_free(&x.kclass);
-	names_free(&x.kinst);
 	buf_free(&x.cuda);
+	pcre2_match_data_free(x.md);
 	pysrc_free(&x.p);
 	if (ref)
 		pysrc_free(&x.r);

@@ -13,8 +13,8 @@
  *
  * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
  * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
- * rounding of x. Decode-sized N (<= GPU_GEMV_NMAX rows) takes a bandwidth-bound kernel
- * of our own, larger N cuBLAS. */
+ * rounding of x. Decode-sized N with small weights takes a bandwidth-bound kernel of our
+ * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh). */
 #ifndef DICE_GPU_H
 #define DICE_GPU_H
 
@@ -49,7 +49,8 @@ int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, f
 int gpu_swiglu(cudaStream_t st, float *y, const float *gate, const float *up, int N, int C);
 /* y(n) += x(n) */
 int gpu_add(cudaStream_t st, float *y, const float *x, size_t n);
-/* out(T,NH,HD) from q(T,NH,HD), k,v(S,NKV,HD) under mask m (device arrays); HD <= 256 */
+/* out(T,NH,HD) from q(T,NH,HD), k,v(S,NKV,HD) under mask m (device arrays); HD <= 256 and a
+ * multiple of 4; q, k, v 16-byte aligned */
 int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                   int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
 /* y(N,C) = w[ids[n]] rows, w (V,C) of dtype wdt, ids(N) on the device */

@@ -1,5 +1,6 @@
 /* kbench: KernelBench problem discovery, the evaluation engine over lib/pool workers, and
  * the paper's metrics. See kbench.h; the worker protocol is documented in kbench-eval(1). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -16,19 +17,6 @@
 #include "jsonl.h"
 #include "kbench.h"
 #include "pool.h"
-
-/* Until lib/deceive.c is in the library the rules are weak references: --robust then
- * reports them unavailable (kbench_robust_available). */
-#pragma weak deceive_checker_new
-#pragma weak deceive_checker_free
-#pragma weak deceive_check
-#pragma weak deceive_result_free
-#pragma weak deceive_result_json
-
-int kbench_robust_available(void)
-{
-	return deceive_checker_new != NULL && deceive_check != NULL;
-}
 
 /* ================================================================== problems */
 
@@ -347,7 +335,7 @@ struct kbench_engine {
 	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
 	char *python;
 	char *worker;
-	char **env_base;       /* NULL-terminated, owned */
+	char *cache;           /* absolute path of the build cache (workers run elsewhere) */
 	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
 	size_t head, n, cap;
 	struct worker *w;      /* (nlanes * 2): lane i owns w[2i] and w[2i+1] */
@@ -446,7 +434,8 @@ static char **make_env(const struct kbench_engine *e, int gpu, int role)
 	env_add(&env, &n, "PYTHONHASHSEED", "0");
 	env_add(&env, &n, "PYTHONUNBUFFERED", "1");
 	env_add(&env, &n, "KBENCH_DEVICE", role == ROLE_PROBE ? e->cfg.device : e->device);
-	if (role == ROLE_BUILD || (e->device && !strcmp(e->device, "cpu"))) {
+	if (role == ROLE_BUILD || (e->device && !strcmp(e->device, "cpu")) ||
+	    (role == ROLE_PROBE && !strcmp(e->cfg.device, "cpu"))) {
 		env_add(&env, &n, "CUDA_VISIBLE_DEVICES", "");
 	} else if (gpu >= 0) {
 		snprintf(num, sizeof num, "%d", gpu);
@@ -464,7 +453,7 @@ static void env_free(char **env)
 
 static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 {
-	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL };
+	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL, NULL };
 	char **env = make_env(e, gpu, role);
 	struct pool_opts o = {
 		.argv = argv, .env = env, .tmp_root = e->cfg.tmp_root, .nproc = e->cfg.nproc,
@@ -473,7 +462,10 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 	};
 	int r;
 
-	if (e->device && !strcmp(e->device, "cpu"))
+	if (role == ROLE_PROBE)
+		argv[7] = "--probe";
+	if ((e->device && !strcmp(e->device, "cpu")) || (role == ROLE_PROBE &&
+	                                                 !strcmp(e->cfg.device, "cpu")))
 		o.mem_mb = e->cfg.mem_mb;
 	r = pool_spawn(&w->p, &o);
 	env_free(env);
@@ -522,10 +514,10 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	json_object_set_new(j, "extensions_dir", json_string(ext));
 	json_object_set_new(j, "arch", json_string(e->arch));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
+	json_object_set_new(j, "device", json_string(e->device));
 	if (mode == ROLE_BUILD)
 		return j;
 	json_object_set_new(j, "ref", json_string(en->ref));
-	json_object_set_new(j, "device", json_string(e->device));
 	json_object_set_new(j, "trials", json_integer(e->cfg.trials));
 	json_object_set_new(j, "perf_trials", json_integer(e->cfg.perf_trials));
 	json_object_set_new(j, "warmup", json_integer(e->cfg.warmup));
@@ -559,62 +551,104 @@ static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en,
 	return r;
 }
 
-/* Start one worker and wait for its reply to a probe; NULL on failure. */
-static json_t *probe(struct kbench_engine *e, char **why)
+/* Start one worker (--probe) and wait for its ready line, which says what the interpreter
+ * has: torch version, device, GPU architectures. NULL on failure, with *why. The worker stays
+ * in *w, ready for a job. */
+static json_t *probe(struct kbench_engine *e, struct worker *w, char **why)
 {
-	struct worker w = { 0 };
-	struct pool_proc *pp = &w.p;
+	struct pool_proc *pp = &w->p;
 	json_t *info = NULL, *o;
 	char *line;
 
-	if (spawn(e, &w, ROLE_PROBE, -1) < 0) {
+	if (spawn(e, w, ROLE_PROBE, -1) < 0) {
 		*why = xstrdup("cannot start");
 		return NULL;
 	}
-	while (!info && pool_now() < w.deadline) {
+	while (!info && pool_now() < w->deadline) {
 		pool_poll(&pp, 1, 100);
-		while (pool_line(&w.p, &line)) {
+		while (!info && pool_line(&w->p, &line)) {
 			o = json_loads(line, 0, NULL);
 			free(line);
-			if (!o)
-				continue;
-			if (w.state == W_STARTING && json_object_get(o, "ready")) {
-				if (!json_is_true(json_object_get(o, "ready"))) {
+			if (o && json_object_get(o, "ready")) {
+				if (json_is_true(json_object_get(o, "ready"))) {
+					info = json_incref(o);
+				} else {
 					const char *m = json_get_str(o, "message");
 					*why = xstrdup(m ? m : "the worker is not ready");
 					json_decref(o);
-					goto out;
+					goto fail;
 				}
-				send_job(e, &w, NULL, ROLE_PROBE);
-			} else if (w.state == W_BUSY && json_get_str(o, "nonce") &&
-			           !strcmp(json_get_str(o, "nonce"), w.nonce) &&
-			           json_object_get(o, "probe")) {
-				info = json_incref(json_object_get(o, "probe"));
 			}
 			json_decref(o);
 		}
-		if (!info && w.p.exited) {
-			struct pool_proc *one = &w.p;
-			pool_poll(&one, 1, 0);
-			if (w.p.msg.len == 0 || !memchr(w.p.msg.p, '\n', w.p.msg.len)) {
-				char *log = pool_log(&w.p);
+		if (!info && w->p.exited) {
+			pool_poll(&pp, 1, 0);
+			if (w->p.msg.len == 0 || !memchr(w->p.msg.p, '\n', w->p.msg.len)) {
+				char *log = pool_log(&w->p);
 				size_t n = strlen(log);
 				while (n && (log[n - 1] == '\n'))
 					log[--n] = '\0';
 				char *last = strrchr(log, '\n');
-				*why = xasprintf("%s: %s", pool_status_str(w.p.status),
+				*why = xasprintf("%s: %s", pool_status_str(w->p.status),
 				                 last ? last + 1 : *log ? log : "no output");
 				free(log);
-				goto out;
+				goto fail;
 			}
 		}
 	}
-	if (!info)
-		*why = xstrdup("no reply in time");
-out:
-	pool_finish(&w.p);
-	pool_proc_free(&w.p);
-	return info;
+	if (info) {
+		w->state = W_READY;
+		return info;
+	}
+	*why = xstrdup("no reply in time");
+fail:
+	pool_finish(&w->p);
+	pool_proc_free(&w->p);
+	memset(w, 0, sizeof *w);
+	return NULL;
+}
+
+/* Processes of our real uid now: RLIMIT_NPROC counts them all, so a limit must sit above. */
+static long user_procs(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	struct stat st;
+	char path[300];
+	long n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s", de->d_name);
+		if (stat(path, &st) == 0 && st.st_uid == getuid())
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static int mkdir_p(const char *dir)
+{
+	char *p = xstrdup(dir), *s;
+	int r = 0;
+
+	for (s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			r = -1;
+		*s = '/';
+	}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		r = -1;
+	else
+		r = 0;
+	free(p);
+	return r;
 }
 
 struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
@@ -622,11 +656,14 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	struct kbench_engine *e = xcalloc(1, sizeof *e);
 	const char *cands[3];
 	json_t *info = NULL;
+	struct worker pw = { 0 };
 	char *why = NULL;
 	int nc = 0;
 
 	e->cfg = *cfg;
 	pool_init();   /* orphans of a worker come back to us, to be killed */
+	if (!e->cfg.nproc && getuid() != 0)   /* no effect on root: the sweep covers that */
+		e->cfg.nproc = user_procs() + 512;
 	if (getrandom(&e->nonce_seed, sizeof e->nonce_seed, 0) != sizeof e->nonce_seed)
 		e->nonce_seed = util_hash64(&e, sizeof e) ^ (unsigned long long)(pool_now() * 1e9);
 	if (!(e->worker = cfg->worker ? xstrdup(cfg->worker) : find_worker())) {
@@ -651,7 +688,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		}
 		free(why);
 		why = NULL;
-		info = probe(e, &why);
+		info = probe(e, &pw, &why);
 	}
 	if (!info) {
 		warn_msg("cannot run the worker with %s: %s", e->python ? e->python : cands[nc - 1],
@@ -669,6 +706,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	if (!strcmp(cfg->device, "cuda") && (!dev || strcmp(dev, "cuda"))) {
 		warn_msg("--device cuda: torch.cuda is not available with %s", e->python);
 		json_decref(info);
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
 		free(e->python);
 		free(e->worker);
 		free(e->arch);
@@ -706,7 +745,15 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	e->nbuild = cfg->jobs > 0 ? cfg->jobs : 1;
 	e->nlanes = e->nbuild + nrun;
 	e->w = xcalloc((size_t)e->nlanes * 2, sizeof *e->w);
-	if (mkdir(cfg->cache_dir, 0755) < 0 && errno != EEXIST) {
+	/* in CPU mode the probe is as good as a run worker: the first one */
+	if (!strcmp(e->device, "cpu") && !strcmp(cfg->device, "cpu")) {
+		e->w[2 * e->nbuild] = pw;
+		e->w[2 * e->nbuild].role = ROLE_RUN;
+	} else {
+		pool_finish(&pw.p);
+		pool_proc_free(&pw.p);
+	}
+	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
 		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
 		kbench_engine_free(e);
 		return NULL;
@@ -748,6 +795,7 @@ int kbench_engine_free(struct kbench_engine *e)
 	free(e->arch);
 	free(e->python);
 	free(e->worker);
+	free(e->cache);
 	free(e);
 	return fatal ? -1 : 0;
 }
@@ -941,9 +989,12 @@ static int lane_gpu(const struct kbench_engine *e, int lane)
 	return lane < e->nbuild || !e->cfg.ngpus ? -1 : e->cfg.gpus[r % e->cfg.ngpus];
 }
 
+/* Whether a worker of this role should be started (or kept) now: build workers only for
+ * waiting builds (they are slow anyway, and most candidates may need none), run workers
+ * while records can still come. */
 static int want_work(const struct kbench_engine *e, int role)
 {
-	if (!e->input_closed)
+	if (role == ROLE_RUN && !e->input_closed)
 		return 1;
 	for (size_t i = e->head; i < e->n; i++) {
 		int s = e->q[i]->state;
@@ -1236,7 +1287,7 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
 	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
 	buf_free(&b);
-	snprintf(key, sizeof key, "%s/%s", e->cfg.cache_dir, en->hash);
+	snprintf(key, sizeof key, "%s/%s", e->cache, en->hash);
 	en->cache = xstrdup(key);
 	en->state = needs_build(en->kernel) ? E_BUILD_WAIT : E_RUN_WAIT;
 	if (en->state == E_BUILD_WAIT && mkdir(en->cache, 0755) < 0 && errno != EEXIST)

@@ -350,6 +350,14 @@ char *prompt_chat_wrap(const char *user, enum prompt_chat chat)
 	return xasprintf("<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
 }
 
+char *prompt_chat_answer(const char *response, enum prompt_chat chat, int empty_think)
+{
+	if (chat == PROMPT_CHAT_NONE)
+		return xstrdup(response);
+	return xasprintf("%s%s<|im_end|>\n", empty_think ? "<think>\n\n</think>\n\n" : "",
+	                 response);
+}
+
 char *prompt_render(const struct prompt_template *t, const char *const *keys,
                     const char *const *values, size_t n, enum prompt_chat chat,
                     char *err, size_t errlen)

@@ -54,6 +54,11 @@ const char *prompt_path(const struct prompt_template *t);
 /* "qwen3" or "none" -> *out; 0, or -1 for an unknown name. */
 int prompt_chat_parse(const char *name, enum prompt_chat *out);
 const char *prompt_chat_name(enum prompt_chat chat);
+/* The assistant turn that follows prompt_chat_wrap's text in a training sequence (SPEC
+ * §5.5). QWEN3: [empty think block "<think>\n\n</think>\n\n" when empty_think] + response +
+ * "<|im_end|>\n" (LLaMA-Factory's qwen3 template; responses carry no think tags, so the
+ * DICE SFT data gets an empty one). NONE: the response as is. New string. */
+char *prompt_chat_answer(const char *response, enum prompt_chat chat, int empty_think);
 /* prompt_fill then prompt_chat_wrap. New string, or NULL with a message in err. */
 char *prompt_render(const struct prompt_template *t, const char *const *keys,
                     const char *const *values, size_t n, enum prompt_chat chat,

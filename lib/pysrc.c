@@ -225,6 +225,7 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 	char q = s[i];
 	int triple = i + 2 < sc->n && s[i + 1] == q && s[i + 2] == q;
 	int line0 = sc->line, t, closed = 0;
+	size_t line_start0 = sc->line_start, line_start1;
 	struct pysrc_string *st;
 
 	if (triple)
@@ -323,7 +324,11 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 	}
 	if (!closed)
 		flags |= PYSRC_STR_UNTERMINATED;
+	/* the indentation of a line opened by this string is measured on its first line */
+	line_start1 = sc->line_start;
+	sc->line_start = line_start0;
 	t = add_tok(sc, PYSRC_TOK_STRING, start, i, line0);
+	sc->line_start = line_start1;
 	GROW(p->str, p->nstr, p->cap_str);
 	st = &p->str[p->nstr];
 	st->start = start;
@@ -462,6 +467,8 @@ int pysrc_tok_is(const struct pysrc *p, int i, const char *text)
 	if (i < 0 || (size_t)i >= p->ntok)
 		return 0;
 	n = p->tok[i].end - p->tok[i].start;
+	if (n == 0)                                     /* NEWLINE at the end of the source */
+		return text[0] == '\0';
 	if (p->src[p->tok[i].start] != text[0])        /* the common miss, without strlen */
 		return 0;
 	return strlen(text) == n && !memcmp(p->src + p->tok[i].start, text, n);
@@ -593,16 +600,31 @@ static void find_blocks(struct pysrc *p)
 
 int pysrc_block_at(const struct pysrc *p, int tok)
 {
-	int best = -1;
+	if (tok < 0 || (size_t)tok >= p->ntok)
+		return -1;
+	return p->tok[tok].block;
+}
 
-	/* blocks are in source order and nested ones come after their parent */
-	for (size_t b = 0; b < p->nblock; b++) {
-		if (p->block[b].tok_decor > tok)
-			break;
-		if (tok >= p->block[b].tok_start && tok < p->block[b].tok_end)
-			best = (int)b;
-	}
-	return best;
+/* tok[].block: blocks come in source order, parents before children, so a later block
+ * overwrites its parent's range. */
+static void mark_token_blocks(struct pysrc *p)
+{
+	for (size_t i = 0; i < p->ntok; i++)
+		p->tok[i].block = -1;
+	for (size_t b = 0; b < p->nblock; b++)
+		for (int k = p->block[b].tok_start; k < p->block[b].tok_end && (size_t)k < p->ntok; k++)
+			p->tok[k].block = (int)b;
+}
+
+int pysrc_block_count(const struct pysrc *p, int b, const char *text)
+{
+	int n = 0;
+
+	if (b < 0 || (size_t)b >= p->nblock)
+		return 0;
+	for (int k = p->block[b].tok_body; k < p->block[b].tok_end; k++)
+		n += pysrc_tok_is(p, k, text);
+	return n;
 }
 
 int pysrc_find_block(const struct pysrc *p, const char *name, int kind, int parent)
@@ -705,27 +727,11 @@ static void find_calls(struct pysrc *p)
 static const char *compound[] = { "if", "elif", "else", "while", "for", "with", "try", "except",
 	"finally", "def", "class", "async", NULL };
 
-static void add_assign(struct pysrc *p, int a, int e, int op, int v, int end)
+/* One target [a, e): NAME(.NAME)* or a subscript of one. */
+static void add_target(struct pysrc *p, int a, int e, int op, int v, int end)
 {
 	struct buf b;
-	int k;
 
-	/* unwrap (a, b) and [a, b] */
-	if (e - a >= 2 && (pysrc_tok_is(p, a, "(") || pysrc_tok_is(p, a, "[")) &&
-	    p->tok[a].match == e - 1) {
-		a++;
-		e--;
-	}
-	if (a >= e)
-		return;
-	/* split a tuple target at commas of its own depth */
-	for (k = a; k < e; k++) {
-		if (pysrc_tok_is(p, k, ",") && p->tok[k].depth == p->tok[a].depth) {
-			add_assign(p, a, k, op, v, end);
-			add_assign(p, k + 1, e, op, v, end);
-			return;
-		}
-	}
 	if (pysrc_tok_is(p, a, "*"))
 		a++;
 	if (a >= e)
@@ -755,6 +761,28 @@ static void add_assign(struct pysrc *p, int a, int e, int op, int v, int end)
 	s->value_start = v < end ? p->tok[v].start : p->tok[end - 1].start;
 	s->value_end = v < end ? p->tok[end - 1].end : s->value_start;
 	s->block = pysrc_block_at(p, a);
+}
+
+/* Targets [a, e) of one '=': (a, b) and [a, b] unwrapped, a tuple split at its commas. */
+static void add_assign(struct pysrc *p, int a, int e, int op, int v, int end)
+{
+	if (e - a >= 2 && (pysrc_tok_is(p, a, "(") || pysrc_tok_is(p, a, "[")) &&
+	    p->tok[a].match == e - 1) {
+		a++;
+		e--;
+	}
+	if (a >= e)
+		return;
+	int d = p->tok[a].depth, s = a;
+	for (int k = a; k <= e; k++) {
+		if (k < e && !(pysrc_tok_is(p, k, ",") && p->tok[k].depth == d))
+			continue;
+		if (s == a && k == e)
+			add_target(p, s, k, op, v, end);
+		else if (k > s)
+			add_assign(p, s, k, op, v, end);     /* a part: may be (x, y) itself */
+		s = k + 1;
+	}
 }
 
 static void find_assigns(struct pysrc *p)
@@ -836,6 +864,7 @@ int pysrc_scan(struct pysrc *p, const char *src, size_t len)
 	buf_free(&sc.text);
 	free(sc.stack);
 	find_blocks(p);
+	mark_token_blocks(p);
 	find_calls(p);
 	find_assigns(p);
 	return 0;

@@ -74,6 +74,8 @@ struct pysrc_tok {
 	int depth;              /* bracket depth before this token (0 at statement level) */
 	int match;              /* brackets: index of the matching bracket token, else -1 */
 	int str;                /* STRING: index into p.str, else -1 */
+	int block;              /* innermost class/def holding it (header included), -1 at
+	                         * module level */
 };
 
 enum pysrc_str_flags {
@@ -164,7 +166,7 @@ void pysrc_free(struct pysrc *p);
 
 /* Text of token i (not NUL-terminated): p->src + tok.start, length tok.end - tok.start. */
 int pysrc_tok_is(const struct pysrc *p, int i, const char *text);
-/* Innermost class/def containing token i, or -1. */
+/* Innermost class/def containing token i, or -1 (p->tok[i].block). */
 int pysrc_block_at(const struct pysrc *p, int tok);
 /* First block named name (of kind, 0 for any) whose parent is parent (-2: any parent); -1. */
 int pysrc_find_block(const struct pysrc *p, const char *name, int kind, int parent);
@@ -183,6 +185,9 @@ int pysrc_call_arg(const struct pysrc *p, const struct pysrc_call *c, const char
  * literals of one implicit run or joined by a single `+` are concatenated directly, other
  * literals are separated by '\n'. */
 void pysrc_strings_in(const struct pysrc *p, int a, int b, struct buf *out);
+/* Tokens of block b's body equal to text (a keyword such as "for", "if", "while", or an
+ * operator such as "+"), nested blocks included. */
+int pysrc_block_count(const struct pysrc *p, int b, const char *text);
 /* The dedupe text: tokens of clean source without white space except one space between two
  * words/numbers and the '\n' of logical lines; string literals as written. */
 void pysrc_normalize(const struct pysrc *p, struct buf *out);

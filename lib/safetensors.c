@@ -23,6 +23,7 @@ struct st_map {
 	char *path;
 	const unsigned char *base;   /* the whole file, or NULL when empty */
 	size_t size;
+	int borrowed;                /* base is the caller's buffer: do not unmap */
 };
 
 static const char *const dtype_names[] = {
@@ -57,6 +58,7 @@ static int map_file(struct st_map *m, const char *path, char *err, size_t errlen
 	m->path = xstrdup(path);
 	m->base = NULL;
 	m->size = 0;
+	m->borrowed = 0;
 	if (fd < 0 || fstat(fd, &sb) < 0) {
 		errmsg_set(err, errlen, "cannot open '%s': %s", path, strerror(errno));
 		goto fail;
@@ -86,7 +88,7 @@ fail:
 
 static void unmap_file(struct st_map *m)
 {
-	if (m->base)
+	if (m->base && !m->borrowed)
 		munmap((void *)m->base, m->size);
 	free(m->path);
 }
@@ -393,6 +395,27 @@ int safetensors_open(struct safetensors *st, const char *path, char *err, size_t
 	if (rc < 0)
 		safetensors_close(st);
 	return rc;
+}
+
+int safetensors_open_buffer(struct safetensors *st, const char *name, const void *data,
+                            size_t size, char *err, size_t errlen)
+{
+	struct st_map *m;
+
+	memset(st, 0, sizeof *st);
+	st->path = xstrdup(name);
+	st->files = m = xcalloc(1, sizeof *m);
+	st->nfiles = 1;
+	m->path = xstrdup(name);
+	m->base = size ? data : NULL;
+	m->size = size;
+	m->borrowed = 1;
+	if (read_header(st, 0, err, errlen) < 0) {
+		safetensors_close(st);
+		return -1;
+	}
+	qsort(st->tensors, st->ntensors, sizeof *st->tensors, cmp_name);
+	return 0;
 }
 
 void safetensors_close(struct safetensors *st)

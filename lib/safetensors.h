@@ -61,6 +61,10 @@ struct safetensors {
 /* 0, or -1 with a message in err; on failure st needs no close. */
 int safetensors_open(struct safetensors *st, const char *path, char *err, size_t errlen);
 void safetensors_close(struct safetensors *st);
+/* The same checks on a safetensors image in memory (the caller's buffer, which must
+ * outlive st; name is used in messages). For fuzzing and embedded data. */
+int safetensors_open_buffer(struct safetensors *st, const char *name, const void *data,
+                            size_t size, char *err, size_t errlen);
 
 /* The tensor called name, or NULL. */
 const struct st_tensor *safetensors_find(const struct safetensors *st, const char *name);

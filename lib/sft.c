@@ -38,7 +38,9 @@ static char *response_text(const char *resp, int think)
 		buf_adds(&b, THINK_EMPTY);
 	buf_adds(&b, resp);
 	buf_adds(&b, "<|im_end|>\n");
-	return buf_detach(&b, NULL);
+	char *s = buf_detach(&b, NULL);
+	buf_free(&b);                   /* detach leaves b re-initialised */
+	return s;
 }
 
 int sft_render(const json_t *rec, int think, char **prompt, char **response, char *err,
@@ -85,6 +87,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 	}
 	buf_adds(&b, "<|im_start|>assistant\n");
 	*prompt = buf_detach(&b, NULL);
+	buf_free(&b);
 	*response = response_text(resp, think);
 	return 0;
 }

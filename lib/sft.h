@@ -13,9 +13,9 @@
  * is padded with pad_id to a multiple of the block size, and the pads are labels.
  *
  * Samples -> a batch (struct train_batch, lib/model_bwd.h): per sample draw t ~ U(0,1),
- * p = (1 - 1e-3) t + 1e-3, mask every response token with probability p (all uniforms drawn
- * again, up to 10 times, while none is masked; then one response position chosen uniformly is
- * forced). Rows: [x_t | x_0] per sample, positions 0..n-1 in both halves. Targets are the
+ * p = (1 - 1e-3) t + 1e-3, mask every response token with probability p (while none is
+ * masked, the per-token draws are repeated with the same p, up to 10 times; then one response
+ * position chosen uniformly is forced). Rows: [x_t | x_0] per sample, positions 0..n-1 in both halves. Targets are the
  * clean tokens at masked x_t rows, with weight 1 / (p * labels * scale), where labels is the
  * number of response tokens (prompt excluded, pads included) in the batch and scale the
  * caller's extra divisor (gradient accumulation). Prompt tokens are never masked, never labels.

@@ -211,3 +211,86 @@ out:
 	safetensors_close(&st);
 	return rc;
 }
+
+static float *as_f32(const void *src, int n, int is_int, int is_u8)
+{
+	float *f = xmalloc((size_t)(n ? n : 1) * sizeof *f);
+	for (int i = 0; i < n; i++)
+		f[i] = is_u8 ? (float)((const uint8_t *)src)[i] :
+		       is_int ? (float)((const int *)src)[i] : ((const float *)src)[i];
+	return f;
+}
+
+int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen)
+{
+	struct rng r = s->noise;
+	size_t mb = s->batch < s->nbatch ? s->batch : 0, b0, ns;
+	const struct sft_sample **smp;
+	struct train_batch tb;
+	struct ckpt_tensor *gl;
+	struct st_wtensor *t;
+	float *cols[7];
+	char **names, loss_s[40], block_s[16];
+	double loss;
+	size_t ng;
+	int rc;
+
+	if (s->batch >= s->nbatch) {    /* the next step starts a new epoch */
+		plan_epoch(s, s->epoch + 1);
+		mb = 0;
+	}
+	b0 = s->starts[mb];
+	ns = s->starts[mb + 1] - b0;
+	smp = xmalloc(ns * sizeof *smp);
+	for (size_t j = 0; j < ns; j++)
+		smp[j] = &s->d->s[s->order[b0 + j]];
+	sft_batch_build(&tb, smp, (int)ns, s->m->cfg.mask_token_id, 1.0, &r, NULL);
+	if (s->batch >= s->nbatch)
+		plan_epoch(s, s->epoch);
+	free(smp);
+	model_train_zero_grad(&s->t);
+	if (model_train_batch(&s->t, &tb, &loss) < 0) {
+		errmsg_set(err, errlen, "%s: the forward/backward failed", path);
+		sft_batch_free(&tb);
+		return -1;
+	}
+	float *gh = xmalloc(s->t.ngrad * sizeof *gh);
+	s->m->ops->to_host(gh, s->t.gbuf, s->t.ngrad * sizeof *gh);
+	gl = checkpoint_tensor_list(&s->m->cfg, &s->t.g, &ng);
+	t = xcalloc(ng + 7, sizeof *t);
+	names = xcalloc(ng, sizeof *names);
+	cols[0] = as_f32(tb.ids, tb.N, 1, 0);
+	cols[1] = as_f32(tb.pos, tb.N, 1, 0);
+	cols[2] = as_f32(tb.noisy, tb.N, 0, 1);
+	cols[3] = as_f32(tb.target, tb.N, 1, 0);
+	cols[4] = as_f32(tb.weight, tb.N, 0, 0);
+	cols[5] = as_f32(tb.start, tb.nsamp, 1, 0);
+	cols[6] = as_f32(tb.len, tb.nsamp, 1, 0);
+	static const char *const cn[7] = { "ids", "pos", "noisy", "target", "weight", "start", "len" };
+	for (int i = 0; i < 7; i++)
+		t[i] = (struct st_wtensor){ .name = cn[i], .dtype = DICE_F32, .ndim = 1,
+		                            .shape = { i < 5 ? tb.N : tb.nsamp }, .data = cols[i] };
+	for (size_t i = 0; i < ng; i++) {
+		names[i] = xasprintf("grad.%s", gl[i].name);
+		t[7 + i] = (struct st_wtensor){ .name = names[i], .dtype = DICE_F32,
+		                                .ndim = gl[i].ndim,
+		                                .data = gh + ((const float *)gl[i].ref->p - s->t.gbuf),
+		                                .shape = { gl[i].shape[0], gl[i].shape[1] } };
+	}
+	snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+	snprintf(block_s, sizeof block_s, "%d", s->m->cfg.block_size);
+	const char *meta[] = { "dice_format", "dice-sft-batch", "dice_format_version", "1",
+	                       "loss", loss_s, "block", block_s };
+	rc = safetensors_write(path, t, ng + 7, meta, 4, err, errlen);
+	for (int i = 0; i < 7; i++)
+		free(cols[i]);
+	for (size_t i = 0; i < ng; i++)
+		free(names[i]);
+	free(names);
+	free(t);
+	free(gl);
+	free(gh);
+	sft_batch_free(&tb);
+	model_train_zero_grad(&s->t);
+	return rc;
+}

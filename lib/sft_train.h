@@ -14,6 +14,11 @@
  * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps").
  * sft_train_resume restores all of it, so on the CPU the losses continue bitwise.
  */
+/* Data parallelism (not written yet) drops in without a communication layer of our own:
+ * rank r of W takes the micro-batches i with i % W == r of each step, and one NCCL
+ * all-reduce (average) of model_train.gbuf, a single flat fp32 buffer, runs between the
+ * backward passes and optim_step; every rank then applies the same update.
+ */
 #ifndef DICE_SFT_TRAIN_H
 #define DICE_SFT_TRAIN_H
 
@@ -65,6 +70,13 @@ int sft_train_step(struct sft_train *s, struct sft_step *out);
 /* Write the checkpoint and the state. 0, or -1 with err. */
 int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
                    size_t errlen);
+/* Export the next micro-batch (noise drawn from a copy of the generator: training is not
+ * disturbed) with its loss and gradients, for checks against another implementation:
+ * safetensors with "ids", "pos", "noisy", "target", "weight" (N), "start", "len" (nsamp),
+ * all F32 (ids exact below 2^24), "grad.<tensor name>" for every weight, and __metadata__
+ * dice_format "dice-sft-batch" version 1, "loss" (%.17g), "block". Gradients are zeroed
+ * again afterwards. 0, or -1 with err. */
+int sft_train_dump(struct sft_train *s, const char *path, char *err, size_t errlen);
 /* Restore the state from dir/trainer_state.safetensors (the weights come with the model,
  * loaded from dir). 0, or -1 with err. */
 int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t errlen);

@@ -657,6 +657,10 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 			im->tok_str[id] = xstrndup(json_string_value(cv), len);
 			im->tok_bytes[id] = xstrndup(json_string_value(cv), len);
 			im->tok_nbytes[id] = (uint32_t)len;
+		} else if (strlen(im->tok_str[id]) != len ||
+			   memcmp(im->tok_str[id], json_string_value(cv), len)) {
+			return errf(err, errlen, path, "added_tokens[%zu]: id %d is already '%s'", i, id,
+				    im->tok_str[id]);
 		}
 		vocab_put(im, im->tok_str[id], len, id);
 		struct added *a = &im->added[i];

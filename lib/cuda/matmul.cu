@@ -1,12 +1,12 @@
 /* matmul.cu: y(N,out) fp32 = x(N,in) fp32 @ w(out,in)^T, w in fp32, bf16 or fp16.
  * x is rounded to the weight dtype (as the tensor cores take it) and products accumulate in
  * fp32. Two paths: for decode-sized N (<= GPU_GEMV_NMAX) a bandwidth-bound kernel that reads
- * each weight row once with 16-byte loads, 4 rows per warp, all N tokens per row; otherwise
+ * each weight row once with 16-byte loads, 4 rows per block, all N tokens per row; otherwise
  * cuBLAS (x converted into the backend scratch, GemmEx with fp32 compute and fp32 output). */
 #include "common.cuh"
 
-#define GEMV_ROWS 4        /* output rows per warp */
-#define GEMV_WARPS 4       /* warps per block */
+#define GEMV_ROWS 4        /* output rows per block */
+#define GEMV_WARPS 4       /* warps per block, splitting the input dimension */
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
@@ -43,80 +43,124 @@ static __device__ __forceinline__ void unpack16(float *f, uint4 raw, int dt)
 	}
 }
 
+/* acc[r][n] += sum over the 16 bytes raw[r] (one chunk of row r at column i) of w * x[n] */
+static __device__ __forceinline__ void gemv_chunk(float acc[GEMV_ROWS][GPU_GEMV_NMAX],
+                                                  const uint4 *raw, const float *x, int dt,
+                                                  const int NMAX, int N, int in, int i)
+{
+	const int vec = dt == DICE_F32 ? 4 : 8;
+	float wv[GEMV_ROWS][8];
+
+#pragma unroll
+	for (int r = 0; r < GEMV_ROWS; r++)
+		unpack16(wv[r], raw[r], dt);
+#pragma unroll
+	for (int n = 0; n < NMAX; n++) {
+		if (n >= N)
+			break;
+		const float4 *xp = (const float4 *)(x + (size_t)n * in + i);
+		float xv[8];
+		float4 a = __ldg(xp);
+		xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
+		if (vec == 8) {
+			float4 b = __ldg(xp + 1);
+			xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
+		}
+#pragma unroll
+		for (int e = 0; e < vec; e++) {
+			float xe = round_to(xv[e], dt);
+#pragma unroll
+			for (int r = 0; r < GEMV_ROWS; r++)
+				acc[r][n] = fmaf(xe, wv[r][e], acc[r][n]);
+		}
+	}
+}
+
+/* One block: GEMV_ROWS output rows, its warps splitting the input dimension; each lane keeps
+ * two 16-byte loads per row in flight. NMAX (4 or 8) is the compile-time bound on N. */
 static __device__ __forceinline__ void gemv_body(float *y, const float *x, const void *w, int dt,
-                                                 int N, int in, int out)
+                                                 const int NMAX, int N, int in, int out)
 {
 	const int vec = dt == DICE_F32 ? 4 : 8;          /* elements per 16-byte load */
 	const size_t esz = dt == DICE_F32 ? 4 : 2;
-	int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	int o0 = warp * GEMV_ROWS;
+	const int stride = 32 * GEMV_WARPS * vec;
+	__shared__ float red[GEMV_WARPS][GEMV_ROWS][GPU_GEMV_NMAX];
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	int o0 = blockIdx.x * GEMV_ROWS;
 	float acc[GEMV_ROWS][GPU_GEMV_NMAX];
 	const char *wrow[GEMV_ROWS];
 
-	if (o0 >= out)
-		return;
 #pragma unroll
 	for (int r = 0; r < GEMV_ROWS; r++) {
 		int o = min(o0 + r, out - 1);
 		wrow[r] = (const char *)w + (size_t)o * in * esz;
 #pragma unroll
-		for (int n = 0; n < GPU_GEMV_NMAX; n++)
+		for (int n = 0; n < NMAX; n++)
 			acc[r][n] = 0.0f;
 	}
-	for (int i = lane * vec; i < in; i += 32 * vec) {
-		float wv[GEMV_ROWS][8];
+	for (int i0 = (wid * 32 + lane) * vec; i0 < in; i0 += 2 * stride) {
+		int i1 = i0 + stride;
+		uint4 raw0[GEMV_ROWS], raw1[GEMV_ROWS];
 #pragma unroll
-		for (int r = 0; r < GEMV_ROWS; r++)
-			unpack16(wv[r], __ldcs((const uint4 *)(wrow[r] + (size_t)i * esz)), dt);
-#pragma unroll
-		for (int n = 0; n < GPU_GEMV_NMAX; n++) {
-			if (n >= N)
-				break;
-			const float4 *xp = (const float4 *)(x + (size_t)n * in + i);
-			float xv[8];
-			float4 a = __ldg(xp);
-			xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
-			if (vec == 8) {
-				float4 b = __ldg(xp + 1);
-				xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
-			}
-#pragma unroll
-			for (int e = 0; e < 8; e++) {
-				if (e >= vec)
-					break;
-				float xe = round_to(xv[e], dt);
-#pragma unroll
-				for (int r = 0; r < GEMV_ROWS; r++)
-					acc[r][n] = fmaf(xe, wv[r][e], acc[r][n]);
-			}
+		for (int r = 0; r < GEMV_ROWS; r++) {
+			raw0[r] = __ldcs((const uint4 *)(wrow[r] + (size_t)i0 * esz));
+			if (i1 < in)
+				raw1[r] = __ldcs((const uint4 *)(wrow[r] + (size_t)i1 * esz));
 		}
+		gemv_chunk(acc, raw0, x, dt, NMAX, N, in, i0);
+		if (i1 < in)
+			gemv_chunk(acc, raw1, x, dt, NMAX, N, in, i1);
 	}
 #pragma unroll
 	for (int r = 0; r < GEMV_ROWS; r++) {
 #pragma unroll
-		for (int n = 0; n < GPU_GEMV_NMAX; n++) {
-			if (n >= N)
-				break;
-			float s = warp_sum(acc[r][n]);
-			if (lane == 0 && o0 + r < out)
-				y[(size_t)n * out + o0 + r] = s;
+		for (int n = 0; n < NMAX; n++) {
+			float v = warp_sum(acc[r][n]);
+			if (lane == 0)
+				red[wid][r][n] = v;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x < GEMV_ROWS * NMAX) {
+		int r = threadIdx.x / NMAX, n = threadIdx.x % NMAX;
+		if (n < N && o0 + r < out) {
+			float v = 0.0f;
+			for (int k = 0; k < GEMV_WARPS; k++)
+				v += red[k][r][n];
+			y[(size_t)n * out + o0 + r] = v;
 		}
 	}
 }
 
-static __global__ void gemv_f32_kernel(float *y, const float *x, const void *w, int N, int in, int out)
+/* kernels per (dtype, N bound) */
+static __global__ void gemv_f32_4(float *y, const float *x, const void *w, int N, int in, int out)
 {
-	gemv_body(y, x, w, DICE_F32, N, in, out);
+	gemv_body(y, x, w, DICE_F32, 4, N, in, out);
 }
 
-static __global__ void gemv_bf16_kernel(float *y, const float *x, const void *w, int N, int in, int out)
+static __global__ void gemv_f32_8(float *y, const float *x, const void *w, int N, int in, int out)
 {
-	gemv_body(y, x, w, DICE_BF16, N, in, out);
+	gemv_body(y, x, w, DICE_F32, 8, N, in, out);
 }
 
-static __global__ void gemv_f16_kernel(float *y, const float *x, const void *w, int N, int in, int out)
+static __global__ void gemv_bf16_4(float *y, const float *x, const void *w, int N, int in, int out)
 {
-	gemv_body(y, x, w, DICE_F16, N, in, out);
+	gemv_body(y, x, w, DICE_BF16, 4, N, in, out);
+}
+
+static __global__ void gemv_bf16_8(float *y, const float *x, const void *w, int N, int in, int out)
+{
+	gemv_body(y, x, w, DICE_BF16, 8, N, in, out);
+}
+
+static __global__ void gemv_f16_4(float *y, const float *x, const void *w, int N, int in, int out)
+{
+	gemv_body(y, x, w, DICE_F16, 4, N, in, out);
+}
+
+static __global__ void gemv_f16_8(float *y, const float *x, const void *w, int N, int in, int out)
+{
+	gemv_body(y, x, w, DICE_F16, 8, N, in, out);
 }
 
 static __global__ void to_bf16_kernel(__nv_bfloat16 *d, const float *s, size_t n)
@@ -147,13 +191,28 @@ int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
 
 	GPU_REQUIRE(N >= 1 && N <= GPU_GEMV_NMAX && in > 0 && out > 0, "matmul_gemv");
 	GPU_REQUIRE(in % vec == 0 && aligned16(x) && aligned16(w), "matmul_gemv");
-	int warps = CEIL_DIV(out, GEMV_ROWS);
-	int grid = CEIL_DIV(warps, GEMV_WARPS), block = 32 * GEMV_WARPS;
+	int grid = CEIL_DIV(out, GEMV_ROWS), block = 32 * GEMV_WARPS, small = N <= 4;
 	switch (wdt) {
-	case DICE_F32: gemv_f32_kernel<<<grid, block, 0, st>>>(y, x, w, N, in, out); break;
-	case DICE_BF16: gemv_bf16_kernel<<<grid, block, 0, st>>>(y, x, w, N, in, out); break;
-	case DICE_F16: gemv_f16_kernel<<<grid, block, 0, st>>>(y, x, w, N, in, out); break;
-	default: GPU_REQUIRE(0, "matmul_gemv dtype");
+	case DICE_F32:
+		if (small)
+			gemv_f32_4<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		else
+			gemv_f32_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	case DICE_BF16:
+		if (small)
+			gemv_bf16_4<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		else
+			gemv_bf16_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	case DICE_F16:
+		if (small)
+			gemv_f16_4<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		else
+			gemv_f16_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	default:
+		GPU_REQUIRE(0, "matmul_gemv dtype");
 	}
 	CUDA_CHECK_LAUNCH();
 	return 0;
@@ -190,12 +249,16 @@ int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
 	return 0;
 }
 
+/* The decode kernel where it measured faster than cuBLAS on an H200 (bench/NOTES-gpu-ops.md):
+ * N <= 4 up to 32M weights (cuBLAS pays ~20 us even for 4M), N <= 8 up to 8M. */
 int gpu_matmul(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
                int N, int in, int out)
 {
 	int vec = wdt == DICE_F32 ? 4 : 8;
+	size_t wn = (size_t)in * out;
+	int small = (N <= 4 && wn <= ((size_t)32 << 20)) || (N <= 8 && wn <= ((size_t)8 << 20));
 
-	if (N >= 1 && N <= GPU_GEMV_NMAX && in % vec == 0 && aligned16(x) && aligned16(w))
+	if (N >= 1 && small && in % vec == 0 && aligned16(x) && aligned16(w))
 		return gpu_matmul_gemv(st, y, x, w, wdt, N, in, out);
 	return gpu_matmul_cublas(st, y, x, w, wdt, N, in, out);
 }

@@ -1,13 +1,14 @@
 /* rmsnorm.cu: y(N,C) = x / sqrt(mean(x^2) + eps) * w(C), one block per row, the sum of
- * squares reduced in fp32 across the block. y may equal x (each element is read and then
- * written by the same thread). */
+ * squares reduced in fp32 across the block (16-byte accesses when the row allows). y may
+ * equal x (each element is read and then written by the same thread). */
 #include "common.cuh"
 
 #define RMS_THREADS 256
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
-static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int C, float eps)
+static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int dt, int C,
+                                      float eps, int vec4)
 {
 	__shared__ float part[RMS_THREADS / 32];
 	const float *xn = x + (size_t)blockIdx.x * C;
@@ -15,8 +16,15 @@ static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, i
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	float ss = 0.0f;
 
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		ss += xn[c] * xn[c];
+	if (vec4) {
+		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+			float4 v = *(const float4 *)(xn + c);
+			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+		}
+	} else {
+		for (int c = threadIdx.x; c < C; c += blockDim.x)
+			ss += xn[c] * xn[c];
+	}
 	ss = warp_sum(ss);
 	if (lane == 0)
 		part[wid] = ss;
@@ -29,8 +37,19 @@ static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, i
 	}
 	__syncthreads();
 	float r = 1.0f / sqrtf(part[0] / (float)C + eps);
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		yn[c] = xn[c] * r * gpu_load_w(w, dt, (size_t)c);
+	if (vec4) {
+		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+			float4 v = *(const float4 *)(xn + c);
+			v.x = v.x * r * gpu_load_w(w, dt, (size_t)c);
+			v.y = v.y * r * gpu_load_w(w, dt, (size_t)c + 1);
+			v.z = v.z * r * gpu_load_w(w, dt, (size_t)c + 2);
+			v.w = v.w * r * gpu_load_w(w, dt, (size_t)c + 3);
+			*(float4 *)(yn + c) = v;
+		}
+	} else {
+		for (int c = threadIdx.x; c < C; c += blockDim.x)
+			yn[c] = xn[c] * r * gpu_load_w(w, dt, (size_t)c);
+	}
 }
 
 /* ---------------------------------------------------------------- kernel launchers */
@@ -41,8 +60,10 @@ int gpu_rmsnorm(cudaStream_t st, float *y, const float *x, const void *w, enum d
 	GPU_REQUIRE(N >= 0 && C > 0, "rmsnorm");
 	if (N == 0)
 		return 0;
-	int threads = C >= RMS_THREADS ? RMS_THREADS : 32 * CEIL_DIV(C, 32);
-	rmsnorm_kernel<<<N, threads, 0, st>>>(y, x, w, (int)wdt, C, eps);
+	int vec4 = C % 4 == 0 && ((((uintptr_t)x | (uintptr_t)y) & 15) == 0);
+	int per = vec4 ? 4 : 1;
+	int threads = C >= RMS_THREADS * per ? RMS_THREADS : 32 * CEIL_DIV(CEIL_DIV(C, per), 32);
+	rmsnorm_kernel<<<N, threads, 0, st>>>(y, x, w, (int)wdt, C, eps, vec4);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

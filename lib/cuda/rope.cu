@@ -1,7 +1,7 @@
 /* rope.cu: rotate-half RoPE in place on x(N,NH,HD) at positions pos(N). inv_freq(HD/2) is
  * computed on the host exactly as the CPU twin does (fp32 powf), uploaded once per
  * (theta, HD) and kept; the angle pos*inv_freq and its cos/sin are taken in fp32 on the GPU.
- * One thread per (n, h, j < HD/2) pair. */
+ * One thread per (n, j < HD/2): one sincos, applied to every head. */
 #include <math.h>
 #include <string.h>
 
@@ -15,20 +15,20 @@ static __global__ void rope_kernel(float *x, const int *pos, const float *inv_fr
                                    int N, int NH, int HD)
 {
 	int half = HD / 2;
-	size_t total = (size_t)N * NH * half;
+	size_t total = (size_t)N * half;
 
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		int j = (int)(i % half);
-		size_t nh = i / half;                   /* n * NH + h */
-		int n = (int)(nh / NH);
+		int j = (int)(i % half), n = (int)(i / half);
 		float ang = (float)pos[n] * inv_freq[j];
 		float c, s;
 		sincosf(ang, &s, &c);
-		float *xh = x + nh * HD;
-		float x1 = xh[j], x2 = xh[j + half];
-		xh[j] = x1 * c - x2 * s;
-		xh[j + half] = x2 * c + x1 * s;
+		for (int h = 0; h < NH; h++) {
+			float *xh = x + ((size_t)n * NH + h) * HD;
+			float x1 = xh[j], x2 = xh[j + half];
+			xh[j] = x1 * c - x2 * s;
+			xh[j + half] = x2 * c + x1 * s;
+		}
 	}
 }
 
@@ -68,7 +68,7 @@ int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, f
 	if (N == 0)
 		return 0;
 	const float *inv_freq = rope_table(theta, HD);
-	size_t total = (size_t)N * NH * (HD / 2);
+	size_t total = (size_t)N * (HD / 2);
 	int grid = (int)(CEIL_DIV(total, (size_t)256) < 65536 ? CEIL_DIV(total, (size_t)256) : 65536);
 	rope_kernel<<<grid, 256, 0, st>>>(x, pos, inv_freq, N, NH, HD);
 	CUDA_CHECK_LAUNCH();

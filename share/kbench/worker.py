@@ -2,8 +2,9 @@
 #
 # It talks JSON Lines over two pipes that kbench-eval hands it (--in FD, --out FD), never over
 # stdin/stdout: stdout and stderr are captured by kbench-eval into eval.log. Life of a worker:
-#   1. import torch, write {"ready": true, "torch": ..., "device": ..., "arch": ...}
-#   2. read one job {"mode": "build" | "run" | "probe", ...}
+#   1. import torch, write {"ready": true, "torch": ..., "device": ...} (with --probe also
+#      "arch", "gpus" and "gpu_name": the one worker that looks at every GPU)
+#   2. read one job {"mode": "build" | "run", ...}
 #   3. write one result {"nonce": ..., "eval": {...}} and exit.
 # "build" executes the candidate once so that load_inline compiles it into the build cache
 # (TORCH_EXTENSIONS_DIR, set by kbench-eval per source hash); "run" follows KernelBench's
@@ -496,21 +497,19 @@ def main():
     info = probe_info(torch, "cpu" if want == "cpu" else "auto")
     if want == "cuda" and info["device"] != "cuda" and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
         info["device"] = "cuda"
+    if "--probe" in sys.argv and info["device"] == "cuda":
+        # only the probe touches every GPU: their architectures and count
+        caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})
+        info["arch"] = ";".join(caps)
+        info["gpus"] = torch.cuda.device_count()
+        info["gpu_name"] = torch.cuda.get_device_name(0)
     chan.send(info)
     job = read_job(fin)
     nonce = job.get("nonce")
     mode = job.get("mode")
     global CHANNEL
     CHANNEL = (chan, nonce)
-    if mode == "probe":
-        if torch.cuda.is_available() and want != "cpu":
-            caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
-                           for i in range(torch.cuda.device_count())})
-            info["arch"] = ";".join(caps)
-            info["gpus"] = torch.cuda.device_count()
-            info["gpu_name"] = torch.cuda.get_device_name(0)
-        chan.send({"nonce": nonce, "probe": info})
-        return 0
     if job.get("device"):
         info["device"] = job["device"]
     # the build cache of this source (same path and flags in the build and the run phase,
@@ -521,7 +520,7 @@ def main():
     if job.get("arch"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]
     ext_cache()
-    if os.environ.get("KBENCH_DEVICE") == "cpu":
+    if info["device"] == "cpu":
         cpu_only_extensions()
     ev = {"compiled": False, "correct": False}
     t0 = time.perf_counter()

@@ -9,9 +9,11 @@
  * Build and run (clang, from the source tree):
  *   clang -g -O1 -fsanitize=fuzzer,address -std=c11 -D_GNU_SOURCE -DDICE_SHAREDIR=\"\" -Ilib \
  *     -o build/fuzz_tokenizer tests/fuzz/fuzz_tokenizer.c lib/tokenizer.c lib/util.c -ljansson -lpcre2-8
- *   build/fuzz_tokenizer -max_total_time=600 build/fuzz-corpus tests/fuzz/tokenizer
- * Crashing inputs found so far are kept in tests/fuzz/tokenizer/ and replayed by giving
- * that folder as the corpus.
+ *   build/fuzz_tokenizer -max_total_time=600 -artifact_prefix=tests/fuzz/tokenizer/ \
+ *     build/fuzz/tokenizer tests/fuzz/tokenizer
+ * (the layout of tests/fuzz/run.sh: working corpus in build/fuzz/tokenizer, seed it with
+ * the fixtures prefixed by a 0 byte). Crashing inputs are kept in tests/fuzz/tokenizer/;
+ * tests/lib/test_tokenizer.c replays the tokenizer.json ones.
  */
 #include <stdint.h>
 #include <stdio.h>

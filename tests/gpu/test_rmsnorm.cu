@@ -33,5 +33,6 @@ int main(void)
 	one(DICE_F16, 5, 1000, 0);
 	one(DICE_BF16, 64, 128, 1);          /* the per-head q/k norm shape */
 	one(DICE_F32, 3, 5, 1);
+	one(DICE_F16, 9, 1001, 0);
 	return test_done();
 }

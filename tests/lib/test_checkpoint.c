@@ -91,6 +91,8 @@ static void test_config(void)
 	expect_cfg_error("not an object", "[]", "not a JSON object");
 	expect_cfg_error("tie not boolean", "{" BASE ",\"tie_word_embeddings\":1}",
 	                 "must be true or false");
+	expect_cfg_error("rope_theta past float range", "{" BASE ",\"rope_theta\":1e300}",
+	                 "'rope_theta' must be a number within float range");
 	expect_cfg_error("huge integer", "{" BASE ",\"head_dim\":99999999999}", "must be an integer");
 
 	/* write -> load round trip */

@@ -155,9 +155,10 @@ static void test_classify(void)
 {
 	static const struct { const char *file; int level; } t[] = {
 		{ "refs/l1_relu.py", 1 }, { "refs/l1_conv2d.py", 1 }, { "refs/l1_add.py", 1 },
-		{ "refs/l1_softmax.py", 1 },
+		{ "refs/l1_softmax.py", 1 }, { "refs/l1_sum.py", 1 },
 		{ "refs/l2_gemm_relu_scale.py", 2 }, { "refs/l2_conv_bn_relu.py", 2 },
 		{ "refs/l2_matmul_add_gelu.py", 2 }, { "refs/l2_norm_div.py", 2 },
+		{ "refs/l2_gemm_max_sub_gelu.py", 2 },
 		{ "refs/l3_mlp.py", 3 }, { "refs/l3_lenet.py", 3 }, { "refs/l3_block.py", 3 },
 		{ "refs/l3_rnn.py", 3 }, { "refs/none_no_model.py", -1 },
 	};

@@ -152,6 +152,15 @@ static void test_chat(void)
 	s = prompt_chat_wrap("hi", PROMPT_CHAT_NONE);
 	CHECK_STR(s, "hi", "none wrap is raw text");
 	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_QWEN3, 1);
+	CHECK_STR(s, "<think>\n\n</think>\n\nx = 1<|im_end|>\n", "qwen3 answer, empty think");
+	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_QWEN3, 0);
+	CHECK_STR(s, "x = 1<|im_end|>\n", "qwen3 answer");
+	free(s);
+	s = prompt_chat_answer("x = 1", PROMPT_CHAT_NONE, 1);
+	CHECK_STR(s, "x = 1", "raw answer");
+	free(s);
 	CHECK(prompt_chat_parse("none", &c) == 0 && c == PROMPT_CHAT_NONE, "parse none");
 	CHECK(prompt_chat_parse("qwen3", &c) == 0 && c == PROMPT_CHAT_QWEN3, "parse qwen3");
 	CHECK(prompt_chat_parse("llama", &c) < 0, "unknown chat format");

