@@ -13,8 +13,8 @@
  *
  * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
  * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
- * rounding of x. Decode-sized N (<= GPU_GEMV_NMAX rows) takes a bandwidth-bound kernel
- * of our own, larger N cuBLAS. */
+ * rounding of x. Decode-sized N with small weights takes a bandwidth-bound kernel of our
+ * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh). */
 #ifndef DICE_GPU_H
 #define DICE_GPU_H
 
