@@ -57,7 +57,7 @@ tests/bin/gpu_%: tests/gpu/test_%.cu tests/lib/test.h lib/libdice.a
 	$(NVCC) $(NVCCFLAGS) -Ilib -Itests/lib -DDICE_CUDA=1 -o $@ $< lib/libdice.a $(LDLIBS)
 
 # deps: install on a fresh Debian what the build and the tests need; skips what is there.
-DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq
+DEPS_APT = libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq python3-dev ninja-build
 deps:
 	@sh tests/deps.sh $(DEPS_APT)
 	@$(MAKE) --no-print-directory deps-npm

@@ -186,11 +186,11 @@ static void flush(struct state *st)
 		map[i] = nr++;
 	}
 	if (nr && st->kv_limit) {
-		size_t need = sampler_kv_bytes(&st->m, &st->o, maxp);
+		size_t need = sampler_kv_bytes(&st->m, &st->o, maxp, nr);
 		if (need > st->kv_limit)
 			die("the KV cache of --batch %d x (%d prompt + %d new tokens) needs %.1f GiB, "
 			    "more than the %.1f GiB of memory\nhint: lower --batch or --max-tokens",
-			    st->o.max_active, maxp, st->o.max_tokens, need / 1073741824.0,
+			    st->o.max_active < nr ? st->o.max_active : nr, maxp, st->o.max_tokens, need / 1073741824.0,
 			    st->kv_limit / 1073741824.0);
 	}
 	if (nr && sampler_run(&st->m, &st->o, rq, nr, res, st->progress ? progress_cb : NULL, NULL) < 0)

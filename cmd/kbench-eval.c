@@ -10,9 +10,6 @@
 #include "jsonl.h"
 #include "kbench.h"
 
-#pragma weak deceive_checker_new   /* see kbench_robust_available */
-#pragma weak deceive_checker_free
-
 static const char usage_text[] =
 "usage: kbench-eval [options] [FILE...]             evaluate candidate records\n"
 "       kbench-eval --list [-k PATH] [-L N] [-p LIST]  one record per problem\n"
@@ -381,10 +378,9 @@ int main(int argc, char **argv)
 		}
 		if (r.robust) {
 			const char *bad = NULL;
-			if (!kbench_robust_available())
-				die("--robust: the deception rules are unavailable in this build");
 			if (!(cfg.robust = deceive_checker_new(NULL, &bad)))
-				die("--robust: the deception rules are unavailable");
+				die("--robust: cannot build the deception rules%s%s", bad ? ": " : "",
+				    bad ? bad : "");
 		}
 		cfg.cache_dir = cache ? cache : (cache = default_cache());
 		cfg.baseline = base;

@@ -1,5 +1,6 @@
 /* kbench: KernelBench problem discovery, the evaluation engine over lib/pool workers, and
  * the paper's metrics. See kbench.h; the worker protocol is documented in kbench-eval(1). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -16,19 +17,6 @@
 #include "jsonl.h"
 #include "kbench.h"
 #include "pool.h"
-
-/* Until lib/deceive.c is in the library the rules are weak references: --robust then
- * reports them unavailable (kbench_robust_available). */
-#pragma weak deceive_checker_new
-#pragma weak deceive_checker_free
-#pragma weak deceive_check
-#pragma weak deceive_result_free
-#pragma weak deceive_result_json
-
-int kbench_robust_available(void)
-{
-	return deceive_checker_new != NULL && deceive_check != NULL;
-}
 
 /* ================================================================== problems */
 
@@ -347,7 +335,7 @@ struct kbench_engine {
 	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
 	char *python;
 	char *worker;
-	char **env_base;       /* NULL-terminated, owned */
+	char *cache;           /* absolute path of the build cache (workers run elsewhere) */
 	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
 	size_t head, n, cap;
 	struct worker *w;      /* (nlanes * 2): lane i owns w[2i] and w[2i+1] */
@@ -476,6 +464,7 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 
 	if (role == ROLE_PROBE)
 		argv[7] = "--probe";
+	pool_proc_free(&w->p);   /* the buffers of the slot's previous worker */
 	if ((e->device && !strcmp(e->device, "cpu")) || (role == ROLE_PROBE &&
 	                                                 !strcmp(e->cfg.device, "cpu")))
 		o.mem_mb = e->cfg.mem_mb;
@@ -526,10 +515,10 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	json_object_set_new(j, "extensions_dir", json_string(ext));
 	json_object_set_new(j, "arch", json_string(e->arch));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
+	json_object_set_new(j, "device", json_string(e->device));
 	if (mode == ROLE_BUILD)
 		return j;
 	json_object_set_new(j, "ref", json_string(en->ref));
-	json_object_set_new(j, "device", json_string(e->device));
 	json_object_set_new(j, "trials", json_integer(e->cfg.trials));
 	json_object_set_new(j, "perf_trials", json_integer(e->cfg.perf_trials));
 	json_object_set_new(j, "warmup", json_integer(e->cfg.warmup));
@@ -620,6 +609,28 @@ fail:
 	return NULL;
 }
 
+/* Processes of our real uid now: RLIMIT_NPROC counts them all, so a limit must sit above. */
+static long user_procs(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	struct stat st;
+	char path[300];
+	long n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s", de->d_name);
+		if (stat(path, &st) == 0 && st.st_uid == getuid())
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 static int mkdir_p(const char *dir)
 {
 	char *p = xstrdup(dir), *s;
@@ -652,6 +663,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 
 	e->cfg = *cfg;
 	pool_init();   /* orphans of a worker come back to us, to be killed */
+	if (!e->cfg.nproc && getuid() != 0)   /* no effect on root: the sweep covers that */
+		e->cfg.nproc = user_procs() + 512;
 	if (getrandom(&e->nonce_seed, sizeof e->nonce_seed, 0) != sizeof e->nonce_seed)
 		e->nonce_seed = util_hash64(&e, sizeof e) ^ (unsigned long long)(pool_now() * 1e9);
 	if (!(e->worker = cfg->worker ? xstrdup(cfg->worker) : find_worker())) {
@@ -741,7 +754,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		pool_finish(&pw.p);
 		pool_proc_free(&pw.p);
 	}
-	if (mkdir_p(cfg->cache_dir) < 0) {
+	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
 		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
 		kbench_engine_free(e);
 		return NULL;
@@ -783,6 +796,7 @@ int kbench_engine_free(struct kbench_engine *e)
 	free(e->arch);
 	free(e->python);
 	free(e->worker);
+	free(e->cache);
 	free(e);
 	return fatal ? -1 : 0;
 }
@@ -1274,7 +1288,7 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
 	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
 	buf_free(&b);
-	snprintf(key, sizeof key, "%s/%s", e->cfg.cache_dir, en->hash);
+	snprintf(key, sizeof key, "%s/%s", e->cache, en->hash);
 	en->cache = xstrdup(key);
 	en->state = needs_build(en->kernel) ? E_BUILD_WAIT : E_RUN_WAIT;
 	if (en->state == E_BUILD_WAIT && mkdir(en->cache, 0755) < 0 && errno != EEXIST)

@@ -61,9 +61,6 @@ int kbench_ranges_parse(struct kbench_ranges *rs, const char *s);   /* 0 or -1 *
 int kbench_ranges_has(const struct kbench_ranges *rs, long v);      /* empty set: all */
 void kbench_ranges_free(struct kbench_ranges *rs);
 
-/* 1 when the deception rules (lib/deceive) are linked in, for --robust. */
-int kbench_robust_available(void);
-
 /* ------------------------------------------------------------------ engine */
 
 struct kbench_config {

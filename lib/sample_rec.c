@@ -114,9 +114,11 @@ char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mas
 	buf_init(&out);
 	tokenizer_decode(s->tok, keep, (size_t)m, TOKENIZER_DECODE_SKIP_SPECIAL, &raw);
 	utf8_repair(&out, raw.p, raw.len);
+	char *text = buf_detach(&out, NULL);
+	buf_free(&out);                  /* buf_detach re-inits it */
 	buf_free(&raw);
 	free(keep);
-	return buf_detach(&out, NULL);
+	return text;
 }
 
 static json_t *int_array(const int *v, int n)

@@ -13,4 +13,4 @@ for arg in sys.argv[2:]:
         prob, arg = arg.split("=", 1)
     with open(os.path.join(cands, arg)) as f:
         src = f.read()
-    print(json.dumps({"id": arg[:-3], "problem": prob, "kernel": src}))
+    print(json.dumps({"id": os.path.basename(arg)[:-3], "problem": prob, "kernel": src}))

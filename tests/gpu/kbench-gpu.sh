@@ -1,0 +1,162 @@
+#!/bin/sh
+# kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
+# candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
+# timing trick, input mutation, uninitialised output) and a few Python ones. Prints TAP
+# lines, a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
+# Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
+# ($DICE_PYTHON or python3).
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp}/kbench-gpu
+mkdir -p "$out"
+PATH="$root/bin:$PATH"
+DICE_SHARE="$root/share"
+export PATH DICE_SHARE
+[ -x "$root/bin/kbench-eval" ] || make -C "$root" bin/kbench-eval >"$out/build.log" 2>&1 ||
+	{ echo "not ok 1 - build bin/kbench-eval (see $out/build.log)"; echo "0 passed, 1 failed"; exit 1; }
+if [ -z "${DICE_PYTHON:-}" ]; then
+	for p in python3 /usr/bin/python3; do
+		if "$p" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+			DICE_PYTHON=$(command -v "$p")
+			break
+		fi
+	done
+	export DICE_PYTHON
+fi
+kb="$root/tests/fixtures/kernelbench"
+cache="$out/cache"
+mk="$root/tests/kbench-eval/mkrec.py"
+py=${DICE_PYTHON:-python3}
+pass=0 fail=0 n=0
+ok() { n=$((n + 1)); pass=$((pass + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fail=$((fail + 1)); echo "not ok $n - $1"; }
+
+"$py" - >"$out/env.txt" 2>&1 <<'EOF'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda)
+print("gpu", torch.cuda.get_device_name(0), "x", torch.cuda.device_count())
+EOF
+cat "$out/env.txt" | sed 's/^/# /'
+
+# the candidates, in an order that puts correct ones after the illegal memory access
+"$py" "$mk" level1/1_ReLU.py cuda/relu_cuda_ok.py cuda/relu_cuda_wrong.py \
+	cuda/relu_cuda_illegal.py cuda/relu_cuda_ok.py relu_ok.py cuda/relu_cuda_sidestream.py \
+	cuda/relu_cuda_mutate.py cuda/relu_cuda_uninit.py relu_segv.py relu_hang.py \
+	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
+	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py >"$out/in.jsonl"
+# a unique id per line (relu_cuda_ok appears twice)
+"$py" -c '
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    k = r["id"]
+    seen[k] = seen.get(k, 0) + 1
+    if seen[k] > 1:
+        r["id"] = "%s#%d" % (k, seen[k])
+    print(json.dumps(r))
+' "$out/in.jsonl" >"$out/in2.jsonl"
+
+netns=
+t0=$(date +%s)
+kbench-eval -d cuda -k "$kb" -c "$cache" -j 8 -t 60 -T 600 -P 100 "$out/in2.jsonl" \
+	>"$out/eval.jsonl" 2>"$out/eval.err"
+st=$?
+t1=$(date +%s)
+# if the namespace sandbox keeps CUDA from working on this system, say so and retry without
+if ! grep -q '"id": "relu_cuda_ok", .*"correct":true' "$out/eval.jsonl"; then
+	echo "# relu_cuda_ok failed with the network namespace; retrying with --no-netns"
+	netns=--no-netns
+	kbench-eval -d cuda -k "$kb" -c "$cache" -j 8 -t 60 -T 600 -P 100 $netns \
+		"$out/in2.jsonl" >"$out/eval.jsonl" 2>"$out/eval.err"
+	st=$?
+	t1=$(date +%s)
+fi
+[ "$st" -eq 0 ] && ok "kbench-eval exit status 0 (cold run $((t1 - t0)) s)" ||
+	notok "kbench-eval exit status $st (see $out/eval.err)"
+
+check() { # id python-expression-over-ev description
+	if "$py" - "$out/eval.jsonl" "$1" "$2" <<'EOF'
+import json, sys
+recs = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        print("# stdout line is not JSON: %.60r" % line)
+        sys.exit(1)
+    recs[r.get("id")] = r
+r = recs.get(sys.argv[2])
+if r is None:
+    print("# no record", sys.argv[2])
+    sys.exit(1)
+ev = r["eval"]
+ok = eval(sys.argv[3], {"ev": ev})
+if not ok:
+    print("#   got:", json.dumps({k: v for k, v in ev.items() if k != "log"})[:400])
+sys.exit(0 if ok else 1)
+EOF
+	then ok "$1: $3"; else notok "$1: $3"; fi
+}
+
+check relu_cuda_ok 'ev["correct"] and ev["device"] == "cuda" and ev["kernel_ms"] > 0' "correct, timed"
+check relu_cuda_wrong 'ev["compiled"] and ev["error"] == "mismatch"' "mismatch"
+check relu_cuda_illegal 'ev["error"] in ("cuda_error", "crash")' "illegal memory access: cuda_error or crash"
+check 'relu_cuda_ok#2' 'ev["correct"] and ev["cached"]' "correct after the illegal access, from the cache"
+check relu_ok 'ev["correct"]' "pure PyTorch candidate correct on CUDA"
+check relu_cuda_sidestream 'ev["correct"] and not ev["excessive_speedup"] and ev["speedup"] < 1' \
+	"side-stream kernel timed honestly (speedup < 1)"
+check relu_cuda_mutate 'ev["error"] == "mismatch" and ev.get("inputs_mutated")' "input mutation caught"
+check relu_cuda_uninit 'ev["error"] == "mismatch"' "uninitialised output caught"
+check relu_segv 'ev["error"] == "crash"' "segfault: crash"
+check relu_hang 'ev["error"] == "timeout"' "hang: timeout"
+check relu_stdout 'ev["correct"] and "log" in ev' "stdout flood captured in eval.log"
+check relu_sandbox 'ev["correct"]' "scrubbed environment and private temp dir"
+check scale_add_ok 'ev["correct"]' "init arguments, two inputs"
+check mlp_ok 'ev["correct"]' "tuple output"
+check tiny_zeros 'ev["correct"]' "near-zero reference: zeros pass atol"
+
+# the same candidates again: every build from the cache
+t2=$(date +%s)
+kbench-eval -d cuda -k "$kb" -c "$cache" -j 8 -t 60 -P 100 $netns "$out/in2.jsonl" \
+	>"$out/eval2.jsonl" 2>>"$out/eval.err"
+t3=$(date +%s)
+if "$py" -c '
+import json, sys
+a = [json.loads(l)["eval"] for l in open(sys.argv[1])]
+b = [json.loads(l)["eval"] for l in open(sys.argv[2])]
+same = all((x["correct"], x["error"]) == (y["correct"], y["error"]) for x, y in zip(a, b))
+cached = all(y.get("cached") or y["build_s"] == 0 for y in b)
+sys.exit(0 if same and cached and len(a) == len(b) else 1)
+' "$out/eval.jsonl" "$out/eval2.jsonl"; then
+	ok "warm run: same verdicts, no rebuild ($((t3 - t2)) s)"
+else
+	notok "warm run: same verdicts, no rebuild"
+fi
+
+# --rtol-only, --flush-l2
+"$py" "$mk" level1/4_Tiny_Scale.py tiny_zeros.py | kbench-eval -d cuda -k "$kb" -c "$cache" \
+	-P 0 --rtol-only $netns >"$out/rtol.jsonl" 2>>"$out/eval.err"
+grep -q '"error":"mismatch"' "$out/rtol.jsonl" && ok "--rtol-only rejects zeros" ||
+	notok "--rtol-only rejects zeros"
+"$py" "$mk" level1/1_ReLU.py cuda/relu_cuda_ok.py | kbench-eval -d cuda -k "$kb" -c "$cache" \
+	--flush-l2 $netns >"$out/flush.jsonl" 2>>"$out/eval.err"
+grep -q '"correct":true' "$out/flush.jsonl" && ok "--flush-l2 run correct" || notok "--flush-l2 run correct"
+kbench-eval --report -k "$kb" -L 1 "$out/eval.jsonl" >"$out/report.txt" 2>>"$out/eval.err" &&
+	ok "report" || notok "report"
+sed 's/^/# /' "$out/report.txt"
+
+echo "# timing (ms, mean of 100 trials; device sync before every end event)"
+"$py" -c '
+import json, sys
+print("# %-22s %-8s %-14s %9s %9s %9s %7s %7s" % ("id", "correct", "error", "ref_ms", "kernel_ms", "speedup", "build_s", "run_s"))
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    ev = r["eval"]
+    f = lambda k: "-" if ev.get(k) is None else "%.4g" % ev[k]
+    print("# %-22s %-8s %-14s %9s %9s %9s %7s %7s" % (r["id"], ev["correct"], ev["error"], f("ref_ms"), f("kernel_ms"), f("speedup"), f("build_s"), f("run_s")))
+' "$out/eval.jsonl"
+left=$(ps -eo args | grep -F "$root/share/kbench/worker.py" | grep -vc grep)
+[ "$left" -eq 0 ] && ok "no worker left behind" || notok "$left workers left behind"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,120 @@
+/* test_kbench: problem paths, ranges, the metrics (Exec, fast_p, geomean, pass@k,
+ * denominators), thresholds; and lib/pool: output capture, deadlines, group kill. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kbench.h"
+#include "pool.h"
+#include "test.h"
+
+static void test_paths(void)
+{
+	int lv = -1, nm = -1;
+
+	CHECK(kbench_parse_path("KernelBench/level1/19_ReLU.py", &lv, &nm) == 0 && lv == 1 &&
+	      nm == 19, "parse_path: repository path");
+	CHECK(kbench_parse_path("level3/7_Tiny_MLP.py", &lv, &nm) == 0 && lv == 3 && nm == 7,
+	      "parse_path: relative path");
+	CHECK(kbench_parse_path("level1/ReLU.py", &lv, &nm) < 0, "parse_path: no number");
+	CHECK(kbench_parse_path("levels/1_ReLU.py", &lv, &nm) < 0, "parse_path: not a level dir");
+	CHECK(kbench_parse_path("level1/1_ReLU.txt", &lv, &nm) < 0, "parse_path: not .py");
+}
+
+static void test_ranges(void)
+{
+	struct kbench_ranges rs;
+
+	CHECK(kbench_ranges_parse(&rs, "1-10,19") == 0, "ranges: parse");
+	CHECK(kbench_ranges_has(&rs, 1) && kbench_ranges_has(&rs, 10) && kbench_ranges_has(&rs, 19),
+	      "ranges: members");
+	CHECK(!kbench_ranges_has(&rs, 11) && !kbench_ranges_has(&rs, 0), "ranges: non-members");
+	kbench_ranges_free(&rs);
+	CHECK(kbench_ranges_parse(&rs, "5-2") < 0, "ranges: reversed range refused");
+	CHECK(kbench_ranges_parse(&rs, "x") < 0, "ranges: garbage refused");
+	CHECK(kbench_ranges_has(NULL, 42), "ranges: none means all");
+}
+
+static void test_metrics(void)
+{
+	struct kbench_tally t;
+	struct kbench_row *rows;
+	struct kbench_threshold *th;
+	size_t n, nth;
+
+	kbench_tally_init(&t);
+	/* level 1: problem 1 has two samples (one 3x, one wrong), problem 2 one 0.5x sample */
+	kbench_tally_add(&t, 1, "level1/1_A.py", 1, 3.0);
+	kbench_tally_add(&t, 1, "level1/1_A.py", 0, 0);
+	kbench_tally_add(&t, 1, "level1/2_B.py", 1, 0.5);
+	kbench_tally_add(&t, 2, "level2/1_C.py", 0, 0);
+	n = kbench_tally_rows(&t, NULL, NULL, NULL, &rows);
+	CHECK(n == 2, "rows: one per level");
+	CHECK(rows[0].level == 1 && rows[0].n == 2 && rows[0].samples == 3 && rows[0].k == 2,
+	      "rows: n, samples, k");
+	CHECK_NEAR(rows[0].exec, (0.5 + 1.0) / 2, 1e-12, "exec: mean over samples, per problem");
+	CHECK_NEAR(rows[0].fast[3], 0.5 / 2, 1e-12, "fast_1: only the 3x sample");
+	CHECK_NEAR(rows[0].fast[1], 0.5 / 2, 1e-12, "fast_0.5: strictly greater than p");
+	CHECK_NEAR(rows[0].geomean, sqrt(1.5), 1e-12, "geomean of correct speedups");
+	CHECK_NEAR(rows[0].pass_exec, 1.0, 1e-12, "pass@2: each problem has a correct sample");
+	CHECK_NEAR(rows[1].exec, 0, 1e-12, "level 2: nothing correct");
+	CHECK(kbench_thresholds_parse("exec=0.8,fast_1=0.1", &th, &nth) == 0 && nth == 2,
+	      "thresholds: parse");
+	CHECK(kbench_thresholds_check(th, nth, rows, 1) == 0 + 1, "thresholds: exec 0.75 < 0.8");
+	free(th);
+	CHECK(kbench_thresholds_parse("speed=1", &th, &nth) < 0, "thresholds: unknown metric");
+	free(rows);
+	kbench_tally_free(&t);
+}
+
+static void test_pool(void)
+{
+	char *argv[] = { "/bin/sh", "-c",
+		"printf 'line1\\n'; printf 'line2\\n' >&4; head -c 5000 /dev/zero | tr '\\0' a; "
+		"echo tail-end; (setsid sleep 100 &); sleep 100", NULL };
+	char *env[] = { "PATH=/usr/bin:/bin", NULL };
+	struct pool_opts o = { .argv = argv, .env = env, .log_max = 200 };
+	struct pool_proc p, *pp = &p;
+	char *line = NULL, *log;
+	double until;
+	int got = 0;
+
+	CHECK(pool_init() == 0, "pool_init: subreaper");
+	if (!CHECK(pool_spawn(&p, &o) == 0, "pool_spawn"))
+		return;
+	CHECK(p.pid > 0 && getpgid(p.pid) == p.pid, "child leads its own process group");
+	until = pool_now() + 10;
+	while (!got && pool_now() < until) {
+		pool_poll(&pp, 1, 50);
+		if (pool_line(&p, &line))
+			got = 1;
+	}
+	CHECK(got && !strcmp(line, "line2"), "a line from fd 4");
+	free(line);
+	until = pool_now() + 10;
+	while (p.log_total < 5015 && pool_now() < until)   /* line1, 5000 a, tail-end */
+		pool_poll(&pp, 1, 50);
+	pool_finish(&p);
+	CHECK(p.exited && WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL,
+	      "pool_finish kills the group");
+	log = pool_log(&p);
+	if (!CHECK(!strncmp(log, "line1", 5) && strstr(log, "bytes dropped") && strstr(log, "tail-end"),
+	      "log keeps head and tail"))
+		printf("#   log: %s\n", log);
+	CHECK(strlen(log) < 300, "log is truncated");
+	free(log);
+	pool_sweep(NULL, 0);
+	CHECK(waitpid(-1, NULL, WNOHANG) <= 0, "escaped sleeper swept and reaped");
+	pool_proc_free(&p);
+}
+
+int main(void)
+{
+	test_paths();
+	test_ranges();
+	test_metrics();
+	test_pool();
+	return test_done();
+}
