@@ -487,11 +487,20 @@ int main(int argc, char **argv)
 			struct rl_task **sel = xcalloc((size_t)nt, sizeof *sel);
 			for (int j = 0; j < nt; j++)
 				sel[j] = list[li][(s->pos + (size_t)j) % nlist[li]];
+			size_t pos0 = s->pos;
+			struct rng rng0 = r.rng;
 			s->pos = (s->pos + (size_t)nt) % nlist[li];
 			struct rl_metrics mt;
-			if (rl_step(&r, sel, nt, li, (int)step + 1, &mt) < 0)
-				die("step %ld failed", step + 1);
+			int failed = rl_step(&r, sel, nt, li, (int)step + 1, &mt) < 0;
 			free(sel);
+			if (failed && stop && !mt.updates) {
+				/* interrupted before any update (the signal reached the reward
+				 * program too): the step is undone and redone on --resume */
+				s->pos = pos0, r.rng = rng0;
+				break;
+			}
+			if (failed)
+				die("step %ld failed", step + 1);
 			done++, step++;
 			last_si = si, last_done = done;
 			double tot = mt.t_rollout + mt.t_reward + mt.t_update;
