@@ -6,6 +6,9 @@
 # (prompt 32) in one 1024-token micro-batch, so 2048 positions with the noisy copy.
 # dice-sft: median tokens/s of STEPS optimizer steps (default 3; the step includes AdamW);
 # PyTorch: median of 3 passes. Needs /usr/bin/python3 with torch for the reference column.
+# Note: Debian's python3-torch is built with BLAS_INFO=generic (reference BLAS, about
+# 2 GFLOP/s here) and the plain-torch model computes full N x N masked attention, so the
+# reference column says little about an optimised PyTorch; the GPU bench is the real one.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

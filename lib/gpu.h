@@ -7,6 +7,9 @@
  * shapes, with a warning) and checks the launch; 0 on success. CUDA or cuBLAS failures are
  * fatal and name file:line (CUDA_CHECK / CUBLAS_CHECK in lib/cuda/common.cuh).
  *
+ * The table fills the forward ops, memory and copy; the training ops of struct ops
+ * (*_backward, cross_entropy, zero, sumsq, adamw) are NULL here until they get CUDA twins.
+ *
  * Every pointer is a DEVICE pointer, attn_mask's arrays included (see lib/ops.h); shapes
  * and semantics are exactly those of the CPU twin in lib/ops_cpu.c, the specification.
  * Every launcher is tested against that twin on random data (tests/gpu/test_<op>.cu).

@@ -464,6 +464,7 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 
 	if (role == ROLE_PROBE)
 		argv[7] = "--probe";
+	pool_proc_free(&w->p);   /* the buffers of the slot's previous worker */
 	if ((e->device && !strcmp(e->device, "cpu")) || (role == ROLE_PROBE &&
 	                                                 !strcmp(e->cfg.device, "cpu")))
 		o.mem_mb = e->cfg.mem_mb;

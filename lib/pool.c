@@ -484,7 +484,9 @@ char *pool_log(const struct pool_proc *p)
 		buf_add(&b, p->tail + start, p->tail_len - start);
 		buf_add(&b, p->tail, start);
 	}
-	return buf_detach(&b, NULL);
+	char *s = buf_detach(&b, NULL);
+	buf_free(&b);
+	return s;
 }
 
 const char *pool_status_str(int status)

@@ -495,8 +495,6 @@ def main():
         return 1
     # a CUDA device is touched only by run workers; build workers see none
     info = probe_info(torch, "cpu" if want == "cpu" else "auto")
-    if want == "cuda" and info["device"] != "cuda" and os.environ.get("CUDA_VISIBLE_DEVICES") != "":
-        info["device"] = "cuda"
     if "--probe" in sys.argv and info["device"] == "cuda":
         # only the probe touches every GPU: their architectures and count
         caps = sorted({"%d.%d" % torch.cuda.get_device_capability(i)
