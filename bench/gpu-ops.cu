@@ -5,6 +5,8 @@
  * and the fp32 peak (cuBLAS GEMM 8192^3 on random data) all measured in the same run.
  * A figure is the median over REPS samples; a sample is the mean of INNER back-to-back
  * launches timed with CUDA events (launch gaps included, as an eager decode step sees).
+ * Last, one SDAR-8B decoder layer's decode step (N=4, 1028 keys) through the ops table, eager
+ * and replayed as a CUDA graph, against its floor (weight bytes + K/V cache over bandwidth).
  * Usage: gpu-ops [REPS] (default 30). Run by bench/gpu-ops.sh. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,7 @@
 	fprintf(stderr, "gpu-ops: %s:%d: cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
 
 enum op { OP_MATMUL, OP_GEMV, OP_CUBLAS, OP_RMSNORM, OP_ROPE, OP_SWIGLU, OP_ADD, OP_ATTN, OP_EMBED,
-          OP_COPY, OP_GEMM_BF16, OP_GEMM_F32 };
+          OP_COPY, OP_GEMM_BF16, OP_GEMM_F32, OP_LAYER, OP_LAYER_GRAPH };
 
 struct bcase {
 	enum op op;
@@ -66,6 +68,47 @@ static __global__ void iota_kernel(int *p, int n, int start, int mod)
 		p[i] = mod ? (start + i) % mod : start + i;
 }
 
+/* one SDAR-8B decoder layer's decode step through the ops table: N=4 tokens (one block),
+ * S keys in the cache (the block's own K/V copied in), bf16 weights at distinct offsets */
+#define LC 4096
+#define LI 12288
+static void layer(int S)
+{
+	const struct ops *o = gpu_ops();
+	const int N = 4, NH = 32, NKV = 8, HD = 128, KV = NKV * HD;
+	char *w = (char *)W;
+	const void *wq = w, *wk = w + (size_t)LC * LC * 2, *wv = (char *)wk + (size_t)KV * LC * 2;
+	const void *wo = (char *)wv + (size_t)KV * LC * 2, *wg = (char *)wo + (size_t)LC * LC * 2;
+	const void *wu = (char *)wg + (size_t)LI * LC * 2, *wd = (char *)wu + (size_t)LI * LC * 2;
+	const void *wn = (char *)wd + (size_t)LC * LI * 2;          /* norm weights */
+	float *x = Cbuf, *h = x + N * LC, *q = h + N * LC, *k = q + N * LC, *v = k + N * KV;
+	float *att = v + N * KV, *g = att + N * LC, *u = g + N * LI;
+	float *kc = B, *vc = B + (size_t)S * KV;                    /* the cache */
+	struct attn_mask m = { 4, qpos, kpos, NULL, NULL, NULL, NULL };
+
+	o->rmsnorm(h, x, wn, DICE_BF16, N, LC, 1e-6f);
+	o->matmul(q, h, wq, DICE_BF16, N, LC, LC);
+	o->matmul(k, h, wk, DICE_BF16, N, LC, KV);
+	o->matmul(v, h, wv, DICE_BF16, N, LC, KV);
+	o->rmsnorm(q, q, wn, DICE_BF16, N * NH, HD, 1e-6f);
+	o->rmsnorm(k, k, wn, DICE_BF16, N * NKV, HD, 1e-6f);
+	o->rope(q, qpos, N, NH, HD, 1000000.0f);
+	o->rope(k, qpos, N, NKV, HD, 1000000.0f);
+	o->copy(kc + (size_t)(S - N) * KV, k, sizeof(float) * N * KV);
+	o->copy(vc + (size_t)(S - N) * KV, v, sizeof(float) * N * KV);
+	o->attention(att, q, kc, vc, N, S, NH, NKV, HD, &m);
+	o->matmul(h, att, wo, DICE_BF16, N, LC, LC);
+	o->add(x, h, (size_t)N * LC);
+	o->rmsnorm(h, x, wn, DICE_BF16, N, LC, 1e-6f);
+	o->matmul(g, h, wg, DICE_BF16, N, LC, LI);
+	o->matmul(u, h, wu, DICE_BF16, N, LC, LI);
+	o->swiglu(g, g, u, N, LI);
+	o->matmul(h, g, wd, DICE_BF16, N, LI, LC);
+	o->add(x, h, (size_t)N * LC);
+}
+
+static cudaGraphExec_t layer_graph;
+
 static void launch(const struct bcase *c)
 {
 	struct attn_mask m = { 4, qpos, kpos, NULL, NULL, NULL, NULL };
@@ -82,6 +125,8 @@ static void launch(const struct bcase *c)
 	case OP_ADD: gpu_add(st, A, B, (size_t)c->N * c->in); break;
 	case OP_ATTN: gpu_attention(st, Cbuf, A, B, B + (size_t)c->S * 8 * 128, c->T, c->S, 32, 8, 128, &m); break;
 	case OP_EMBED: gpu_embed(st, A, ids, W, c->dt, c->N, c->in); break;
+	case OP_LAYER: layer(c->S); break;
+	case OP_LAYER_GRAPH: CK(cudaGraphLaunch(layer_graph, st)); break;
 	case OP_COPY: CK(cudaMemcpyAsync((char *)W + big * 4, W, big * 4, cudaMemcpyDeviceToDevice, st)); break;
 	case OP_GEMM_BF16:
 		CB(cublasGemmEx(cub, CUBLAS_OP_T, CUBLAS_OP_N, 8192, 8192, 8192, &one, W, CUDA_R_16BF, 8192,
@@ -206,7 +251,7 @@ int main(int argc, char **argv)
 	iota_kernel<<<32, 256, 0, st>>>(kpos, 8192, 0, 0);
 	CK(cudaStreamSynchronize(st));
 
-	struct bcase cs[64];
+	struct bcase cs[80];
 	int n = 0;
 	const int C = 4096, I = 12288, V = 151936;
 	cs[n++] = mm(OP_GEMV, "matmul gemv up (decode)", 4, C, I, DICE_BF16);
@@ -219,6 +264,12 @@ int main(int argc, char **argv)
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas q_proj (decode)", 4, C, C, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv k_proj (decode)", 4, C, 1024, DICE_BF16);
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas k_proj (decode)", 4, C, 1024, DICE_BF16);
+	cs[n++] = mm(OP_GEMV, "matmul gemv k_proj (2 blocks)", 8, C, 1024, DICE_BF16);
+	cs[n++] = mm(OP_CUBLAS, "matmul cublas k_proj (2 blocks)", 8, C, 1024, DICE_BF16);
+	cs[n++] = mm(OP_GEMV, "matmul gemv q_proj (2 blocks)", 8, C, C, DICE_BF16);
+	cs[n++] = mm(OP_CUBLAS, "matmul cublas q_proj (2 blocks)", 8, C, C, DICE_BF16);
+	cs[n++] = mm(OP_MATMUL, "matmul k_proj (ops)", 4, C, 1024, DICE_BF16);
+	cs[n++] = mm(OP_MATMUL, "matmul up (ops)", 4, C, I, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv lm_head (decode)", 4, C, V, DICE_BF16);
 	cs[n++] = mm(OP_CUBLAS, "matmul cublas lm_head (decode)", 4, C, V, DICE_BF16);
 	cs[n++] = mm(OP_GEMV, "matmul gemv f16 up (decode)", 4, C, I, DICE_F16);
@@ -244,6 +295,17 @@ int main(int argc, char **argv)
 	cs[n++] = attn("attention prefill 1024", 1024, 1024, 0.5);
 	cs[n++] = attn("attention prefill 4096", 4096, 4096, 0.5);
 
+	/* the layer: bytes = its bf16 weights + the K/V cache read; eager and as a CUDA graph */
+	{
+		double wb = 2.0 * ((double)LC * LC * 2 + 2.0 * 1024 * LC + 3.0 * LI * LC);
+		struct bcase l = ew(OP_LAYER, "decoder layer 8B eager (decode)", 4, 1028, wb + 8.0 * 1028 * 1024);
+		l.S = 1028;
+		cs[n++] = l;
+		l.op = OP_LAYER_GRAPH;
+		l.label = "decoder layer 8B CUDA graph (decode)";
+		cs[n++] = l;
+	}
+
 	printf("# %s, %d SMs; median of %d samples, each the mean of %d back-to-back launches\n",
 	       prop.name, prop.multiProcessorCount, REPS, INNER);
 	printf("# ceilings measured in this run: copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s, "
@@ -256,6 +318,18 @@ int main(int argc, char **argv)
 		if (c->op == OP_ATTN) {
 			int q0 = c->T == 4 ? c->S - 4 : 0;
 			iota_kernel<<<32, 256, 0, st>>>(qpos, c->T, q0, 0);
+		} else if (c->op == OP_LAYER) {
+			iota_kernel<<<32, 256, 0, st>>>(qpos, 4, c->S - 4, 0);
+			CK(cudaMemsetAsync(Cbuf, 0, sizeof(float) * 4 * 4096, st));
+			layer(c->S);                    /* warm: scratch, rope table, cuBLAS */
+			CK(cudaStreamSynchronize(st));
+		} else if (c->op == OP_LAYER_GRAPH) {
+			cudaGraph_t gr;
+			CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+			layer(c->S);
+			CK(cudaStreamEndCapture(st, &gr));
+			CK(cudaGraphInstantiate(&layer_graph, gr, 0));
+			CK(cudaGraphDestroy(gr));
 		} else if (c->op == OP_ROPE) {
 			iota_kernel<<<32, 256, 0, st>>>(qpos, c->N, 0, 0);
 		}

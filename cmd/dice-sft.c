@@ -204,6 +204,8 @@ int main(int argc, char **argv)
 	char err[512];
 
 	util_set_progname(argv[0]);
+	signal(SIGINT, on_signal);      /* from here on a signal ends training after a step */
+	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
@@ -325,9 +327,6 @@ int main(int argc, char **argv)
 	FILE *logf = NULL;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-
 	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
 	double t0 = now();
 	while (sft_train_more(&st) && !stop) {

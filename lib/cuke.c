@@ -421,7 +421,7 @@ int cuke_fields_scan(const char *line, size_t len, struct cuke_fields *f)
 	return 1;
 }
 
-/* ---- the verdict ------------------------------------------------------------------------ */
+/* ---- the speedup ------------------------------------------------------------------------ */
 
 static int ratio(const struct cuke_val *a, const struct cuke_val *b, double *s)
 {
@@ -470,15 +470,17 @@ int cuke_speedup(const struct cuke_fields *f, double *s, const char **from)
 
 /* ---- content: level, dedupe key, infill split, SFT ------------------------------------- */
 
+/* layout, conversion and bookkeeping calls (torch.X, F.X, x.X): no arithmetic of their own */
 static const char *const not_ops[] = {
-	/* layout, conversion and bookkeeping: no arithmetic of their own */
 	"view", "view_as", "reshape", "size", "dim", "contiguous", "unsqueeze", "squeeze",
 	"flatten", "expand", "expand_as", "to", "type", "float", "double", "half", "bfloat16",
-	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone",
-	/* Python builtins */
-	"super", "range", "len", "int", "bool", "str", "isinstance", "print", "tuple", "list",
-	"dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs", "sum",
-	"__init__",
+	"cuda", "cpu", "detach", "numel", "item", "is_contiguous", "shape", "clone", "__init__",
+};
+/* Python builtins, called by a bare name (max(a, b) is Python's; x.max() is a tensor op) */
+static const char *const builtins[] = {
+	"super", "range", "len", "int", "float", "bool", "str", "isinstance", "print", "tuple",
+	"list", "dict", "zip", "enumerate", "getattr", "setattr", "hasattr", "min", "max", "abs",
+	"sum", "round", "type",
 };
 static const char *const containers[] = { "Sequential", "ModuleList", "ModuleDict" };
 static const char *const arith[] = {
@@ -594,8 +596,11 @@ int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 			} else if (pysrc_find_block(&p, c->callee + 5, PYSRC_DEF, model) >= 0) {
 				continue;   /* a helper method: its own calls are counted */
 			}
-		} else if (!strchr(c->callee, '.') && defined_here(&p, c->callee)) {
-			structure = 1, out->why = "helper defined in the file";
+		} else if (!strchr(c->callee, '.')) {
+			if (in_list(name, strlen(name), builtins, ARRAY_LEN(builtins)))
+				continue;
+			if (defined_here(&p, c->callee))
+				structure = 1, out->why = "helper defined in the file";
 		}
 		if (!in_list(name, strlen(name), not_ops, ARRAY_LEN(not_ops)))
 			op_add(&ops, name, strlen(name));
@@ -758,6 +763,8 @@ char *cuke_sft_response(const char *kernel, size_t len)
 	buf_free(&b);   /* buf_detach re-inits b */
 	return s;
 }
+
+/* ---- the filter: state, judging, output ----------------------------------------------- */
 
 /* A set of 64-bit keys: open addressing, linear probing, 0 stands for 1. */
 struct keyset {
@@ -1112,6 +1119,53 @@ static void write_rec(struct jsonl_writer *w, const struct jsonl_reader *r, json
 	jsonl_write_added(w, r->line, r->len, rec ? rec : stub, "cuke", obj);
 }
 
+/* The cuke object of a kept record (new reference). */
+static json_t *kept_cuke(const struct cuke *c, const struct content *ct, int sp, double s,
+                         const char *from)
+{
+	json_t *obj = json_object();
+
+	cuke_add_speedup(obj, sp, s, from);
+	if (ct->level.level > 0) {
+		json_object_set_new(obj, "level", json_integer(ct->level.level));
+		json_object_set_new(obj, "ops", json_integer(ct->level.ops));
+	}
+	if (c->cfg.max_tokens > 0)
+		json_object_set_new(obj, "tokens", json_integer(ct->tokens));
+	if (ct->deceive)
+		json_object_set(obj, "deceive", ct->deceive);
+	if (c->cfg.dedupe) {
+		char hex[17];
+		snprintf(hex, sizeof hex, "%016llx", ct->key);
+		json_object_set_new(obj, "key", json_string(hex));
+	}
+	json_object_set(obj, "kept", c->kept_checks);
+	return obj;
+}
+
+/* --to-sft {id, prompt, response} or --to-infill {id, level, ref, kernel, prefix, middle,
+ * suffix} (new reference). */
+static json_t *new_record(const struct cuke *c, const struct content *ct, const json_t *rec)
+{
+	json_t *obj = json_object(), *id = json_object_get(rec, "id");
+
+	if (id)
+		json_object_set(obj, "id", id);
+	if (c->cfg.format == CUKE_OUT_SFT) {
+		json_object_set_new(obj, "prompt", json_string(ct->prompt));
+		json_object_set_new(obj, "response", json_string(ct->response));
+		return obj;
+	}
+	if (ct->level.level > 0)
+		json_object_set_new(obj, "level", json_integer(ct->level.level));
+	json_object_set_new(obj, "ref", json_string(ct->ref));
+	json_object_set_new(obj, "kernel", json_string(ct->kernel));
+	json_object_set_new(obj, "prefix", json_stringn(ct->kernel, ct->a));
+	json_object_set_new(obj, "middle", json_stringn(ct->kernel + ct->a, ct->b - ct->a));
+	json_object_set_new(obj, "suffix", json_string(ct->kernel + ct->b));
+	return obj;
+}
+
 /* A malformed line: counted, and written to the rejects file or reported on stderr. */
 static enum cuke_reason bad_line(struct cuke *c, struct jsonl_reader *r, struct cuke_sink *sink)
 {
@@ -1185,40 +1239,10 @@ enum cuke_reason cuke_line(struct cuke *c, struct jsonl_reader *r, struct cuke_s
 	if (c->cfg.sort_level && ct.level.level >= 2)
 		w = &c->spool_w[ct.level.level - 2];
 	if (c->cfg.format == CUKE_OUT_RECORDS) {
-		obj = json_object();
-		cuke_add_speedup(obj, sp, s, from);
-		if (ct.level.level > 0) {
-			json_object_set_new(obj, "level", json_integer(ct.level.level));
-			json_object_set_new(obj, "ops", json_integer(ct.level.ops));
-		}
-		if (c->cfg.max_tokens > 0)
-			json_object_set_new(obj, "tokens", json_integer(ct.tokens));
-		if (ct.deceive)
-			json_object_set(obj, "deceive", ct.deceive);
-		if (c->cfg.dedupe) {
-			char hex[17];
-			snprintf(hex, sizeof hex, "%016llx", ct.key);
-			json_object_set_new(obj, "key", json_string(hex));
-		}
-		json_object_set(obj, "kept", c->kept_checks);
+		obj = kept_cuke(c, &ct, sp, s, from);
 		write_rec(w, r, rec, stub, obj);
 	} else {
-		obj = json_object();
-		json_t *id = json_object_get(rec, "id");
-		if (id)
-			json_object_set(obj, "id", id);
-		if (c->cfg.format == CUKE_OUT_SFT) {
-			json_object_set_new(obj, "prompt", json_string(ct.prompt));
-			json_object_set_new(obj, "response", json_string(ct.response));
-		} else {
-			if (ct.level.level > 0)
-				json_object_set_new(obj, "level", json_integer(ct.level.level));
-			json_object_set_new(obj, "ref", json_string(ct.ref));
-			json_object_set_new(obj, "kernel", json_string(ct.kernel));
-			json_object_set_new(obj, "prefix", json_stringn(ct.kernel, ct.a));
-			json_object_set_new(obj, "middle", json_stringn(ct.kernel + ct.a, ct.b - ct.a));
-			json_object_set_new(obj, "suffix", json_string(ct.kernel + ct.b));
-		}
+		obj = new_record(c, &ct, rec);
 		jsonl_write(w, obj);
 	}
 	json_decref(obj);

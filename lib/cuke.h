@@ -111,11 +111,12 @@ struct cuke_config {
  * 3 whole model). Ops are counted in the methods of Model other than __init__: calls of
  * torch.* / F.* functions, tensor methods and submodules (self.x = nn.Conv2d(...)), and the
  * binary arithmetic operators + - * / // % @ ** (augmented too); layout and conversion calls
- * (view, reshape, size, contiguous, unsqueeze, to, float, ...) and Python builtins do not
- * count. Level 3: a loop in Model, a container submodule (nn.Sequential, nn.ModuleList,
- * nn.ModuleDict), a submodule or helper defined in the file, or 8 or more op instances;
- * else level 1 for exactly one op instance and level 2 for more. Returns the level, or -1
- * with *why set when there is no class Model with a forward method. */
+ * (view, reshape, size, contiguous, unsqueeze, to, float, ...) and Python builtins called by
+ * a bare name (max, len, range, ...) do not count. Level 3: a loop in Model, a container
+ * submodule (nn.Sequential, nn.ModuleList, nn.ModuleDict), a submodule or helper defined in
+ * the file, or 8 or more op instances; else level 1 for at most one op instance and level 2
+ * for more. Returns the level, or -1 with *why set when there is no class Model with a
+ * forward method. */
 struct cuke_level {
 	int level;
 	int ops;                /* op instances */

@@ -462,7 +462,7 @@ static void find_kernels(struct ctx *x)
 			while (b > g && is_cident(b[-1]))
 				b--;
 			if (e - b == 17 && !memcmp(b, "__launch_bounds__", 17)) {
-				while (q < end && *q != ')')
+				while (q + 1 < end && *q != ')')
 					q++;
 				continue;
 			}

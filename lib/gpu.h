@@ -7,14 +7,17 @@
  * shapes, with a warning) and checks the launch; 0 on success. CUDA or cuBLAS failures are
  * fatal and name file:line (CUDA_CHECK / CUBLAS_CHECK in lib/cuda/common.cuh).
  *
+ * The table fills the forward ops, memory and copy; the training ops of struct ops
+ * (*_backward, cross_entropy, zero, sumsq, adamw) are NULL here until they get CUDA twins.
+ *
  * Every pointer is a DEVICE pointer, attn_mask's arrays included (see lib/ops.h); shapes
  * and semantics are exactly those of the CPU twin in lib/ops_cpu.c, the specification.
  * Every launcher is tested against that twin on random data (tests/gpu/test_<op>.cu).
  *
  * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
  * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
- * rounding of x. Decode-sized N (<= GPU_GEMV_NMAX rows) takes a bandwidth-bound kernel
- * of our own, larger N cuBLAS. */
+ * rounding of x. Decode-sized N with small weights takes a bandwidth-bound kernel of our
+ * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh). */
 #ifndef DICE_GPU_H
 #define DICE_GPU_H
 

@@ -5,6 +5,8 @@
  * the mid residual, xn2, gate, up and silu(gate)*up; the backward walks the layers in reverse
  * with the residual-stream gradient in dx. With recompute only the layer inputs xs are kept
  * and each layer's forward is run again into one shared activation block before its backward.
+ * The logit rows (rows with a target) are gathered and scattered with one ops->copy per row:
+ * fine on the CPU; a CUDA backend wants a gather op there.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -239,9 +239,15 @@ static int blocks_for(const struct sampler_opts *o, int plen)
 	return (plen + o->max_tokens + o->block - 1) / o->block;
 }
 
-size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen)
+static int active_slots(const struct sampler_opts *o, int nreq)
 {
-	return (size_t)o->max_active * kvcache_bytes(&m->cfg, blocks_for(o, plen) * o->block);
+	int a = o->max_active > 0 ? o->max_active : 1;
+	return a < nreq ? a : nreq > 0 ? nreq : 1;
+}
+
+size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen, int nreq)
+{
+	return (size_t)active_slots(o, nreq) * kvcache_bytes(&m->cfg, blocks_for(o, plen) * o->block);
 }
 
 static void slot_start(struct slot *s, const struct model *m, const struct sampler_opts *o,
@@ -370,7 +376,7 @@ static int block_has_mask(const struct slot *s, const struct sampler_opts *o)
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg)
 {
-	int A = o->max_active > 0 ? o->max_active : 1, V = m->cfg.vocab_size, B = o->block;
+	int A = active_slots(o, nreq), V = m->cfg.vocab_size, B = o->block;
 	int max_rows = o->max_rows > 0 ? o->max_rows : 8192, next = 0, done = 0, ret = 0;
 	struct slot *sl = xcalloc((size_t)A, sizeof *sl);
 	struct model_seq *seq = xcalloc((size_t)A, sizeof *seq);

@@ -87,8 +87,9 @@ typedef void (*sampler_progress_fn)(void *arg, int done, int total);
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg);
 
-/* Bytes of KV cache that max_active requests of prompt plen need. */
-size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen);
+/* Bytes of KV cache that a run of nreq requests of prompts up to plen needs (at most
+ * max_active caches at once). */
+size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen, int nreq);
 
 /* ----- the pieces, exposed for tests */
 

@@ -5,8 +5,10 @@
  * head kh * group + g, so the heads that share a K/V tile read it once. Keys stream through
  * shared memory ATT_KT at a time; a tile that no row of the block may see is skipped before
  * it is loaded (the upper triangle of a block-causal prefill costs only the mask test).
- * Each warp owns one row: lane j scores key j of the tile, then the warp folds the tile into
- * its running max / sum / output (lane owns output channels lane, lane+32, ...). The next
+ * Each warp owns ATT_RW rows: lane j scores key j of the tile against each of them (every K
+ * value read from shared memory serves ATT_RW rows), then the warp folds the tile into each
+ * row's running max / sum / output (lane owns output channels lane, lane+32, ...; every V
+ * value read serves ATT_RW rows). The next
  * visible tile is loaded into registers (16-byte loads) while the current one is used.
  * HD must be a multiple of 4 and at most 256; q, k, v 16-byte aligned.
  * When the grid is too small to fill the GPU (decode: T=4, S large) the keys are split over
@@ -16,11 +18,13 @@
 
 #include "common.cuh"
 
-#define ATT_ROWS 8         /* query rows (= warps) per block */
+#define ATT_RW 4           /* query rows per warp */
+#define ATT_WARPS 8
+#define ATT_ROWS (ATT_RW * ATT_WARPS)   /* query rows per block */
 #define ATT_KT 32          /* keys per shared-memory tile (= lanes) */
 #define ATT_HDMAX 256
-#define ATT_SPLIT_MIN 128  /* fewest keys per split */
-#define ATT_THREADS (32 * ATT_ROWS)
+#define ATT_SPLIT_MIN 64   /* fewest keys per split */
+#define ATT_THREADS (32 * ATT_WARPS)
 #define ATT_NLD_MAX (ATT_KT * ATT_HDMAX / 4 / ATT_THREADS)
 
 struct att_args {
@@ -50,13 +54,27 @@ static __device__ __forceinline__ int att_allowed(const struct attn_mask *m, int
 	return m->knoisy[j] ? 0 : kb <= qb;
 }
 
-/* does any row of the block see any key of the tile at s0? (every thread must call) */
-static __device__ __forceinline__ int tile_visible(const struct att_args *a, int s0, int s_end,
-                                                   int valid, int qb, int qseg, int qnz)
+/* one warp's rows: validity and what the mask needs of each query */
+struct att_rows {
+	int valid[ATT_RW], t[ATT_RW], h[ATT_RW], qb[ATT_RW], qseg[ATT_RW], qnz[ATT_RW];
+};
+
+/* may row i of this warp see key s (s < s_end)? */
+static __device__ __forceinline__ int row_sees(const struct att_args *a, const struct att_rows *w,
+                                               int i, int s, int s_end)
 {
-	int s = s0 + (threadIdx.x & 31);
-	int ok = valid && s < s_end && att_allowed(&a->m, qb, qseg, qnz, s);
-	return __syncthreads_or(ok);
+	return w->valid[i] && s < s_end && att_allowed(&a->m, w->qb[i], w->qseg[i], w->qnz[i], s);
+}
+
+/* does any row of the block see any key of the tile at s0? (every thread must call) */
+static __device__ __forceinline__ int tile_visible(const struct att_args *a,
+                                                   const struct att_rows *w, int s0, int s_end)
+{
+	int s = s0 + (threadIdx.x & 31), any = 0;
+#pragma unroll
+	for (int i = 0; i < ATT_RW; i++)
+		any |= row_sees(a, w, i, s, s_end);
+	return __syncthreads_or(any);
 }
 
 /* the K/V tile at s0 into registers: 16-byte loads, all issued before any is used */
@@ -107,24 +125,34 @@ static __device__ __forceinline__ void attention_body(const struct att_args &a, 
 	float *vs = ks + ATT_KT * ldk;                  /* (ATT_KT, HD), 16-byte aligned */
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	int kh = blockIdx.y, TG = a.T * a.group;
-	int row = blockIdx.x * ATT_ROWS + wid;
-	int valid = row < TG;
-	int t = valid ? row / a.group : 0, h = kh * a.group + (valid ? row % a.group : 0);
+	int row0 = blockIdx.x * ATT_ROWS + wid * ATT_RW;
 	int s_begin = blockIdx.z * a.split_len, s_end = min(a.S, s_begin + a.split_len);
-	int qb = a.m.qpos[t] / a.m.block;
-	int qseg = a.m.qseg ? a.m.qseg[t] : 0, qnz = a.m.qnoisy ? a.m.qnoisy[t] : 0;
+	struct att_rows w;
 	float4 kr[ATT_NLD_MAX], vr[ATT_NLD_MAX];
-	float o[ATT_HDMAX / 32];
-	float mx = -INFINITY, l = 0.0f;
+	float o[ATT_RW][ATT_HDMAX / 32], mx[ATT_RW], l[ATT_RW];
 
 #pragma unroll
-	for (int i = 0; i < NO; i++)
-		o[i] = 0.0f;
-	for (int c = lane; c < HD; c += 32)
-		qs[wid * HD + c] = valid ? a.q[((size_t)t * a.NH + h) * HD + c] : 0.0f;
+	for (int i = 0; i < ATT_RW; i++) {
+		int row = row0 + i;
+		w.valid[i] = row < TG;
+		w.t[i] = w.valid[i] ? row / a.group : 0;
+		w.h[i] = kh * a.group + (w.valid[i] ? row % a.group : 0);
+		w.qb[i] = a.m.qpos[w.t[i]] / a.m.block;
+		w.qseg[i] = a.m.qseg ? a.m.qseg[w.t[i]] : 0;
+		w.qnz[i] = a.m.qnoisy ? a.m.qnoisy[w.t[i]] : 0;
+		mx[i] = -INFINITY;
+		l[i] = 0.0f;
+#pragma unroll
+		for (int c = 0; c < NO; c++)
+			o[i][c] = 0.0f;
+		float *qr = qs + (wid * ATT_RW + i) * HD;
+		const float *qg = a.q + ((size_t)w.t[i] * a.NH + w.h[i]) * HD;
+		for (int c = lane; c < HD; c += 32)
+			qr[c] = w.valid[i] ? qg[c] : 0.0f;
+	}
 
 	int s0 = s_begin;
-	while (s0 < s_end && !tile_visible(&a, s0, s_end, valid, qb, qseg, qnz))
+	while (s0 < s_end && !tile_visible(&a, &w, s0, s_end))
 		s0 += ATT_KT;
 	if (s0 < s_end)
 		tile_load(&a, kr, vr, NLD, s0, s_end, kh);
@@ -134,73 +162,100 @@ static __device__ __forceinline__ void attention_body(const struct att_args &a, 
 		__syncthreads();
 		/* the next visible tile's loads fly while this one is used */
 		int s1 = s0 + ATT_KT;
-		while (s1 < s_end && !tile_visible(&a, s1, s_end, valid, qb, qseg, qnz))
+		while (s1 < s_end && !tile_visible(&a, &w, s1, s_end))
 			s1 += ATT_KT;
 		if (s1 < s_end)
 			tile_load(&a, kr, vr, NLD, s1, s_end, kh);
 
-		int s = s0 + lane;
-		int ok = valid && s < s_end && att_allowed(&a.m, qb, qseg, qnz, s);
-		if (__ballot_sync(0xffffffffu, ok)) {
-			float sc = -INFINITY;
-			if (ok) {
-				const float4 *q4 = (const float4 *)(qs + wid * HD);
-				const float *kk = ks + lane * ldk;
-				float d = 0.0f;
-				for (int c4 = 0; c4 < HD / 4; c4++) {
-					float4 qq = q4[c4];
-					d += qq.x * kk[4 * c4];
-					d += qq.y * kk[4 * c4 + 1];
-					d += qq.z * kk[4 * c4 + 2];
-					d += qq.w * kk[4 * c4 + 3];
-				}
-				sc = d * a.scale;
-			}
-			float mnew = fmaxf(mx, warp_max(sc));
-			float corr = expf(mx - mnew);           /* 0 on the first visible tile */
-			float p = ok ? expf(sc - mnew) : 0.0f;
-			l = l * corr + warp_sum(p);
+		int s = s0 + lane, ok[ATT_RW], any = 0;
 #pragma unroll
-			for (int i = 0; i < NO; i++)
-				o[i] *= corr;
+		for (int i = 0; i < ATT_RW; i++) {
+			ok[i] = row_sees(&a, &w, i, s, s_end);
+			any |= ok[i];
+		}
+		if (__ballot_sync(0xffffffffu, any)) {
+			float d[ATT_RW], p[ATT_RW];
+#pragma unroll
+			for (int i = 0; i < ATT_RW; i++)
+				d[i] = 0.0f;
+			if (any) {
+				const float *kk = ks + lane * ldk;
+				for (int c4 = 0; c4 < HD / 4; c4++) {
+					float k0 = kk[4 * c4], k1 = kk[4 * c4 + 1];
+					float k2 = kk[4 * c4 + 2], k3 = kk[4 * c4 + 3];
+#pragma unroll
+					for (int i = 0; i < ATT_RW; i++) {
+						float4 qq = ((const float4 *)(qs + (wid * ATT_RW + i) * HD))[c4];
+						d[i] += qq.x * k0;
+						d[i] += qq.y * k1;
+						d[i] += qq.z * k2;
+						d[i] += qq.w * k3;
+					}
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < ATT_RW; i++) {
+				float sc = ok[i] ? d[i] * a.scale : -INFINITY;
+				float mnew = fmaxf(mx[i], warp_max(sc));
+				/* a row that has seen nothing yet keeps l = 0, o = 0 */
+				float corr = mnew == -INFINITY ? 1.0f : expf(mx[i] - mnew);
+				p[i] = ok[i] ? expf(sc - mnew) : 0.0f;
+				l[i] = l[i] * corr + warp_sum(p[i]);
+#pragma unroll
+				for (int c = 0; c < NO; c++)
+					o[i][c] *= corr;
+				mx[i] = mnew;
+			}
 			for (int j = 0; j < ATT_KT; j++) {
-				float pj = __shfl_sync(0xffffffffu, p, j);
-				if (pj == 0.0f)
+				float pj[ATT_RW];
+				int nz = 0;
+#pragma unroll
+				for (int i = 0; i < ATT_RW; i++) {
+					pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+					nz |= pj[i] != 0.0f;
+				}
+				if (!nz)
 					continue;
 #pragma unroll
-				for (int i = 0; i < NO; i++) {
-					int c = lane + 32 * i;
-					if (c < HD)
-						o[i] += pj * vs[j * HD + c];
+				for (int c = 0; c < NO; c++) {
+					int ch = lane + 32 * c;
+					if (ch < HD) {
+						float vv = vs[j * HD + ch];
+#pragma unroll
+						for (int i = 0; i < ATT_RW; i++)
+							o[i][c] += pj[i] * vv;
+					}
 				}
 			}
-			mx = mnew;
 		}
 		s0 = s1;
 	}
-	if (!valid)
-		return;
-	if (gridDim.z == 1) {
-		float *orow = a.out + ((size_t)t * a.NH + h) * HD;
-		float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-		for (int i = 0; i < NO; i++) {
-			int c = lane + 32 * i;
-			if (c < HD)
-				orow[c] = o[i] * inv;
+	for (int i = 0; i < ATT_RW; i++) {
+		if (!w.valid[i])
+			continue;
+		if (gridDim.z == 1) {
+			float *orow = a.out + ((size_t)w.t[i] * a.NH + w.h[i]) * HD;
+			float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+			for (int c = 0; c < NO; c++) {
+				int ch = lane + 32 * c;
+				if (ch < HD)
+					orow[ch] = o[i][c] * inv;
+			}
+			continue;
 		}
-		return;
-	}
-	size_t pi = ((size_t)blockIdx.z * a.NKV + kh) * TG + row;
-	if (lane == 0) {
-		a.pm[pi] = mx;
-		a.pl[pi] = l;
-	}
+		size_t pi = ((size_t)blockIdx.z * a.NKV + kh) * TG + row0 + i;
+		if (lane == 0) {
+			a.pm[pi] = mx[i];
+			a.pl[pi] = l[i];
+		}
 #pragma unroll
-	for (int i = 0; i < NO; i++) {
-		int c = lane + 32 * i;
-		if (c < HD)
-			a.po[pi * HD + c] = o[i];
+		for (int c = 0; c < NO; c++) {
+			int ch = lane + 32 * c;
+			if (ch < HD)
+				a.po[pi * HD + ch] = o[i][c];
+		}
 	}
 }
 

@@ -168,6 +168,7 @@ static const struct ops ops_cuda = {
 	cu_to_device,
 	cu_sync,
 	cu_copy,
+	/* the training ops stay NULL (lib/gpu.h) */
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

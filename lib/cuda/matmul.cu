@@ -249,12 +249,16 @@ int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
 	return 0;
 }
 
+/* The decode kernel where it measured faster than cuBLAS on an H200 (bench/NOTES-gpu-ops.md):
+ * N <= 4 up to 32M weights (cuBLAS pays ~20 us even for 4M), N <= 8 up to 8M. */
 int gpu_matmul(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
                int N, int in, int out)
 {
 	int vec = wdt == DICE_F32 ? 4 : 8;
+	size_t wn = (size_t)in * out;
+	int small = (N <= 4 && wn <= ((size_t)32 << 20)) || (N <= 8 && wn <= ((size_t)8 << 20));
 
-	if (N >= 1 && N <= GPU_GEMV_NMAX && in % vec == 0 && aligned16(x) && aligned16(w))
+	if (N >= 1 && small && in % vec == 0 && aligned16(x) && aligned16(w))
 		return gpu_matmul_gemv(st, y, x, w, wdt, N, in, out);
 	return gpu_matmul_cublas(st, y, x, w, wdt, N, in, out);
 }

@@ -25,6 +25,7 @@
 #include "util.h"
 
 static struct tokenizer qwen;
+static int have_qwen;
 static char json_path[64];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -34,10 +35,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *dir = getenv("DICE_TOKENIZER");
 	char err[512];
-	if (tokenizer_load(&qwen, dir ? dir : "build/qwen3", err, sizeof err)) {
-		fprintf(stderr, "fuzz_tokenizer: %s\n", err);
-		exit(2);
-	}
+	have_qwen = tokenizer_load(&qwen, dir ? dir : "build/qwen3", err, sizeof err) == 0;
+	if (!have_qwen)   /* no reference files (make check exports them): fuzz loading only */
+		fprintf(stderr, "fuzz_tokenizer: %s; text inputs are skipped\n", err);
 	snprintf(json_path, sizeof json_path, "/tmp/fuzz-tokenizer-%d.json", (int)getpid());
 	return 0;
 }
@@ -70,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *s = (const char *)data + 1;
 	size_t n = size - 1;
 	if (!(data[0] & 1)) {
-		check_text(s, n, data[0] & 2);
+		if (have_qwen)
+			check_text(s, n, data[0] & 2);
 		return 0;
 	}
 	FILE *fp = fopen(json_path, "wb");

@@ -138,6 +138,8 @@ def main():
     ap.add_argument("--native", action="store_true", help="plain torch Qwen3, no transformers")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--time", type=int, default=0, metavar="N",
+                    help="also time N forward+backward passes (median; for bench/)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -157,18 +159,27 @@ def main():
 
     if a.native:
         params = {k: v.to(dev).requires_grad_(True) for k, v in weights.items()}
-        logits = native_logits(params, cfg, ids.to(dev), pos.to(dev), mask.to(dev))
+        run = lambda: native_logits(params, cfg, ids.to(dev), pos.to(dev), mask.to(dev))
         grads = lambda name: params[name].grad
+        tensors = list(params.values())
     else:
         model = hf_model(cfg, weights, dev)
-        out = model(input_ids=ids[None].to(dev), position_ids=pos[None].to(dev),
-                    attention_mask=mask.to(dev), use_cache=False)
-        logits = out.logits[0]
+        run = lambda: model(input_ids=ids[None].to(dev), position_ids=pos[None].to(dev),
+                            attention_mask=mask.to(dev), use_cache=False).logits[0]
         named = dict(model.named_parameters())
         grads = lambda name: named[name].grad
-    ce = F.cross_entropy(logits[rows.to(dev)], target[rows].to(dev), reduction="none")
-    loss = (ce * weight[rows].to(dev)).sum()
-    loss.backward()
+        tensors = list(named.values())
+
+    def step():
+        for t in tensors:
+            t.grad = None
+        logits = run()
+        ce = F.cross_entropy(logits[rows.to(dev)], target[rows].to(dev), reduction="none")
+        loss = (ce * weight[rows].to(dev)).sum()
+        loss.backward()
+        return loss
+
+    loss = step()
 
     ok = True
     want = float(meta["loss"])
@@ -193,6 +204,21 @@ def main():
     print("gradients: %d tensors, worst relative error %.2e (tolerance %.0e)"
           % (sum(n.startswith("grad.") for n in b), worst, a.tol))
     print("PASS" if ok else "FAIL")
+    if a.time:
+        import time
+        ts = []
+        for _ in range(a.time):
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        med = sorted(ts)[len(ts) // 2]
+        print("time: median %.4f s of %d forward+backward, %.1f tokens/s (%d sample tokens, "
+              "%d threads)" % (med, a.time, ids.numel() / 2 / med, ids.numel() // 2,
+                              torch.get_num_threads()))
     return 0 if ok else 1
 
 

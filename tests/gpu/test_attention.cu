@@ -69,6 +69,9 @@ int main(void)
 	struct mcase pre3 = { "prefill block 32", 100, 100, 2, 2, 256, 32, p300, p300, NULL, NULL, NULL, NULL };
 	run(&pre3);
 
+	struct mcase odd = { "prefill, warps with some rows empty", 67, 67, 3, 3, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
+	run(&odd);
+
 	/* decode: the block at 2048..2051 against cache 0..2047 plus itself (split keys) */
 	int *qd = iota(4, 2048), *kd = iota(2052, 0);
 	struct mcase dec = { "decode", 4, 2052, 8, 2, 128, 4, qd, kd, NULL, NULL, NULL, NULL };
@@ -76,6 +79,9 @@ int main(void)
 	int *qd2 = iota(4, 600), *kd2 = iota(604, 0);
 	struct mcase dec2 = { "decode", 4, 604, 32, 8, 128, 4, qd2, kd2, NULL, NULL, NULL, NULL };
 	run(&dec2);
+	int *qd5 = iota(5, 2046);
+	struct mcase dec5 = { "decode, 15 rows", 5, 2052, 6, 2, 128, 4, qd5, kd, NULL, NULL, NULL, NULL };
+	run(&dec5);
 	int *qd3 = iota(4, 996), *kd3 = iota(1000, 0);
 	struct mcase dec4 = { "decode HD 256", 4, 1000, 4, 1, 256, 4, qd3, kd3, NULL, NULL, NULL, NULL };
 	run(&dec4);

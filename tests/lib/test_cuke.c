@@ -8,6 +8,7 @@
 #include "cuke.h"
 #include "extract.h"
 #include "jsonl.h"
+#include "rng.h"
 #include "test.h"
 #include "util.h"
 
@@ -93,6 +94,68 @@ static void test_scan(void)
 	}
 }
 
+/* Random damage to real records: whenever the scanner accepts a line, jansson must accept it
+ * too and give the same fields (the two paths then write the same bytes). */
+static void test_scan_mutations(void)
+{
+	static const char bytes[] = "{}[]\":,.-+0123456789eE \\ntfu\x01\xc3\xa9\xff";
+	const char *files[] = { FIX "dataset.jsonl", "tests/cuke-filter/023-wrong-types/input.jsonl" };
+	struct rng g;
+	int accepted = 0, agree = 1, declined = 0;
+
+	rng_seed(&g, 42);
+	for (size_t fi = 0; fi < ARRAY_LEN(files); fi++) {
+		size_t len;
+		char *text = util_read_file(files[fi], &len);
+		if (!text)
+			continue;
+		for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+			size_t n = strlen(line);
+			for (int k = 0; k < 150; k++) {
+				struct buf b;
+				buf_init(&b);
+				buf_add(&b, line, n);
+				int edits = 1 + (int)rng_below(&g, 3);
+				for (int e = 0; e < edits && b.len; e++) {
+					size_t at = (size_t)rng_below(&g, b.len);
+					char c = bytes[rng_below(&g, sizeof bytes - 1)];
+					switch (rng_below(&g, 3)) {
+					case 0: b.p[at] = c; break;                   /* replace */
+					case 1: memmove(b.p + at, b.p + at + 1, b.len - at - 1); /* delete */
+						b.p[--b.len] = '\0'; break;
+					default: buf_addc(&b, 0);                      /* insert */
+						memmove(b.p + at + 1, b.p + at, b.len - at - 1);
+						b.p[at] = c;
+					}
+				}
+				struct cuke_fields a, t;
+				if (cuke_fields_scan(b.p, b.len, &a)) {
+					accepted++;
+					json_t *rec = json_loadb(b.p, b.len, 0, NULL);
+					if (!rec || !json_is_object(rec) || !utf8_valid(b.p, b.len)) {
+						agree = 0;
+						printf("# scanner accepts what jansson refuses: %.80s\n", b.p);
+					} else {
+						cuke_fields_from_json(rec, &t);
+						for (int i = 0; i < CUKE_F_N; i++)
+							if (a.v[i].kind != t.v[i].kind || a.v[i].num != t.v[i].num)
+								agree = 0;
+						if (a.has_cuke != t.has_cuke || !!a.nkeys != !!t.nkeys)
+							agree = 0;
+					}
+					json_decref(rec);
+				} else {
+					declined++;
+				}
+				buf_free(&b);
+			}
+		}
+		free(text);
+	}
+	printf("# mutations: %d accepted by the scanner, %d declined\n", accepted, declined);
+	CHECK(agree && accepted > 100 && declined > 100, "scanner agrees with jansson on damaged records");
+}
+
 static double speedup_of(const char *line, int *st, const char **from)
 {
 	struct cuke_fields f;
@@ -155,9 +218,10 @@ static void test_classify(void)
 {
 	static const struct { const char *file; int level; } t[] = {
 		{ "refs/l1_relu.py", 1 }, { "refs/l1_conv2d.py", 1 }, { "refs/l1_add.py", 1 },
-		{ "refs/l1_softmax.py", 1 },
+		{ "refs/l1_softmax.py", 1 }, { "refs/l1_sum.py", 1 },
 		{ "refs/l2_gemm_relu_scale.py", 2 }, { "refs/l2_conv_bn_relu.py", 2 },
 		{ "refs/l2_matmul_add_gelu.py", 2 }, { "refs/l2_norm_div.py", 2 },
+		{ "refs/l2_gemm_max_sub_gelu.py", 2 },
 		{ "refs/l3_mlp.py", 3 }, { "refs/l3_lenet.py", 3 }, { "refs/l3_block.py", 3 },
 		{ "refs/l3_rnn.py", 3 }, { "refs/none_no_model.py", -1 },
 	};
@@ -235,6 +299,7 @@ static void test_sft(void)
 int main(void)
 {
 	test_scan();
+	test_scan_mutations();
 	test_speedup();
 	test_bins();
 	test_classify();

@@ -307,7 +307,7 @@ static void test_pack_and_recompute(void)
 	free(hmem), free(hw.layers);
 }
 
-static void test_model_grad(void)
+static void test_model_grad(int tied)
 {
 	struct model m;
 	struct model_train t;
@@ -323,7 +323,11 @@ static void test_model_grad(void)
 	struct rng r;
 	int bad = 0, checked = 0;
 
-	tiny_model(&m, 24);
+	config_tiny(&cfg, 24);
+	cfg.rope_theta = 10000.0f;
+	cfg.tie_word_embeddings = tied;
+	hmem = model_weights_random(&hw, &cfg, 3);
+	model_init(&m, &cfg, &hw, &ops_cpu, DICE_F32);
 	model_train_init(&t, &m, 0);
 	sft_batch_build_masked(&tb, s, 2, cfg.mask_token_id, 1.0, mm, p);
 	model_train_batch(&t, &tb, &loss);
@@ -358,7 +362,7 @@ static void test_model_grad(void)
 	}
 	char what[120];
 	snprintf(what, sizeof what, "whole-model gradient == finite differences (%d entries of "
-	         "all %zu tensors)", checked, n);
+	         "all %zu tensors%s)", checked, n, tied ? ", tied embeddings" : "");
 	CHECK(bad == 0, what);
 	free(wl), free(gl);
 	sft_batch_free(&tb);
@@ -375,6 +379,7 @@ int main(void)
 	test_hand_loss();
 	test_engine_equivalence();
 	test_pack_and_recompute();
-	test_model_grad();
+	test_model_grad(0);
+	test_model_grad(1);
 	return test_done();
 }
