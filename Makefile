@@ -71,7 +71,7 @@ deps-npm:
 	  npm install --prefix build/npm --no-audit --no-fund $(NPM_PKGS) >/dev/null 2>&1 || \
 	  echo "deps: npm install failed (no network?): the tokenizer reference test will be skipped" >&2; }
 
-check: deps all $(TESTS)
+check: deps all $(TESTS) lint-man
 	@sh tests/run.sh
 
 check-gpu: all $(GPUTESTS)

@@ -55,8 +55,15 @@ import json, sys
 v = lambda f: [(json.loads(l)["eval"]["correct"], json.loads(l)["eval"]["error"]) for l in open(f)]
 print("yes" if v(sys.argv[1]) == v(sys.argv[2]) == v(sys.argv[3]) else "NO")
 ' "$tmp/serial.jsonl" "$tmp/pool.jsonl" "$tmp/warm.jsonl")
+sums=$("$py" -c '
+import json, sys
+for f in sys.argv[1:]:
+    ev = [json.loads(l)["eval"] for l in open(f)]
+    print("%s: build_s %.1f run_s %.1f" % (f.rsplit("/", 1)[1][:-6], sum(e.get("build_s") or 0 for e in ev), sum(e.get("run_s") or 0 for e in ev)), end="; ")
+' "$tmp/serial.jsonl" "$tmp/pool.jsonl" "$tmp/warm.jsonl")
 echo "# kbench-eval pool vs one at a time: $total candidates ($n extension builds + $n PyTorch),"
 echo "# device $dev, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); same verdicts: $same"
+echo "# worker seconds: $sums"
 echo "# command: bench/kbench-eval.sh $n $jobs"
 awk -v s="$t0" -v a="$t1" -v b="$t2" -v c="$t3" -v n="$total" -v j="$jobs" 'BEGIN {
 	printf "%-34s %8s %12s %8s\n", "mode", "wall_s", "cand/min", "ratio"

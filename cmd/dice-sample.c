@@ -41,6 +41,10 @@ static const char usage_text[] =
 	"  -x, --trace             add sample.trace: step and log-probability per token\n"
 	"  -I, --infill            use the infilling prompt for every record with ref\n"
 	"  -c, --template CHAT     qwen3 (default) or none (feed the text raw)\n"
+	"  -F, --prompt-template FILE  your own prompt template for ref records\n"
+	"  -E, --encode            tokenize each operand (or stdin): one JSON id array each\n"
+	"  -Z, --decode            the inverse: JSON id arrays (one per line) to text\n"
+	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
 	"  -o, --output FILE       write to FILE instead of stdout\n"
 	"  -U, --unbuffered        flush after every record\n"
 	"  -v, --progress          progress on stderr even when it is not a terminal\n"
@@ -69,6 +73,10 @@ static const struct option longopts[] = {
 	{ "trace", no_argument, NULL, 'x' },
 	{ "infill", no_argument, NULL, 'I' },
 	{ "template", required_argument, NULL, 'c' },
+	{ "prompt-template", required_argument, NULL, 'F' },
+	{ "encode", no_argument, NULL, 'E' },
+	{ "decode", no_argument, NULL, 'Z' },
+	{ "dry-run", no_argument, NULL, 'y' },
 	{ "output", required_argument, NULL, 'o' },
 	{ "unbuffered", no_argument, NULL, 'U' },
 	{ "progress", no_argument, NULL, 'v' },
@@ -76,7 +84,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:o:UvhV";
+static const char shortopts[] = "m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:EZyo:UvhV";
 
 static _Noreturn void usage(int status)
 {
@@ -288,6 +296,181 @@ static int parse_stop(const char *arg, int **stop)
 	return n;
 }
 
+/* ---- the front half: tokenizer and prompts only, no weights (--encode, --decode, --dry-run) */
+
+enum front { FRONT_NONE, FRONT_ENCODE, FRONT_DECODE, FRONT_DRY_RUN };
+
+struct front_state {
+	struct tokenizer *tok;
+	struct sample_rec sr;
+	struct jsonl_writer w;
+	FILE *out;
+	int ret;
+};
+
+/* --encode: the ids of a whole file, added tokens recognised, as one JSON array */
+static int front_encode(const char *name, const char *data, size_t len, void *arg)
+{
+	struct front_state *f = arg;
+	int *ids;
+	size_t n;
+
+	if (tokenizer_encode(f->tok, data, len, &ids, &n) < 0) {
+		warn_msg("%s: the tokenizer failed", name);
+		f->ret = 1;
+		return 0;
+	}
+	fputc('[', f->out);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f->out, i ? ",%d" : "%d", ids[i]);
+	fputs("]\n", f->out);
+	free(ids);
+	return 0;
+}
+
+/* --decode: each line a JSON array of ids; the bytes they stand for, special tokens kept */
+static int front_decode(const char *name, const char *data, size_t len, void *arg)
+{
+	struct front_state *f = arg;
+	const char *p = data, *end = data + len;
+	struct buf out;
+	size_t lineno = 0;
+
+	buf_init(&out);
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *e = nl ? nl : end;
+		json_error_t je;
+		json_t *a;
+		int *ids = NULL;
+		size_t n = 0, i;
+		json_t *v;
+
+		const char *q = p;
+
+		lineno++;
+		while (q < e && (*q == ' ' || *q == '\t' || *q == '\r'))
+			q++;
+		a = q < e ? json_loadb(p, (size_t)(e - p), 0, &je) : NULL;
+		p = nl ? nl + 1 : end;
+		if (q == e)
+			continue;            /* blank line */
+		if (!json_is_array(a)) {
+			warn_msg("%s:%zu: not a JSON array of token ids", name, lineno);
+			f->ret = 1;
+			json_decref(a);
+			continue;
+		}
+		ids = xmalloc((json_array_size(a) + 1) * sizeof *ids);
+		json_array_foreach(a, i, v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+			    json_integer_value(v) >= tokenizer_vocab_size(f->tok))
+				break;
+			ids[n++] = (int)json_integer_value(v);
+		}
+		if (n != json_array_size(a)) {
+			warn_msg("%s:%zu: element %zu is not a token id of this tokenizer", name, lineno, n);
+			f->ret = 1;
+		} else {
+			buf_reset(&out);
+			tokenizer_decode(f->tok, ids, n, 0, &out);
+			fwrite(out.p, 1, out.len, f->out);
+		}
+		free(ids);
+		json_decref(a);
+	}
+	buf_free(&out);
+	return 0;
+}
+
+/* --dry-run: the record with the prompt text and ids it would be sampled from */
+static void front_dry(struct front_state *f, json_t *rec, const char *where)
+{
+	char err[512], *text;
+	int *ids, n;
+
+	if (sample_rec_prompt_text(&f->sr, rec, &text, &ids, &n, err, sizeof err) < 0) {
+		warn_msg("%s: %s", where, err);
+		json_object_set_new(rec, "sample", json_pack("{s:s}", "error", err));
+		f->ret = 1;
+	} else {
+		json_t *a = json_array();
+		for (int i = 0; i < n; i++)
+			json_array_append_new(a, json_integer(ids[i]));
+		if (text && !json_object_get(rec, "prompt"))   /* a given prompt stays as it was */
+			json_object_set_new(rec, "prompt", json_string(text));
+		json_object_set_new(rec, "prompt_ids", a);
+		free(text);
+		free(ids);
+	}
+	jsonl_write(&f->w, rec);
+	json_decref(rec);
+}
+
+static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	char *where = xasprintf("%s:%zu", r->name, r->lineno);
+	front_dry(arg, rec, where);
+	free(where);
+	return 0;
+}
+
+static int front_dry_py(const char *name, const char *data, size_t len, void *arg)
+{
+	struct buf b;
+	json_t *rec = json_object();
+
+	buf_init(&b);
+	utf8_repair(&b, data, len);
+	json_object_set_new(rec, "id", json_string(name));
+	json_object_set_new(rec, "ref", json_stringn(b.p, b.len));
+	buf_free(&b);
+	front_dry(arg, rec, name);
+	return 0;
+}
+
+static int run_front(enum front mode, const char *model_dir, const char *template_path,
+                     enum prompt_chat chat, int infill, const char *out_path, int unbuffered,
+                     char **ops_v, int nops)
+{
+	static struct front_state f;
+	struct tokenizer tok;
+	char err[512], *dash[] = { "-" };
+
+	if (tokenizer_load(&tok, model_dir, err, sizeof err) < 0)
+		die("%s", err);
+	f.tok = &tok;
+	f.out = stdout;
+	if (out_path && !(f.out = fopen(out_path, "w")))
+		die("cannot open '%s':", out_path);
+	jsonl_writer_init(&f.w, f.out, out_path ? out_path : "stdout", unbuffered);
+	sample_rec_init(&f.sr, &tok, chat, infill);
+	f.sr.template_path = template_path;
+	if (!nops)
+		ops_v = dash, nops = 1;
+	for (int i = 0; i < nops; i++) {
+		int r;
+		if (mode == FRONT_ENCODE)
+			r = input_each_file(ops_v[i], front_encode, &f);
+		else if (mode == FRONT_DECODE)
+			r = input_each_file(ops_v[i], front_decode, &f);
+		else if (is_py(ops_v[i]))
+			r = input_each_file(ops_v[i], front_dry_py, &f);
+		else
+			r = jsonl_each(ops_v + i, 1, front_dry_record, NULL, &f);
+		if (r)
+			f.ret = 1;
+	}
+	if (f.w.failed)
+		f.ret = 1;
+	jsonl_writer_free(&f.w);
+	if (util_fshut(f.out, out_path ? out_path : "stdout"))
+		f.ret = 1;
+	sample_rec_free(&f.sr);
+	tokenizer_free(&tok);
+	return f.ret;
+}
+
 static size_t host_memory(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -300,7 +483,8 @@ int main(int argc, char **argv)
 	struct checkpoint ck;
 	struct tokenizer tok;
 	const char *model_dir = getenv("DICE_MODEL"), *out_path = NULL, *stop_arg = NULL;
-	const char *dtype_arg = NULL, *preset = NULL;
+	const char *dtype_arg = NULL, *preset = NULL, *template_path = NULL;
+	enum front front = FRONT_NONE;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
 	int infill = 0, unbuffered = 0, block = 0, opt, nstop = 0, have_tok;
 	int *stop = NULL;
@@ -391,6 +575,10 @@ int main(int argc, char **argv)
 			if (prompt_chat_parse(optarg, &chat) < 0)
 				bad_arg("template", optarg);
 			break;
+		case 'F': template_path = optarg; break;
+		case 'E': front = FRONT_ENCODE; break;
+		case 'Z': front = FRONT_DECODE; break;
+		case 'y': front = FRONT_DRY_RUN; break;
 		case 'o': out_path = optarg; break;
 		case 'U': unbuffered = 1; break;
 		case 'v': st.progress = 1; break;
@@ -418,6 +606,9 @@ int main(int argc, char **argv)
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
 		bad_arg("stop", stop_arg);
+	if (front != FRONT_NONE)
+		return run_front(front, model_dir, template_path, chat, infill, out_path, unbuffered,
+		                 argv + optind, argc - optind);
 
 	/* backend and precision */
 	const struct ops *ops;
@@ -460,6 +651,7 @@ int main(int argc, char **argv)
 	if (!strcmp(st.device, "cpu"))
 		st.kv_limit = host_memory() / 10 * 9;
 	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
+	st.sr.template_path = template_path;
 	st.progress |= isatty(2);
 
 	st.out = stdout;

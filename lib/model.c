@@ -347,6 +347,11 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
+		if (q->commit_rows < 0 || q->commit_rows > q->T || q->logits_from < 0 ||
+		    (q->logits && q->logits_from >= q->T)) {
+			warn_msg("model: bad commit_rows or logits_from");
+			return -1;
+		}
 		if (q->T <= 0 || q->kv->len + q->T > q->kv->cap) {
 			warn_msg("model: %d new positions after %d do not fit a cache of %d", q->T,
 			         q->kv->len, q->kv->cap);
@@ -359,7 +364,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			}
 		}
 		N += q->T;
-		R += q->logits ? q->T : 0;
+		R += q->logits ? q->T - q->logits_from : 0;
 		if (q->kv->len + q->T > maxpos)
 			maxpos = q->kv->len + q->T;
 	}
@@ -419,9 +424,10 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			for (int s = 0, off = 0, r = 0; s < nseq; off += seqs[s].T, s++) {
 				if (!seqs[s].logits)
 					continue;
-				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)off * C,
-				        (size_t)seqs[s].T * C * sizeof(float));
-				r += seqs[s].T;
+				int from = seqs[s].logits_from, n = seqs[s].T - from;
+				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(off + from) * C,
+				        (size_t)n * C * sizeof(float));
+				r += n;
 			}
 			h = m->hsel;
 		}
@@ -432,7 +438,6 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	}
 	o->sync();
 	for (int s = 0; s < nseq; s++)
-		if (seqs[s].store)
-			seqs[s].kv->len += seqs[s].T;
+		seqs[s].kv->len += seqs[s].store ? seqs[s].T : seqs[s].commit_rows;
 	return 0;
 }

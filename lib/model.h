@@ -88,7 +88,9 @@ struct model_seq {                   /* one sequence's part of a forward */
 	const int *ids;              /* (T) host token ids at positions kv->len .. kv->len+T-1 */
 	int T;
 	int store;                   /* 1: the new K/V become committed (kv->len += T) */
-	int logits;                  /* 1: logits of all T rows are wanted */
+	int logits;                  /* 1: logits of rows logits_from..T-1 are wanted */
+	int commit_rows;             /* without store: this many leading rows are committed */
+	int logits_from;             /* first row whose logits are wanted (0) */
 };
 
 struct model {
@@ -124,7 +126,10 @@ void kvcache_init(struct kvcache *kv, const struct model *m, int cap);
 void kvcache_free(struct kvcache *kv, const struct model *m);
 
 /* One forward over nseq sequences. logits (host, may be NULL when no sequence wants them):
- * (R, V) for the R = sum of T over sequences with .logits, in sequence order.
+ * (R, V) for the R = sum of T - logits_from over sequences with .logits, in sequence order.
+ * A forward can end one block and start the next: rows [block b | block b+1] with
+ * commit_rows = block commits block b (its queries cannot see block b+1 under the mask rule,
+ * so its K/V are those of a forward of block b alone, bitwise on the CPU).
  * 0, or -1 with a warning (cache full, bad ids). */
 int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits);
 

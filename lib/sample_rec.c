@@ -53,13 +53,14 @@ static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref
 
 	if (s->infill || prefix || suffix) {
 		t = &s->fill;
-		if (!*t && !(*t = prompt_load("infill", err, errlen)))
+		if (!*t && !(*t = prompt_load(s->template_path ? s->template_path : "infill", err, errlen)))
 			return NULL;
 		keys[n] = "prefix", vals[n++] = prefix ? prefix : "";
 		keys[n] = "suffix", vals[n++] = suffix ? suffix : "";
 	} else {
 		t = &s->kb;
-		if (!*t && !(*t = prompt_load("kernelbench", err, errlen)))
+		if (!*t && !(*t = prompt_load(s->template_path ? s->template_path : "kernelbench", err,
+		                              errlen)))
 			return NULL;
 	}
 	keys[n] = "ref", vals[n++] = ref;
@@ -69,12 +70,20 @@ static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n, char *err,
                       size_t errlen)
 {
+	return sample_rec_prompt_text(s, rec, NULL, ids, n, err, errlen);
+}
+
+int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
+                           int *n, char *err, size_t errlen)
+{
 	const char *ref = json_get_str(rec, "ref"), *prompt = json_get_str(rec, "prompt");
 	const json_t *pids = json_object_get(rec, "prompt_ids");
 	char *text;
 	size_t len;
 	int r;
 
+	if (textp)
+		*textp = NULL;
 	if (!ref && !prompt) {
 		if (json_is_array(pids))
 			return ids_from_array(pids, ids, n, err, errlen);
@@ -89,7 +98,10 @@ int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n
 	if (!text)
 		return -1;
 	r = tokenizer_encode(s->tok, text, strlen(text), ids, &len);
-	free(text);
+	if (textp && r >= 0)
+		*textp = text;
+	else
+		free(text);
 	if (r < 0) {
 		snprintf(err, errlen, "the tokenizer failed on the prompt");
 		return -1;

@@ -7,6 +7,8 @@
  *   - `ref`: the "kernelbench" template ({{ref}}), chat-wrapped;
  *   - `prompt` (string): that text as the user turn, chat-wrapped;
  *   - `prompt_ids` (array of token ids): fed as they are (no tokenizer needed).
+ * A user template (template_path, dice-sample --prompt-template) replaces whichever built-in
+ * a ref record would use; it is filled with the same placeholders.
  * Chat wrapping is Qwen3's unless chat is PROMPT_CHAT_NONE (--template none). Text is
  * encoded with the tokenizer's added tokens recognised, and no BOS (SPEC §1.2).
  */
@@ -26,6 +28,7 @@ struct sample_rec {
 	enum prompt_chat chat;
 	int infill;                          /* --infill: the infill template for every ref */
 	struct prompt_template *kb, *fill;  /* loaded on first use */
+	const char *template_path;          /* --prompt-template: replaces both built-ins */
 };
 
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
@@ -34,6 +37,11 @@ void sample_rec_free(struct sample_rec *s);
 /* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err. */
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
                       char *err, size_t errlen);
+
+/* The same, also handing back the rendered prompt text in *text (new string; NULL for a
+ * prompt_ids record). */
+int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **text, int **ids,
+                           int *n, char *err, size_t errlen);
 
 /* The completion text of ids (special tokens and the mask id dropped, valid UTF-8), or NULL
  * when there is no tokenizer. New string. */

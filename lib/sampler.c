@@ -223,6 +223,7 @@ struct slot {
 	int len, P, nb, b, it, gstep, forwards, stopped;
 	enum phase ph;
 	int action_save;             /* this round's forward is the save pass */
+	int pending;                 /* block b-1 is finished, its K/V not stored yet */
 	struct kvcache kv;
 	struct rng rng;
 };
@@ -271,7 +272,7 @@ static void slot_start(struct slot *s, const struct model *m, const struct sampl
 	memset(s->step, 0, (size_t)len * sizeof *s->step);
 	s->b = r->plen / o->block;
 	s->ph = s->b > 0 ? PH_PREFILL : PH_DECODE;
-	s->it = s->gstep = s->forwards = s->stopped = 0;
+	s->it = s->gstep = s->forwards = s->stopped = s->pending = 0;
 	if (s->kv.cap < len) {
 		kvcache_free(&s->kv, m);
 		kvcache_init(&s->kv, m, len);
@@ -408,6 +409,10 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			struct model_seq q = { .kv = &s->kv };
 			if (s->ph == PH_PREFILL) {
 				q.ids = s->x, q.T = s->b * B, q.store = 1;
+			} else if (s->pending) {        /* store block b-1, denoise block b */
+				s->action_save = 0;
+				q.ids = s->x + (s->b - 1) * B, q.T = 2 * B;
+				q.commit_rows = B, q.logits = 1, q.logits_from = B;
 			} else {
 				s->action_save = !block_has_mask(s, o);
 				q.ids = s->x + s->b * B, q.T = B;
@@ -434,8 +439,20 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				if (o->on_logits)
 					o->on_logits(o->on_logits_arg, s->req, s->gstep + 1,
 					             logits + (size_t)lr * V, B, V);
+				s->pending = 0;
 				slot_denoise(s, o, logits + (size_t)lr * V, V, work);
 				lr += B;
+				if (!o->separate_save && !block_has_mask(s, o)) {
+					if (block_ends_request(s, o)) {
+						slot_finish(s, o, &res[s->req], now_ms() - t0);
+						if (progress)
+							progress(arg, ++done, nreq);
+					} else {
+						s->b++;
+						s->it = 0;
+						s->pending = 1;
+					}
+				}
 			} else if (block_ends_request(s, o)) {
 				slot_finish(s, o, &res[s->req], now_ms() - t0);
 				if (progress)

@@ -4,7 +4,8 @@
  * followed by mask ids up to ceil((P+G)/block) whole blocks. The floor(P/block)*block
  * whole-block prompt prefix is prefilled (K/V stored); the leftover prompt tokens sit unmasked
  * in the first decode block. Per block, up to steps+1 iterations: when the block has no mask
- * left, one more forward stores its K/V (the save pass) and the block ends; else the block is
+ * left, its K/V are stored (by a save pass of its own with separate_save, else fused into
+ * the next block's first forward) and the block ends; else the block is
  * forwarded without storing, every masked position is sampled (temperature -> top-k -> top-p
  * -> softmax -> draw; confidence = probability of the drawn token under that filtered
  * distribution) and the commit rule picks which masked positions to fill: `sequential` the k
@@ -47,6 +48,10 @@ struct sampler_opts {
 	int mask_id;                 /* 151669 for SDAR */
 	int max_active;              /* sequences decoded together (1) */
 	int max_rows;                /* rows per forward; 0 = 8192 (a longer prefill runs alone) */
+	int separate_save;           /* 1: a forward of its own stores a finished block's K/V (the
+	                              * reference's count: static 4/4 = 5 forwards per block);
+	                              * 0: stored by the next block's first forward, identical
+	                              * results, 4 forwards per block, none after the last block */
 	/* optional: called with the logits (block, V) of every denoising step (tests, parity) */
 	void (*on_logits)(void *arg, int req, int step, const float *logits, int rows, int V);
 	void *on_logits_arg;

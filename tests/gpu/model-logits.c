@@ -70,7 +70,7 @@ static int cmd_run(int argc, char **argv)
 		die("model_init failed");
 	float *lg = xmalloc(sizeof(float) * P * ck.cfg.vocab_size);
 	kvcache_init(&kv, &m, P);
-	struct model_seq s = { &kv, ids, P, 1, 1 };
+	struct model_seq s = { .kv = &kv, .ids = ids, .T = P, .store = 1, .logits = 1 };
 	if (model_forward(&m, &s, 1, lg) < 0)
 		die("forward failed");
 	path = xasprintf("%s/prefill.f32", argv[3]);
@@ -176,7 +176,7 @@ static int cmd_bench(char **argv)
 		for (int b = 0; b < B; b++) {
 			kvcache_init(&kv[b], &m, P + o.block);
 			kv[b].len = P;       /* cache contents are whatever: timing only */
-			sq[b] = (struct model_seq){ &kv[b], ids, o.block, 0, 1 };
+			sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = o.block, .store = 0, .logits = 1 };
 		}
 		model_forward(&m, sq, B, lg);
 		t = now_s();

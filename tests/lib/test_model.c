@@ -204,12 +204,15 @@ int main(void)
 	struct kvcache ka, kb, kc, ka1, kb1, kc1;
 	kvcache_init(&ka, &m, 32), kvcache_init(&kb, &m, 32), kvcache_init(&kc, &m, 32);
 	kvcache_init(&ka1, &m, 32), kvcache_init(&kb1, &m, 32), kvcache_init(&kc1, &m, 32);
-	struct model_seq pre[2] = { { &ka, ids, 8, 1, 0 }, { &kc, ids2, 4, 1, 0 } };
+	struct model_seq pre[2] = { { .kv = &ka, .ids = ids, .T = 8, .store = 1, .logits = 0 },
+	                            { .kv = &kc, .ids = ids2, .T = 4, .store = 1, .logits = 0 } };
 	model_forward(&m, pre, 2, NULL);
 	pre[0].kv = &ka1, pre[1].kv = &kc1;
 	model_forward(&m, &pre[0], 1, NULL);
 	model_forward(&m, &pre[1], 1, NULL);
-	struct model_seq bat[3] = { { &ka, ids + 8, 4, 0, 1 }, { &kb, ids2, 9, 1, 1 }, { &kc, ids2 + 4, 4, 1, 0 } };
+	struct model_seq bat[3] = { { .kv = &ka, .ids = ids + 8, .T = 4, .store = 0, .logits = 1 },
+	                            { .kv = &kb, .ids = ids2, .T = 9, .store = 1, .logits = 1 },
+	                            { .kv = &kc, .ids = ids2 + 4, .T = 4, .store = 1, .logits = 0 } };
 	float *lb = xmalloc(sizeof(float) * 13 * V), *l1 = xmalloc(sizeof(float) * 13 * V);
 	CHECK(model_forward(&m, bat, 3, lb) == 0, "batched forward");
 	bat[0].kv = &ka1, bat[1].kv = &kb1, bat[2].kv = &kc1;

@@ -128,10 +128,10 @@ static void recompute_greedy(struct model *m, const int *p, int P, int G, int *o
 				break;
 			kvcache_init(&kv, m, len);
 			if (b > 0) {
-				struct model_seq pre = { &kv, x, b * B, 1, 0 };
+				struct model_seq pre = { .kv = &kv, .ids = x, .T = b * B, .store = 1, .logits = 0 };
 				model_forward(m, &pre, 1, NULL);
 			}
-			struct model_seq s = { &kv, x + b * B, B, 0, 1 };
+			struct model_seq s = { .kv = &kv, .ids = x + b * B, .T = B, .store = 0, .logits = 1 };
 			model_forward(m, &s, 1, lg);
 			kvcache_free(&kv, m);
 			for (int j = 0; j < B; j++)
@@ -161,6 +161,7 @@ static void test_runs(void)
 	model_init(&m, &c, &hw, &ops_cpu, DICE_F32);
 	sampler_opts_default(&o);
 	o.mask_id = 299;
+	o.separate_save = 1;     /* the reference's forward counts; fused below */
 	sampler_preset(&o, "eval");
 	o.max_tokens = 8;
 	requests(rq, 5, 1);
@@ -233,6 +234,32 @@ static void test_runs(void)
 	sampler_run(&m, &o, rq, 5, b, NULL, NULL);
 	CHECK(same_result(&a[2], &b[2]), "the same seed reproduces");
 	free_all(b, 5);
+
+	/* the save pass fused into the next block's first forward: same tokens, trace and
+	 * log-probabilities bitwise, one forward less per block and none after the last */
+	o.separate_save = 0;
+	requests(rq, 5, 1);
+	sampler_run(&m, &o, rq, 5, b, NULL, NULL);
+	ok = 1;
+	for (int i = 0; i < 5; i++) {
+		struct sampler_result x = b[i];
+		x.forwards = a[i].forwards;
+		ok &= same_result(&a[i], &x) && b[i].forwards == b[i].steps + (plens[i] >= 4);
+	}
+	CHECK(ok, "fused save pass == separate save pass; forwards = steps + prefill");
+	free_all(b, 5);
+	o.max_active = 1;
+	sampler_run(&m, &o, rq, 5, b, NULL, NULL);
+	ok = 1;
+	for (int i = 0; i < 5; i++) {
+		struct sampler_result x = b[i];
+		x.forwards = a[i].forwards;
+		ok &= same_result(&a[i], &x);
+	}
+	CHECK(ok, "fused, batch 1 == separate, batch 3");
+	free_all(b, 5);
+	o.separate_save = 1;
+	o.max_active = 3;
 
 	/* stop ids: stop on the 6th token of the unstopped run */
 	int stop = a[0].ids[5], first = 0;
