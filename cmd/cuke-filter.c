@@ -65,13 +65,7 @@ static const char shortopts[] = ":m:M:cduk:t:T:l:CSpir:sj:o:UPhV";
 
 static _Noreturn void usage(int status)
 {
-	if (status) {
-		fputs("usage: cuke-filter [options] [file ...]\n"
-		      "try 'cuke-filter --help' for the options\n", stderr);
-		exit(status);
-	}
-	fputs(usage_text, stdout);
-	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+	cli_usage(status, "cuke-filter [options] [file ...]", usage_text);
 }
 
 /* "1,3" -> bits 1 and 3 */

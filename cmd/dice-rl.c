@@ -99,29 +99,7 @@ static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:b:r:N:Rl:e:B:f:u:M:c:z:d:g:
 
 static _Noreturn void usage(int status)
 {
-	if (status) {
-		fputs("usage: dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]\n"
-		      "try 'dice-rl --help' for the options\n", stderr);
-		exit(status);
-	}
-	fputs(usage_text, stdout);
-	exit(util_fshut(stdout, "stdout") ? 1 : 0);
-}
-
-static long num(const char *opt, const char *s, long min, long max)
-{
-	long v;
-	if (parse_long(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
-	return v;
-}
-
-static double real(const char *opt, const char *s, double min, double max)
-{
-	double v;
-	if (parse_double(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
-	return v;
+	cli_usage(status, "dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]", usage_text);
 }
 
 static volatile sig_atomic_t stop;
@@ -312,35 +290,36 @@ int main(int argc, char **argv)
 	util_set_progname(argv[0]);
 	optim_defaults(&oo);
 	oo.lr = 1e-6f;
+	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'o': out = optarg; break;
 		case 't': tok_dir = optarg; break;
 		case 'S': stage_name = optarg; break;
-		case 'n': steps = num("--steps", optarg, 0, 1L << 30); break;
+		case 'n': steps = cli_long("--steps", optarg, 0, 1L << 30); break;
 		case 's': stages_spec = optarg; break;
-		case 'p': tps = num("--tasks-per-step", optarg, 1, 1L << 20); break;
+		case 'p': tps = cli_long("--tasks-per-step", optarg, 1, 1L << 20); break;
 		case 'O': order = optarg; break;
-		case 'G': group = num("--group", optarg, 1, 1L << 16); break;
-		case 'x': max_tokens = num("--max-tokens", optarg, 1, 1L << 24); break;
-		case 'b': batch = num("--batch", optarg, 1, 1L << 16); break;
+		case 'G': group = cli_long("--group", optarg, 1, 1L << 16); break;
+		case 'x': max_tokens = cli_long("--max-tokens", optarg, 1, 1L << 24); break;
+		case 'b': batch = cli_long("--batch", optarg, 1, 1L << 16); break;
 		case 'r': reward = optarg; break;
-		case 'N': trials = num("--reward-trials", optarg, 1, 1000); break;
+		case 'N': trials = cli_long("--reward-trials", optarg, 1, 1000); break;
 		case 'R': robust = 1; break;
-		case 'l': oo.lr = (float)real("--lr", optarg, 0, 10); break;
-		case 'e': eps = (float)real("--clip-eps", optarg, 0, 10); break;
-		case 'B': beta = (float)real("--beta", optarg, 0, 1e6); break;
+		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
+		case 'e': eps = (float)cli_double("--clip-eps", optarg, 0, 10); break;
+		case 'B': beta = (float)cli_double("--beta", optarg, 0, 1e6); break;
 		case 'f': ref_dir = optarg; break;
-		case 'u': update = num("--update-samples", optarg, 1, 1L << 24); break;
-		case 'M': micro = num("--micro-batch", optarg, 1, 1L << 16); break;
-		case 'c': oo.clip = (float)real("--clip", optarg, 0, 1e9); break;
-		case 'z': seed = (unsigned long long)num("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+		case 'u': update = cli_long("--update-samples", optarg, 1, 1L << 24); break;
+		case 'M': micro = cli_long("--micro-batch", optarg, 1, 1L << 16); break;
+		case 'c': oo.clip = (float)cli_double("--clip", optarg, 0, 1e9); break;
+		case 'z': seed = (unsigned long long)cli_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
 		case 'd': device = optarg; break;
 		case 'g': log_path = optarg; break;
-		case 'k': save_every = num("--save-every", optarg, 0, 1L << 30); break;
+		case 'k': save_every = cli_long("--save-every", optarg, 0, 1L << 30); break;
 		case 'C': resume = 1; break;
-		case 'E': eval_every = num("--eval-every", optarg, 0, 1L << 30); break;
+		case 'E': eval_every = cli_long("--eval-every", optarg, 0, 1L << 30); break;
 		case 'T': eval_path = optarg; break;
 		case 'a': recompute = 1; break;
 		case 'X': dump = optarg; break;
@@ -349,7 +328,9 @@ int main(int argc, char **argv)
 		case 'V':
 			printf("dice-rl %s\n", DICE_VERSION);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		default: usage(EXIT_STATUS_USAGE);
+		default:
+			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
 		}
 	}
 	if (!out || (!model_dir && !resume))

@@ -88,13 +88,7 @@ static const char shortopts[] = "m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:EZyo:Uv
 
 static _Noreturn void usage(int status)
 {
-	if (status) {
-		fputs("usage: dice-sample [options] [file.py | file.jsonl ...]\n"
-		      "try 'dice-sample --help' for the options\n", stderr);
-		exit(status);
-	}
-	fputs(usage_text, stdout);
-	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+	cli_usage(status, "dice-sample [options] [file.py | file.jsonl ...]", usage_text);
 }
 
 static _Noreturn void bad_arg(const char *opt, const char *arg)

@@ -89,30 +89,8 @@ static const char shortopts[] = "m:o:i:t:e:n:l:w:S:b:a:L:s:d:D:g:k:rRT1:2:E:W:c:
 
 static _Noreturn void usage(int status)
 {
-	if (status) {
-		fputs("usage: dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
-		      "       dice-sft --init CONFIG.json -o OUT_DIR\n"
-		      "try 'dice-sft --help' for the options\n", stderr);
-		exit(status);
-	}
-	fputs(usage_text, stdout);
-	exit(util_fshut(stdout, "stdout") ? 1 : 0);
-}
-
-static long num(const char *opt, const char *s, long min, long max)
-{
-	long v;
-	if (parse_long(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
-	return v;
-}
-
-static double real(const char *opt, const char *s, double min, double max)
-{
-	double v;
-	if (parse_double(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
-	return v;
+	cli_usage(status, "dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
+		      "       dice-sft --init CONFIG.json -o OUT_DIR", usage_text);
 }
 
 static volatile sig_atomic_t stop;
@@ -207,44 +185,47 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);      /* from here on a signal ends training after a step */
 	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
+	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'o': out = optarg; break;
 		case 'i': init = optarg; break;
 		case 't': tok_dir = optarg; break;
-		case 'e': epochs = num("--epochs", optarg, 1, 1000000); break;
-		case 'n': max_steps = num("--max-steps", optarg, 0, 1L << 30); break;
-		case 'l': oo.lr = (float)real("--lr", optarg, 0, 10); break;
-		case 'w': warmup = real("--warmup", optarg, 0, 1e9); break;
+		case 'e': epochs = cli_long("--epochs", optarg, 1, 1000000); break;
+		case 'n': max_steps = cli_long("--max-steps", optarg, 0, 1L << 30); break;
+		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
+		case 'w': warmup = cli_double("--warmup", optarg, 0, 1e9); break;
 		case 'S':
 			if (optim_schedule_parse(optarg, &oo.schedule) < 0)
 				die_status(EXIT_STATUS_USAGE, "bad --schedule '%s' (constant_with_warmup "
 				           "or cosine)", optarg);
 			break;
-		case 'b': batch_tokens = num("--batch-tokens", optarg, 1, 1L << 30); break;
-		case 'a': grad_accum = num("--grad-accum", optarg, 1, 1L << 20); break;
-		case 'L': max_len = num("--max-len", optarg, 1, 1L << 30); break;
-		case 's': seed = (unsigned long long)num("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+		case 'b': batch_tokens = cli_long("--batch-tokens", optarg, 1, 1L << 30); break;
+		case 'a': grad_accum = cli_long("--grad-accum", optarg, 1, 1L << 20); break;
+		case 'L': max_len = cli_long("--max-len", optarg, 1, 1L << 30); break;
+		case 's': seed = (unsigned long long)cli_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
 		case 'd': device = optarg; break;
 		case 'D': dtype_name = optarg; break;
 		case 'g': log_path = optarg; break;
-		case 'k': save_every = num("--save-every", optarg, 0, 1L << 30); break;
+		case 'k': save_every = cli_long("--save-every", optarg, 0, 1L << 30); break;
 		case 'r': resume = 1; break;
 		case 'R': recompute = 1; break;
 		case 'T': think = 0; break;
-		case '1': oo.beta1 = (float)real("--beta1", optarg, 0, 0.999999); break;
-		case '2': oo.beta2 = (float)real("--beta2", optarg, 0, 0.999999999); break;
-		case 'E': oo.eps = (float)real("--adam-eps", optarg, 0, 1); break;
-		case 'W': oo.weight_decay = (float)real("--weight-decay", optarg, 0, 10); break;
-		case 'c': oo.clip = (float)real("--clip", optarg, 0, 1e9); break;
+		case '1': oo.beta1 = (float)cli_double("--beta1", optarg, 0, 0.999999); break;
+		case '2': oo.beta2 = (float)cli_double("--beta2", optarg, 0, 0.999999999); break;
+		case 'E': oo.eps = (float)cli_double("--adam-eps", optarg, 0, 1); break;
+		case 'W': oo.weight_decay = (float)cli_double("--weight-decay", optarg, 0, 10); break;
+		case 'c': oo.clip = (float)cli_double("--clip", optarg, 0, 1e9); break;
 		case 'x': dump = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
 		case 'V':
 			printf("dice-sft %s\n", DICE_VERSION);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		default: usage(EXIT_STATUS_USAGE);
+		default:
+			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
+			usage(EXIT_STATUS_USAGE);
 		}
 	}
 	if (!out && !(dump && model_dir))

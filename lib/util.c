@@ -163,6 +163,34 @@ int parse_double(const char *s, double min, double max, double *out)
 	return 0;
 }
 
+long cli_long(const char *opt, const char *s, long min, long max)
+{
+	long v;
+
+	if (parse_long(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+double cli_double(const char *opt, const char *s, double min, double max)
+{
+	double v;
+
+	if (parse_double(s, min, max, &v) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	return v;
+}
+
+void cli_usage(int status, const char *synopsis, const char *text)
+{
+	if (status) {
+		fprintf(stderr, "usage: %s\ntry '%s --help' for the options\n", synopsis, argv0);
+		exit(status);
+	}
+	fputs(text, stdout);
+	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
 void buf_init(struct buf *b)
 {
 	b->cap = 64;

@@ -60,6 +60,14 @@ void buf_addc(struct buf *b, int c);
 void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *buf_detach(struct buf *b, size_t *len);  /* caller owns the result; b is re-inited */
 
+/* For cmd/ only (they exit): the number in option `opt` within [min, max], else
+ * "prog: bad OPT 'S'" and exit 2. */
+long cli_long(const char *opt, const char *s, long min, long max);
+double cli_double(const char *opt, const char *s, double min, double max);
+/* status 0 (--help): the full text on stdout, exit 0 (1 when stdout fails); otherwise the
+ * synopsis and "try 'prog --help'" on stderr and exit with status. */
+_Noreturn void cli_usage(int status, const char *synopsis, const char *text);
+
 /* Read a whole stream; returns a NUL-terminated xmalloc'ed buffer or NULL with errno set. */
 char *util_read_all(FILE *fp, size_t *len);
 char *util_read_file(const char *path, size_t *len);
