@@ -3,6 +3,7 @@
  * CUDA_CHECK / CUBLAS_CHECK reporters. The table's ops call the launchers of the other files
  * on that stream; a launcher's shape error is a bug in the caller, so the table aborts on it. */
 #include "common.cuh"
+#include "train.cuh"
 
 /* ---------------------------------------------------------------- checks */
 
@@ -168,7 +169,16 @@ static const struct ops ops_cuda = {
 	cu_to_device,
 	cu_sync,
 	cu_copy,
-	/* the training ops stay NULL (lib/gpu.h) */
+	cu_matmul_backward,
+	cu_rmsnorm_backward,
+	cu_rope_backward,
+	cu_swiglu_backward,
+	cu_attention_backward,
+	cu_embed_backward,
+	cu_cross_entropy,
+	cu_zero,
+	cu_sumsq,
+	cu_adamw,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -1,0 +1,52 @@
+/* matmul_bwd.cu: the backward of y(N,out) = x(N,in) @ w(out,in)^T:
+ *   dx(N,in) = dy(N,out) @ w        (write; skipped when dx is NULL)
+ *   dw(out,in) += dy^T @ x          (accumulate; skipped when dw is NULL)
+ * Both are cuBLAS SGEMMs in fp32 (the handle keeps CUBLAS_DEFAULT_MATH: no TF32). A bf16 or
+ * fp16 w is first widened to fp32 in the backend scratch (exact), so the math is the CPU
+ * twin's up to summation order. */
+#include "gpu_bwd.h"
+#include "common.cuh"
+
+/* ---------------------------------------------------------------- CUDA kernels */
+
+static __global__ void widen_kernel(float *d, const void *w, int dt, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		d[i] = gpu_load_w(w, dt, i);
+}
+
+/* ---------------------------------------------------------------- kernel launchers */
+
+int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
+                        const void *w, enum dice_dtype wdt, int N, int in, int out)
+{
+	cublasHandle_t h = gpu_cublas();
+	const float one = 1.0f, zero = 0.0f;
+
+	GPU_REQUIRE(N >= 0 && in > 0 && out > 0, "matmul_backward");
+	GPU_REQUIRE(wdt == DICE_F32 || wdt == DICE_BF16 || wdt == DICE_F16, "matmul_backward dtype");
+	if (N == 0)
+		return 0;
+	CUBLAS_CHECK(cublasSetStream(h, st));
+	if (dx) {
+		const float *wf = (const float *)w;
+		if (wdt != DICE_F32) {
+			size_t n = (size_t)in * out;
+			float *s = (float *)gpu_scratch(n * sizeof(float));
+			size_t g = CEIL_DIV(n, (size_t)256);
+			widen_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>(s, w, (int)wdt, n);
+			CUDA_CHECK_LAUNCH();
+			wf = s;
+		}
+		/* column-major: dx^T(in,N) = w^T(in,out) dy^T(out,N) */
+		CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, &one, wf, in, dy, out,
+		                         &zero, dx, in));
+	}
+	if (dw) {
+		/* column-major: dw^T(in,out) += x^T(in,N) dy(N,out) */
+		CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, &one, x, in, dy, out,
+		                         &one, dw, in));
+	}
+	return 0;
+}

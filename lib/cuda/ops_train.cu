@@ -1,0 +1,73 @@
+/* ops_train.cu: the training entries of the CUDA ops table (declared in train.cuh): each
+ * runs its launcher (lib/gpu_bwd.h) on the backend stream; a shape error is a bug in the
+ * caller, so it aborts, as the forward entries in backend.cu do. */
+#include "gpu_bwd.h"
+#include "common.cuh"
+#include "train.cuh"
+
+#define TRAIN_CALL(op, call) do { if ((call) != 0) { \
+	fprintf(stderr, "dice: cuda %s: bad arguments\n", (op)); abort(); } } while (0)
+
+void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                        enum dice_dtype wdt, int N, int in, int out)
+{
+	TRAIN_CALL("matmul_backward",
+	           gpu_matmul_backward(gpu_stream(), dx, dw, dy, x, w, wdt, N, in, out));
+}
+
+void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int C, float eps)
+{
+	TRAIN_CALL("rmsnorm_backward",
+	           gpu_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, N, C, eps));
+}
+
+void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta)
+{
+	TRAIN_CALL("rope_backward", gpu_rope_backward(gpu_stream(), dx, pos, N, NH, HD, theta));
+}
+
+void cu_swiglu_backward(float *dgate, float *dup, const float *dy, const float *gate,
+                        const float *up, int N, int C)
+{
+	TRAIN_CALL("swiglu_backward",
+	           gpu_swiglu_backward(gpu_stream(), dgate, dup, dy, gate, up, N, C));
+}
+
+void cu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *out, int T, int S,
+                           int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_backward",
+	           gpu_attention_backward(gpu_stream(), dq, dk, dv, dout, q, k, v, out, T, S, NH,
+	                                  NKV, HD, m));
+}
+
+void cu_embed_backward(float *dw, const int *ids, const float *dy, int N, int C)
+{
+	TRAIN_CALL("embed_backward", gpu_embed_backward(gpu_stream(), dw, ids, dy, N, C));
+}
+
+void cu_cross_entropy(float *loss, float *dlogits, const float *logits, const int *target,
+                      const float *weight, int N, int V)
+{
+	TRAIN_CALL("cross_entropy",
+	           gpu_cross_entropy(gpu_stream(), loss, dlogits, logits, target, weight, N, V));
+}
+
+void cu_zero(void *p, size_t bytes)
+{
+	TRAIN_CALL("zero", gpu_zero(gpu_stream(), p, bytes));
+}
+
+double cu_sumsq(const float *x, size_t n)
+{
+	double r = 0.0;
+	TRAIN_CALL("sumsq", gpu_sumsq(gpu_stream(), &r, x, n));
+	return r;
+}
+
+void cu_adamw(float *p, float *m, float *v, const float *g, size_t n, const struct adamw_step *s)
+{
+	TRAIN_CALL("adamw", gpu_adamw(gpu_stream(), p, m, v, g, n, s));
+}

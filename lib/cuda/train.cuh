@@ -1,0 +1,26 @@
+/* train.cuh: the training entries of the CUDA ops table (lib/ops.h, end of struct ops),
+ * defined in ops_train.cu and put into the table by backend.cu. Each calls its launcher
+ * (lib/gpu_bwd.h) on gpu_stream() and aborts on a shape error (a bug in the caller). */
+#ifndef DICE_CUDA_TRAIN_CUH
+#define DICE_CUDA_TRAIN_CUH
+
+#include "ops.h"
+
+void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                        enum dice_dtype wdt, int N, int in, int out);
+void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int C, float eps);
+void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
+void cu_swiglu_backward(float *dgate, float *dup, const float *dy, const float *gate,
+                        const float *up, int N, int C);
+void cu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *out, int T, int S,
+                           int NH, int NKV, int HD, const struct attn_mask *m);
+void cu_embed_backward(float *dw, const int *ids, const float *dy, int N, int C);
+void cu_cross_entropy(float *loss, float *dlogits, const float *logits, const int *target,
+                      const float *weight, int N, int V);
+void cu_zero(void *p, size_t bytes);
+double cu_sumsq(const float *x, size_t n);
+void cu_adamw(float *p, float *m, float *v, const float *g, size_t n, const struct adamw_step *s);
+
+#endif

@@ -1,0 +1,53 @@
+/* gpu_bwd: the training launchers of the CUDA backend (lib/cuda/*_bwd.cu, train.cu), the
+ * twins of lib/ops_bwd_cpu.c, declared for C and C++. Same contract as lib/gpu.h: an
+ * explicit stream, every pointer a DEVICE pointer (attn_mask arrays included), shapes
+ * checked (-1 and a warning on bad shapes), launches checked, 0 on success. The ops table
+ * (gpu_ops(), its training entries) calls them on gpu_stream().
+ *
+ * Accumulation order differs from the CPU twin where atomics or block reductions add up
+ * (dw of matmul/rmsnorm, embed_backward, sumsq): equal up to fp32 rounding, not bitwise.
+ * Every launcher is tested against its twin on random data (tests/gpu/test_<op>_bwd.cu). */
+#ifndef DICE_GPU_BWD_H
+#define DICE_GPU_BWD_H
+
+#include "gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dx(N,in) = dy(N,out) @ w (write; skipped if dx NULL); dw(out,in) += dy^T x (skipped if
+ * dw NULL). cuBLAS fp32 (no TF32); a bf16/fp16 w is widened to fp32 in the scratch first. */
+int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
+                        const void *w, enum dice_dtype wdt, int N, int in, int out);
+/* dx(N,C) (write, may equal dy), dw(C) += (skipped if NULL), from dy and the forward x */
+int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
+                         const void *w, enum dice_dtype wdt, int N, int C, float eps);
+/* in place on dx(N,NH,HD): rotation by minus the angle (HD even, HD <= 1024) */
+int gpu_rope_backward(cudaStream_t st, float *dx, const int *pos, int N, int NH, int HD,
+                      float theta);
+/* dgate, dup (N,C) (write; dgate may equal dy) */
+int gpu_swiglu_backward(cudaStream_t st, float *dgate, float *dup, const float *dy,
+                        const float *gate, const float *up, int N, int C);
+/* dq(T,NH,HD), dk, dv(S,NKV,HD) (write) from dout and the forward's q, k, v, out; HD <= 256 */
+int gpu_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                           const float *q, const float *k, const float *v, const float *out,
+                           int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* dw(V,C) += dy(N,C) rows at ids(N) (atomics: repeated ids add up) */
+int gpu_embed_backward(cudaStream_t st, float *dw, const int *ids, const float *dy, int N, int C);
+/* loss(N), dlogits(N,V) (write; dlogits may equal logits); target < 0: zeros */
+int gpu_cross_entropy(cudaStream_t st, float *loss, float *dlogits, const float *logits,
+                      const int *target, const float *weight, int N, int V);
+/* p(bytes) = 0 */
+int gpu_zero(cudaStream_t st, void *p, size_t bytes);
+/* *res = sum x(n)^2 in double (waits for the stream) */
+int gpu_sumsq(cudaStream_t st, double *res, const float *x, size_t n);
+/* one AdamW step on n parameters (lib/ops.h) */
+int gpu_adamw(cudaStream_t st, float *p, float *m, float *v, const float *g, size_t n,
+              const struct adamw_step *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
