@@ -36,7 +36,7 @@ static const char usage_text[] =
 	"  -L, --max-len N         drop samples longer than N tokens (6144)\n"
 	"  -s, --seed N            seed of data order, noise and --init (42)\n"
 	"  -d, --device NAME       cpu (default) or cuda\n"
-	"  -D, --dtype NAME        compute dtype: float32 (cpu) or bfloat16 (cuda)\n"
+	"  -D, --dtype NAME        compute dtype: float32 (the only one in this version)\n"
 	"  -g, --log FILE          JSONL metrics, one line per step\n"
 	"  -k, --save-every N      also save every N steps (0: only at the end)\n"
 	"  -r, --resume            continue from -o's checkpoint and trainer state\n"

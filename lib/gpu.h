@@ -7,8 +7,8 @@
  * shapes, with a warning) and checks the launch; 0 on success. CUDA or cuBLAS failures are
  * fatal and name file:line (CUDA_CHECK / CUBLAS_CHECK in lib/cuda/common.cuh).
  *
- * The table fills the forward ops, memory and copy; the training ops of struct ops
- * (*_backward, cross_entropy, zero, sumsq, adamw) are NULL here until they get CUDA twins.
+ * The table fills every op: forward, memory and copy here; the training ops of struct ops
+ * (*_backward, cross_entropy, zero, sumsq, adamw) are declared in lib/gpu_bwd.h.
  *
  * Every pointer is a DEVICE pointer, attn_mask's arrays included (see lib/ops.h); shapes
  * and semantics are exactly those of the CPU twin in lib/ops_cpu.c, the specification.
