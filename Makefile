@@ -32,7 +32,14 @@ endif
 
 CPPFLAGS += -Ilib -DDICE_VERSION='"$(VERSION)"' -DDICE_SHAREDIR='"$(SHAREDIR)"'
 
+# the build configuration baked into the objects (share/ directory, version): rewritten only
+# when it changes, so `make install PREFIX=...` after a plain `make` rebuilds what uses it
+BUILDCFG := lib/.buildcfg
+$(shell echo '$(SHAREDIR) $(VERSION)' | cmp -s - $(BUILDCFG) 2>/dev/null || echo '$(SHAREDIR) $(VERSION)' > $(BUILDCFG))
+
 all: $(PROGS)
+
+lib/util.o: $(BUILDCFG)
 
 lib/libdice.a: $(LIB_OBJ)
 	rm -f $@
@@ -44,7 +51,7 @@ lib/%.o: lib/%.c $(HDRS) config.mk
 lib/cuda/%.o: lib/cuda/%.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
 	$(NVCC) $(NVCCFLAGS) -Ilib -c -o $@ $<
 
-bin/%: cmd/%.c lib/libdice.a
+bin/%: cmd/%.c lib/libdice.a $(BUILDCFG)
 	@mkdir -p bin
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)
 
@@ -105,7 +112,7 @@ dist:
 	git archive --format=tar.gz --prefix=dice-$(VERSION)/ -o dice-$(VERSION).tar.gz HEAD
 
 clean:
-	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a dice-*.tar.gz
+	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a lib/.buildcfg dice-*.tar.gz
 
 .PHONY: all deps deps-npm check check-gpu demo fuzz lint-man install uninstall dist clean
 .PRECIOUS: lib/%.o lib/cuda/%.o
