@@ -150,14 +150,9 @@ int main(int argc, char **argv)
 		case 'U': unbuffered = 1; break;
 		case 'P': cfg.no_fast = 1; break;
 		case 'h': usage(0);
-		case 'V':
-			printf("cuke-filter %s\n", DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
-		case ':':
-			warn_msg("option '%s' needs an argument", argv[optind - 1]);
-			usage(EXIT_STATUS_USAGE);
+		case 'V': cli_version();
 		default:
-			warn_msg("unknown option '%s'", argv[optind - 1]);
+			cli_warn_option(opt, argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}

@@ -182,14 +182,9 @@ int main(int argc, char **argv)
 		case 'h':
 			fputs(usage_text, stdout);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		case 'V':
-			puts("deceive-check " DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
-		case ':':
-			warn_msg("option '%s' needs an argument", argv[optind - 1]);
-			usage_error();
+		case 'V': cli_version();
 		default:
-			warn_msg("unknown option '%s'", argv[optind - 1]);
+			cli_warn_option(c, argv[optind - 1]);
 			usage_error();
 		}
 	}

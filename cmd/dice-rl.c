@@ -325,9 +325,7 @@ int main(int argc, char **argv)
 		case 'X': dump = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
-		case 'V':
-			printf("dice-rl %s\n", DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case 'V': cli_version();
 		default:
 			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);

@@ -577,14 +577,9 @@ int main(int argc, char **argv)
 		case 'U': unbuffered = 1; break;
 		case 'v': st.progress = 1; break;
 		case 'h': usage(0);
-		case 'V':
-			printf("dice-sample %s\n", DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
-		case ':':
-			warn_msg("option '%s' needs an argument", argv[optind - 1]);
-			usage(EXIT_STATUS_USAGE);
+		case 'V': cli_version();
 		default:
-			warn_msg("unknown option '%s'", argv[optind - 1]);
+			cli_warn_option(opt, argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}

@@ -220,9 +220,7 @@ int main(int argc, char **argv)
 		case 'x': dump = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
-		case 'V':
-			printf("dice-sft %s\n", DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case 'V': cli_version();
 		default:
 			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);

@@ -318,9 +318,7 @@ int main(int argc, char **argv)
 		case 'h':
 			fputs(usage_text, stdout);
 			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
-		case 'V':
-			printf("kbench-eval %s\n", DICE_VERSION);
-			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
+		case 'V': cli_version();
 		default:
 			usage();
 		}

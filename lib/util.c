@@ -191,6 +191,20 @@ void cli_usage(int status, const char *synopsis, const char *text)
 	exit(util_fshut(stdout, "stdout") ? 1 : 0);
 }
 
+void cli_version(void)
+{
+	printf("%s %s\n", argv0, DICE_VERSION);
+	exit(util_fshut(stdout, "stdout") ? 1 : 0);
+}
+
+void cli_warn_option(int opt, const char *arg)
+{
+	if (opt == ':')
+		warn_msg("option '%s' needs an argument", arg);
+	else
+		warn_msg("unknown option '%s'", arg);
+}
+
 void buf_init(struct buf *b)
 {
 	b->cap = 64;

@@ -68,6 +68,11 @@ double cli_double(const char *opt, const char *s, double min, double max);
  * synopsis and "try 'prog --help'" on stderr and exit with status. */
 _Noreturn void cli_usage(int status, const char *synopsis, const char *text);
 
+/* --version: "prog VERSION" on stdout, exit 0 (1 when stdout fails). */
+_Noreturn void cli_version(void);
+/* getopt_long with opterr = 0 returned ':' or '?': say which, for `arg` (argv[optind - 1]). */
+void cli_warn_option(int opt, const char *arg);
+
 /* Read a whole stream; returns a NUL-terminated xmalloc'ed buffer or NULL with errno set. */
 char *util_read_all(FILE *fp, size_t *len);
 char *util_read_file(const char *path, size_t *len);
