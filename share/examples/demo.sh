@@ -6,6 +6,10 @@
 # dice-sft + dice-sample: a tiny SDAR model (tiny/: config and a byte-level tokenizer) is
 # created from random weights, fine-tuned with the block-diffusion objective on sft.jsonl,
 # and sampled with block-diffusion decoding: the whole train -> sample loop on the CPU.
+# The loop closed: the tiny model is asked for a kernel for a KernelBench-style problem
+# (kernelbench/level1/1_ReLU.py), the answer goes through deceive-check and kbench-eval (CPU
+# mode) and the per-level report. A tiny demo model does not write kernels (no_code):
+# real use starts from an SDAR or DICE checkpoint.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -62,3 +66,16 @@ echo "\$ echo '{\"prompt\": \"relu\"}' | dice-sample -m ckpt --device cpu --pres
 sed 's/, "response".*/}/' sft.jsonl | dice-sample -m "$tmp/ckpt" --device cpu --preset eval \
 	--max-tokens 40 2>/dev/null |
 	sed 's/^{"prompt":\("[^"]*"\).*"completion":\("[^"]*"\).*"forwards":\([0-9]*\).*/  \1 -> \2  (\3 forwards)/'
+
+echo
+echo "== the loop closed: problem -> dice-sample -> deceive-check -> kbench-eval -> report"
+echo "\$ kbench-eval --list -k kernelbench | dice-sample -m ckpt --device cpu --preset eval \\"
+echo "      --max-tokens 48 | deceive-check | kbench-eval --device cpu -k kernelbench > evaluated.jsonl"
+kbench-eval --list -k kernelbench | dice-sample -m "$tmp/ckpt" --device cpu --preset eval \
+	--max-tokens 48 2>/dev/null | deceive-check 2>/dev/null |
+	kbench-eval --device cpu -k kernelbench >"$tmp/evaluated.jsonl" 2>/dev/null || true
+grep -o '"id":"[^"]*"\|"error":"[^"]*","message":"[^"]*"' "$tmp/evaluated.jsonl" | paste - - |
+	sed 's/^/  /'
+echo "\$ kbench-eval --report -k kernelbench evaluated.jsonl"
+kbench-eval --report -k kernelbench "$tmp/evaluated.jsonl" | sed 's/^/  /'
+echo "(a tiny random-init model writes no kernel; real use starts from an SDAR or DICE checkpoint)"
