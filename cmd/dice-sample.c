@@ -250,15 +250,7 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 
 static int on_py(const char *name, const char *data, size_t len, void *arg)
 {
-	struct buf b;
-	json_t *rec = json_object();
-
-	buf_init(&b);
-	utf8_repair(&b, data, len);
-	json_object_set_new(rec, "id", json_string(name));
-	json_object_set_new(rec, "ref", json_stringn(b.p, b.len));
-	buf_free(&b);
-	queue(arg, rec, name, 1);
+	queue(arg, sample_rec_from_py(name, data, len), name, 1);
 	return 0;
 }
 
@@ -411,15 +403,7 @@ static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
 
 static int front_dry_py(const char *name, const char *data, size_t len, void *arg)
 {
-	struct buf b;
-	json_t *rec = json_object();
-
-	buf_init(&b);
-	utf8_repair(&b, data, len);
-	json_object_set_new(rec, "id", json_string(name));
-	json_object_set_new(rec, "ref", json_stringn(b.p, b.len));
-	buf_free(&b);
-	front_dry(arg, rec, name);
+	front_dry(arg, sample_rec_from_py(name, data, len), name);
 	return 0;
 }
 

@@ -24,6 +24,19 @@ void sample_rec_free(struct sample_rec *s)
 	memset(s, 0, sizeof *s);
 }
 
+json_t *sample_rec_from_py(const char *name, const char *data, size_t len)
+{
+	struct buf b;
+	json_t *rec = json_object();
+
+	buf_init(&b);
+	utf8_repair(&b, data, len);
+	json_object_set_new(rec, "id", json_string(name));
+	json_object_set_new(rec, "ref", json_stringn(b.p, b.len));
+	buf_free(&b);
+	return rec;
+}
+
 static int ids_from_array(const json_t *a, int **ids, int *n, char *err, size_t errlen)
 {
 	size_t i, len = json_array_size(a);

@@ -34,6 +34,10 @@ struct sample_rec {
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
 void sample_rec_free(struct sample_rec *s);
 
+/* The record of a .py reference operand: {"id": name, "ref": its source, repaired to valid
+ * UTF-8}. New reference. */
+json_t *sample_rec_from_py(const char *name, const char *data, size_t len);
+
 /* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err. */
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
                       char *err, size_t errlen);
