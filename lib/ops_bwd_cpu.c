@@ -129,32 +129,14 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 			const float *doh = dout + ((size_t)t * NH + h) * HD;
 			float *dqh = dq + ((size_t)t * NH + h) * HD;
 			int kh = h / group;
-			float mx = -INFINITY, sum = 0.0f, dsum = 0.0f;
+			float dsum = 0.0f;
 
-			for (int s = 0; s < S; s++) {
-				if (!attn_allowed(m, t, s)) {
-					p[s] = -INFINITY;
-					continue;
-				}
-				const float *ks = k + ((size_t)s * NKV + kh) * HD;
-				float d = 0.0f;
-				for (int c = 0; c < HD; c++)
-					d += qh[c] * ks[c];
-				p[s] = d * scale;
-				if (p[s] > mx)
-					mx = p[s];
-			}
-			if (mx == -INFINITY)
+			if (cpu_attn_probs(p, qh, k, t, S, NKV, kh, HD, m) < 0)
 				continue;
-			for (int s = 0; s < S; s++) {
-				p[s] = p[s] == -INFINITY ? 0.0f : expf(p[s] - mx);
-				sum += p[s];
-			}
 			for (int s = 0; s < S; s++) {
 				dp[s] = 0.0f;
 				if (p[s] == 0.0f)
 					continue;
-				p[s] /= sum;
 				const float *vs = v + ((size_t)s * NKV + kh) * HD;
 				float *dvs = dv + ((size_t)s * NKV + kh) * HD;
 				float d = 0.0f;

@@ -8,6 +8,10 @@
 
 #include "ops.h"
 
+/* shared with the forward (lib/ops_cpu.c): softmax probabilities of one query row */
+int cpu_attn_probs(float *p, const float *qh, const float *k, int t, int S, int NKV, int kh,
+                   int HD, const struct attn_mask *m);
+
 void cpu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int in, int out);
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,

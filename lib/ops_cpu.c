@@ -180,11 +180,43 @@ static void cpu_add(float *y, const float *x, size_t n)
 		y[i] += x[i];
 }
 
+/* Attention probabilities of query t (row qh, kv head kh) over the S keys into p(S):
+ * softmax of the scaled scores over the visible keys, 0 for the masked ones. Returns 0, or
+ * -1 when the query sees no key (p then undefined). Shared with the backward. */
+int cpu_attn_probs(float *p, const float *qh, const float *k, int t, int S, int NKV, int kh,
+                   int HD, const struct attn_mask *m)
+{
+	float scale = 1.0f / sqrtf((float)HD), mx = -INFINITY, sum = 0.0f;
+
+	for (int s = 0; s < S; s++) {
+		if (!attn_allowed(m, t, s)) {
+			p[s] = -INFINITY;
+			continue;
+		}
+		const float *ks = k + ((size_t)s * NKV + kh) * HD;
+		float d = 0.0f;
+		for (int c = 0; c < HD; c++)
+			d += qh[c] * ks[c];
+		p[s] = d * scale;
+		if (p[s] > mx)
+			mx = p[s];
+	}
+	if (mx == -INFINITY)
+		return -1;
+	for (int s = 0; s < S; s++) {
+		p[s] = p[s] == -INFINITY ? 0.0f : expf(p[s] - mx);
+		sum += p[s];
+	}
+	for (int s = 0; s < S; s++)
+		if (p[s] != 0.0f)
+			p[s] /= sum;
+	return 0;
+}
+
 static void cpu_attention(float *out, const float *q, const float *k, const float *v,
                           int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	float *p = xmalloc((size_t)(S ? S : 1) * sizeof *p);
-	float scale = 1.0f / sqrtf((float)HD);
 	int group = NH / NKV;
 
 	for (int t = 0; t < T; t++) {
@@ -192,35 +224,16 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
 			const float *qh = q + ((size_t)t * NH + h) * HD;
 			float *oh = out + ((size_t)t * NH + h) * HD;
 			int kh = h / group;
-			float mx = -INFINITY, sum = 0.0f;
 
-			for (int s = 0; s < S; s++) {
-				if (!attn_allowed(m, t, s)) {
-					p[s] = -INFINITY;
-					continue;
-				}
-				const float *ks = k + ((size_t)s * NKV + kh) * HD;
-				float d = 0.0f;
-				for (int c = 0; c < HD; c++)
-					d += qh[c] * ks[c];
-				p[s] = d * scale;
-				if (p[s] > mx)
-					mx = p[s];
-			}
 			memset(oh, 0, (size_t)HD * sizeof *oh);
-			if (mx == -INFINITY)
+			if (cpu_attn_probs(p, qh, k, t, S, NKV, kh, HD, m) < 0)
 				continue;
-			for (int s = 0; s < S; s++) {
-				p[s] = p[s] == -INFINITY ? 0.0f : expf(p[s] - mx);
-				sum += p[s];
-			}
 			for (int s = 0; s < S; s++) {
 				if (p[s] == 0.0f)
 					continue;
 				const float *vs = v + ((size_t)s * NKV + kh) * HD;
-				float a = p[s] / sum;
 				for (int c = 0; c < HD; c++)
-					oh[c] += a * vs[c];
+					oh[c] += p[s] * vs[c];
 			}
 		}
 	}
