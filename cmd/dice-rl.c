@@ -32,12 +32,16 @@ static const char usage_text[] =
 	"  -O, --order NAME         file (default) or level: sort tasks by level first\n"
 	"  -G, --group N            responses per task (16)\n"
 	"  -x, --max-tokens N       new tokens per response (4096)\n"
+	"  -L, --max-prompt-len N   skip tasks whose prompt is longer, in tokens (2000; 0: no\n"
+	"                           limit)\n"
 	"  -b, --batch N            sequences decoded together (16)\n"
 	"  -r, --reward SPEC        kbench[:ARGS] (default): kbench-eval next to dice-rl,\n"
 	"                           ARGS added to its options; cmd:PROGRAM: a shell\n"
 	"                           command, JSONL records in, one record out for each\n"
 	"  -N, --reward-trials N    kbench correctness trials (1; seed 42, no timing)\n"
 	"  -R, --robust             deceptive kernels get reward 0\n"
+	"  -W, --no-overlap         start the reward program after the whole rollout (default:\n"
+	"                           with the step, fed each task's group once it is decoded)\n"
 	"  -l, --lr X               AdamW learning rate (1e-6; fresh state every step)\n"
 	"  -e, --clip-eps X         surrogate clip epsilon (0.2)\n"
 	"  -B, --beta X             k3 KL coefficient (0.01)\n"
@@ -70,10 +74,12 @@ static const struct option longopts[] = {
 	{ "order", required_argument, NULL, 'O' },
 	{ "group", required_argument, NULL, 'G' },
 	{ "max-tokens", required_argument, NULL, 'x' },
+	{ "max-prompt-len", required_argument, NULL, 'L' },
 	{ "batch", required_argument, NULL, 'b' },
 	{ "reward", required_argument, NULL, 'r' },
 	{ "reward-trials", required_argument, NULL, 'N' },
 	{ "robust", no_argument, NULL, 'R' },
+	{ "no-overlap", no_argument, NULL, 'W' },
 	{ "lr", required_argument, NULL, 'l' },
 	{ "clip-eps", required_argument, NULL, 'e' },
 	{ "beta", required_argument, NULL, 'B' },
@@ -95,7 +101,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:b:r:N:Rl:e:B:f:u:M:c:z:d:g:k:CE:T:aX:qhV";
+static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:L:b:r:N:RWl:e:B:f:u:M:c:z:d:g:k:CE:T:aX:qhV";
 
 static _Noreturn void usage(int status)
 {
@@ -257,7 +263,7 @@ static char *kbench_cmd(long trials, int robust, const char *extra)
 				free(p);
 		}
 	}
-	char *cmd = xasprintf("'%s' -n %ld -P 0%s%s%s", prog, trials, robust ? " -R" : "",
+	char *cmd = xasprintf("'%s' -u -n %ld -P 0%s%s%s", prog, trials, robust ? " -R" : "",
 	                      extra ? " " : "", extra ? extra : "");
 	free(prog);
 	return cmd;
@@ -280,9 +286,9 @@ int main(int argc, char **argv)
 	const char *device = "cpu", *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
 	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
-	long update = 256, micro = 4, save_every = 0, eval_every = 0;
+	long update = 256, micro = 4, save_every = 0, eval_every = 0, max_plen = 2000;
 	unsigned long long seed = 10086;
-	int robust = 0, resume = 0, recompute = 0, quiet = 0, ret = 0, opt;
+	int robust = 0, overlap = 1, resume = 0, recompute = 0, quiet = 0, ret = 0, opt;
 	struct optim_opts oo;
 	float eps = 0.2f, beta = 0.01f;
 	char err[512];
@@ -306,7 +312,9 @@ int main(int argc, char **argv)
 		case 'b': batch = cli_long("--batch", optarg, 1, 1L << 16); break;
 		case 'r': reward = optarg; break;
 		case 'N': trials = cli_long("--reward-trials", optarg, 1, 1000); break;
+		case 'L': max_plen = cli_long("--max-prompt-len", optarg, 0, 1L << 30); break;
 		case 'R': robust = 1; break;
+		case 'W': overlap = 0; break;
 		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
 		case 'e': eps = (float)cli_double("--clip-eps", optarg, 0, 10); break;
 		case 'B': beta = (float)cli_double("--beta", optarg, 0, 1e6); break;
@@ -375,10 +383,6 @@ int main(int argc, char **argv)
 			if (!k || rl_task_infill(all.t[i].rec))
 				list[k][nlist[k]++] = &all.t[i];
 	}
-	for (int i = 0; i < nst; i++)
-		if (st[i].steps && !nlist[st[i].infill])
-			die("no %s tasks in the input%s", st[i].infill ? "infilling" : "",
-			    st[i].infill ? " (records with prefix and suffix)" : "");
 	struct rl_tasks evt = { 0 };
 	if (eval_path) {
 		char *ops1[1] = { (char *)eval_path };
@@ -434,6 +438,7 @@ int main(int argc, char **argv)
 	             kbench_cmd(trials, robust, reward[6] == ':' ? reward + 7 : NULL);
 	r.reward_cmd = rcmd;
 	r.robust = robust;
+	r.overlap = overlap;
 	r.dump = dump;
 	r.group = (int)group;
 	r.micro = (int)micro;
@@ -442,13 +447,43 @@ int main(int argc, char **argv)
 	           m.cfg.eos_token_id >= 0 ? m.cfg.eos_token_id : 151643;
 	rng_seed(&r.rng, seed);
 
+	/* the prompt-length filter, per stage (the prompts differ) */
+	size_t nlong = 0;
+	for (int k = 0; k < 2; k++) {
+		int used = 0;
+		size_t kept = 0;
+		for (int i = 0; i < nst; i++)
+			used |= st[i].steps && st[i].infill == k;
+		for (size_t i = 0; used && i < nlist[k]; i++) {
+			int len = rl_task_prompt_len(&r, list[k][i]->rec, k, err, sizeof err);
+			if (len < 0)
+				die("%s: %s", list[k][i]->where, err);
+			if (max_plen && len > max_plen) {
+				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
+				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
+				         max_plen);
+				nlong++;
+				continue;
+			}
+			list[k][kept++] = list[k][i];
+		}
+		if (used)
+			nlist[k] = kept;
+	}
+	for (int i = 0; i < nst; i++)
+		if (st[i].steps && !nlist[st[i].infill])
+			die("no%s tasks in the input%s", st[i].infill ? " infilling" : "",
+			    st[i].infill ? " (records with prefix and suffix)" :
+			    nlong ? " (all prompts too long)" : "");
+
 	int si = 0, done = 0;
 	long step = 0;
 	if (resume)
 		load_state(out, spec, st, nst, &si, &done, &step, &r.rng);
 	if (!quiet)
-		warn_msg("%zu tasks (%zu infilling), stages %s, seed %llu, reward: %s, KL to %s",
-		         nlist[0], nlist[1], spec, seed, rcmd, ref_dir ? ref_dir : "pi_old");
+		warn_msg("%zu tasks (%zu infilling), %zu skipped for length, stages %s, seed %llu, "
+		         "reward%s: %s, KL to %s", nlist[0], nlist[1], nlong, spec, seed,
+		         overlap ? " (overlapped)" : "", rcmd, ref_dir ? ref_dir : "pi_old");
 
 	FILE *logf = NULL;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
@@ -482,9 +517,10 @@ int main(int argc, char **argv)
 				die("step %ld failed", step + 1);
 			done++, step++;
 			last_si = si, last_done = done;
-			double tot = mt.t_rollout + mt.t_reward + mt.t_update;
+			double tps_ = mt.t_rollout > 0 ? mt.tokens / mt.t_rollout : 0.0;
 			json_t *j = json_pack("{s:I, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:i, "
-			                      "s:i, s:f, s:f, s:f, s:f, s:f}",
+			                      "s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, "
+			                      "s:f}",
 			                      "step", (json_int_t)step, "stage", li ? "infill" : "e2e",
 			                      "stage_step", done, "tasks", mt.tasks, "reward_mean",
 			                      mt.reward, "skipped", mt.tasks ? (double)mt.skipped / mt.tasks : 0.0,
@@ -492,8 +528,11 @@ int main(int argc, char **argv)
 			                      "loss", mt.loss, "kl", mt.kl, "clip_frac", mt.clipfrac,
 			                      "samples", mt.samples, "updates", mt.updates,
 			                      "grad_norm", mt.grad_norm, "rollout_s", mt.t_rollout,
-			                      "reward_s", mt.t_reward, "update_s", mt.t_update,
-			                      "tokens_per_s", mt.t_rollout > 0 ? mt.tokens / mt.t_rollout : 0.0);
+			                      "reward_s", mt.t_reward, "reward_wait_s", mt.t_reward_wait,
+			                      "overlap_s", mt.t_overlap, "compile_s", mt.t_compile,
+			                      "execute_s", mt.t_execute, "update_s", mt.t_update,
+			                      "step_s", mt.t_step, "tokens", (json_int_t)mt.tokens,
+			                      "tokens_per_s", tps_);
 			if (eval_every && step % eval_every == 0) {
 				double ex;
 				struct rl_task **ev = xcalloc(evt.n ? evt.n : 1, sizeof *ev);
@@ -514,9 +553,12 @@ int main(int argc, char **argv)
 				ret = 1;
 			if (!quiet)
 				fprintf(stderr, "dice-rl: step %ld %s %d/%d reward %.3f skipped %d/%d loss "
-				        "%.4g kl %.3g clip %.3f %.1fs\n", step, li ? "infill" : "e2e", done,
-				        s->steps, mt.reward, mt.skipped, mt.tasks, mt.loss, mt.kl,
-				        mt.clipfrac, tot);
+				        "%.4g kl %.3g clip %.3f | rollout %.1fs %.0f tok/s, reward %.1fs "
+				        "(overlap %.1fs, wait %.1fs; compile %.1fs, execute %.1fs), update "
+				        "%.1fs | %.1fs\n", step, li ? "infill" : "e2e", done, s->steps,
+				        mt.reward, mt.skipped, mt.tasks, mt.loss, mt.kl, mt.clipfrac,
+				        mt.t_rollout, tps_, mt.t_reward, mt.t_overlap, mt.t_reward_wait,
+				        mt.t_compile, mt.t_execute, mt.t_update, mt.t_step);
 			if (dump) {                     /* one step is all it takes */
 				stop = 1;
 				break;

@@ -1,11 +1,17 @@
 /* rl_run: the dice-rl step: rollouts with the sampler, rewards from a reward program over
  * JSONL, group advantages, TraceRL samples, pi_old, and AdamW updates (lib/rl_run.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rl_run.h"
@@ -124,6 +130,16 @@ static int task_prompt(struct rl_runner *r, const json_t *rec, int infill, int *
 	return rc;
 }
 
+int rl_task_prompt_len(struct rl_runner *r, const json_t *rec, int infill, char *err,
+                       size_t errlen)
+{
+	int *ids, n;
+	if (task_prompt(r, rec, infill, &ids, &n, err, errlen) < 0)
+		return -1;
+	free(ids);
+	return n;
+}
+
 static int record_reward(const json_t *out, int robust, float *reward, int *deceptive)
 {
 	const json_t *rw = json_object_get(out, "reward");
@@ -141,47 +157,194 @@ static int record_reward(const json_t *out, int robust, float *reward, int *dece
 	return json_is_number(rw) || json_is_object(ev) ? 0 : -1;
 }
 
-/* Run the reward command over n records; rewards (n). 0, or -1 with a warning. */
-static int run_rewards(struct rl_runner *r, json_t **recs, int n, float *rewards,
-                       struct rl_metrics *mt)
+/* ---------------------------------------------------------------- reward coprocess
+ *
+ * `sh -c CMD` with a pipe on each side. A writer thread feeds it the queued records (the
+ * rollout's progress callback queues a task's group as soon as it has finished decoding, so
+ * the decoding never waits on a full pipe), a reader thread collects its output lines (so the
+ * program never waits on us either). The records go in the order of the tasks whatever the
+ * order the requests finish in: the program sees the same input as after a whole rollout. */
+
+struct coproc {
+	pid_t pid;
+	int in_fd, out_fd;
+	pthread_t wt, rt;
+	int started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	char **q;                    /* queued lines (with '\n'), q[qhead..qn) not yet written */
+	size_t qn, qhead, qcap;
+	int closing;                 /* no more lines: close the program's input when drained */
+	int wfailed;                 /* the program stopped reading (EPIPE) */
+	char **out;                  /* output lines, in order */
+	size_t nout, ocap;
+	double t_first, t_last;      /* first line queued, last output line read */
+};
+
+static void *co_writer(void *arg)
 {
-	char path[] = "/tmp/dice-rl-XXXXXX";
-	int fd = mkstemp(path), got = 0, rc = 0;
-	FILE *in, *p;
-	char *cmd, *line = NULL;
+	struct coproc *c = arg;
+	sigset_t ss;
+
+	/* a program that stops reading gives EPIPE here, not a SIGPIPE to the process */
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (c->qhead == c->qn && !c->closing)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (c->qhead == c->qn)
+			break;
+		char *line = c->q[c->qhead];
+		c->q[c->qhead++] = NULL;
+		int skip = c->wfailed;
+		pthread_mutex_unlock(&c->mu);
+		for (size_t len = strlen(line), off = 0; !skip && off < len; ) {
+			ssize_t w = write(c->in_fd, line + off, len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				skip = 1;
+				break;
+			}
+			off += (size_t)w;
+		}
+		free(line);
+		pthread_mutex_lock(&c->mu);
+		c->wfailed |= skip;
+	}
+	pthread_mutex_unlock(&c->mu);
+	close(c->in_fd);
+	c->in_fd = -1;
+	return NULL;
+}
+
+static void *co_reader(void *arg)
+{
+	struct coproc *c = arg;
+	FILE *f = fdopen(c->out_fd, "r");
+	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
 
-	if (fd < 0 || !(in = fdopen(fd, "w"))) {
-		warn_msg("cannot create a temporary file:");
-		return -1;
+	if (!f) {
+		close(c->out_fd);
+		return NULL;
 	}
-	for (int i = 0; i < n; i++) {
-		json_dumpf(recs[i], in, JSON_COMPACT);
-		fputc('\n', in);
-	}
-	if (fclose(in)) {
-		warn_msg("%s:", path);
-		unlink(path);
-		return -1;
-	}
-	cmd = xasprintf("exec < '%s'; %s", path, r->reward_cmd);
-	fflush(NULL);
-	if (!(p = popen(cmd, "r"))) {
-		warn_msg("cannot run the reward command:");
-		free(cmd);
-		unlink(path);
-		return -1;
-	}
-	while ((len = getline(&line, &cap, p)) > 0) {
-		json_error_t je;
-		json_t *o;
-		int dec;
-		if (got >= n) {
-			got++;
-			continue;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		double t = now();
+		pthread_mutex_lock(&c->mu);
+		if (c->nout == c->ocap) {
+			c->ocap = c->ocap ? 2 * c->ocap : 256;
+			c->out = xrealloc(c->out, c->ocap * sizeof *c->out);
 		}
-		if (!(o = json_loadb(line, (size_t)len, 0, &je)) || !json_is_object(o)) {
+		c->out[c->nout++] = xstrndup(line, (size_t)len);
+		c->t_last = t;
+		pthread_mutex_unlock(&c->mu);
+	}
+	free(line);
+	fclose(f);
+	return NULL;
+}
+
+static int co_start(struct coproc *c, const char *cmd)
+{
+	int in[2], out[2];
+	posix_spawn_file_actions_t fa;
+	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
+	extern char **environ;
+
+	memset(c, 0, sizeof *c);
+	c->in_fd = c->out_fd = -1;
+	if (pipe2(in, O_CLOEXEC) < 0)
+		return warn_msg("cannot run the reward command:"), -1;
+	if (pipe2(out, O_CLOEXEC) < 0) {
+		close(in[0]), close(in[1]);
+		return warn_msg("cannot run the reward command:"), -1;
+	}
+	fflush(NULL);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	int e = posix_spawn(&c->pid, "/bin/sh", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]), close(out[1]);
+	if (e) {
+		close(in[1]), close(out[0]);
+		errno = e;
+		return warn_msg("cannot run the reward command:"), -1;
+	}
+	c->in_fd = in[1], c->out_fd = out[0];
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	if (pthread_create(&c->wt, NULL, co_writer, c) ||
+	    pthread_create(&c->rt, NULL, co_reader, c))
+		die("cannot start a thread");
+	c->started = 1;
+	return 0;
+}
+
+/* queue one record (a line) for the program */
+static void co_send(struct coproc *c, const json_t *rec)
+{
+	char *text = json_dumps(rec, JSON_COMPACT);
+	char *line = xasprintf("%s\n", text ? text : "{}");
+	free(text);
+	pthread_mutex_lock(&c->mu);
+	if (c->qn == c->qcap) {
+		c->qcap = c->qcap ? 2 * c->qcap : 256;
+		c->q = xrealloc(c->q, c->qcap * sizeof *c->q);
+	}
+	if (!c->qn)
+		c->t_first = now();
+	c->q[c->qn++] = line;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Close the program's input, read the rest of its output, reap it: its wait status. */
+static int co_finish(struct coproc *c)
+{
+	int st = -1;
+
+	if (!c->started)
+		return -1;
+	pthread_mutex_lock(&c->mu);
+	c->closing = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->wt, NULL);
+	pthread_join(c->rt, NULL);
+	while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)
+		;
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	c->started = 0;
+	return st;
+}
+
+static void co_free(struct coproc *c)
+{
+	for (size_t i = 0; i < c->qn; i++)
+		free(c->q[i]);
+	for (size_t i = 0; i < c->nout; i++)
+		free(c->out[i]);
+	free(c->q), free(c->out);
+}
+
+/* The rewards (n) of the program's output lines; the compile and run seconds kbench-eval
+ * records (eval.build_s, eval.run_s) summed. 0, or -1 with a warning. */
+static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, float *rewards,
+                      struct rl_metrics *mt)
+{
+	int got = 0;
+
+	for (size_t i = 0; i < c->nout && got < n; i++) {
+		json_error_t je;
+		json_t *o = json_loads(c->out[i], 0, &je);
+		int dec;
+		if (!o || !json_is_object(o)) {
 			warn_msg("reward command: output line %d: %s", got + 1,
 			         o ? "not an object" : je.text);
 			json_decref(o);
@@ -192,30 +355,87 @@ static int run_rewards(struct rl_runner *r, json_t **recs, int n, float *rewards
 		if (record_reward(o, r->robust, &rewards[got], &dec) < 0)
 			mt->bad++;
 		mt->deceptive += dec;
+		const json_t *ev = json_object_get(o, "eval");
+		const json_t *bs = json_object_get(ev, "build_s"), *rs = json_object_get(ev, "run_s");
+		if (json_is_number(bs))
+			mt->t_compile += json_number_value(bs);
+		if (json_is_number(rs))
+			mt->t_execute += json_number_value(rs);
 		got++;
 		json_decref(o);
 	}
-	free(line);
-	int st = pclose(p);
-	if (got != n) {
+	if ((int)c->nout != n) {
 		warn_msg("reward command '%s' wrote %d records for %d (exit status %d)",
-		         r->reward_cmd, got, n, st);
-		rc = -1;
+		         r->reward_cmd, (int)c->nout, n, WIFEXITED(status) ? WEXITSTATUS(status) :
+		         status);
+		return -1;
 	}
-	free(cmd);
-	unlink(path);
-	return rc;
+	return 0;
+}
+
+/* the reward record of response k: the task record plus what was sampled */
+static json_t *response_record(struct rl_runner *r, const struct sampler_opts *o,
+                               struct rl_task *const *tasks, int group, int step, int k,
+                               const struct sampler_result *res)
+{
+	json_t *rec = json_deep_copy(tasks[k / group]->rec), *ids = json_array();
+	char *text = sample_rec_text(r->sr, res->ids, res->n, o->mask_id);
+
+	for (int j = 0; j < res->n; j++)
+		json_array_append_new(ids, json_integer(res->ids[j]));
+	json_object_set_new(rec, "completion", json_string(text ? text : ""));
+	json_object_set_new(rec, "response_ids", ids);
+	json_object_set_new(rec, "rl", json_pack("{s:i, s:i, s:i}", "step", step, "task",
+	                                         k / group, "sample", k % group));
+	free(text);
+	return rec;
+}
+
+struct feed {
+	struct rl_runner *r;
+	const struct sampler_opts *o;
+	struct rl_task *const *tasks;
+	int ntask, group, step;
+	struct sampler_result *res;  /* calloc'ed: ids stays NULL until a request is finished */
+	struct coproc *c;
+	int next;                    /* first task whose group has not been sent */
+	long tokens;
+};
+
+/* send every group, in task order, whose requests have all finished */
+static void feed_groups(struct feed *f, int all)
+{
+	for (; f->next < f->ntask; f->next++) {
+		int k0 = f->next * f->group;
+		for (int g = 0; !all && g < f->group; g++)
+			if (!f->res[k0 + g].ids)
+				return;
+		for (int g = 0; g < f->group; g++) {
+			json_t *rec = response_record(f->r, f->o, f->tasks, f->group, f->step, k0 + g,
+			                              &f->res[k0 + g]);
+			co_send(f->c, rec);
+			f->tokens += f->res[k0 + g].n;
+			json_decref(rec);
+		}
+	}
+}
+
+static void on_finished(void *arg, int done, int total)
+{
+	(void)done, (void)total;
+	feed_groups(arg, 0);
 }
 
 int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task *const *tasks,
                int ntask, int group, int stage_infill, int step, float *rewards,
                struct sampler_result *res, int **prompts, int *plens, struct rl_metrics *mt)
 {
-	int n = ntask * group, rc = 0;
+	int n = ntask * group, rc = 0, st;
 	struct sampler_request *rq = xcalloc((size_t)(n ? n : 1), sizeof *rq);
-	json_t **recs = xcalloc((size_t)(n ? n : 1), sizeof *recs);
+	struct coproc c = { .started = 0 };
+	struct feed f = { r, o, tasks, ntask, group, step, res, &c, 0, 0 };
 	char err[512];
-	double t0 = now();
+	double t0 = now(), t1;
 
 	for (int i = 0; i < ntask; i++) {
 		int *ids, np;
@@ -231,32 +451,36 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 			rq[k] = (struct sampler_request){ ids, np, rng_u64(&r->rng) };
 		}
 	}
-	if (rc < 0 || sampler_run(r->m, o, rq, n, res, NULL, NULL) < 0) {
-		free(rq), free(recs);
-		if (rc == 0)
-			warn_msg("the model failed during the rollout");
-		return -1;
-	}
-	mt->t_rollout = now() - t0;
-	t0 = now();
-	for (int k = 0; k < n; k++) {
-		json_t *rec = json_deep_copy(tasks[k / group]->rec), *ids = json_array();
-		char *text = sample_rec_text(r->sr, res[k].ids, res[k].n, o->mask_id);
-		for (int j = 0; j < res[k].n; j++)
-			json_array_append_new(ids, json_integer(res[k].ids[j]));
-		json_object_set_new(rec, "completion", json_string(text ? text : ""));
-		json_object_set_new(rec, "response_ids", ids);
-		json_object_set_new(rec, "rl", json_pack("{s:i, s:i, s:i}", "step", step, "task",
-		                                         k / group, "sample", k % group));
-		recs[k] = rec;
-		mt->tokens += res[k].n;
-		free(text);
-	}
-	rc = run_rewards(r, recs, n, rewards, mt);
 	for (int k = 0; k < n; k++)
-		json_decref(recs[k]);
-	mt->t_reward = now() - t0;
-	free(rq), free(recs);
+		res[k].ids = NULL;
+	/* overlapped: the program starts now and gets each group as soon as it is decoded */
+	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd) < 0)
+		rc = -1;
+	if (rc == 0 && sampler_run(r->m, o, rq, n, res, r->overlap ? on_finished : NULL, &f) < 0) {
+		warn_msg("the model failed during the rollout");
+		rc = -1;
+	}
+	t1 = now();
+	mt->t_rollout = t1 - t0;
+	if (rc == 0 && !r->overlap && co_start(&c, r->reward_cmd) < 0)
+		rc = -1;
+	if (rc == 0)
+		feed_groups(&f, 1);
+	st = co_finish(&c);
+	if (rc == 0) {
+		double t2 = now();
+		mt->tokens += f.tokens;
+		rc = co_rewards(r, &c, n, st, rewards, mt);
+		if (!c.qn)
+			c.t_first = t1;
+		if (!c.nout)
+			c.t_last = t2;
+		mt->t_reward = c.t_last - c.t_first;
+		mt->t_reward_wait = t2 - t1;
+		mt->t_overlap = c.t_first < t1 ? (c.t_last < t1 ? c.t_last : t1) - c.t_first : 0.0;
+	}
+	co_free(&c);
+	free(rq);
 	return rc;
 }
 
@@ -345,6 +569,8 @@ int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int st
 	int nb = 0, L1 = 1;
 	double t0;
 
+	double ts = now();
+
 	memset(mt, 0, sizeof *mt);
 	mt->tasks = ntask;
 	mt->responses = n;
@@ -425,6 +651,7 @@ int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int st
 		mt->clipfrac = st.targets ? (double)st.clipped / (double)st.targets : 0.0;
 	}
 	mt->t_update = now() - t0;
+	mt->t_step = now() - ts;
 out:
 	for (int b = 0; b < nb; b++)
 		rl_batch_free(&bs[b]);

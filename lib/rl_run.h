@@ -12,6 +12,12 @@
  * record, in order, on its standard output. The reward of a record is its number "reward"
  * when present, else 1 when eval.correct is true (kbench-eval's output), else 0; with robust,
  * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted).
+ * With overlap (the default of dice-rl), the program is started with the step and each
+ * task's group of records is written as soon as the group has finished decoding, in task
+ * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
+ * works while the model decodes, and sees the same input in the same order as without.
+ * eval.build_s and eval.run_s of the output records are summed into the step's compile and
+ * execute seconds.
  *
  * Update: advantages per task (lib/rl.h), samples of every response of a kept task (all
  * rounds), shuffled; pi_old of every sample is computed before the first update; then
@@ -52,6 +58,10 @@ struct rl_tasks {
 void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where);   /* takes rec */
 void rl_tasks_sort_level(struct rl_tasks *ts);                             /* stable */
 void rl_tasks_free(struct rl_tasks *ts);
+/* Length in tokens of the prompt of rec in a stage (infill: 1), or -1 with a message in err. */
+struct rl_runner;
+int rl_task_prompt_len(struct rl_runner *r, const json_t *rec, int infill, char *err,
+                       size_t errlen);
 /* 1 when rec carries an infilling task (prefix and suffix), or has no `ref` at all */
 int rl_task_infill(const json_t *rec);
 
@@ -64,6 +74,7 @@ struct rl_runner {
 	struct optim_opts oo;
 	struct rl_loss_opts lo;      /* eps, beta (scale set per update) */
 	const char *reward_cmd;
+	int overlap;                 /* 1: the reward program runs beside the rollout */
 	int robust;
 	int group;                   /* G (16) */
 	int micro, update;           /* samples per micro-batch, per optimizer update */
@@ -81,7 +92,13 @@ struct rl_metrics {
 	int samples, updates;
 	long tokens;                 /* generated tokens */
 	double grad_norm;            /* of the last update */
-	double t_rollout, t_reward, t_update;
+	double t_rollout;            /* the sampler's wall time */
+	double t_reward;             /* first record sent to the reward program .. its last output */
+	double t_reward_wait;        /* rollout end .. the reward program done: not hidden */
+	double t_overlap;            /* reward time spent while the rollout ran */
+	double t_compile, t_execute; /* eval.build_s, eval.run_s summed over the records */
+	double t_update;             /* samples, pi_old, optimizer updates */
+	double t_step;               /* the whole step */
 };
 
 /* 0, or -1 with a warning. */
