@@ -402,7 +402,10 @@ struct feed {
 	long tokens;
 };
 
-/* send every group, in task order, whose requests have all finished */
+/* Send every group, in task order, whose requests have all finished. This leans on
+ * lib/sampler's contract: a result's ids are set (non-NULL) only when its request has
+ * finished, before the progress callback for it; tests/dice-rl/011-overlap compares the
+ * records with those written after the whole rollout. */
 static void feed_groups(struct feed *f, int all)
 {
 	for (; f->next < f->ntask; f->next++) {
