@@ -16,12 +16,14 @@
  *       the decode forward alone, then one "engine" line: ms per forward, forwards per
  *       token, tokens/s, the floor (weight bytes / copy bandwidth) and the share of it
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "checkpoint.h"
+#include "rng.h"
 #include "model.h"
 #include "sampler.h"
 #include "util.h"
@@ -217,6 +219,7 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 			model_forward(m, sq, B, NULL);
 		t = (now_s() - t) / 10;
 		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
+		fflush(stdout);
 		for (int b = 0; b < B; b++)
 			kvcache_free(&kv[b], m);
 		free(kv), free(sq);
@@ -239,6 +242,47 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	free(rq), free(r), free(ids);
 }
 
+/* Host weights of geometry c for timing, fast: every matrix is a view of one pool of random
+ * values (uniform, std 1/sqrt(I), already in dtype dt so that model_init copies it as it is),
+ * every norm a view of a vector of ones. The values do not matter for the time; each matrix
+ * still gets its own device copy. Returns the two allocations to free (pool, ones). */
+static void bench_weights(struct model_weights *w, const struct model_config *c, enum dice_dtype dt,
+                          void **pool, float **ones)
+{
+	size_t C = c->hidden_size, I = c->intermediate_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t n = (size_t)c->vocab_size * C, es = dice_dtype_size(dt), nn = C > I ? C : I;
+	struct wref mat, norm;
+	struct rng r;
+	float sc = 1.7320508f / sqrtf((float)I);
+
+	if (QD * C > n)
+		n = QD * C;
+	if (I * C > n)
+		n = I * C;
+	*pool = xmalloc(n * es);
+	*ones = xmalloc(nn * sizeof **ones);
+	rng_seed(&r, 1);
+	for (size_t i = 0; i < n; i++) {
+		float f = (rng_uniformf(&r) * 2.0f - 1.0f) * sc;
+		if (dt == DICE_F32)
+			((float *)*pool)[i] = f;
+		else
+			((uint16_t *)*pool)[i] = dt == DICE_BF16 ? dice_f32_to_bf16(f) : dice_f32_to_f16(f);
+	}
+	for (size_t i = 0; i < nn; i++)
+		(*ones)[i] = 1.0f;
+	mat = (struct wref){ *pool, dt };
+	norm = (struct wref){ *ones, DICE_F32 };
+	memset(w, 0, sizeof *w);
+	w->nlayers = c->num_layers;
+	w->layers = xcalloc((size_t)c->num_layers, sizeof *w->layers);
+	for (int l = 0; l < c->num_layers; l++)
+		w->layers[l] = (struct layer_weights){ norm, mat, mat, mat, mat, norm, norm, norm, mat,
+		                                       mat, mat };
+	w->embed = w->lm_head = mat;
+	w->final_norm = norm;
+}
+
 /* bench DEVICE DTYPE GEOM BATCH[:G],... P G PRESET */
 static int cmd_bench(char **argv)
 {
@@ -257,11 +301,13 @@ static int cmd_bench(char **argv)
 	printf("copy bandwidth (%s, 1 GiB device-to-device x10, read+write counted): %.1f GB/s\n",
 	       ops->name, bw / 1e9);
 	t = now_s();
-	float *mem = model_weights_random(&w, &c, 1);
+	void *pool;
+	float *ones;
+	bench_weights(&w, &c, dt, &pool, &ones);
 	if (model_init(&m, &c, &w, ops, dt) < 0)
 		die("model_init failed");
 	fprintf(stderr, "random weights + upload: %.1f s\n", now_s() - t);
-	free(mem), free(w.layers);
+	free(pool), free(ones), free(w.layers);
 	for (char *it = strtok_r(list, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
 		char *colon = strchr(it, ':');
 		bench_one(&m, argv[6], atoi(it), P, colon ? atoi(colon + 1) : G, bw, argv[2], argv[1]);
