@@ -1,10 +1,11 @@
 #!/bin/sh
 # sample-gpu.sh: dice-sample on the CUDA backend, end to end, for make check-gpu. A tiny random
-# SDAR-shaped checkpoint (dice-sft --init, the fixture tokenizer of tests/dice-sample/data) and
-# 8 records of 32 prompt ids, 48 new tokens, --stop none. The draws run on the GPU (the sample
-# op); with greedy settings (-p eval) the tokens must be those of the CPU (fp32 weights) and
-# batch 8 must give batch 1's tokens (bf16); -p rl (full softmax) must run and give every
-# record 48 tokens. TAP lines; needs bin/dice-sft and bin/dice-sample.
+# SDAR-shaped checkpoint (dice-sft --init tests/fixtures/tiny-sdar.json, the fixture tokenizer
+# of tests/dice-sample/data) and 8 records of 32 to 39 prompt ids, 48 new tokens, --stop none.
+# The draws run on the GPU (the sample op); with greedy settings (-p eval) the tokens must be
+# those of the CPU (fp32 weights) and batch 8 must give batch 1's tokens (bf16); -p rl (full
+# softmax) must run and give every record 48 tokens. TAP lines; needs bin/dice-sft and
+# bin/dice-sample.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -12,14 +13,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 echo "1..3"
 [ -x bin/dice-sample ] && [ -x bin/dice-sft ] || { echo "ok 1 # SKIP no bin/dice-sample (make)"; exit 0; }
-cat >"$t/cfg.json" <<'CFG'
-{"model_type": "sdar", "vocab_size": 265, "hidden_size": 128, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384,
- "max_position_embeddings": 4096, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
- "tie_word_embeddings": false, "block_size": 4, "mask_token_id": 259, "eos_token_id": 256,
- "pad_token_id": 256, "torch_dtype": "float32"}
-CFG
-bin/dice-sft --init "$t/cfg.json" -o "$t/m" -t tests/dice-sample/data 2>/dev/null ||
+bin/dice-sft --init tests/fixtures/tiny-sdar.json -o "$t/m" -t tests/dice-sample/data 2>/dev/null ||
 	{ echo "not ok 1 - init"; exit 1; }
 awk 'BEGIN { for (r = 0; r < 8; r++) { printf "{\"id\":\"r%d\",\"prompt_ids\":[", r
 	for (i = 0; i < 32 + r; i++) printf "%s%d", i ? "," : "", (r * 31 + i * 7) % 250; print "]}" } }' \
