@@ -13,14 +13,7 @@ PATH="$root/bin:$PATH"
 [ -x "$root/bin/dice-sample" ] || { echo "dice-sample.sh: build bin/ first (make)" >&2; exit 2; }
 tmp=$(mktemp -d /tmp/dice-sample-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-cat >"$tmp/cfg.json" <<'CFG'
-{"model_type": "sdar", "vocab_size": 265, "hidden_size": 128, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384,
- "max_position_embeddings": 4096, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
- "tie_word_embeddings": false, "block_size": 4, "mask_token_id": 259, "eos_token_id": 256,
- "pad_token_id": 256, "torch_dtype": "float32"}
-CFG
-dice-sft --init "$tmp/cfg.json" -o "$tmp/m" -t "$root/tests/dice-sample/data" 2>/dev/null
+dice-sft --init "$root/tests/fixtures/tiny-sdar.json" -o "$tmp/m" -t "$root/tests/dice-sample/data" 2>/dev/null
 awk 'BEGIN { for (r = 0; r < 8; r++) { printf "{\"id\":\"r%d\",\"prompt_ids\":[", r
 	for (i = 0; i < 32; i++) printf "%s%d", i ? "," : "", (r * 31 + i * 7) % 250; print "]}" } }' \
 	>"$tmp/in.jsonl"

@@ -59,6 +59,11 @@ int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, c
 /* y(N,C) = w[ids[n]] rows, w (V,C) of dtype wdt, ids(N) on the device */
 int gpu_embed(cudaStream_t st, float *y, const int *ids, const void *w, enum dice_dtype wdt,
               int N, int C);
+/* the sample op (lib/ops.h) with DEVICE arrays: rows, u (R) in; tok, prob (R) out. Only
+ * top_p >= 1 with top_k 1, or top_k <= 0 or >= V (the full softmax); -1 for other filters
+ * (the table's op takes those rows to the host). Any temperature > 0. */
+int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *logits, const int *rows,
+               const double *u, int R, int V, float temperature, int top_k, float top_p);
 
 #ifdef __cplusplus
 }

@@ -132,7 +132,27 @@ struct ops {
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), bc1 = 1-b1^step, bc2 = 1-b2^step */
 	void (*adamw)(float *p, float *m, float *v, const float *g, size_t n,
 	              const struct adamw_step *s);
+
+	/* ---- sampling (SPEC §2), appended after training. For r < R: row rows[r] of
+	 * logits(.., V) (backend memory; rows NULL = row r) is filtered exactly as sample_draw
+	 * below (temperature -> top-k -> top-p -> softmax) and drawn with the uniform u[r]:
+	 * tok[r] and its probability prob[r] under the filtered distribution. rows, u, tok and
+	 * prob are HOST arrays (R of each): the op returns when they are written (a sync point,
+	 * like sumsq). The CUDA backend draws top-k 1 and top-k 0/top-p 1 (any temperature) on
+	 * the GPU and copies only the R rows to the host for other filters. */
+	void (*sample)(int *tok, float *prob, const float *logits, const int *rows,
+	               const double *u, int R, int V, float temperature, int top_k, float top_p);
 };
+
+/* The CPU twin of .sample for one row (the specification): filter logits(V) with
+ * temperature (> 0; 1 = unchanged), top-k (0 = off: keep the values >= the k-th largest),
+ * top-p (1 = off: keep the largest-first prefix until the mass before a token exceeds top_p),
+ * softmax (exp(e - max), sum in double), then draw with u in [0,1): the first index, in index
+ * order, at which the running sum exceeds u * sum (so ties go toward the lowest index for
+ * small u). Returns the token; *prob = its probability under the filtered distribution.
+ * work: scratch of at least 3*V floats. */
+int sample_draw(const float *logits, int V, float temperature, int top_k, float top_p, double u,
+                float *prob, float *work);
 
 extern const struct ops ops_cpu;
 

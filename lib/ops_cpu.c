@@ -247,6 +247,116 @@ static void cpu_embed(float *y, const int *ids, const void *w, enum dice_dtype w
 			y[(size_t)n * C + c] = load_w(w, wdt, (size_t)ids[n] * C + c);
 }
 
+/* ---------------------------------------------------------------- sampling */
+
+struct ranked {
+	float e;
+	int i;
+};
+
+/* k-th largest (0-based k) of a[0..n), reordering a */
+static float kth_largest(float *a, int n, int k)
+{
+	int lo = 0, hi = n - 1;
+
+	while (lo < hi) {
+		float piv = a[lo + (hi - lo) / 2];
+		int i = lo, j = hi;
+		while (i <= j) {
+			while (a[i] > piv)
+				i++;
+			while (a[j] < piv)
+				j--;
+			if (i <= j) {
+				float t = a[i];
+				a[i++] = a[j];
+				a[j--] = t;
+			}
+		}
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return a[k];
+	}
+	return a[k];
+}
+
+static int ranked_cmp(const void *pa, const void *pb)
+{
+	const struct ranked *a = pa, *b = pb;
+	if (a->e != b->e)
+		return a->e > b->e ? -1 : 1;
+	return a->i - b->i;
+}
+
+int sample_draw(const float *logits, int V, float temperature, int top_k, float top_p, double u,
+                float *prob, float *work)
+{
+	float *e = work;
+	struct ranked *rk = (struct ranked *)(work + V);
+	float thr = -INFINITY, mx = -INFINITY;
+	double sum = 0, target, acc = 0;
+	int tok = -1;
+
+	for (int i = 0; i < V; i++) {
+		e[i] = temperature == 1.0f ? logits[i] : logits[i] / temperature;
+		if (e[i] > mx)
+			mx = e[i];
+	}
+	if (top_k == 1) {
+		thr = mx;
+	} else if (top_k > 0 && top_k < V) {
+		float *tmp = (float *)rk;
+		memcpy(tmp, e, (size_t)V * sizeof *tmp);
+		thr = kth_largest(tmp, V, top_k - 1);
+	}
+	for (int i = 0; i < V; i++) {
+		e[i] = e[i] >= thr ? expf(e[i] - mx) : 0.0f;
+		sum += e[i];
+	}
+	if (top_p < 1.0f) {
+		int n = 0;
+		double cum = 0;
+		for (int i = 0; i < V; i++)
+			if (e[i] > 0.0f)
+				rk[n++] = (struct ranked){ e[i], i };
+		qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
+		/* drop the sorted tail once the cumulative probability before it exceeds top_p */
+		for (int j = 0; j < n; j++) {
+			if (j > 0 && cum / sum > top_p)
+				e[rk[j].i] = 0.0f;
+			cum += rk[j].e;
+		}
+		sum = 0;
+		for (int i = 0; i < V; i++)
+			sum += e[i];
+	}
+	target = u * sum;
+	for (int i = 0; i < V; i++) {
+		if (e[i] <= 0.0f)
+			continue;
+		tok = i;
+		acc += e[i];
+		if (acc > target)
+			break;
+	}
+	*prob = (float)(e[tok] / sum);
+	return tok;
+}
+
+static void cpu_sample(int *tok, float *prob, const float *logits, const int *rows,
+                       const double *u, int R, int V, float temperature, int top_k, float top_p)
+{
+	float *work = xmalloc((size_t)V * 3 * sizeof *work);
+
+	for (int r = 0; r < R; r++)
+		tok[r] = sample_draw(logits + (size_t)(rows ? rows[r] : r) * V, V, temperature, top_k,
+		                     top_p, u[r], &prob[r], work);
+	free(work);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -277,6 +387,7 @@ const struct ops ops_cpu = {
 	.zero = cpu_zero,
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
+	.sample = cpu_sample,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -74,103 +74,6 @@ int sampler_quota(int block, int steps, int s)
 
 /* ---------------------------------------------------------------- one position */
 
-struct ranked {
-	float e;
-	int i;
-};
-
-/* k-th largest (0-based k) of a[0..n), reordering a */
-static float kth_largest(float *a, int n, int k)
-{
-	int lo = 0, hi = n - 1;
-
-	while (lo < hi) {
-		float piv = a[lo + (hi - lo) / 2];
-		int i = lo, j = hi;
-		while (i <= j) {
-			while (a[i] > piv)
-				i++;
-			while (a[j] < piv)
-				j--;
-			if (i <= j) {
-				float t = a[i];
-				a[i++] = a[j];
-				a[j--] = t;
-			}
-		}
-		if (k <= j)
-			hi = j;
-		else if (k >= i)
-			lo = i;
-		else
-			return a[k];
-	}
-	return a[k];
-}
-
-static int ranked_cmp(const void *pa, const void *pb)
-{
-	const struct ranked *a = pa, *b = pb;
-	if (a->e != b->e)
-		return a->e > b->e ? -1 : 1;
-	return a->i - b->i;
-}
-
-int sampler_draw(const float *logits, int V, float temperature, int top_k, float top_p, double u,
-                 float *prob, float *work)
-{
-	float *e = work;
-	struct ranked *rk = (struct ranked *)(work + V);
-	float thr = -INFINITY, mx = -INFINITY;
-	double sum = 0, target, acc = 0;
-	int tok = -1;
-
-	for (int i = 0; i < V; i++) {
-		e[i] = temperature == 1.0f ? logits[i] : logits[i] / temperature;
-		if (e[i] > mx)
-			mx = e[i];
-	}
-	if (top_k == 1) {
-		thr = mx;
-	} else if (top_k > 0 && top_k < V) {
-		float *tmp = (float *)rk;
-		memcpy(tmp, e, (size_t)V * sizeof *tmp);
-		thr = kth_largest(tmp, V, top_k - 1);
-	}
-	for (int i = 0; i < V; i++) {
-		e[i] = e[i] >= thr ? expf(e[i] - mx) : 0.0f;
-		sum += e[i];
-	}
-	if (top_p < 1.0f) {
-		int n = 0;
-		double cum = 0;
-		for (int i = 0; i < V; i++)
-			if (e[i] > 0.0f)
-				rk[n++] = (struct ranked){ e[i], i };
-		qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
-		/* drop the sorted tail once the cumulative probability before it exceeds top_p */
-		for (int j = 0; j < n; j++) {
-			if (j > 0 && cum / sum > top_p)
-				e[rk[j].i] = 0.0f;
-			cum += rk[j].e;
-		}
-		sum = 0;
-		for (int i = 0; i < V; i++)
-			sum += e[i];
-	}
-	target = u * sum;
-	for (int i = 0; i < V; i++) {
-		if (e[i] <= 0.0f)
-			continue;
-		tok = i;
-		acc += e[i];
-		if (acc > target)
-			break;
-	}
-	*prob = (float)(e[tok] / sum);
-	return tok;
-}
-
 int sampler_choose(enum sampler_decoding d, int n, const uint8_t *masked, const float *conf,
                    int quota, float threshold, uint8_t *commit)
 {
@@ -334,9 +237,10 @@ static int block_ends_request(const struct slot *s, const struct sampler_opts *o
 	return 0;
 }
 
-/* sample the masked positions of the slot's block from its logits (block, V) and commit */
-static void slot_denoise(struct slot *s, const struct sampler_opts *o, const float *lg, int V,
-                         float *work)
+/* commit the drawn candidates of the slot's block: tok/prob hold, in position order, the draws
+ * of its masked positions (the backend's sample op) */
+static void slot_denoise(struct slot *s, const struct sampler_opts *o, const int *tok,
+                         const float *prob)
 {
 	int B = o->block, bs = s->b * B, quota, nm = 0;
 	int cand[B];
@@ -349,9 +253,8 @@ static void slot_denoise(struct slot *s, const struct sampler_opts *o, const flo
 		cand[j] = s->x[bs + j];
 		if (!s->msk[bs + j])
 			continue;
-		nm++;
-		cand[j] = sampler_draw(lg + (size_t)j * V, V, o->temperature, o->top_k, o->top_p,
-		                       rng_uniform(&s->rng), &conf[j], work);
+		cand[j] = tok[nm];
+		conf[j] = prob[nm++];
 	}
 	quota = s->it >= o->steps ? nm : sampler_quota(B, o->steps, s->it);
 	sampler_choose(o->decoding, B, s->msk + bs, conf, quota, o->threshold, commit);
@@ -382,8 +285,11 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 	struct slot *sl = xcalloc((size_t)A, sizeof *sl);
 	struct model_seq *seq = xcalloc((size_t)A, sizeof *seq);
 	int *who = xcalloc((size_t)A, sizeof *who);
-	float *logits = xmalloc((size_t)A * B * V * sizeof *logits);
-	float *work = xmalloc((size_t)V * (sizeof(float) + sizeof(struct ranked)));
+	/* host logits only for the on_logits hook; the draws of one forward: row, uniform, result */
+	float *logits = o->on_logits ? xmalloc((size_t)A * B * V * sizeof *logits) : NULL;
+	int *srow = xmalloc((size_t)A * B * sizeof *srow), *tok = xmalloc((size_t)A * B * sizeof *tok);
+	double *u = xmalloc((size_t)A * B * sizeof *u);
+	float *prob = xmalloc((size_t)A * B * sizeof *prob);
 	double t0 = now_ms();
 
 	m->cfg.block_size = B;
@@ -426,11 +332,31 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 		}
 		if (!ns)
 			break;
-		if (model_forward(m, seq, ns, logits) < 0) {
+		if (model_forward(m, seq, ns, NULL) < 0) {
 			ret = -1;
 			break;
 		}
-		for (int i = 0, lr = 0; i < ns; i++) {
+		/* the masked rows of every denoising sequence, drawn together on the backend; each
+		 * slot's uniforms in position order, as one request alone would take them */
+		int nd = 0, lrows = 0;
+		for (int i = 0; i < ns; i++) {
+			struct slot *s = &sl[who[i]];
+			if (s->ph == PH_PREFILL || s->action_save)
+				continue;
+			for (int j = 0; j < B; j++) {
+				if (!s->msk[s->b * B + j])
+					continue;
+				srow[nd] = lrows + j;
+				u[nd++] = rng_uniform(&s->rng);
+			}
+			lrows += B;
+		}
+		if (nd)
+			m->ops->sample(tok, prob, m->logits, srow, u, nd, V, o->temperature, o->top_k,
+			               o->top_p);
+		if (logits && lrows)
+			m->ops->to_host(logits, m->logits, (size_t)lrows * V * sizeof *logits);
+		for (int i = 0, lr = 0, k = 0; i < ns; i++) {
 			struct slot *s = &sl[who[i]];
 			s->forwards++;
 			if (s->ph == PH_PREFILL) {
@@ -440,7 +366,11 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					o->on_logits(o->on_logits_arg, s->req, s->gstep + 1,
 					             logits + (size_t)lr * V, B, V);
 				s->pending = 0;
-				slot_denoise(s, o, logits + (size_t)lr * V, V, work);
+				int nm = 0;
+				for (int j = 0; j < B; j++)
+					nm += s->msk[s->b * B + j];
+				slot_denoise(s, o, tok + k, prob + k);
+				k += nm;
 				lr += B;
 				if (!o->separate_save && !block_has_mask(s, o)) {
 					if (block_ends_request(s, o)) {
@@ -467,6 +397,6 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 		kvcache_free(&sl[a].kv, m);
 		free(sl[a].x), free(sl[a].msk), free(sl[a].step), free(sl[a].logp);
 	}
-	free(sl), free(seq), free(who), free(logits), free(work);
+	free(sl), free(seq), free(who), free(logits), free(srow), free(tok), free(u), free(prob);
 	return ret;
 }

@@ -101,11 +101,9 @@ size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int
 /* Quota of step s (0-based) of a block: block/steps, the first block%steps steps one more. */
 int sampler_quota(int block, int steps, int s);
 
-/* Filter logits (V) with temperature, top-k, top-p and draw with the uniform u in [0,1):
- * returns the token and its probability under the filtered distribution in *prob.
- * work: scratch of at least 2*V floats. */
-int sampler_draw(const float *logits, int V, float temperature, int top_k, float top_p, double u,
-                 float *prob, float *work);
+/* The per-position draw is the .sample op of lib/ops.h (CPU twin: sample_draw there): the
+ * masked rows of each denoising forward are drawn on the model's backend, and only their ids
+ * and probabilities come back to the host. */
 
 /* Which of the n positions of a block to commit. masked[i]: position i is still masked;
  * conf[i]: its confidence. Sets commit[i] = 1 for the chosen ones; returns how many. */

@@ -179,6 +179,7 @@ static const struct ops ops_cuda = {
 	cu_zero,
 	cu_sumsq,
 	cu_adamw,
+	cu_sample,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -32,6 +32,9 @@ void gpu_check_cublas(cublasStatus_t s, const char *file, int line);
 /* backend state (backend.cu) */
 cublasHandle_t gpu_cublas(void);
 void *gpu_scratch(size_t bytes);        /* grows on demand; valid until the next call */
+/* the table's sample op (sample.cu): host arrays in and out, see lib/ops.h */
+void cu_sample(int *tok, float *prob, const float *logits, const int *rows, const double *u,
+               int R, int V, float temperature, int top_k, float top_p);
 
 static __device__ __forceinline__ float gpu_load_w(const void *w, int dt, size_t i)
 {

@@ -8,17 +8,22 @@
  *       OUTDIR/steps.f32    logits (block, V) of every denoising step of a greedy run
  *                           (the eval preset: static, top-k 1; G new tokens, no stop ids)
  *       OUTDIR/ids.txt      the generated ids, then the committing step of each
- *   model-logits bench DEVICE DTYPE GEOM BATCH P G PRESET
- *       random weights in memory of geometry GEOM (tiny, 0.6b, 1.7b, 4b, 8b); BATCH requests
- *       of P random prompt tokens and G new ones, decoded together; prints one line:
- *       ms per forward, forwards per token, tokens/s, the weight-bytes floor
+ *   model-logits bench DEVICE DTYPE GEOM BATCH[:G],... P G PRESET
+ *       (bench/engine.sh) the device copy bandwidth (1 GiB device-to-device, read+write
+ *       counted), then random weights in memory of geometry GEOM (tiny, 0.6b, 1.7b, 4b, 8b);
+ *       per BATCH of the list: the largest batch up to BATCH whose KV caches fit, requests of
+ *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
+ *       the decode forward alone, then one "engine" line: ms per forward, forwards per
+ *       token, tokens/s, the floor (weight bytes / copy bandwidth) and the share of it
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "checkpoint.h"
+#include "rng.h"
 #include "model.h"
 #include "sampler.h"
 #include "util.h"
@@ -136,67 +141,91 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int cmd_bench(char **argv)
+/* device-to-device copy bandwidth: 1 GiB copied 10 times with ops->copy (cudaMemcpyAsync on
+ * the CUDA backend); bytes counted read + write (2 x 1 GiB per copy), as bandwidthTest does */
+static double copy_bandwidth(const struct ops *ops)
 {
-	struct model_config c;
-	struct model_weights w;
-	struct model m;
-	struct sampler_opts o;
-	const struct ops *ops = ops_get(argv[0]);
-	enum dice_dtype dt = !strcmp(argv[1], "bf16") ? DICE_BF16 : !strcmp(argv[1], "fp16") ? DICE_F16 : DICE_F32;
-	int B = atoi(argv[3]), P = atoi(argv[4]), G = atoi(argv[5]), fw = 0, ntok = 0;
+	size_t n = (size_t)1 << 30;
+	void *a = ops->alloc(n), *b = ops->alloc(n);
 	double t;
 
-	if (!ops || geometry(&c, argv[2]) < 0)
-		die("bad backend or geometry");
+	if (!a || !b)
+		die("cannot allocate 2 GiB for the copy test");
+	ops->copy(b, a, n);
+	ops->sync();
 	t = now_s();
-	float *mem = model_weights_random(&w, &c, 1);
-	if (model_init(&m, &c, &w, ops, dt) < 0)
-		die("model_init failed");
-	fprintf(stderr, "random weights + upload: %.1f s\n", now_s() - t);
-	free(mem), free(w.layers);
+	for (int i = 0; i < 10; i++)
+		ops->copy(i & 1 ? a : b, i & 1 ? b : a, n);
+	ops->sync();
+	t = now_s() - t;
+	ops->free(a), ops->free(b);
+	return 2.0 * n * 10 / t;
+}
+
+/* the largest batch <= want whose caches (cap positions each) fit beside a reserve of 3 GiB
+ * for the forward's scratch; the failed allocation's warning is expected */
+static int fit_batch(const struct model *m, int want, int cap)
+{
+	void **p = xcalloc((size_t)want + 1, sizeof *p);
+	int n = 0;
+
+	p[want] = m->ops->alloc((size_t)3 << 30);
+	while (n < want && (p[n] = m->ops->alloc(kvcache_bytes(&m->cfg, cap))))
+		n++;
+	for (int i = 0; i <= want; i++)
+		if (p[i])
+			m->ops->free(p[i]);
+	free(p);
+	return n;
+}
+
+/* one workload: up to B requests of P prompt tokens and G new ones, decoded together */
+static void bench_one(struct model *m, const char *preset, int B, int P, int G, double bw,
+                      const char *geom, const char *dtn)
+{
+	const struct model_config *c = &m->cfg;
+	struct sampler_opts o;
+	int fw = 0, ntok = 0, want = B;
+	double t, floor_ms = model_weight_bytes(c, m->dtype) / bw * 1e3;
+
 	sampler_opts_default(&o);
-	if (sampler_preset(&o, argv[6]) < 0)
+	if (sampler_preset(&o, preset) < 0)
 		die("bad preset");
-	o.max_tokens = G, o.mask_id = c.mask_token_id, o.max_active = B;
+	o.max_tokens = G, o.mask_id = c->mask_token_id, o.max_active = B;
+	B = fit_batch(m, B, (P + G + o.block - 1) / o.block * o.block);
+	if (B < 1)
+		die("not even one KV cache fits");
+	o.max_active = B;
 	struct sampler_request *rq = xcalloc((size_t)B, sizeof *rq);
 	struct sampler_result *r = xcalloc((size_t)B, sizeof *r);
 	int *ids = xmalloc(sizeof(int) * P);
 	for (int i = 0; i < P; i++)
-		ids[i] = (i * 7919 + 13) % (c.vocab_size - 300);
+		ids[i] = (i * 7919 + 13) % (c->vocab_size - 300);
 	for (int b = 0; b < B; b++)
 		rq[b] = (struct sampler_request){ ids, P, (uint64_t)b };
-	/* the decode forward alone: B sequences x one block against a cache of P, with and
-	 * without the logits (lm_head + copy to the host) */
+	/* the decode forward alone: B sequences x one block against a cache of P, logits left
+	 * on the device (no sampling) */
 	{
 		struct kvcache *kv = xcalloc((size_t)B, sizeof *kv);
 		struct model_seq *sq = xcalloc((size_t)B, sizeof *sq);
-		float *lg = xmalloc(sizeof(float) * B * o.block * c.vocab_size);
-		double tl, tn;
 		for (int b = 0; b < B; b++) {
-			kvcache_init(&kv[b], &m, P + o.block);
+			kvcache_init(&kv[b], m, P + o.block);
 			kv[b].len = P;       /* cache contents are whatever: timing only */
 			sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = o.block, .store = 0, .logits = 1 };
 		}
-		model_forward(&m, sq, B, lg);
+		model_forward(m, sq, B, NULL);
 		t = now_s();
 		for (int i = 0; i < 10; i++)
-			model_forward(&m, sq, B, lg);
-		tl = (now_s() - t) / 10;
+			model_forward(m, sq, B, NULL);
+		t = (now_s() - t) / 10;
+		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
+		fflush(stdout);
 		for (int b = 0; b < B; b++)
-			sq[b].logits = 0;
-		t = now_s();
-		for (int i = 0; i < 10; i++)
-			model_forward(&m, sq, B, NULL);
-		tn = (now_s() - t) / 10;
-		fprintf(stderr, "decode forward, batch %d, cache %d: %.3f ms with logits to host, %.3f ms without\n",
-		        B, P, tl * 1e3, tn * 1e3);
-		for (int b = 0; b < B; b++)
-			kvcache_free(&kv[b], &m);
-		free(kv), free(sq), free(lg);
+			kvcache_free(&kv[b], m);
+		free(kv), free(sq);
 	}
 	t = now_s();
-	if (sampler_run(&m, &o, rq, B, r, NULL, NULL) < 0)
+	if (sampler_run(m, &o, rq, B, r, NULL, NULL) < 0)
 		die("sampling failed");
 	t = now_s() - t;
 	for (int b = 0; b < B; b++) {
@@ -205,12 +234,86 @@ static int cmd_bench(char **argv)
 			fw = r[b].forwards;
 		sampler_result_free(&r[b]);
 	}
-	printf("%s %s %s batch %d P %d G %d %s: %.3f s, %d forwards, %.3f ms/forward, "
-	       "%.3f forwards/token, %.1f tokens/s, weights %.3f GB\n", argv[0], argv[1], argv[2], B, P, G,
-	       argv[6], t, fw, t * 1e3 / fw, (double)fw * B / ntok, ntok / t,
-	       model_weight_bytes(&c, dt) / 1e9);
-	model_free(&m);
+	printf("engine %s %s %s batch %d (asked %d) P %d G %d: %.3f s, %d forwards, %.3f ms/forward, "
+	       "%.3f forwards/token, %.1f tokens/s, weights %.3f GB, floor %.3f ms, %.1f%% of floor\n",
+	       m->ops->name, dtn, geom, B, want, P, G, t, fw, t * 1e3 / fw, (double)fw * B / ntok,
+	       ntok / t, model_weight_bytes(c, m->dtype) / 1e9, floor_ms, 100 * floor_ms / (t * 1e3 / fw));
+	fflush(stdout);
 	free(rq), free(r), free(ids);
+}
+
+/* Host weights of geometry c for timing, fast: every matrix is a view of one pool of random
+ * values (uniform, std 1/sqrt(I), already in dtype dt so that model_init copies it as it is),
+ * every norm a view of a vector of ones. The values do not matter for the time; each matrix
+ * still gets its own device copy. Returns the two allocations to free (pool, ones). */
+static void bench_weights(struct model_weights *w, const struct model_config *c, enum dice_dtype dt,
+                          void **pool, float **ones)
+{
+	size_t C = c->hidden_size, I = c->intermediate_size, QD = (size_t)c->num_heads * c->head_dim;
+	size_t n = (size_t)c->vocab_size * C, es = dice_dtype_size(dt), nn = C > I ? C : I;
+	struct wref mat, norm;
+	struct rng r;
+	float sc = 1.7320508f / sqrtf((float)I);
+
+	if (QD * C > n)
+		n = QD * C;
+	if (I * C > n)
+		n = I * C;
+	*pool = xmalloc(n * es);
+	*ones = xmalloc(nn * sizeof **ones);
+	rng_seed(&r, 1);
+	for (size_t i = 0; i < n; i++) {
+		float f = (rng_uniformf(&r) * 2.0f - 1.0f) * sc;
+		if (dt == DICE_F32)
+			((float *)*pool)[i] = f;
+		else
+			((uint16_t *)*pool)[i] = dt == DICE_BF16 ? dice_f32_to_bf16(f) : dice_f32_to_f16(f);
+	}
+	for (size_t i = 0; i < nn; i++)
+		(*ones)[i] = 1.0f;
+	mat = (struct wref){ *pool, dt };
+	norm = (struct wref){ *ones, DICE_F32 };
+	memset(w, 0, sizeof *w);
+	w->nlayers = c->num_layers;
+	w->layers = xcalloc((size_t)c->num_layers, sizeof *w->layers);
+	for (int l = 0; l < c->num_layers; l++)
+		w->layers[l] = (struct layer_weights){ norm, mat, mat, mat, mat, norm, norm, norm, mat,
+		                                       mat, mat };
+	w->embed = w->lm_head = mat;
+	w->final_norm = norm;
+}
+
+/* bench DEVICE DTYPE GEOM BATCH[:G],... P G PRESET */
+static int cmd_bench(char **argv)
+{
+	struct model_config c;
+	struct model_weights w;
+	struct model m;
+	const struct ops *ops = ops_get(argv[0]);
+	enum dice_dtype dt = !strcmp(argv[1], "bf16") ? DICE_BF16 : !strcmp(argv[1], "fp16") ? DICE_F16 : DICE_F32;
+	int P = atoi(argv[4]), G = atoi(argv[5]);
+	double t, bw;
+	char *list = xstrdup(argv[3]), *save = NULL;
+
+	if (!ops || geometry(&c, argv[2]) < 0)
+		die("bad backend or geometry");
+	bw = copy_bandwidth(ops);
+	printf("copy bandwidth (%s, 1 GiB device-to-device x10, read+write counted): %.1f GB/s\n",
+	       ops->name, bw / 1e9);
+	t = now_s();
+	void *pool;
+	float *ones;
+	bench_weights(&w, &c, dt, &pool, &ones);
+	if (model_init(&m, &c, &w, ops, dt) < 0)
+		die("model_init failed");
+	fprintf(stderr, "random weights + upload: %.1f s\n", now_s() - t);
+	free(pool), free(ones), free(w.layers);
+	for (char *it = strtok_r(list, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(it, ':');
+		bench_one(&m, argv[6], atoi(it), P, colon ? atoi(colon + 1) : G, bw, argv[2], argv[1]);
+	}
+	model_free(&m);
+	free(list);
 	return 0;
 }
 
@@ -223,6 +326,6 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 2, argv + 2);
 	if (argc == 9 && !strcmp(argv[1], "bench"))
 		return cmd_bench(argv + 2);
-	fprintf(stderr, "usage: model-logits write DIR SEED | run DIR DEVICE DTYPE OUTDIR G ID... | bench DEVICE DTYPE GEOM BATCH P G PRESET\n");
+	fprintf(stderr, "usage: model-logits write DIR SEED | run DIR DEVICE DTYPE OUTDIR G ID... | bench DEVICE DTYPE GEOM BATCH[:G],... P G PRESET\n");
 	return 2;
 }

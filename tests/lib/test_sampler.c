@@ -27,26 +27,26 @@ static void test_draw(void)
 	float p, l[4] = { 1, 3, 2, 0 }, t2[2] = { 0, logf(3) }, tie[3] = { 2, 5, 5 };
 	float pp[4] = { logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f) };
 
-	CHECK(sampler_draw(l, 4, 1, 1, 1, 0.99, &p, work) == 1 && p == 1.0f, "top-k 1 is argmax, prob 1");
-	CHECK(sampler_draw(tie, 3, 1, 1, 1, 0.2, &p, work) == 1 && fabsf(p - 0.5f) < 1e-6,
+	CHECK(sample_draw(l, 4, 1, 1, 1, 0.99, &p, work) == 1 && p == 1.0f, "top-k 1 is argmax, prob 1");
+	CHECK(sample_draw(tie, 3, 1, 1, 1, 0.2, &p, work) == 1 && fabsf(p - 0.5f) < 1e-6,
 	      "top-k 1 keeps tied logits; a low draw takes the lower index");
-	CHECK(sampler_draw(tie, 3, 1, 1, 1, 0.7, &p, work) == 2, "a high draw takes the higher one");
-	CHECK(sampler_draw(t2, 2, 1, 0, 1, 0.2, &p, work) == 0 && fabsf(p - 0.25f) < 1e-6,
+	CHECK(sample_draw(tie, 3, 1, 1, 1, 0.7, &p, work) == 2, "a high draw takes the higher one");
+	CHECK(sample_draw(t2, 2, 1, 0, 1, 0.2, &p, work) == 0 && fabsf(p - 0.25f) < 1e-6,
 	      "no filter: softmax probability");
-	CHECK(sampler_draw(t2, 2, 0.5f, 0, 1, 0.05, &p, work) == 0 && fabsf(p - 0.1f) < 1e-6,
+	CHECK(sample_draw(t2, 2, 0.5f, 0, 1, 0.05, &p, work) == 0 && fabsf(p - 0.1f) < 1e-6,
 	      "temperature 0.5 sharpens (0.1 / 0.9)");
-	CHECK(sampler_draw(t2, 2, 0.5f, 0, 1, 0.5, &p, work) == 1 && fabsf(p - 0.9f) < 1e-6,
+	CHECK(sample_draw(t2, 2, 0.5f, 0, 1, 0.5, &p, work) == 1 && fabsf(p - 0.9f) < 1e-6,
 	      "temperature: draw above the first mass");
 	float e3 = expf(3), e2 = expf(2);
-	CHECK(sampler_draw(l, 4, 1, 2, 1, 0.0, &p, work) == 1 && fabsf(p - e3 / (e3 + e2)) < 1e-6,
+	CHECK(sample_draw(l, 4, 1, 2, 1, 0.0, &p, work) == 1 && fabsf(p - e3 / (e3 + e2)) < 1e-6,
 	      "top-k 2 keeps the two largest");
-	CHECK(sampler_draw(l, 4, 1, 2, 1, 0.99, &p, work) == 2, "top-k 2 never draws outside the two");
-	CHECK(sampler_draw(pp, 4, 1, 0, 0.7f, 0.99, &p, work) == 1 && fabsf(p - 0.375f) < 1e-5,
+	CHECK(sample_draw(l, 4, 1, 2, 1, 0.99, &p, work) == 2, "top-k 2 never draws outside the two");
+	CHECK(sample_draw(pp, 4, 1, 0, 0.7f, 0.99, &p, work) == 1 && fabsf(p - 0.375f) < 1e-5,
 	      "top-p 0.7 keeps {0.5, 0.3}, renormalised");
-	CHECK(sampler_draw(pp, 4, 1, 0, 0.85f, 0.99, &p, work) == 2 && fabsf(p - 0.15f / 0.95f) < 1e-5,
+	CHECK(sample_draw(pp, 4, 1, 0, 0.85f, 0.99, &p, work) == 2 && fabsf(p - 0.15f / 0.95f) < 1e-5,
 	      "top-p 0.85 keeps the token that crosses it");
-	CHECK(sampler_draw(pp, 4, 1, 0, 0.4f, 0.99, &p, work) == 0 && p == 1.0f, "top-p keeps at least the top");
-	CHECK(sampler_draw(pp, 4, 1, 0, 1, 0.97, &p, work) == 3, "top-p 1 keeps all");
+	CHECK(sample_draw(pp, 4, 1, 0, 0.4f, 0.99, &p, work) == 0 && p == 1.0f, "top-p keeps at least the top");
+	CHECK(sample_draw(pp, 4, 1, 0, 1, 0.97, &p, work) == 3, "top-p 1 keeps all");
 }
 
 static void test_choose(void)
@@ -136,7 +136,7 @@ static void recompute_greedy(struct model *m, const int *p, int P, int G, int *o
 			kvcache_free(&kv, m);
 			for (int j = 0; j < B; j++)
 				if (msk[b * B + j])
-					cand[j] = sampler_draw(lg + j * 300, 300, 1, 1, 1, 0.5, &conf[j], work);
+					cand[j] = sample_draw(lg + j * 300, 300, 1, 1, 1, 0.5, &conf[j], work);
 			sampler_choose(SAMPLER_STATIC, B, msk + b * B, conf, 1, 0.9f, c);
 			for (int j = 0; j < B; j++)
 				if (c[j])

@@ -1,0 +1,40 @@
+#!/bin/sh
+# sample-gpu.sh: dice-sample on the CUDA backend, end to end, for make check-gpu. A tiny random
+# SDAR-shaped checkpoint (dice-sft --init tests/fixtures/tiny-sdar.json, the fixture tokenizer
+# of tests/dice-sample/data) and 8 records of 32 to 39 prompt ids, 48 new tokens, --stop none.
+# The draws run on the GPU (the sample op); with greedy settings (-p eval) the tokens must be
+# those of the CPU (fp32 weights) and batch 8 must give batch 1's tokens (bf16); -p rl (full
+# softmax) must run and give every record 48 tokens. TAP lines; needs bin/dice-sft and
+# bin/dice-sample.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+echo "1..3"
+[ -x bin/dice-sample ] && [ -x bin/dice-sft ] || { echo "ok 1 # SKIP no bin/dice-sample (make)"; exit 0; }
+bin/dice-sft --init tests/fixtures/tiny-sdar.json -o "$t/m" -t tests/dice-sample/data 2>/dev/null ||
+	{ echo "not ok 1 - init"; exit 1; }
+awk 'BEGIN { for (r = 0; r < 8; r++) { printf "{\"id\":\"r%d\",\"prompt_ids\":[", r
+	for (i = 0; i < 32 + r; i++) printf "%s%d", i ? "," : "", (r * 31 + i * 7) % 250; print "]}" } }' \
+	>"$t/in.jsonl"
+# run NAME ARGS...: the generated ids of every record, a line each
+run() {
+	name=$1; shift
+	bin/dice-sample -m "$t/m" -n 48 -S none "$@" "$t/in.jsonl" 2>"$t/$name.err" |
+		grep -o '"ids":\[[^]]*\]' >"$t/$name"
+}
+if ! run cuda-eval -d cuda -t fp32 -p eval -b 1; then
+	if grep -qi "no cuda device" "$t/cuda-eval.err"; then echo "ok 1 # SKIP no GPU"; exit 0; fi
+	cat "$t/cuda-eval.err"; echo "not ok 1 - dice-sample on cuda"; exit 1
+fi
+run cpu-eval -d cpu -p eval -b 1
+[ -s "$t/cpu-eval" ] && cmp -s "$t/cpu-eval" "$t/cuda-eval"
+echo "$([ $? -eq 0 ] || echo 'not ')ok 1 - greedy (eval preset) tokens on cuda fp32 equal the cpu's"
+run bf16-b1 -d cuda -t bf16 -p eval -b 1
+run bf16-b8 -d cuda -t bf16 -p eval -b 8
+[ -s "$t/bf16-b1" ] && cmp -s "$t/bf16-b1" "$t/bf16-b8"
+echo "$([ $? -eq 0 ] || echo 'not ')ok 2 - greedy tokens on cuda bf16: batch 8 equals batch 1"
+run rl -d cuda -t bf16 -p rl -b 8
+n=$(awk -F, '{ if (NF == 48) n++ } END { print n + 0 }' "$t/rl")
+echo "$([ "$n" -eq 8 ] || echo 'not ')ok 3 - rl preset (full softmax on the GPU): 8 records of 48 tokens ($n)"
