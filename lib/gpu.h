@@ -65,6 +65,20 @@ int gpu_embed(cudaStream_t st, float *y, const int *ids, const void *w, enum dic
 int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *logits, const int *rows,
                const double *u, int R, int V, float temperature, int top_k, float top_p);
 
+/* the engine forward's cache and fused ops (decode.cu), struct ops semantics; kv_batch's
+ * arrays on the device. attention_kv: HD <= 256, a multiple of 4, HD x element size a
+ * multiple of 16 bytes; the caches 16-byte aligned. */
+int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float *k,
+                  const float *v, int NKV, int HD);
+int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
+                     int l, int NH, int NKV, int HD, int block);
+int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
+                 const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                 float eps, float theta);
+int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C);
+int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
+                    int C, float eps);
+
 #ifdef __cplusplus
 }
 #endif

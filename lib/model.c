@@ -65,6 +65,19 @@ static size_t align_up(size_t n)
 	return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
+/* Bytes from a weight's start to the next one's: ALIGN-aligned, except that q_proj, k_proj,
+ * v_proj (and gate_proj, up_proj) follow each other without a gap when their sizes keep
+ * 16-byte alignment, so that one matrix product serves the three (the two). */
+static size_t weight_step(const struct wdesc *d, const struct wdesc *next)
+{
+	size_t bytes = d->n * dice_dtype_size(d->dst->dt);
+	int glued = next && bytes % 16 == 0 &&
+	            ((!strcmp(d->name, "q_proj") && !strcmp(next->name, "k_proj")) ||
+	             (!strcmp(d->name, "k_proj") && !strcmp(next->name, "v_proj")) ||
+	             (!strcmp(d->name, "gate_proj") && !strcmp(next->name, "up_proj")));
+	return glued ? bytes : align_up(bytes);
+}
+
 size_t model_weight_bytes(const struct model_config *c, enum dice_dtype dt)
 {
 	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
@@ -197,7 +210,7 @@ int model_init(struct model *m, const struct model_config *cfg, const struct mod
 			return -1;
 		}
 		d[i].dst->dt = d[i].kind == WK_NORM ? DICE_F32 : dt;
-		off += align_up(d[i].n * dice_dtype_size(d[i].dst->dt));
+		off += weight_step(&d[i], i + 1 < n ? &d[i + 1] : NULL);
 	}
 	m->wbytes = off;
 	m->wbuf = ops->alloc(off);
@@ -205,8 +218,22 @@ int model_init(struct model *m, const struct model_config *cfg, const struct mod
 	for (int i = 0; i < n; i++) {
 		d[i].dst->p = (char *)m->wbuf + off;
 		upload(ops, (char *)m->wbuf + off, d[i].src, d[i].n, d[i].dst->dt);
-		off += align_up(d[i].n * dice_dtype_size(d[i].dst->dt));
+		off += weight_step(&d[i], i + 1 < n ? &d[i + 1] : NULL);
 	}
+	m->fuse_qkv = m->fuse_gu = ops->qkv_prep && ops->kv_append && ops->attention_kv &&
+	                           ops->swiglu_cat;
+	for (int l = 0; l < c->num_layers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+		size_t es = dice_dtype_size(dt), QD = (size_t)c->num_heads * c->head_dim;
+		size_t KVD = (size_t)c->num_kv_heads * c->head_dim, C = (size_t)c->hidden_size;
+		size_t I = (size_t)c->intermediate_size;
+		m->fuse_qkv &= (const char *)w->k_proj.p == (const char *)w->q_proj.p + QD * C * es &&
+		               (const char *)w->v_proj.p == (const char *)w->k_proj.p + KVD * C * es;
+		m->fuse_gu &= (const char *)w->up_proj.p == (const char *)w->gate_proj.p + I * C * es;
+	}
+	/* the GPU keeps K/V in the matrices' 16-bit type: half the bytes the attention reads */
+	m->cfg.kv_dtype = dt != DICE_F32 && strcmp(ops->name, "cpu") && ops->attention_kv ? dt :
+	                  DICE_F32;
 	if (c->tie_word_embeddings || !host->lm_head.p)
 		m->w.lm_head = m->w.embed;
 	free(d);
@@ -218,19 +245,12 @@ static void scratch_free(struct model *m)
 {
 	const struct ops *o = m->ops;
 	float **f[] = { &m->x, &m->xn, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->gate, &m->up,
-	                &m->hsel };
+	                &m->hsel, &m->qkv };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
 		*f[i] = NULL;
 	}
-	if (m->ids_d)
-		o->free(m->ids_d);
-	if (m->pos_d)
-		o->free(m->pos_d);
-	free(m->ids_h);
-	free(m->pos_h);
-	m->ids_d = m->pos_d = m->ids_h = m->pos_h = NULL;
 	m->rows = 0;
 }
 
@@ -241,8 +261,9 @@ void model_free(struct model *m)
 	scratch_free(m);
 	if (m->logits)
 		m->ops->free(m->logits);
-	if (m->iota_d)
-		m->ops->free(m->iota_d);
+	if (m->meta_d)
+		m->ops->free(m->meta_d);
+	free(m->meta_h);
 	if (m->wbuf)
 		m->ops->free(m->wbuf);
 	free(m->w.layers);
@@ -271,12 +292,9 @@ static void reserve_rows(struct model *m, int rows)
 	m->att = o->alloc(R * QD * 4);
 	m->k = o->alloc(R * KVD * 4);
 	m->v = o->alloc(R * KVD * 4);
-	m->gate = o->alloc(R * I * 4);
+	m->gate = o->alloc(R * I * 4 * (m->fuse_gu ? 2 : 1));
 	m->up = o->alloc(R * I * 4);
-	m->ids_d = o->alloc(R * sizeof(int));
-	m->pos_d = o->alloc(R * sizeof(int));
-	m->ids_h = xmalloc(R * sizeof(int));
-	m->pos_h = xmalloc(R * sizeof(int));
+	m->qkv = o->alloc(R * (QD + 2 * KVD) * 4);
 }
 
 static void reserve_logits(struct model *m, int lrows)
@@ -289,30 +307,66 @@ static void reserve_logits(struct model *m, int lrows)
 	m->lrows = lrows;
 }
 
-static void reserve_iota(struct model *m, int npos)
+/* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
+ * (nseq+1), len, cap (nseq), rowseq (N), and the cache bases k, v (nseq pointers). */
+static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N,
+                      struct kv_batch *b)
 {
-	int *h;
+	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1, off_p = (ni * sizeof(int) + 15) / 16 * 16;
+	size_t bytes = off_p + 2 * (size_t)nseq * sizeof(void *);
+	int *h, *row0, *len, *cap, *rowseq;
+	void **kp;
 
-	if (npos <= m->npos)
-		return;
-	if (npos < 2 * m->npos)
-		npos = 2 * m->npos;
-	if (m->iota_d)
-		m->ops->free(m->iota_d);
-	m->iota_d = m->ops->alloc((size_t)npos * sizeof(int));
-	h = xmalloc((size_t)npos * sizeof(int));
-	for (int i = 0; i < npos; i++)
-		h[i] = i;
-	m->ops->to_device(m->iota_d, h, (size_t)npos * sizeof(int));
-	free(h);
-	m->npos = npos;
+	if (bytes > m->meta_cap) {
+		if (m->meta_d)
+			m->ops->free(m->meta_d);
+		free(m->meta_h);
+		m->meta_cap = bytes + bytes / 2;
+		m->meta_d = m->ops->alloc(m->meta_cap);
+		m->meta_h = xmalloc(m->meta_cap);
+	}
+	h = m->meta_h;
+	row0 = h + 2 * N;
+	len = row0 + nseq + 1;
+	cap = len + nseq;
+	rowseq = cap + nseq;
+	kp = (void **)((char *)m->meta_h + off_p);
+	for (int s = 0, n = 0; s < nseq; s++) {
+		const struct kvcache *kv = seqs[s].kv;
+		row0[s] = n;
+		len[s] = kv->len;
+		cap[s] = kv->cap;
+		kp[s] = kv->k;
+		kp[nseq + s] = kv->v;
+		for (int t = 0; t < seqs[s].T; t++, n++) {
+			h[n] = seqs[s].ids[t];
+			h[N + n] = kv->len + t;
+			rowseq[n] = s;
+		}
+	}
+	row0[nseq] = N;
+	m->ops->to_device(m->meta_d, m->meta_h, bytes);
+	m->ids_h = h;
+	m->pos_h = h + N;
+	m->ids_d = m->meta_d;
+	m->pos_d = m->ids_d + N;
+	b->nseq = nseq;
+	b->N = N;
+	b->dt = m->cfg.kv_dtype;
+	b->row0 = m->ids_d + 2 * N;
+	b->len = b->row0 + nseq + 1;
+	b->cap = b->len + nseq;
+	b->rowseq = b->cap + nseq;
+	b->k = (void *const *)((char *)m->meta_d + off_p);
+	b->v = b->k + nseq;
 }
 
 /* ---------------------------------------------------------------- KV cache */
 
 size_t kvcache_bytes(const struct model_config *c, int cap)
 {
-	return 2 * (size_t)c->num_layers * (size_t)cap * c->num_kv_heads * c->head_dim * sizeof(float);
+	return 2 * (size_t)c->num_layers * (size_t)cap * c->num_kv_heads * c->head_dim *
+	       dice_dtype_size(c->kv_dtype);
 }
 
 void kvcache_init(struct kvcache *kv, const struct model *m, int cap)
@@ -343,7 +397,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	int C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads, HD = c->head_dim;
 	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
 	float eps = c->rms_norm_eps;
-	int N = 0, R = 0, maxpos = 0;
+	int N = 0, R = 0, maxpos = 0, maxT = 0;
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
@@ -364,6 +418,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			}
 		}
 		N += q->T;
+		maxT = q->T > maxT ? q->T : maxT;
 		R += q->logits ? q->T - q->logits_from : 0;
 		if (q->kv->len + q->T > maxpos)
 			maxpos = q->kv->len + q->T;
@@ -371,52 +426,49 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	if (N == 0)
 		return 0;
 	reserve_rows(m, N);
-	reserve_iota(m, maxpos);
 	if (R)
 		reserve_logits(m, R);
-	for (int s = 0, n = 0; s < nseq; s++) {
-		for (int t = 0; t < seqs[s].T; t++, n++) {
-			m->ids_h[n] = seqs[s].ids[t];
-			m->pos_h[n] = seqs[s].kv->len + t;
-		}
-	}
-	o->to_device(m->ids_d, m->ids_h, (size_t)N * sizeof(int));
-	o->to_device(m->pos_d, m->pos_h, (size_t)N * sizeof(int));
+	struct kv_batch kb;
+	meta_fill(m, seqs, nseq, N, &kb);
+	kb.maxT = maxT;
+	kb.maxS = maxpos;
 
 	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
+	o->rmsnorm(m->xn, m->x, m->w.layers[0].input_norm.p, m->w.layers[0].input_norm.dt, N, C,
+	           eps);
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct layer_weights *w = &m->w.layers[l];
-		size_t lay = (size_t)l;
 
-		o->rmsnorm(m->xn, m->x, w->input_norm.p, w->input_norm.dt, N, C, eps);
-		o->matmul(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
-		o->matmul(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
-		o->matmul(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
-		o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
-		o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
-		o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
-		o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
-		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
-			const struct model_seq *q = &seqs[s];
-			struct kvcache *kv = q->kv;
-			float *kl = kv->k + lay * kv->cap * KVD, *vl = kv->v + lay * kv->cap * KVD;
-			size_t bytes = (size_t)q->T * KVD * sizeof(float);
-			struct attn_mask mask = { .block = c->block_size, .qpos = m->pos_d + off,
-			                          .kpos = m->iota_d };
-
-			o->copy(kl + (size_t)kv->len * KVD, m->k + (size_t)off * KVD, bytes);
-			o->copy(vl + (size_t)kv->len * KVD, m->v + (size_t)off * KVD, bytes);
-			o->attention(m->att + (size_t)off * QD, m->q + (size_t)off * QD, kl, vl, q->T,
-			             kv->len + q->T, NH, NKV, HD, &mask);
+		if (m->fuse_qkv) {
+			o->matmul(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
+			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, &kb, l, NH, NKV,
+			            HD, eps, c->rope_theta);
+		} else {
+			o->matmul(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
+			o->matmul(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
+			o->matmul(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
+			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
+			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
+			o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
+			o->kv_append(&kb, l, m->k, m->v, NKV, HD);
 		}
+		o->attention_kv(m->att, m->q, &kb, l, NH, NKV, HD, c->block_size);
 		o->matmul(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
-		o->add(m->x, m->tmp, (size_t)N * C);
-		o->rmsnorm(m->xn, m->x, w->post_norm.p, w->post_norm.dt, N, C, eps);
-		o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
-		o->matmul(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
-		o->swiglu(m->gate, m->gate, m->up, N, I);
-		o->matmul(m->tmp, m->gate, w->down_proj.p, w->down_proj.dt, N, I, C);
-		o->add(m->x, m->tmp, (size_t)N * C);
+		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
+		if (m->fuse_gu) {
+			o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
+			o->swiglu_cat(m->up, m->gate, N, I);
+		} else {
+			o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
+			o->matmul(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
+			o->swiglu(m->up, m->gate, m->up, N, I);
+		}
+		o->matmul(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
+		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
+			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
+		else
+			o->add(m->x, m->tmp, (size_t)N * C);
 	}
 	if (R) {
 		const float *h = m->x;

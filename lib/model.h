@@ -33,6 +33,8 @@ struct model_config {
 	int bos_token_id, eos_token_id, pad_token_id;   /* -1 when absent */
 	enum dice_dtype dtype;       /* torch_dtype */
 	char model_type[32];         /* "sdar" or "qwen3" */
+	enum dice_dtype kv_dtype;    /* KV cache elements: fp32 (0) unless model_init chose the
+	                              * matrices' bf16/fp16 on a GPU backend */
 };
 
 struct wref {
@@ -71,8 +73,8 @@ struct model_weights {
  * that a forward without store overwrites.
  *
  * model_forward runs several sequences in one pass: their rows are packed (N = sum of T) for
- * every matrix product; attention runs per sequence against its cache plus its own new rows
- * under the block-causal rule of lib/ops.h (blocks of cfg.block_size aligned to position 0).
+ * every matrix product; attention (one .attention_kv call per layer for all sequences) sees
+ * each sequence's cache plus its own new rows under the block-causal rule of lib/ops.h (blocks of cfg.block_size aligned to position 0).
  * The new rows of a sequence sit at positions kv->len .. kv->len+T-1. Rows of different
  * sequences never interact, so a sequence's results do not depend on its batch (bitwise on
  * the CPU backend).
@@ -80,7 +82,7 @@ struct model_weights {
 struct kvcache {
 	int cap;                     /* positions it can hold */
 	int len;                     /* committed positions */
-	float *k, *v;                /* (L, cap, NKV, HD) backend memory */
+	void *k, *v;                 /* (L, cap, NKV, HD) backend memory of cfg.kv_dtype */
 };
 
 struct model_seq {                   /* one sequence's part of a forward */
@@ -101,10 +103,13 @@ struct model {
 	void *wbuf;
 	size_t wbytes;               /* bytes of wbuf */
 	/* scratch (backend memory unless _h) */
-	int rows, lrows, npos;       /* capacities: rows, logit rows, positions of iota */
-	float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *hsel, *logits;
-	int *ids_d, *pos_d, *iota_d;
-	int *ids_h, *pos_h;
+	int rows, lrows;             /* capacities: rows, logit rows */
+	float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *hsel, *logits, *qkv;
+	int *ids_d, *pos_d;          /* views into meta_d */
+	int *ids_h, *pos_h;          /* views into meta_h */
+	void *meta_d, *meta_h;       /* one upload per forward: ids, pos, the struct kv_batch arrays */
+	size_t meta_cap;
+	int fuse_qkv, fuse_gu;       /* q/k/v (gate/up) matrices adjacent: one product each */
 };
 
 /* Copy host weights (any dtype) to the backend, converting matrices to dt (norms to fp32).
@@ -121,6 +126,7 @@ size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);
  * returns the one allocation holding the values; free it and w->layers. */
 float *model_weights_random(struct model_weights *w, const struct model_config *cfg, uint64_t seed);
 
+/* bytes of a cache of cap positions, with elements of cfg->kv_dtype (pass &m->cfg) */
 size_t kvcache_bytes(const struct model_config *cfg, int cap);
 void kvcache_init(struct kvcache *kv, const struct model *m, int cap);
 void kvcache_free(struct kvcache *kv, const struct model *m);

@@ -53,6 +53,22 @@ struct attn_mask {
 };
 int attn_allowed(const struct attn_mask *m, int i, int j);  /* query i may see key j */
 
+/* Where the new rows of several sequences and their KV caches are, for the cache ops of
+ * struct ops (kv_append, attention_kv): the engine's forward packs the T_s new rows of
+ * sequence s at rows row0[s] .. row0[s+1]-1 (N rows in all); they sit at positions len[s] ..
+ * len[s]+T_s-1 of that sequence. Its cache holds (L, cap[s], NKV, HD) keys (k[s]) and values
+ * (v[s]) of element type dt; layer l starts at element l * cap[s] * NKV * HD.
+ * The arrays live in backend memory (device on CUDA); nseq, N, maxT, maxS are host ints
+ * (maxS = the largest len[s] + T_s). */
+struct kv_batch {
+	int nseq, N, maxT, maxS;
+	enum dice_dtype dt;             /* DICE_F32, or DICE_BF16 / DICE_F16 (CUDA backend) */
+	const int *row0;                /* (nseq + 1), row0[nseq] = N */
+	const int *len, *cap;           /* (nseq) */
+	const int *rowseq;              /* (N) the sequence of each packed row */
+	void *const *k, *const *v;      /* (nseq) cache bases */
+};
+
 /* The scalars of one AdamW update (struct ops .adamw). */
 struct adamw_step {
 	float lr, beta1, beta2, eps, weight_decay;
@@ -142,6 +158,28 @@ struct ops {
 	 * the GPU and copies only the R rows to the host for other filters. */
 	void (*sample)(int *tok, float *prob, const float *logits, const int *rows,
 	               const double *u, int R, int V, float temperature, int top_k, float top_p);
+	/* ---- the decode path's cache and fused ops (lib/ops_cpu.c composes each from the ops
+	 * above, so the CPU engine computes exactly what the unfused sequence did). */
+	/* the new rows' k, v (N, NKV, HD) into layer l of their sequences' caches at positions
+	 * len .. len+T-1, converted to b->dt */
+	void (*kv_append)(const struct kv_batch *b, int l, const float *k, const float *v,
+	                  int NKV, int HD);
+	/* out(N,NH,HD): every sequence's new rows q(N,NH,HD) against layer l of its cache (keys
+	 * 0 .. len+T-1, the new rows appended already): .attention with qpos = len + t, kpos =
+	 * 0 .. len+T-1 and the block-causal rule of `block` */
+	void (*attention_kv)(float *out, const float *q, const struct kv_batch *b, int l,
+	                     int NH, int NKV, int HD, int block);
+	/* from qkv(N, (NH + 2 NKV) HD) = [q | k | v] rows of the fused projection: q(N,NH,HD) =
+	 * the q part after per-head rmsnorm (weight qw (HD), fp32) and rope at pos(N); the k part
+	 * after the same with kw, and the v part, go to layer l of the caches (kv_append) */
+	void (*qkv_prep)(float *q, const float *qkv, const float *qw, const float *kw, const int *pos,
+	                 const struct kv_batch *b, int l, int NH, int NKV, int HD, float eps,
+	                 float theta);
+	/* y(N,C) = silu(gu[:, :C]) * gu[:, C:] for gu(N, 2C) (the fused gate/up projection) */
+	void (*swiglu_cat)(float *y, const float *gu, int N, int C);
+	/* x(N,C) += r(N,C); then y(N,C) = rmsnorm(x) with w (fp32, C) */
+	void (*add_rmsnorm)(float *y, float *x, const float *r, const float *w, int N, int C,
+	                    float eps);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -357,6 +357,114 @@ static void cpu_sample(int *tok, float *prob, const float *logits, const int *ro
 	free(work);
 }
 
+/* ---------------------------------------------------------------- cache and fused ops */
+
+static void store_elems(void *dst, enum dice_dtype dt, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (dt == DICE_F32)
+			((float *)dst)[i] = x[i];
+		else if (dt == DICE_BF16)
+			((uint16_t *)dst)[i] = dice_f32_to_bf16(x[i]);
+		else
+			((uint16_t *)dst)[i] = dice_f32_to_f16(x[i]);
+	}
+}
+
+/* element offset of position p of layer l in sequence s's cache */
+static size_t kv_at(const struct kv_batch *b, int s, int l, int p, int KVD)
+{
+	return ((size_t)l * b->cap[s] + (size_t)p) * KVD;
+}
+
+static void cpu_kv_append(const struct kv_batch *b, int l, const float *k, const float *v,
+                          int NKV, int HD)
+{
+	size_t es = dice_dtype_size(b->dt);
+	int KVD = NKV * HD;
+
+	for (int s = 0; s < b->nseq; s++) {
+		int r0 = b->row0[s], T = b->row0[s + 1] - r0;
+		size_t at = kv_at(b, s, l, b->len[s], KVD) * es, n = (size_t)T * KVD;
+		store_elems((char *)b->k[s] + at, b->dt, k + (size_t)r0 * KVD, n);
+		store_elems((char *)b->v[s] + at, b->dt, v + (size_t)r0 * KVD, n);
+	}
+}
+
+/* the attention of each sequence as its own .attention call (what the engine did before the
+ * batched op: bitwise the same on an fp32 cache) */
+static void cpu_attention_kv(float *out, const float *q, const struct kv_batch *b, int l,
+                             int NH, int NKV, int HD, int block)
+{
+	int KVD = NKV * HD, *pos = xmalloc((size_t)(b->maxS > 0 ? b->maxS : 1) * sizeof *pos);
+	float *kf = NULL, *vf = NULL;
+
+	for (int i = 0; i < b->maxS; i++)
+		pos[i] = i;
+	if (b->dt != DICE_F32) {
+		kf = xmalloc((size_t)b->maxS * KVD * sizeof *kf + 1);
+		vf = xmalloc((size_t)b->maxS * KVD * sizeof *vf + 1);
+	}
+	for (int s = 0; s < b->nseq; s++) {
+		int r0 = b->row0[s], T = b->row0[s + 1] - r0, S = b->len[s] + T;
+		size_t at = kv_at(b, s, l, 0, KVD);
+		const float *kl = (const float *)b->k[s] + at, *vl = (const float *)b->v[s] + at;
+		struct attn_mask m = { .block = block, .qpos = pos + b->len[s], .kpos = pos };
+		if (T == 0)
+			continue;
+		if (b->dt != DICE_F32) {
+			for (size_t i = 0; i < (size_t)S * KVD; i++) {
+				kf[i] = load_w(b->k[s], b->dt, at + i);
+				vf[i] = load_w(b->v[s], b->dt, at + i);
+			}
+			kl = kf;
+			vl = vf;
+		}
+		cpu_attention(out + (size_t)r0 * NH * HD, q + (size_t)r0 * NH * HD, kl, vl, T, S, NH,
+		              NKV, HD, &m);
+	}
+	free(pos);
+	free(kf);
+	free(vf);
+}
+
+static void cpu_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw, const int *pos,
+                         const struct kv_batch *b, int l, int NH, int NKV, int HD, float eps,
+                         float theta)
+{
+	int N = b->N, QD = NH * HD, KVD = NKV * HD, W = QD + 2 * KVD;
+	float *k = xmalloc((size_t)N * KVD * sizeof *k + 1), *v = xmalloc((size_t)N * KVD * sizeof *v + 1);
+
+	for (int n = 0; n < N; n++) {
+		const float *row = qkv + (size_t)n * W;
+		memcpy(q + (size_t)n * QD, row, (size_t)QD * sizeof *q);
+		memcpy(k + (size_t)n * KVD, row + QD, (size_t)KVD * sizeof *k);
+		memcpy(v + (size_t)n * KVD, row + QD + KVD, (size_t)KVD * sizeof *v);
+	}
+	cpu_rmsnorm(q, q, qw, DICE_F32, N * NH, HD, eps);
+	cpu_rmsnorm(k, k, kw, DICE_F32, N * NKV, HD, eps);
+	cpu_rope(q, pos, N, NH, HD, theta);
+	cpu_rope(k, pos, N, NKV, HD, theta);
+	cpu_kv_append(b, l, k, v, NKV, HD);
+	free(k);
+	free(v);
+}
+
+static void cpu_swiglu_cat(float *y, const float *gu, int N, int C)
+{
+	for (int n = 0; n < N; n++) {
+		const float *g = gu + (size_t)n * 2 * C;
+		cpu_swiglu(y + (size_t)n * C, g, g + C, 1, C);
+	}
+}
+
+static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
+                            float eps)
+{
+	cpu_add(x, r, (size_t)N * C);
+	cpu_rmsnorm(y, x, w, DICE_F32, N, C, eps);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -388,6 +496,11 @@ const struct ops ops_cpu = {
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
 	.sample = cpu_sample,
+	.kv_append = cpu_kv_append,
+	.attention_kv = cpu_attention_kv,
+	.qkv_prep = cpu_qkv_prep,
+	.swiglu_cat = cpu_swiglu_cat,
+	.add_rmsnorm = cpu_add_rmsnorm,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -303,17 +303,6 @@ static __global__ void attention_merge_kernel(struct att_args a, int nsplit)
 
 /* ---------------------------------------------------------------- kernel launchers */
 
-static int sm_count(void)
-{
-	static int n;
-	if (!n) {
-		int dev;
-		CUDA_CHECK(cudaGetDevice(&dev));
-		CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-	}
-	return n;
-}
-
 int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                   int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
@@ -354,7 +343,7 @@ int gpu_attention(cudaStream_t st, float *out, const float *q, const float *k, c
 		smem_set = 1;
 	}
 	int gx = CEIL_DIV(T * a.group, ATT_ROWS);
-	int blocks = gx * NKV, want = 2 * sm_count();
+	int blocks = gx * NKV, want = 2 * gpu_sm_count();
 	int nsplit = 1;
 	if (blocks < want && S >= 2 * ATT_SPLIT_MIN) {
 		nsplit = CEIL_DIV(want, blocks);

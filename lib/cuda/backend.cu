@@ -60,6 +60,17 @@ void *gpu_scratch(size_t bytes)
 	return g_scratch;
 }
 
+int gpu_sm_count(void)
+{
+	static int n;
+	if (!n) {
+		int dev;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+	}
+	return n;
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define OPS_CALL(op, call) do { if ((call) != 0) { \
@@ -101,6 +112,37 @@ static void cu_attention(float *out, const float *q, const float *k, const float
 static void cu_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
 {
 	OPS_CALL("embed", gpu_embed(gpu_stream(), y, ids, w, wdt, N, C));
+}
+
+static void cu_kv_append(const struct kv_batch *b, int l, const float *k, const float *v,
+                         int NKV, int HD)
+{
+	OPS_CALL("kv_append", gpu_kv_append(gpu_stream(), b, l, k, v, NKV, HD));
+}
+
+static void cu_attention_kv(float *out, const float *q, const struct kv_batch *b, int l,
+                            int NH, int NKV, int HD, int block)
+{
+	OPS_CALL("attention_kv", gpu_attention_kv(gpu_stream(), out, q, b, l, NH, NKV, HD, block));
+}
+
+static void cu_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
+                        const int *pos, const struct kv_batch *b, int l, int NH, int NKV,
+                        int HD, float eps, float theta)
+{
+	OPS_CALL("qkv_prep", gpu_qkv_prep(gpu_stream(), q, qkv, qw, kw, pos, b, l, NH, NKV, HD,
+	                                  eps, theta));
+}
+
+static void cu_swiglu_cat(float *y, const float *gu, int N, int C)
+{
+	OPS_CALL("swiglu_cat", gpu_swiglu_cat(gpu_stream(), y, gu, N, C));
+}
+
+static void cu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
+                           float eps)
+{
+	OPS_CALL("add_rmsnorm", gpu_add_rmsnorm(gpu_stream(), y, x, r, w, N, C, eps));
 }
 
 /* zeroed like the CPU backend's calloc; NULL (with a warning) when the GPU is full */
@@ -180,6 +222,11 @@ static const struct ops ops_cuda = {
 	cu_sumsq,
 	cu_adamw,
 	cu_sample,
+	cu_kv_append,
+	cu_attention_kv,
+	cu_qkv_prep,
+	cu_swiglu_cat,
+	cu_add_rmsnorm,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

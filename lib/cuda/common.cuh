@@ -35,6 +35,9 @@ void *gpu_scratch(size_t bytes);        /* grows on demand; valid until the next
 /* the table's sample op (sample.cu): host arrays in and out, see lib/ops.h */
 void cu_sample(int *tok, float *prob, const float *logits, const int *rows, const double *u,
                int R, int V, float temperature, int top_k, float top_p);
+int gpu_sm_count(void);                 /* multiprocessors of the current device */
+/* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
+const float *gpu_rope_table(float theta, int HD);
 
 static __device__ __forceinline__ float gpu_load_w(const void *w, int dt, size_t i)
 {
@@ -57,6 +60,26 @@ static __device__ __forceinline__ float warp_max(float v)
 	for (int o = 16; o > 0; o >>= 1)
 		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
+}
+
+/* the sum of v over the block (blockDim.x a multiple of 32), returned to every thread; part
+ * is __shared__ space of blockDim.x / 32 floats */
+static __device__ __forceinline__ float block_sum(float v, float *part)
+{
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+
+	v = warp_sum(v);
+	if (lane == 0)
+		part[wid] = v;
+	__syncthreads();
+	if (wid == 0) {
+		v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+		v = warp_sum(v);
+		if (lane == 0)
+			part[0] = v;
+	}
+	__syncthreads();
+	return part[0];
 }
 
 #endif

@@ -13,7 +13,6 @@ static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, i
 	__shared__ float part[RMS_THREADS / 32];
 	const float *xn = x + (size_t)blockIdx.x * C;
 	float *yn = y + (size_t)blockIdx.x * C;
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	float ss = 0.0f;
 
 	if (vec4) {
@@ -25,18 +24,7 @@ static __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, i
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
 			ss += xn[c] * xn[c];
 	}
-	ss = warp_sum(ss);
-	if (lane == 0)
-		part[wid] = ss;
-	__syncthreads();
-	if (wid == 0) {
-		ss = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
-		ss = warp_sum(ss);
-		if (lane == 0)
-			part[0] = ss;
-	}
-	__syncthreads();
-	float r = 1.0f / sqrtf(part[0] / (float)C + eps);
+	float r = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
 	if (vec4) {
 		for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
 			float4 v = *(const float4 *)(xn + c);

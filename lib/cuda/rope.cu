@@ -40,7 +40,7 @@ static struct {
 	float *d;
 } tables[ROPE_TABLES];
 
-static const float *rope_table(float theta, int HD)
+const float *gpu_rope_table(float theta, int HD)
 {
 	float h[512];
 	int i;
@@ -67,7 +67,7 @@ int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, f
 	GPU_REQUIRE(N >= 0 && NH > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024, "rope");
 	if (N == 0)
 		return 0;
-	const float *inv_freq = rope_table(theta, HD);
+	const float *inv_freq = gpu_rope_table(theta, HD);
 	size_t total = (size_t)N * (HD / 2);
 	int grid = (int)(CEIL_DIV(total, (size_t)256) < 65536 ? CEIL_DIV(total, (size_t)256) : 65536);
 	rope_kernel<<<grid, 256, 0, st>>>(x, pos, inv_freq, N, NH, HD);

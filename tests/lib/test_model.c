@@ -186,7 +186,7 @@ int main(void)
 	int same = 1;
 	size_t per = (size_t)c.num_kv_heads * c.head_dim;
 	for (int l = 0; l < c.num_layers; l++)
-		same &= !memcmp(snap_k + l * 32 * per, kv.k + l * 32 * per, 8 * per * sizeof(float));
+		same &= !memcmp(snap_k + l * 32 * per, (float *)kv.k + l * 32 * per, 8 * per * sizeof(float));
 	CHECK(same, "decode without store leaves the committed cache unchanged");
 	float *again = xmalloc(sizeof(float) * 4 * V);
 	model_forward(&m, &s, 1, again);

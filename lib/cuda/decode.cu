@@ -1,0 +1,509 @@
+/* decode.cu: the engine forward's cache and fused ops (struct ops kv_append, attention_kv,
+ * qkv_prep, swiglu_cat, add_rmsnorm), for all sequences of a forward in one launch each.
+ *
+ * attention_kv is flash-decoding: one block per (sequence, tile of 32 query rows, kv head,
+ * split of the keys). Row r = t * group + g is query t of head kh * group + g, so a K/V tile
+ * is read from global memory once for all query heads of its kv group and all T rows. Keys
+ * stream through shared memory (converted to fp32) DK_KT at a time with 16-byte loads, the
+ * next tile's loads in flight while the current one is used. Warp w owns rows w, w+4, ...:
+ * lane j scores key j against each of them, then every lane folds the tile into its output
+ * channels (4 or 8 per lane) of each row. Scores are in the log2 domain (q scaled by
+ * log2(e) / sqrt(HD) once). When the launch would not fill the GPU the keys are split and a
+ * second kernel merges the partial (max, sum, output) triples per (row, head). */
+#include <math.h>
+
+#include "common.cuh"
+
+#define DK_WARPS 4
+#define DK_THREADS (32 * DK_WARPS)
+#define DK_RW 8                         /* rows per warp, at most */
+#define DK_ROWS (DK_RW * DK_WARPS)      /* rows per block */
+#define DK_KT 32                        /* keys per tile (= lanes) */
+#define DK_HDMAX 256
+
+struct dk_args {
+	float *out;
+	const float *q;
+	struct kv_batch b;                  /* device arrays */
+	int l, NH, NKV, HD, group, block, rtiles;
+	float qscale;                       /* log2(e) / sqrt(HD) */
+	int split_len;                      /* keys per split */
+	float *pm, *pl, *po;                /* partials ((split, row, head)[, HD]) */
+};
+
+/* element type loads: 16 bytes of the cache as fp32 into dst (8 or 4 values) */
+static __device__ __forceinline__ void dk_unpack(float *dst, uint4 u, int dt)
+{
+	if (dt == DICE_F32) {
+		*(float4 *)dst = make_float4(__uint_as_float(u.x), __uint_as_float(u.y),
+		                             __uint_as_float(u.z), __uint_as_float(u.w));
+		return;
+	}
+	unsigned w[4] = { u.x, u.y, u.z, u.w };
+	float f[8];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (dt == DICE_BF16) {
+			f[2 * i] = __uint_as_float(w[i] << 16);
+			f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+		} else {
+			f[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffff)));
+			f[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
+		}
+	}
+	*(float4 *)dst = make_float4(f[0], f[1], f[2], f[3]);
+	*(float4 *)(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+/* the tile of keys s0.. into registers: NLD 16-byte chunks per thread and matrix */
+static __device__ __forceinline__ void dk_load(uint4 *kr, uint4 *vr, const char *kb,
+                                               const char *vb, int NLD, int s0, int s_end,
+                                               int cpk, int rowb, int es)
+{
+#pragma unroll
+	for (int u = 0; u < NLD; u++) {
+		int idx = threadIdx.x + u * DK_THREADS, j = idx / cpk, c = idx % cpk;
+		kr[u] = make_uint4(0, 0, 0, 0);
+		vr[u] = kr[u];
+		if (j < DK_KT && s0 + j < s_end) {
+			size_t g = (size_t)(s0 + j) * rowb + (size_t)c * 16;
+			kr[u] = __ldg((const uint4 *)(kb + g));
+			vr[u] = __ldg((const uint4 *)(vb + g));
+		}
+	}
+}
+
+static __device__ __forceinline__ void dk_store(const uint4 *kr, const uint4 *vr, float *ks,
+                                                float *vs, int NLD, int cpk, int HD, int dt,
+                                                int es)
+{
+	int per = 16 / es;
+#pragma unroll
+	for (int u = 0; u < NLD; u++) {
+		int idx = threadIdx.x + u * DK_THREADS, j = idx / cpk, c = (idx % cpk) * per;
+		if (j < DK_KT) {
+			dk_unpack(ks + j * (HD + 4) + c, kr[u], dt);
+			dk_unpack(vs + j * HD + c, vr[u], dt);
+		}
+	}
+}
+
+static __device__ __forceinline__ void dk_body(const struct dk_args &a, const int NLD,
+                                               const int NO4)
+{
+	extern __shared__ float4 dk_smem[];
+	float *qs = (float *)dk_smem;                   /* (DK_ROWS, HD) */
+	int HD = a.HD;
+	float *ks = qs + DK_ROWS * HD;                  /* (DK_KT, HD + 4): no bank conflicts */
+	float *vs = ks + DK_KT * (HD + 4);              /* (DK_KT, HD) */
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
+	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
+	int TG = T * a.group, rbase = rt * DK_ROWS;
+	int s_begin = blockIdx.z * a.split_len, s_end = min(S, s_begin + a.split_len);
+	int dt = (int)a.b.dt, es = dt == DICE_F32 ? 4 : 2;
+
+	if (rbase >= TG || s_begin >= S)
+		return;
+	/* the last key any row of this block may see: the end of the last row's block */
+	int tlast = min(T, CEIL_DIV(min(TG, rbase + DK_ROWS), a.group)) - 1;
+	s_end = min(s_end, ((len + tlast) / a.block + 1) * a.block);
+
+	int nr = 0, qb[DK_RW], hh[DK_RW], tt[DK_RW];
+#pragma unroll
+	for (int i = 0; i < DK_RW; i++) {
+		int row = rbase + wid + DK_WARPS * i;
+		int ok = row < TG && wid + DK_WARPS * i < DK_ROWS;
+		tt[i] = ok ? row / a.group : 0;
+		hh[i] = kh * a.group + (ok ? row % a.group : 0);
+		qb[i] = (len + tt[i]) / a.block;
+		nr += ok;
+	}
+	for (int idx = threadIdx.x; idx < DK_ROWS * HD; idx += DK_THREADS) {
+		int r = idx / HD, c = idx % HD, row = rbase + r;
+		float v = 0.0f;
+		if (row < TG) {
+			int t = row / a.group, h = kh * a.group + row % a.group;
+			v = a.q[((size_t)(r0 + t) * a.NH + h) * HD + c] * a.qscale;
+		}
+		qs[idx] = v;
+	}
+
+	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * HD;
+	int rowb = a.NKV * HD * es, cpk = HD * es / 16;
+	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * HD) * es;
+	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * HD) * es;
+	uint4 kr[16], vr[16];
+	float o[DK_RW][4 * 2], mx[DK_RW], lsum[DK_RW];
+
+#pragma unroll
+	for (int i = 0; i < DK_RW; i++) {
+		mx[i] = -INFINITY;
+		lsum[i] = 0.0f;
+#pragma unroll
+		for (int c = 0; c < 4 * NO4; c++)
+			o[i][c] = 0.0f;
+	}
+	int s0 = s_begin;
+	if (s0 < s_end)
+		dk_load(kr, vr, kb, vb, NLD, s0, s_end, cpk, rowb, es);
+	while (s0 < s_end) {
+		__syncthreads();                        /* the last tile's readers are done */
+		dk_store(kr, vr, ks, vs, NLD, cpk, HD, dt, es);
+		__syncthreads();
+		int s1 = s0 + DK_KT;
+		if (s1 < s_end)
+			dk_load(kr, vr, kb, vb, NLD, s1, s_end, cpk, rowb, es);
+		int key = s0 + lane, kblk = key / a.block;
+		float d[DK_RW], p[DK_RW];
+#pragma unroll
+		for (int i = 0; i < DK_RW; i++)
+			d[i] = 0.0f;
+		const float4 *kk = (const float4 *)(ks + lane * (HD + 4));
+		for (int c4 = 0; c4 < HD / 4; c4++) {
+			float4 k4 = kk[c4];
+#pragma unroll
+			for (int i = 0; i < DK_RW; i++) {
+				if (i < nr) {
+					float4 q4 = ((const float4 *)(qs + (wid + DK_WARPS * i) * HD))[c4];
+					d[i] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+				}
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < DK_RW; i++) {
+			if (i >= nr)
+				continue;
+			int ok = key < s_end && kblk <= qb[i];
+			float sc = ok ? d[i] : -INFINITY;
+			float mnew = fmaxf(mx[i], warp_max(sc));
+			float corr = mnew == -INFINITY ? 1.0f : exp2f(mx[i] - mnew);
+			p[i] = ok ? exp2f(sc - mnew) : 0.0f;
+			lsum[i] = lsum[i] * corr + p[i];
+#pragma unroll
+			for (int c = 0; c < 4 * NO4; c++)
+				o[i][c] *= corr;
+			mx[i] = mnew;
+		}
+		int nk = min(DK_KT, s_end - s0);
+		for (int j = 0; j < nk; j++) {
+#pragma unroll
+			for (int u = 0; u < NO4; u++) {
+				int ch = 128 * u + 4 * lane;
+				float4 v4 = ch < HD ? *(const float4 *)(vs + j * HD + ch) :
+				                      make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+				for (int i = 0; i < DK_RW; i++) {
+					if (i < nr) {
+						float pj = __shfl_sync(0xffffffffu, p[i], j);
+						o[i][4 * u] += pj * v4.x;
+						o[i][4 * u + 1] += pj * v4.y;
+						o[i][4 * u + 2] += pj * v4.z;
+						o[i][4 * u + 3] += pj * v4.w;
+					}
+				}
+			}
+		}
+		s0 = s1;
+	}
+#pragma unroll
+	for (int i = 0; i < DK_RW; i++) {
+		if (i >= nr)
+			continue;
+		float l = warp_sum(lsum[i]);
+		size_t n = (size_t)r0 + tt[i], pi = ((size_t)blockIdx.z * a.b.N + n) * a.NH + hh[i];
+		float *dst = gridDim.z == 1 ? a.out + (n * a.NH + hh[i]) * HD : a.po + pi * HD;
+		float inv = gridDim.z > 1 ? 1.0f : l > 0.0f ? 1.0f / l : 0.0f;
+		if (gridDim.z > 1 && lane == 0) {
+			a.pm[pi] = mx[i];
+			a.pl[pi] = l;
+		}
+#pragma unroll
+		for (int u = 0; u < NO4; u++) {
+			int ch = 128 * u + 4 * lane;
+			if (ch < HD)
+				*(float4 *)(dst + ch) = make_float4(o[i][4 * u] * inv, o[i][4 * u + 1] * inv,
+				                                    o[i][4 * u + 2] * inv,
+				                                    o[i][4 * u + 3] * inv);
+		}
+	}
+}
+
+/* 16-bit cache with HD <= 128; fp32 with HD <= 128 or 16-bit with HD <= 256; the rest */
+static __global__ void __launch_bounds__(DK_THREADS) dk_kernel4(struct dk_args a)
+{
+	dk_body(a, 4, 1);
+}
+
+static __global__ void __launch_bounds__(DK_THREADS) dk_kernel8(struct dk_args a)
+{
+	dk_body(a, 8, 2);
+}
+
+static __global__ void __launch_bounds__(DK_THREADS) dk_kernel16(struct dk_args a)
+{
+	dk_body(a, 16, 2);
+}
+
+/* one warp per (row n, head h): merge the splits of n's sequence */
+static __global__ void dk_merge_kernel(struct dk_args a)
+{
+	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+	int N = a.b.N;
+
+	if (w >= N * a.NH)
+		return;
+	int n = w / a.NH, h = w % a.NH, s = a.b.rowseq[n];
+	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = CEIL_DIV(S, a.split_len);
+	float M = -INFINITY, L = 0.0f;
+
+	for (int z = 0; z < ns; z++)
+		M = fmaxf(M, a.pm[((size_t)z * N + n) * a.NH + h]);
+	for (int z = 0; z < ns; z++) {
+		size_t pi = ((size_t)z * N + n) * a.NH + h;
+		if (a.pm[pi] != -INFINITY)
+			L += a.pl[pi] * exp2f(a.pm[pi] - M);
+	}
+	float *orow = a.out + ((size_t)n * a.NH + h) * a.HD;
+	for (int c = lane; c < a.HD; c += 32) {
+		float acc = 0.0f;
+		for (int z = 0; z < ns; z++) {
+			size_t pi = ((size_t)z * N + n) * a.NH + h;
+			if (a.pm[pi] != -INFINITY)
+				acc += a.po[pi * a.HD + c] * exp2f(a.pm[pi] - M);
+		}
+		orow[c] = L > 0.0f ? acc / L : 0.0f;
+	}
+}
+
+/* ---------------------------------------------------------------- small fused kernels */
+
+static __device__ __forceinline__ void kv_store(void *base, int dt, size_t i, float x)
+{
+	if (dt == DICE_BF16)
+		((__nv_bfloat16 *)base)[i] = __float2bfloat16_rn(x);
+	else if (dt == DICE_F16)
+		((__half *)base)[i] = __float2half_rn(x);
+	else
+		((float *)base)[i] = x;
+}
+
+/* element offset of channel i of new row n in its sequence's layer-l cache */
+static __device__ __forceinline__ size_t kv_slot(const struct kv_batch &b, int l, int n, int KVD,
+                                                 int *s_out)
+{
+	int s = b.rowseq[n];
+	*s_out = s;
+	return ((size_t)l * b.cap[s] + b.len[s] + (n - b.row0[s])) * KVD;
+}
+
+static __global__ void kv_append_kernel(struct kv_batch b, int l, const float *k, const float *v,
+                                        int KVD)
+{
+	size_t total = (size_t)b.N * KVD;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int n = (int)(i / KVD), c = (int)(i % KVD), s;
+		size_t at = kv_slot(b, l, n, KVD, &s) + c;
+		kv_store(b.k[s], (int)b.dt, at, k[i]);
+		kv_store(b.v[s], (int)b.dt, at, v[i]);
+	}
+}
+
+/* one warp per (row n, head): q and k heads get rmsnorm then rope, v heads are copied */
+static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *qw,
+                                       const float *kw, const int *pos, const float *inv_freq,
+                                       struct kv_batch b, int l, int NH, int NKV, int HD,
+                                       float eps)
+{
+	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+	int heads = NH + 2 * NKV, KVD = NKV * HD, half = HD / 2;
+
+	if (w >= b.N * heads)
+		return;
+	int n = w / heads, h = w % heads, s;
+	const float *x = qkv + (size_t)n * heads * HD + (size_t)h * HD;
+	size_t at = kv_slot(b, l, n, KVD, &s);
+	if (h >= NH + NKV) {                    /* v */
+		for (int c = lane; c < HD; c += 32)
+			kv_store(b.v[s], (int)b.dt, at + (size_t)(h - NH - NKV) * HD + c, x[c]);
+		return;
+	}
+	float ss = 0.0f;
+	for (int c = lane; c < HD; c += 32)
+		ss += x[c] * x[c];
+	ss = warp_sum(ss);
+	float r = 1.0f / sqrtf(ss / (float)HD + eps);
+	const float *nw = h < NH ? qw : kw;
+	for (int j = lane; j < half; j += 32) {
+		float x1 = x[j] * r * nw[j], x2 = x[j + half] * r * nw[j + half];
+		float sn, cs;
+		sincosf((float)pos[n] * inv_freq[j], &sn, &cs);
+		float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+		if (h < NH) {
+			float *qh = q + ((size_t)n * NH + h) * HD;
+			qh[j] = y1;
+			qh[j + half] = y2;
+		} else {
+			size_t kat = at + (size_t)(h - NH) * HD;
+			kv_store(b.k[s], (int)b.dt, kat + j, y1);
+			kv_store(b.k[s], (int)b.dt, kat + j + half, y2);
+		}
+	}
+}
+
+static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C)
+{
+	size_t total = (size_t)N * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t n = i / C, c = i % C;
+		float g = gu[n * 2 * C + c];
+		y[i] = g / (1.0f + expf(-g)) * gu[n * 2 * C + C + c];
+	}
+}
+
+#define AR_THREADS 256
+
+/* one block per row: x += r, then y = rmsnorm(x) * w */
+static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
+                                          int C, float eps)
+{
+	__shared__ float part[AR_THREADS / 32];
+	float *xn = x + (size_t)blockIdx.x * C;
+	const float *rn = r + (size_t)blockIdx.x * C;
+	float *yn = y + (size_t)blockIdx.x * C;
+	float ss = 0.0f;
+
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		float v = xn[c] + rn[c];
+		xn[c] = v;
+		ss += v * v;
+	}
+	float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
+	for (int c = threadIdx.x; c < C; c += blockDim.x)
+		yn[c] = xn[c] * rs * w[c];
+}
+
+/* ---------------------------------------------------------------- kernel launchers */
+
+static int grid_for(size_t total)
+{
+	size_t g = CEIL_DIV(total, (size_t)256);
+	return (int)(g < 65536 ? (g ? g : 1) : 65536);
+}
+
+int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float *k,
+                  const float *v, int NKV, int HD)
+{
+	GPU_REQUIRE(b && b->N >= 0 && NKV > 0 && HD > 0 && l >= 0, "kv_append");
+	if (b->N == 0)
+		return 0;
+	kv_append_kernel<<<grid_for((size_t)b->N * NKV * HD), 256, 0, st>>>(*b, l, k, v, NKV * HD);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
+                     int l, int NH, int NKV, int HD, int block)
+{
+	static int smem_set;
+	struct dk_args a;
+	int es = (int)dice_dtype_size(b->dt);
+
+	GPU_REQUIRE(b && b->nseq >= 0 && NKV > 0 && NH % NKV == 0 && block > 0, "attention_kv");
+	GPU_REQUIRE(HD > 0 && HD <= DK_HDMAX && HD * es % 16 == 0 && HD % 4 == 0, "attention_kv");
+	GPU_REQUIRE(b->maxS >= b->maxT && b->maxT >= 0, "attention_kv");
+	if (b->N == 0 || b->nseq == 0)
+		return 0;
+	memset(&a, 0, sizeof a);
+	a.out = out;
+	a.q = q;
+	a.b = *b;
+	a.l = l;
+	a.NH = NH;
+	a.NKV = NKV;
+	a.HD = HD;
+	a.group = NH / NKV;
+	a.block = block;
+	a.qscale = 1.4426950408889634f / sqrtf((float)HD);
+	a.rtiles = CEIL_DIV(b->maxT * a.group, DK_ROWS);
+
+	size_t smem = sizeof(float) * (DK_ROWS * HD + DK_KT * (HD + 4) + DK_KT * HD);
+	if (!smem_set) {
+		int most = (int)(sizeof(float) * (DK_ROWS * DK_HDMAX + DK_KT * (DK_HDMAX + 4) +
+		                                  DK_KT * DK_HDMAX));
+		CUDA_CHECK(cudaFuncSetAttribute(dk_kernel4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                most));
+		CUDA_CHECK(cudaFuncSetAttribute(dk_kernel8, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                most));
+		CUDA_CHECK(cudaFuncSetAttribute(dk_kernel16,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+		smem_set = 1;
+	}
+	int blocks = b->nseq * a.rtiles * NKV, want = 3 * gpu_sm_count(), nsplit = 1;
+	if (blocks < want)
+		nsplit = CEIL_DIV(want, blocks) < CEIL_DIV(b->maxS, DK_KT) ? CEIL_DIV(want, blocks) :
+		         CEIL_DIV(b->maxS, DK_KT);
+	a.split_len = DK_KT * CEIL_DIV(CEIL_DIV(b->maxS, nsplit), DK_KT);
+	nsplit = CEIL_DIV(b->maxS, a.split_len);
+	if (nsplit > 1) {
+		size_t np = (size_t)nsplit * b->N * NH;
+		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));
+		a.po = p;
+		a.pm = p + np * HD;
+		a.pl = a.pm + np;
+	}
+	dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
+	int chunks = DK_KT * HD * es / 16;      /* 16-byte loads per matrix and tile */
+	if (chunks <= 4 * DK_THREADS && HD <= 128)
+		dk_kernel4<<<grid, DK_THREADS, smem, st>>>(a);
+	else if (chunks <= 8 * DK_THREADS)
+		dk_kernel8<<<grid, DK_THREADS, smem, st>>>(a);
+	else
+		dk_kernel16<<<grid, DK_THREADS, smem, st>>>(a);
+	CUDA_CHECK_LAUNCH();
+	if (nsplit > 1) {
+		dk_merge_kernel<<<CEIL_DIV(b->N * NH, 8), 256, 0, st>>>(a);
+		CUDA_CHECK_LAUNCH();
+	}
+	return 0;
+}
+
+int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
+                 const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                 float eps, float theta)
+{
+	GPU_REQUIRE(b && b->N >= 0 && NH > 0 && NKV > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024,
+	            "qkv_prep");
+	if (b->N == 0)
+		return 0;
+	const float *inv_freq = gpu_rope_table(theta, HD);
+	int warps = b->N * (NH + 2 * NKV);
+	qkv_prep_kernel<<<CEIL_DIV(warps, 8), 256, 0, st>>>(q, qkv, qw, kw, pos, inv_freq, *b, l, NH,
+	                                                     NKV, HD, eps);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C)
+{
+	GPU_REQUIRE(N >= 0 && C > 0, "swiglu_cat");
+	if (N == 0)
+		return 0;
+	swiglu_cat_kernel<<<grid_for((size_t)N * C), 256, 0, st>>>(y, gu, N, C);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
+                    int C, float eps)
+{
+	GPU_REQUIRE(N >= 0 && C > 0, "add_rmsnorm");
+	if (N == 0)
+		return 0;
+	int threads = C >= AR_THREADS ? AR_THREADS : 32 * CEIL_DIV(C, 32);
+	add_rmsnorm_kernel<<<N, threads, 0, st>>>(y, x, r, w, C, eps);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

@@ -1,0 +1,226 @@
+/* test_decode: the engine forward's cache and fused ops (attention_kv, kv_append, qkv_prep,
+ * swiglu_cat, add_rmsnorm) against their CPU twins on random data: several sequences of
+ * different cache lengths in one call, T = 1, 4, 8 new rows under the block-causal rule,
+ * GQA groups 1..8, caches of 1 to 4K+ keys, fp32 and bf16/fp16 caches, head dims 64..256. */
+#include "gpu_test.h"
+
+#define L 2                                 /* layers of every test cache */
+
+struct batch {                              /* host and device views of one struct kv_batch */
+	struct kv_batch h, d;
+	void **hk, **hv, **dk, **dv;            /* cache bases: host arrays, device pointers */
+	size_t *bytes;                          /* per sequence, of one of k / v */
+};
+
+/* nseq sequences with T[s] new rows after len[s] cached positions; caches filled at random */
+static void batch_make(struct batch *b, int nseq, const int *T, const int *len, int NKV, int HD,
+                       enum dice_dtype dt)
+{
+	int N = 0, maxT = 0, maxS = 0;
+	int *row0 = (int *)xmalloc(sizeof(int) * (nseq + 1)), *cap = (int *)xmalloc(sizeof(int) * nseq);
+	size_t es = dice_dtype_size(dt);
+
+	for (int s = 0; s < nseq; s++) {
+		row0[s] = N;
+		N += T[s];
+		maxT = T[s] > maxT ? T[s] : maxT;
+		maxS = len[s] + T[s] > maxS ? len[s] + T[s] : maxS;
+		cap[s] = len[s] + T[s] + 3;
+	}
+	row0[nseq] = N;
+	int *rowseq = (int *)xmalloc(sizeof(int) * (N + 1));
+	for (int s = 0; s < nseq; s++)
+		for (int n = row0[s]; n < row0[s + 1]; n++)
+			rowseq[n] = s;
+	b->hk = (void **)xmalloc(sizeof(void *) * nseq);
+	b->hv = (void **)xmalloc(sizeof(void *) * nseq);
+	b->dk = (void **)xmalloc(sizeof(void *) * nseq);
+	b->dv = (void **)xmalloc(sizeof(void *) * nseq);
+	b->bytes = (size_t *)xmalloc(sizeof(size_t) * nseq);
+	for (int s = 0; s < nseq; s++) {
+		size_t n = (size_t)L * cap[s] * NKV * HD;
+		b->bytes[s] = n * es;
+		b->hk[s] = gt_rand_w(n, dt, -2, 2);
+		b->hv[s] = gt_rand_w(n, dt, -1, 1);
+		b->dk[s] = gt_up(b->hk[s], n * es);
+		b->dv[s] = gt_up(b->hv[s], n * es);
+	}
+	b->h = (struct kv_batch){ nseq, N, maxT, maxS, dt, row0, len, cap, rowseq, b->hk, b->hv };
+	b->d = b->h;
+	b->d.row0 = (int *)gt_up(row0, sizeof(int) * (nseq + 1));
+	b->d.len = (int *)gt_up(len, sizeof(int) * nseq);
+	b->d.cap = (int *)gt_up(cap, sizeof(int) * nseq);
+	b->d.rowseq = (int *)gt_up(rowseq, sizeof(int) * (N + 1));
+	b->d.k = (void *const *)gt_up(b->dk, sizeof(void *) * nseq);
+	b->d.v = (void *const *)gt_up(b->dv, sizeof(void *) * nseq);
+}
+
+static void batch_free(struct batch *b)
+{
+	for (int s = 0; s < b->h.nseq; s++) {
+		free(b->hk[s]); free(b->hv[s]);
+		G->free(b->dk[s]); G->free(b->dv[s]);
+	}
+	free(b->hk); free(b->hv); free(b->dk); free(b->dv); free(b->bytes);
+	free((void *)b->h.row0); free((void *)b->h.cap); free((void *)b->h.rowseq);
+	G->free((void *)b->d.row0); G->free((void *)b->d.len); G->free((void *)b->d.cap);
+	G->free((void *)b->d.rowseq); G->free((void *)b->d.k); G->free((void *)b->d.v);
+}
+
+static float *as_f32(const void *p, enum dice_dtype dt, size_t n)
+{
+	float *f = (float *)xmalloc(n * sizeof *f + 1);
+	for (size_t i = 0; i < n; i++)
+		f[i] = dt == DICE_F32 ? ((const float *)p)[i] :
+		       dt == DICE_BF16 ? dice_bf16_to_f32(((const uint16_t *)p)[i]) :
+		                         dice_f16_to_f32(((const uint16_t *)p)[i]);
+	return f;
+}
+
+/* the device caches against the host ones (after the same op on both) */
+static void compare_caches(const char *what, struct batch *b, double atol, double eps)
+{
+	char name[200];
+	for (int s = 0; s < b->h.nseq; s++) {
+		size_t n = b->bytes[s] / dice_dtype_size(b->h.dt);
+		for (int m = 0; m < 2; m++) {
+			void *got = xmalloc(b->bytes[s]);
+			G->to_host(got, m ? b->dv[s] : b->dk[s], b->bytes[s]);
+			float *g = as_f32(got, b->h.dt, n), *r = as_f32(m ? b->hv[s] : b->hk[s], b->h.dt, n);
+			snprintf(name, sizeof name, "%s seq %d %s cache", what, s, m ? "v" : "k");
+			gt_compare(name, g, r, n, atol, eps);
+			free(got); free(g); free(r);
+		}
+	}
+}
+
+static const char *dtname(enum dice_dtype dt)
+{
+	return dt == DICE_F32 ? "f32" : dt == DICE_BF16 ? "bf16" : "f16";
+}
+
+static void attention_case(int nseq, const int *T, const int *len, int NH, int NKV, int HD,
+                           int block, enum dice_dtype dt)
+{
+	struct batch b;
+	char what[200];
+
+	batch_make(&b, nseq, T, len, NKV, HD, dt);
+	size_t qn = (size_t)b.h.N * NH * HD;
+	float *q = gt_rand(qn, -2, 2), *ref = (float *)xmalloc(qn * sizeof(float));
+	float *dq = (float *)gt_up(q, qn * sizeof(float)), *dout = gt_poisoned(qn);
+	H->attention_kv(ref, q, &b.h, 1, NH, NKV, HD, block);
+	G->attention_kv(dout, dq, &b.d, 1, NH, NKV, HD, block);
+	float *out = gt_down(dout, qn);
+	snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d HD=%d",
+	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
+	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
+	free(q); free(ref); free(out);
+	G->free(dq); G->free(dout);
+	batch_free(&b);
+}
+
+static void append_case(int nseq, const int *T, const int *len, int NH, int NKV, int HD,
+                        enum dice_dtype dt)
+{
+	struct batch b;
+	char what[200];
+
+	batch_make(&b, nseq, T, len, NKV, HD, dt);
+	size_t kn = (size_t)b.h.N * NKV * HD, W = (size_t)(NH + 2 * NKV) * HD;
+	float *k = gt_rand(kn, -2, 2), *v = gt_rand(kn, -2, 2);
+	float *dk = (float *)gt_up(k, kn * 4), *dv = (float *)gt_up(v, kn * 4);
+	H->kv_append(&b.h, 1, k, v, NKV, HD);
+	G->kv_append(&b.d, 1, dk, dv, NKV, HD);
+	snprintf(what, sizeof what, "kv_append %s NKV=%d HD=%d", dtname(dt), NKV, HD);
+	compare_caches(what, &b, 0, 0);
+
+	/* qkv_prep: q out, k and v into layer 0 */
+	float *qkv = gt_rand((size_t)b.h.N * W, -2, 2), *qw = gt_rand(HD, 0.5, 1.5);
+	float *kw = gt_rand(HD, 0.5, 1.5), *ref = (float *)xmalloc(sizeof(float) * b.h.N * NH * HD);
+	int *pos = (int *)xmalloc(sizeof(int) * (b.h.N + 1));
+	for (int s = 0; s < nseq; s++)
+		for (int n = b.h.row0[s]; n < b.h.row0[s + 1]; n++)
+			pos[n] = len[s] + n - b.h.row0[s];
+	float *dqkv = (float *)gt_up(qkv, sizeof(float) * b.h.N * W);
+	float *dqw = (float *)gt_up(qw, sizeof(float) * HD), *dkw = (float *)gt_up(kw, sizeof(float) * HD);
+	int *dpos = (int *)gt_up(pos, sizeof(int) * (b.h.N + 1));
+	float *dq = gt_poisoned((size_t)b.h.N * NH * HD);
+	H->qkv_prep(ref, qkv, qw, kw, pos, &b.h, 0, NH, NKV, HD, 1e-6f, 1e6f);
+	G->qkv_prep(dq, dqkv, dqw, dkw, dpos, &b.d, 0, NH, NKV, HD, 1e-6f, 1e6f);
+	float *got = gt_down(dq, (size_t)b.h.N * NH * HD);
+	snprintf(what, sizeof what, "qkv_prep q %s NH=%d NKV=%d HD=%d", dtname(dt), NH, NKV, HD);
+	gt_compare(what, got, ref, (size_t)b.h.N * NH * HD, 1e-5, 1e-4);
+	snprintf(what, sizeof what, "qkv_prep %s", dtname(dt));
+	/* a 16-bit cache may round a value near a tie differently: one unit in the last place */
+	compare_caches(what, &b, 1e-5, dt == DICE_F32 ? 1e-4 : 1e-2);
+	free(k); free(v); free(qkv); free(qw); free(kw); free(ref); free(pos); free(got);
+	G->free(dk); G->free(dv); G->free(dqkv); G->free(dqw); G->free(dkw); G->free(dpos);
+	G->free(dq);
+	batch_free(&b);
+}
+
+static void elementwise_cases(int N, int C)
+{
+	float *gu = gt_rand((size_t)N * 2 * C, -4, 4), *ref = (float *)xmalloc(sizeof(float) * N * C);
+	float *dgu = (float *)gt_up(gu, sizeof(float) * N * 2 * C), *dy = gt_poisoned((size_t)N * C);
+	char what[120];
+
+	H->swiglu_cat(ref, gu, N, C);
+	G->swiglu_cat(dy, dgu, N, C);
+	float *got = gt_down(dy, (size_t)N * C);
+	snprintf(what, sizeof what, "swiglu_cat N=%d C=%d", N, C);
+	gt_compare(what, got, ref, (size_t)N * C, 1e-6, 1e-5);
+	free(got);
+
+	float *x = gt_rand((size_t)N * C, -2, 2), *r = gt_rand((size_t)N * C, -2, 2);
+	float *w = gt_rand(C, 0.5, 1.5);
+	float *dx = (float *)gt_up(x, sizeof(float) * N * C), *dr = (float *)gt_up(r, sizeof(float) * N * C);
+	float *dw = (float *)gt_up(w, sizeof(float) * C);
+	H->add_rmsnorm(ref, x, r, w, N, C, 1e-6f);
+	G->add_rmsnorm(dy, dx, dr, dw, N, C, 1e-6f);
+	got = gt_down(dy, (size_t)N * C);
+	float *gx = gt_down(dx, (size_t)N * C);
+	snprintf(what, sizeof what, "add_rmsnorm y N=%d C=%d", N, C);
+	gt_compare(what, got, ref, (size_t)N * C, 1e-5, 1e-4);
+	snprintf(what, sizeof what, "add_rmsnorm x N=%d C=%d", N, C);
+	gt_compare(what, gx, x, (size_t)N * C, 0, 0);
+	free(gu); free(ref); free(got); free(gx); free(x); free(r); free(w);
+	G->free(dgu); G->free(dy); G->free(dx); G->free(dr); G->free(dw);
+}
+
+int main(void)
+{
+	if (gt_init(61))
+		return 0;
+	enum dice_dtype dts[3] = { DICE_F32, DICE_BF16, DICE_F16 };
+	static int T1[1] = { 4 }, len1[1] = { 1024 };
+	static int T1b[1] = { 1 }, len1b[1] = { 0 };           /* S = 1 */
+	static int T1c[1] = { 8 }, len1c[1] = { 4100 };        /* S > 4K, T = 8 */
+	static int T3[3] = { 4, 4, 4 }, len3[3] = { 0, 37, 515 };
+	static int T5[5] = { 8, 4, 1, 8, 4 }, len5[5] = { 3, 64, 1, 2049, 130 };  /* mid-block */
+	static int T4p[2] = { 64, 13 }, len4p[2] = { 0, 8 };   /* prefill-like: many rows */
+	int T16[16], len16[16];
+
+	for (int i = 0; i < 16; i++) {
+		T16[i] = 4;
+		len16[i] = 200 + 97 * i;
+	}
+	for (int d = 0; d < 3; d++) {
+		enum dice_dtype dt = dts[d];
+		attention_case(1, T1, len1, 16, 8, 128, 4, dt);          /* 1.7B geometry */
+		attention_case(1, T1, len1, 32, 8, 128, 4, dt);          /* 4B */
+		attention_case(1, T1b, len1b, 8, 2, 128, 4, dt);
+		attention_case(1, T1c, len1c, 32, 8, 128, 4, dt);
+		attention_case(3, T3, len3, 8, 2, 64, 4, dt);
+		attention_case(5, T5, len5, 32, 4, 128, 4, dt);          /* group 8 */
+		attention_case(5, T5, len5, 4, 4, 256, 4, dt);           /* group 1, HD 256 */
+		attention_case(2, T4p, len4p, 8, 2, 128, 4, dt);         /* row tiles */
+		attention_case(16, T16, len16, 32, 8, 128, 4, dt);       /* batch, no split */
+		append_case(5, T5, len5, 8, 2, 128, dt);
+		append_case(3, T3, len3, 4, 4, 64, dt);
+	}
+	elementwise_cases(5, 2048);
+	elementwise_cases(3, 100);
+	return test_done();
+}
