@@ -10,7 +10,8 @@
 #   error       exact stderr (not checked when absent)
 #   status      expected exit status (default 0)
 # --gpu runs tests/bin/gpu_* instead (make check-gpu). FILTER keeps the cases whose path
-# contains it. VALGRIND="valgrind -q --error-exitcode=99" runs the programs under valgrind.
+# contains it. A "not ok ... # TODO" line is a known failure: listed and counted apart, not
+# as failed. VALGRIND="valgrind -q --error-exitcode=99" runs the programs under valgrind.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 PATH="$root/bin:$PATH"
@@ -19,7 +20,7 @@ export PATH DICE_SHARE
 out="$root/tests/out"
 rm -rf "$out"
 mkdir -p "$out"
-pass=0 fail=0 skip=0 n=0
+pass=0 fail=0 skip=0 todo=0 n=0
 gpu=0
 [ "${1:-}" = "--gpu" ] && { gpu=1; shift; }
 filter=${1:-}
@@ -32,10 +33,11 @@ run_tap() { # binary name
 	"$1" >"$log" 2>&1
 	st=$?
 	p=$(grep -c '^ok ' "$log")
-	f=$(grep -c '^not ok ' "$log")
+	t=$(grep -c '^not ok .*# TODO' "$log")      # a known failure, reported, not counted
+	f=$(($(grep -c '^not ok ' "$log") - t))
 	s=$(grep -c '^ok .*# SKIP' "$log")
-	pass=$((pass + p - s)); fail=$((fail + f)); skip=$((skip + s))
-	n=$((n + p + f))
+	pass=$((pass + p - s)); fail=$((fail + f)); skip=$((skip + s)); todo=$((todo + t))
+	n=$((n + p + f + t))
 	grep -E '^(not ok|#)' "$log" | sed "s|^|$2: |"
 	if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then
 		notok "$2 exited with status $st"
@@ -55,7 +57,7 @@ if [ $gpu -eq 1 ]; then
 	case sample-gpu in *"$filter"*) [ -x "$root/tests/gpu/sample-gpu.sh" ] && run_tap "$root/tests/gpu/sample-gpu.sh" gpu_sample_e2e ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac
 	case rl-cuda in *"$filter"*) [ -x "$root/tests/gpu/rl-cuda.sh" ] && run_tap "$root/tests/gpu/rl-cuda.sh" gpu_rl ;; esac
-	echo "$pass passed, $fail failed"
+	echo "$pass passed, $fail failed$([ $todo -gt 0 ] && echo ", $todo todo (known failures)")"
 	[ $fail -eq 0 ]
 	exit
 fi
