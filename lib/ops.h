@@ -132,6 +132,20 @@ struct ops {
 	 *   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), bc1 = 1-b1^step, bc2 = 1-b2^step */
 	void (*adamw)(float *p, float *m, float *v, const float *g, size_t n,
 	              const struct adamw_step *s);
+
+	/* ---- mixed-precision training (appended; NULL where a backend has none) */
+	/* dst(n) bf16 = src(n) fp32, round to nearest even (the bf16 copies of the weights) */
+	void (*cast_bf16)(void *dst, const float *src, size_t n);
+	/* attention / attention_backward for long training sequences (same arguments and
+	 * results; CUDA: tensor cores with bf16 operands; CPU: the fp32 twins themselves) */
+	void (*attention_tc)(float *out, const float *q, const float *k, const float *v,
+	                     int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+	void (*attention_tc_backward)(float *dq, float *dk, float *dv, const float *dout,
+	                              const float *q, const float *k, const float *v,
+	                              const float *out, int T, int S, int NH, int NKV, int HD,
+	                              const struct attn_mask *m);
+	/* device memory in use now (bytes) and the device's dense bf16 peak FLOP/s (0 unknown) */
+	void (*device_info)(size_t *mem_used, double *peak_flops);
 };
 
 extern const struct ops ops_cpu;

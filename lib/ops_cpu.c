@@ -247,6 +247,13 @@ static void cpu_embed(float *y, const int *ids, const void *w, enum dice_dtype w
 			y[(size_t)n * C + c] = load_w(w, wdt, (size_t)ids[n] * C + c);
 }
 
+static void cpu_cast_bf16(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	for (size_t i = 0; i < n; i++)
+		d[i] = dice_f32_to_bf16(src[i]);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -277,6 +284,9 @@ const struct ops ops_cpu = {
 	.zero = cpu_zero,
 	.sumsq = cpu_sumsq,
 	.adamw = cpu_adamw,
+	.cast_bf16 = cpu_cast_bf16,
+	.attention_tc = cpu_attention,
+	.attention_tc_backward = cpu_attention_backward,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -52,6 +52,7 @@ if [ $gpu -eq 1 ]; then
 	done
 	[ -x "$root/tests/gpu/run-model.sh" ] && [ -z "$filter" ] && run_tap "$root/tests/gpu/run-model.sh" gpu_model
 	case sft-cuda in *"$filter"*) [ -x "$root/tests/gpu/sft-cuda.sh" ] && run_tap "$root/tests/gpu/sft-cuda.sh" gpu_sft ;; esac
+	case sft-load in *"$filter"*) [ -x "$root/tests/gpu/sft-load.sh" ] && run_tap "$root/tests/gpu/sft-load.sh" gpu_sft_load ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac
 	echo "$pass passed, $fail failed"
 	[ $fail -eq 0 ]

@@ -179,6 +179,10 @@ static const struct ops ops_cuda = {
 	cu_zero,
 	cu_sumsq,
 	cu_adamw,
+	cu_cast_bf16,
+	cu_attention_tc,
+	cu_attention_tc_backward,
+	cu_device_info,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */
