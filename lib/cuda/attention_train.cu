@@ -3,22 +3,29 @@
  * and gradients; the mask rule of struct attn_mask); the CPU twins are cpu_attention and
  * cpu_attention_backward.
  *
- * One query head at a time (GQA: head h reads kv head h / (NH/NKV)), the T x S scores are
- * materialised for that head only:
+ * One query head at a time (GQA: head h reads kv head h / (NH/NKV)) and one chunk of
+ * AT_CHUNK query rows at a time; the chunk's scores are materialised over the key range
+ * [k0, k1) that holds every key a row of the chunk may see (found on the device by one pass
+ * of the mask rule per call, then read back: one sync per call), so whole masked regions
+ * (SFT: clean queries never see the noisy half; the noisy half sees its own block only) cost
+ * nothing. Per (head, chunk):
  *   forward   S = scale Q K^T (cuBLAS, bf16 in, fp32 out); P = masked softmax(S) (bf16);
  *             O = P V (bf16 in, fp32 out, written strided into out)
  *   backward  S and P again; dP = dO V^T (fp32); dS = scale P (dP - D), D = rowsum(dO O);
  *             dQ = dS K;  dK += dS^T Q;  dV += P^T dO   (fp32 accumulation in dk, dv)
  * q, k, v, dO are rounded to bf16 once per call, P and dS are bf16: the results differ from
  * the fp32 twin by bf16 rounding (tests/gpu/test_attention_train.cu: a few 1e-3 relative).
- * Every score of the head is computed, visible or not (dense GEMMs): memory T*S*8 bytes
- * (forward) or T*S*8 + T*NH*4 (backward) in the backend scratch, plus the bf16 operands. */
+ * Inside the range every score is computed (dense GEMMs) and masked in the softmax, which
+ * holds a row in shared memory when it fits (one read of the scores). Memory in the backend
+ * scratch: AT_CHUNK x S x 8 bytes of scores plus T*NH*4 and the bf16 operands. */
 #include <math.h>
 
 #include "gpu_bwd.h"
 #include "common.cuh"
 
 #define AT_THREADS 256
+#define AT_CHUNK 2048                   /* query rows per chunk */
+#define AT_SMEM_MAX (160 * 1024)        /* largest shared-memory row (floats x 4) */
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
@@ -59,34 +66,77 @@ static __device__ float block_reduce(float v, int is_max)
 	return v;                               /* every warp holds the result */
 }
 
-/* one block per query row: p(row, S) bf16 = softmax over the visible keys of s(row, S);
- * a row without a visible key gets zeros */
-static __global__ void masked_softmax_kernel(__nv_bfloat16 *p, const float *s, int S,
-                                             struct attn_mask m)
+/* one block per query row r0 + blockIdx.x: p(row, W) bf16 = softmax over the visible keys
+ * k0 .. k0+W-1 of s(row, W); a row without a visible key gets zeros. With smem the row
+ * is read once into dynamic shared memory (W floats), else three passes over s. */
+static __global__ void masked_softmax_kernel(__nv_bfloat16 *p, const float *s, int W, int r0,
+                                             int k0, struct attn_mask m, int smem)
 {
-	int i = blockIdx.x;
+	extern __shared__ float rs[];
+	int i = r0 + blockIdx.x;
 	int qb = m.qpos[i] / m.block, qs = m.qseg ? m.qseg[i] : 0, qn = m.qnoisy ? m.qnoisy[i] : 0;
-	const float *row = s + (size_t)i * S;
-	__nv_bfloat16 *out = p + (size_t)i * S;
+	const float *row = s + (size_t)blockIdx.x * W;
+	__nv_bfloat16 *out = p + (size_t)blockIdx.x * W;
 	float mx = -INFINITY, sum = 0.0f;
 
-	for (int j = threadIdx.x; j < S; j += blockDim.x)
-		if (at_sees(m, qb, qs, qn, j))
-			mx = fmaxf(mx, row[j]);
+	if (smem) {
+		for (int j = threadIdx.x; j < W; j += blockDim.x) {
+			float v = at_sees(m, qb, qs, qn, k0 + j) ? row[j] : -INFINITY;
+			rs[j] = v;
+			mx = fmaxf(mx, v);
+		}
+	} else {
+		for (int j = threadIdx.x; j < W; j += blockDim.x)
+			if (at_sees(m, qb, qs, qn, k0 + j))
+				mx = fmaxf(mx, row[j]);
+	}
 	mx = block_reduce(mx, 1);
 	if (mx == -INFINITY) {
-		for (int j = threadIdx.x; j < S; j += blockDim.x)
+		for (int j = threadIdx.x; j < W; j += blockDim.x)
 			out[j] = __float2bfloat16_rn(0.0f);
 		return;
 	}
-	for (int j = threadIdx.x; j < S; j += blockDim.x)
-		if (at_sees(m, qb, qs, qn, j))
-			sum += __expf(row[j] - mx);
+	if (smem) {
+		for (int j = threadIdx.x; j < W; j += blockDim.x) {
+			float e = __expf(rs[j] - mx);
+			rs[j] = e;
+			sum += e;
+		}
+	} else {
+		for (int j = threadIdx.x; j < W; j += blockDim.x)
+			if (at_sees(m, qb, qs, qn, k0 + j))
+				sum += __expf(row[j] - mx);
+	}
 	sum = block_reduce(sum, 0);
 	float inv = 1.0f / sum;
+	if (smem) {
+		for (int j = threadIdx.x; j < W; j += blockDim.x)
+			out[j] = __float2bfloat16_rn(rs[j] * inv);
+	} else {
+		for (int j = threadIdx.x; j < W; j += blockDim.x)
+			out[j] = __float2bfloat16_rn(at_sees(m, qb, qs, qn, k0 + j)
+			                             ? __expf(row[j] - mx) * inv : 0.0f);
+	}
+}
+
+/* one block per query row: widen range[2 (row / chunk)] = [first, last + 1) visible key */
+static __global__ void key_range_kernel(int *range, int S, int chunk, struct attn_mask m)
+{
+	int i = blockIdx.x;
+	int qb = m.qpos[i] / m.block, qs = m.qseg ? m.qseg[i] : 0, qn = m.qnoisy ? m.qnoisy[i] : 0;
+	float lo = -(float)S, hi = -1.0f;      /* lo holds minus the first key (max-reduced) */
+
 	for (int j = threadIdx.x; j < S; j += blockDim.x)
-		out[j] = __float2bfloat16_rn(at_sees(m, qb, qs, qn, j) ? __expf(row[j] - mx) * inv
-		                                                       : 0.0f);
+		if (at_sees(m, qb, qs, qn, j)) {
+			lo = fmaxf(lo, -(float)j);
+			hi = fmaxf(hi, (float)j);
+		}
+	lo = block_reduce(lo, 1);
+	hi = block_reduce(hi, 1);
+	if (threadIdx.x == 0 && hi >= 0.0f) {
+		atomicMin(&range[2 * (i / chunk)], (int)-lo);
+		atomicMax(&range[2 * (i / chunk) + 1], (int)hi + 1);
+	}
 }
 
 /* d(T*NH) = rowsum over HD of dout * out, one warp per (query, head) */
@@ -155,8 +205,9 @@ static void gemm_abt(cublasHandle_t h, float *s, const __nv_bfloat16 *a, int lda
 }
 
 struct at_shape {
-	int T, S, NH, NKV, HD, QD, KVD, group;
+	int T, S, NH, NKV, HD, QD, KVD, group, nchunk;
 	float scale;
+	int *range;                          /* host: [k0, k1) per chunk, k0 >= k1 when empty */
 };
 
 static int at_check(struct at_shape *z, int T, int S, int NH, int NKV, int HD,
@@ -174,8 +225,59 @@ static int at_check(struct at_shape *z, int T, int S, int NH, int NKV, int HD,
 	z->KVD = NKV * HD;
 	z->group = NH / NKV;
 	z->scale = 1.0f / sqrtf((float)HD);
+	z->nchunk = CEIL_DIV(T, AT_CHUNK);
+	z->range = NULL;
 	return 0;
 }
+
+/* the key range of every query chunk into z->range (host); rdev: 2 nchunk ints of scratch */
+static void at_ranges(cudaStream_t st, struct at_shape *z, int *rdev, const struct attn_mask *m)
+{
+	z->range = (int *)malloc(2 * (size_t)z->nchunk * sizeof(int));
+	if (!z->range) {
+		fprintf(stderr, "dice: attention_tc: out of memory\n");
+		abort();
+	}
+	for (int c = 0; c < z->nchunk; c++) {
+		z->range[2 * c] = z->S;
+		z->range[2 * c + 1] = 0;
+	}
+	CUDA_CHECK(cudaMemcpyAsync(rdev, z->range, 2 * (size_t)z->nchunk * sizeof(int),
+	                           cudaMemcpyHostToDevice, st));
+	key_range_kernel<<<z->T, AT_THREADS, 0, st>>>(rdev, z->S, AT_CHUNK, *m);
+	CUDA_CHECK_LAUNCH();
+	CUDA_CHECK(cudaMemcpyAsync(z->range, rdev, 2 * (size_t)z->nchunk * sizeof(int),
+	                           cudaMemcpyDeviceToHost, st));
+	CUDA_CHECK(cudaStreamSynchronize(st));
+	for (int c = 0; c < z->nchunk; c++) {   /* 8-aligned start and width (fast GEMMs) */
+		int k0 = z->range[2 * c] & ~7, k1 = z->range[2 * c + 1];
+		if (k1 <= z->range[2 * c])
+			continue;
+		k1 = k0 + ((k1 - k0 + 7) & ~7);
+		z->range[2 * c] = k0;
+		z->range[2 * c + 1] = k1 < z->S ? k1 : z->S;
+	}
+}
+
+static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, int W, int r0,
+                    int k0, const struct attn_mask *m)
+{
+	static int smem_set;
+	size_t bytes = (size_t)W * sizeof(float);
+	int smem = bytes <= AT_SMEM_MAX;
+
+	if (smem && bytes > 48 * 1024 && !smem_set) {
+		CUDA_CHECK(cudaFuncSetAttribute(masked_softmax_kernel,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                AT_SMEM_MAX));
+		smem_set = 1;
+	}
+	masked_softmax_kernel<<<nr, AT_THREADS, smem ? bytes : 0, st>>>(p, sf, W, r0, k0, *m, smem);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* bytes of the scratch's head: the chunk ranges, rounded to 256 */
+#define AT_RANGE_BYTES(z) (((size_t)(z).nchunk * 8 + 255) / 256 * 256)
 
 int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                      int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
@@ -187,27 +289,38 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 		return -1;
 	if (T == 0)
 		return 0;
+	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD;
+	gpu_zero(st, out, nq * sizeof(float));
 	if (S == 0)
-		return gpu_zero(st, out, (size_t)T * z.QD * sizeof(float));
-	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD, ts = (size_t)T * S;
-	char *sc = (char *)gpu_scratch(ts * 4 + ts * 2 + (nq + 2 * nk) * 2);
-	float *sf = (float *)sc;
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(sc + ts * 4), *qb = p + ts, *kb = qb + nq, *vb = kb + nk;
+		return 0;
+	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S;
+	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
+	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qb = p + cs, *kb = qb + nq, *vb = kb + nk;
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
+	at_ranges(st, &z, (int *)sc, m);
 	cast(st, qb, q, nq);
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
-	for (int hh = 0; hh < NH; hh++) {
-		int j = hh / z.group;
-		gemm_abt(h, sf, qb + (size_t)hh * HD, z.QD, kb + (size_t)j * HD, z.KVD, T, S, HD,
-		         z.scale);
-		masked_softmax_kernel<<<T, AT_THREADS, 0, st>>>(p, sf, S, *m);
-		CUDA_CHECK_LAUNCH();
-		/* out_h^T(HD,T) = v_j^T(HD,S) p^T(S,T) */
-		gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, T, S, 1.0f, vb + (size_t)j * HD, z.KVD, p, S, 0.0f,
-		     out + (size_t)hh * HD, z.QD);
+	for (int c = 0; c < z.nchunk; c++) {
+		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
+		int k0 = z.range[2 * c], W = z.range[2 * c + 1] - k0;
+		if (W <= 0)
+			continue;                   /* no visible key: the rows stay zero */
+		for (int hh = 0; hh < NH; hh++) {
+			int j = hh / z.group;
+			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD + (size_t)j * HD;
+			gemm_abt(h, sf, qb + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD, kj, z.KVD, nr,
+			         W, HD, z.scale);
+			softmax(st, p, sf, nr, W, r0, k0, m);
+			/* out_h^T(HD,nr) = v_j^T(HD,W) p^T(W,nr) */
+			gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f,
+			     vb + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD, p, W, 0.0f,
+			     out + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD);
+		}
 	}
+	free(z.range);
 	return 0;
 }
 
@@ -220,21 +333,21 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 
 	if (at_check(&z, T, S, NH, NKV, HD, m) < 0)
 		return -1;
-	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD, ts = (size_t)T * S;
-	if (S)
-		gpu_zero(st, dk, nk * 4);
-	if (S)
-		gpu_zero(st, dv, nk * 4);
-	if (T == 0)
+	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD;
+	gpu_zero(st, dk, nk * 4);
+	gpu_zero(st, dv, nk * 4);
+	gpu_zero(st, dq, nq * 4);
+	if (T == 0 || S == 0)
 		return 0;
-	if (S == 0)
-		return gpu_zero(st, dq, nq * 4);
-	char *sc = (char *)gpu_scratch(ts * 4 + ts * 4 + (size_t)T * NH * 4 + (2 * nq + 2 * nk) * 2);
-	float *sf = (float *)sc, *d = (float *)(sc + ts * 4);
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + ts, *qb = ds + ts;
+	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S;
+	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
+	                               (2 * nq + 2 * nk) * 2);
+	float *sf = (float *)(sc + AT_RANGE_BYTES(z)), *d = sf + cs;
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qb = ds + cs;
 	__nv_bfloat16 *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
+	at_ranges(st, &z, (int *)sc, m);
 	cast(st, qb, q, nq);
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
@@ -242,24 +355,33 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 	int rows = T * NH, wpb = AT_THREADS / 32;
 	rowdot_kernel<<<CEIL_DIV(rows, wpb), AT_THREADS, 0, st>>>(d, dout, out, rows, HD);
 	CUDA_CHECK_LAUNCH();
-	for (int hh = 0; hh < NH; hh++) {
-		int j = hh / z.group;
-		const __nv_bfloat16 *qh = qb + (size_t)hh * HD, *kj = kb + (size_t)j * HD;
-		const __nv_bfloat16 *vj = vb + (size_t)j * HD, *doh = dob + (size_t)hh * HD;
-		gemm_abt(h, sf, qh, z.QD, kj, z.KVD, T, S, HD, z.scale);
-		masked_softmax_kernel<<<T, AT_THREADS, 0, st>>>(p, sf, S, *m);
-		CUDA_CHECK_LAUNCH();
-		gemm_abt(h, sf, doh, z.QD, vj, z.KVD, T, S, HD, 1.0f);          /* dP */
-		dsoftmax_kernel<<<T, AT_THREADS, 0, st>>>(ds, p, sf, d + hh, NH, S, z.scale);
-		CUDA_CHECK_LAUNCH();
-		/* dq_h^T(HD,T) = k_j^T(HD,S) ds^T(S,T) */
-		gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, T, S, 1.0f, kj, z.KVD, ds, S, 0.0f,
-		     dq + (size_t)hh * HD, z.QD);
-		/* dk_j^T(HD,S) += q_h^T(HD,T) ds(T,S);  dv_j^T(HD,S) += do_h^T(HD,T) p(T,S) */
-		gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, S, T, 1.0f, qh, z.QD, ds, S, 1.0f,
-		     dk + (size_t)j * HD, z.KVD);
-		gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, S, T, 1.0f, doh, z.QD, p, S, 1.0f,
-		     dv + (size_t)j * HD, z.KVD);
+	for (int c = 0; c < z.nchunk; c++) {
+		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
+		int k0 = z.range[2 * c], W = z.range[2 * c + 1] - k0;
+		if (W <= 0)
+			continue;                   /* no visible key: no gradient */
+		for (int hh = 0; hh < NH; hh++) {
+			int j = hh / z.group;
+			const __nv_bfloat16 *qh = qb + (size_t)r0 * z.QD + (size_t)hh * HD;
+			const __nv_bfloat16 *doh = dob + (size_t)r0 * z.QD + (size_t)hh * HD;
+			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD + (size_t)j * HD;
+			const __nv_bfloat16 *vj = vb + (size_t)k0 * z.KVD + (size_t)j * HD;
+			gemm_abt(h, sf, qh, z.QD, kj, z.KVD, nr, W, HD, z.scale);
+			softmax(st, p, sf, nr, W, r0, k0, m);
+			gemm_abt(h, sf, doh, z.QD, vj, z.KVD, nr, W, HD, 1.0f);          /* dP */
+			dsoftmax_kernel<<<nr, AT_THREADS, 0, st>>>(ds, p, sf, d + (size_t)r0 * NH + hh,
+			                                           NH, W, z.scale);
+			CUDA_CHECK_LAUNCH();
+			/* dq_h^T(HD,nr) = k_j^T(HD,W) ds^T(W,nr) */
+			gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f, kj, z.KVD, ds, W, 0.0f,
+			     dq + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD);
+			/* dk_j^T(HD,W) += q_h^T(HD,nr) ds(nr,W);  dv_j^T(HD,W) += do_h^T(HD,nr) p(nr,W) */
+			gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, qh, z.QD, ds, W, 1.0f,
+			     dk + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD);
+			gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, doh, z.QD, p, W, 1.0f,
+			     dv + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD);
+		}
 	}
+	free(z.range);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /* test_attention_train: the tensor-core training attention (ops attention_tc and
  * attention_tc_backward, lib/cuda/attention_train.cu) against the CPU twins (cpu_attention,
  * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
- * samples, block-causal, queries that see no key, GQA, head dims 64..128; and cast_bf16
+ * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
+ * several query chunks (each with its own key range); and cast_bf16
  * against its twin (bitwise). The twin gets q, k, v, dout rounded to bf16 (the kernel's
  * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
@@ -144,6 +145,15 @@ int main(void)
 	struct tcase s1 = { "sft noisy one sample", n1, n1, 16, 8, 128, 4, pos1, pos1, NULL, NULL,
 	                    nz1, nz1 };
 	run(&s1);
+
+	/* longer than one query chunk (2048 rows): several chunks with their own key ranges */
+	int two[1] = { 1100 }, n2 = 2200;
+	int *pos2 = (int *)xmalloc(n2 * sizeof(int)), *seg2 = (int *)xmalloc(n2 * sizeof(int));
+	uint8_t *nz2 = (uint8_t *)xmalloc(n2);
+	sft_layout(1, two, pos2, seg2, nz2);
+	struct tcase s2 = { "sft noisy, several query chunks", n2, n2, 2, 1, 64, 4, pos2, pos2, NULL,
+	                    NULL, nz2, nz2 };
+	run(&s2);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = iota(16, 4);
