@@ -52,8 +52,10 @@ for mode in plain recompute; do
 	fi
 	rm -rf "$t/o"
 done
+ref=
+[ -n "${SFT_NO_REF:-}" ] ||   # SFT_NO_REF=1: dice-sft only
 ref=$(python3 bench/sft-ref.py "$t/config.json" --tokens "$n" --steps "$steps" 2>&1 | tee "$t/ref.out" | grep '^ref:' || true)
-[ -n "$ref" ] || tail -5 "$t/ref.out" | sed 's/^/# /'
+[ -n "$ref" ] || [ -n "${SFT_NO_REF:-}" ] || tail -5 "$t/ref.out" | sed 's/^/# /'
 echo "# $ref"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/# GPU: /' || true
 printf '%-34s %10s %8s %8s %10s\n' "SDAR-1.7B, $n-token samples, bf16" "tokens/s" "MFU %" "step s" "mem MiB"

@@ -3,8 +3,8 @@
  * and gradients; the mask rule of struct attn_mask); the CPU twins are cpu_attention and
  * cpu_attention_backward.
  *
- * One query head at a time (GQA: head h reads kv head h / (NH/NKV)) and one chunk of
- * AT_CHUNK query rows at a time; the chunk's scores are materialised over the key range
+ * One chunk of AT_CHUNK query rows at a time, the NKV query heads g, g + group, ... of each
+ * group member g in one strided-batched cuBLAS call (GQA: head h reads kv head h / group); the chunk's scores are materialised over the key range
  * [k0, k1) that holds every key a row of the chunk may see (found on the device by one pass
  * of the mask rule per call, then read back: one sync per call), so whole masked regions
  * (SFT: clean queries never see the noisy half; the noisy half sees its own block only) cost
@@ -17,7 +17,7 @@
  * the fp32 twin by bf16 rounding (tests/gpu/test_attention_train.cu: a few 1e-3 relative).
  * Inside the range every score is computed (dense GEMMs) and masked in the softmax, which
  * holds a row in shared memory when it fits (one read of the scores). Memory in the backend
- * scratch: AT_CHUNK x S x 8 bytes of scores plus T*NH*4 and the bf16 operands. */
+ * scratch: NKV x AT_CHUNK x S x 8 bytes of scores plus T*NH*4 and the bf16 operands. */
 #include <math.h>
 
 #include "gpu_bwd.h"
@@ -66,7 +66,7 @@ static __device__ float block_reduce(float v, int is_max)
 	return v;                               /* every warp holds the result */
 }
 
-/* one block per query row r0 + blockIdx.x: p(row, W) bf16 = softmax over the visible keys
+/* one block per query row r0 + blockIdx.x and head blockIdx.y: p(row, W) bf16 = softmax over the visible keys
  * k0 .. k0+W-1 of s(row, W); a row without a visible key gets zeros. With smem the row
  * is read once into dynamic shared memory (W floats), else three passes over s. */
 static __global__ void masked_softmax_kernel(__nv_bfloat16 *p, const float *s, int W, int r0,
@@ -75,8 +75,9 @@ static __global__ void masked_softmax_kernel(__nv_bfloat16 *p, const float *s, i
 	extern __shared__ float rs[];
 	int i = r0 + blockIdx.x;
 	int qb = m.qpos[i] / m.block, qs = m.qseg ? m.qseg[i] : 0, qn = m.qnoisy ? m.qnoisy[i] : 0;
-	const float *row = s + (size_t)blockIdx.x * W;
-	__nv_bfloat16 *out = p + (size_t)blockIdx.x * W;
+	size_t o = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * W;   /* head y, row x */
+	const float *row = s + o;
+	__nv_bfloat16 *out = p + o;
 	float mx = -INFINITY, sum = 0.0f;
 
 	if (smem) {
@@ -155,14 +156,14 @@ static __global__ void rowdot_kernel(float *d, const float *dout, const float *o
 		d[r] = acc;
 }
 
-/* one block per query row: ds = scale * p * (dp - d[row]) in bf16 (0 where p is 0) */
+/* one block per query row x and head y: ds = scale * p * (dp - d[x dstride + y hstride]) in
+ * bf16 (0 where p is 0) */
 static __global__ void dsoftmax_kernel(__nv_bfloat16 *ds, const __nv_bfloat16 *p,
-                                       const float *dp, const float *d, int dstride, int S,
-                                       float scale)
+                                       const float *dp, const float *d, int dstride,
+                                       int hstride, int S, float scale)
 {
-	int i = blockIdx.x;
-	float di = d[(size_t)i * dstride];
-	size_t o = (size_t)i * S;
+	float di = d[(size_t)blockIdx.x * dstride + (size_t)blockIdx.y * hstride];
+	size_t o = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * S;
 
 	for (int j = threadIdx.x; j < S; j += blockDim.x) {
 		float pj = __bfloat162float(p[o + j]);
@@ -187,21 +188,25 @@ int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n)
 	return 0;
 }
 
-/* C(m,n) (column-major, ldc) = alpha op(A) op(B) + beta C; A, B bf16, C fp32 */
-static void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                 int k, float alpha, const void *a, int lda, const void *b, int ldb, float beta,
-                 float *c, int ldc)
+/* C(m,n) (column-major, ldc) = alpha op(A) op(B) + beta C for nb problems, A, B, C advanced by
+ * sa, sb, sc elements; A, B bf16, C fp32 */
+static void gemm_b(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                   int k, float alpha, const void *a, int lda, long long sa, const void *b,
+                   int ldb, long long sb, float beta, float *c, int ldc, long long sc, int nb)
 {
-	CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF,
-	                          ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-	                          CUBLAS_GEMM_DEFAULT));
+	CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, sa,
+	                                        b, CUDA_R_16BF, ldb, sb, &beta, c, CUDA_R_32F, ldc,
+	                                        sc, nb, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/* row-major s(T,S) = alpha a_h(T,HD) b_j(S,HD)^T, a with row stride lda, b with ldb */
-static void gemm_abt(cublasHandle_t h, float *s, const __nv_bfloat16 *a, int lda,
-                     const __nv_bfloat16 *b, int ldb, int T, int S, int HD, float alpha)
+/* for nb heads: row-major s_i(T,S) = alpha a_i(T,HD) b_i(S,HD)^T, a with row stride lda and
+ * head stride sa, b with ldb and sb; s_i at s + i T S */
+static void gemm_abt(cublasHandle_t h, float *s, const __nv_bfloat16 *a, int lda, long long sa,
+                     const __nv_bfloat16 *b, int ldb, long long sb, int T, int S, int HD,
+                     float alpha, int nb)
 {
-	gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, S, T, HD, alpha, b, ldb, a, lda, 0.0f, s, S);
+	gemm_b(h, CUBLAS_OP_T, CUBLAS_OP_N, S, T, HD, alpha, b, ldb, sb, a, lda, sa, 0.0f, s, S,
+	       (long long)T * S, nb);
 }
 
 struct at_shape {
@@ -259,8 +264,8 @@ static void at_ranges(cudaStream_t st, struct at_shape *z, int *rdev, const stru
 	}
 }
 
-static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, int W, int r0,
-                    int k0, const struct attn_mask *m)
+static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, int nb, int W,
+                    int r0, int k0, const struct attn_mask *m)
 {
 	static int smem_set;
 	size_t bytes = (size_t)W * sizeof(float);
@@ -272,7 +277,8 @@ static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, 
 		                                AT_SMEM_MAX));
 		smem_set = 1;
 	}
-	masked_softmax_kernel<<<nr, AT_THREADS, smem ? bytes : 0, st>>>(p, sf, W, r0, k0, *m, smem);
+	masked_softmax_kernel<<<dim3(nr, nb), AT_THREADS, smem ? bytes : 0, st>>>(p, sf, W, r0, k0,
+	                                                                         *m, smem);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -293,31 +299,33 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 	gpu_zero(st, out, nq * sizeof(float));
 	if (S == 0)
 		return 0;
-	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S;
+	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
 	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qb = p + cs, *kb = qb + nq, *vb = kb + nk;
+	long long gh = (long long)z.group * HD;    /* head stride of the batch (q, out) */
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
 	cast(st, qb, q, nq);
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
+	/* per chunk and group member g: the NKV heads g, g + group, ... in one batch */
 	for (int c = 0; c < z.nchunk; c++) {
 		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
 		int k0 = z.range[2 * c], W = z.range[2 * c + 1] - k0;
+		long long sw = (long long)nr * W;
 		if (W <= 0)
 			continue;                   /* no visible key: the rows stay zero */
-		for (int hh = 0; hh < NH; hh++) {
-			int j = hh / z.group;
-			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD + (size_t)j * HD;
-			gemm_abt(h, sf, qb + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD, kj, z.KVD, nr,
-			         W, HD, z.scale);
-			softmax(st, p, sf, nr, W, r0, k0, m);
-			/* out_h^T(HD,nr) = v_j^T(HD,W) p^T(W,nr) */
-			gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f,
-			     vb + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD, p, W, 0.0f,
-			     out + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD);
+		for (int g = 0; g < z.group; g++) {
+			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD;
+			gemm_abt(h, sf, qb + (size_t)r0 * z.QD + (size_t)g * HD, z.QD, gh, kj, z.KVD, HD,
+			         nr, W, HD, z.scale, NKV);
+			softmax(st, p, sf, nr, NKV, W, r0, k0, m);
+			/* out_h^T(HD,nr) = v_j^T(HD,W) p_j^T(W,nr) */
+			gemm_b(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f, vb + (size_t)k0 * z.KVD,
+			       z.KVD, HD, p, W, sw, 0.0f, out + (size_t)r0 * z.QD + (size_t)g * HD, z.QD,
+			       gh, NKV);
 		}
 	}
 	free(z.range);
@@ -339,12 +347,13 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
-	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S;
+	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z)), *d = sf + cs;
 	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qb = ds + cs;
 	__nv_bfloat16 *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	long long gh = (long long)z.group * HD;
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
@@ -358,28 +367,27 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 	for (int c = 0; c < z.nchunk; c++) {
 		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
 		int k0 = z.range[2 * c], W = z.range[2 * c + 1] - k0;
+		long long sw = (long long)nr * W;
 		if (W <= 0)
 			continue;                   /* no visible key: no gradient */
-		for (int hh = 0; hh < NH; hh++) {
-			int j = hh / z.group;
-			const __nv_bfloat16 *qh = qb + (size_t)r0 * z.QD + (size_t)hh * HD;
-			const __nv_bfloat16 *doh = dob + (size_t)r0 * z.QD + (size_t)hh * HD;
-			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD + (size_t)j * HD;
-			const __nv_bfloat16 *vj = vb + (size_t)k0 * z.KVD + (size_t)j * HD;
-			gemm_abt(h, sf, qh, z.QD, kj, z.KVD, nr, W, HD, z.scale);
-			softmax(st, p, sf, nr, W, r0, k0, m);
-			gemm_abt(h, sf, doh, z.QD, vj, z.KVD, nr, W, HD, 1.0f);          /* dP */
-			dsoftmax_kernel<<<nr, AT_THREADS, 0, st>>>(ds, p, sf, d + (size_t)r0 * NH + hh,
-			                                           NH, W, z.scale);
+		for (int g = 0; g < z.group; g++) {
+			const __nv_bfloat16 *qh = qb + (size_t)r0 * z.QD + (size_t)g * HD;
+			const __nv_bfloat16 *doh = dob + (size_t)r0 * z.QD + (size_t)g * HD;
+			const __nv_bfloat16 *kj = kb + (size_t)k0 * z.KVD, *vj = vb + (size_t)k0 * z.KVD;
+			gemm_abt(h, sf, qh, z.QD, gh, kj, z.KVD, HD, nr, W, HD, z.scale, NKV);
+			softmax(st, p, sf, nr, NKV, W, r0, k0, m);
+			gemm_abt(h, sf, doh, z.QD, gh, vj, z.KVD, HD, nr, W, HD, 1.0f, NKV);   /* dP */
+			dsoftmax_kernel<<<dim3(nr, NKV), AT_THREADS, 0, st>>>(
+				ds, p, sf, d + (size_t)r0 * NH + g, NH, z.group, W, z.scale);
 			CUDA_CHECK_LAUNCH();
-			/* dq_h^T(HD,nr) = k_j^T(HD,W) ds^T(W,nr) */
-			gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f, kj, z.KVD, ds, W, 0.0f,
-			     dq + (size_t)r0 * z.QD + (size_t)hh * HD, z.QD);
-			/* dk_j^T(HD,W) += q_h^T(HD,nr) ds(nr,W);  dv_j^T(HD,W) += do_h^T(HD,nr) p(nr,W) */
-			gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, qh, z.QD, ds, W, 1.0f,
-			     dk + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD);
-			gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, doh, z.QD, p, W, 1.0f,
-			     dv + (size_t)k0 * z.KVD + (size_t)j * HD, z.KVD);
+			/* dq_h^T(HD,nr) = k_j^T(HD,W) ds_j^T(W,nr) */
+			gemm_b(h, CUBLAS_OP_N, CUBLAS_OP_N, HD, nr, W, 1.0f, kj, z.KVD, HD, ds, W, sw,
+			       0.0f, dq + (size_t)r0 * z.QD + (size_t)g * HD, z.QD, gh, NKV);
+			/* dk_j^T(HD,W) += q_h^T(HD,nr) ds_j(nr,W);  dv_j^T += do_h^T(HD,nr) p_j(nr,W) */
+			gemm_b(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, qh, z.QD, gh, ds, W, sw, 1.0f,
+			       dk + (size_t)k0 * z.KVD, z.KVD, HD, NKV);
+			gemm_b(h, CUBLAS_OP_N, CUBLAS_OP_T, HD, W, nr, 1.0f, doh, z.QD, gh, p, W, sw, 1.0f,
+			       dv + (size_t)k0 * z.KVD, z.KVD, HD, NKV);
 		}
 	}
 	free(z.range);
