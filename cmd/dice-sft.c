@@ -36,7 +36,8 @@ static const char usage_text[] =
 	"  -L, --max-len N         drop samples longer than N tokens (6144)\n"
 	"  -s, --seed N            seed of data order, noise and --init (42)\n"
 	"  -d, --device NAME       cpu (default) or cuda\n"
-	"  -D, --dtype NAME        compute dtype: float32 (the only one in this version)\n"
+	"  -D, --dtype NAME        compute dtype: float32 (default) or bf16 (bfloat16; cuda\n"
+	"                          only: bf16 GEMMs and attention, fp32 master weights)\n"
 	"  -g, --log FILE          JSONL metrics, one line per step\n"
 	"  -k, --save-every N      also save every N steps (0: only at the end)\n"
 	"  -r, --resume            continue from -o's checkpoint and trainer state\n"
@@ -169,6 +170,42 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The throughput figures of a step. Model FLOPs (man dice-sft, PERFORMANCE):
+ * 6 x (matrix parameters of the layers) x rows (2n per sample) + 12 x L x NH x HD x sum n^2
+ * (the query-key pairs the mask lets through, about n^2 of the (2n)^2); the embedding
+ * gather and the lm_head (only on the masked rows) are not counted. Peak memory: the
+ * backend's memory in use after the step (device memory on cuda: allocations only grow),
+ * else the process's peak RSS. */
+struct perf {
+	double tok_s, flops, mfu, mem_mb, peak;
+};
+
+static void perf_of(struct perf *pf, const struct sft_train *st, const struct sft_step *s,
+                    double dt_s)
+{
+	const struct model_config *c = &st->m->cfg;
+	const struct ops *o = st->m->ops;
+	double C = c->hidden_size, HD = c->head_dim, I = c->intermediate_size;
+	double layer = (c->num_heads + c->num_kv_heads) * HD * C * 2 + 3 * I * C;
+	size_t used = 0;
+	struct rusage ru;
+
+	memset(pf, 0, sizeof *pf);
+	pf->tok_s = dt_s > 0 ? (double)s->tokens / dt_s : 0.0;
+	pf->flops = 6.0 * layer * c->num_layers * 2.0 * (double)s->tokens +
+	            12.0 * c->num_layers * c->num_heads * HD * s->attn_pairs;
+	if (o->device_info)
+		o->device_info(&used, &pf->peak);
+	if (pf->peak > 0 && dt_s > 0)
+		pf->mfu = pf->flops / dt_s / pf->peak;
+	if (used) {
+		pf->mem_mb = (double)used / (1024.0 * 1024.0);
+	} else {
+		getrusage(RUSAGE_SELF, &ru);
+		pf->mem_mb = (double)ru.ru_maxrss / 1024.0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
@@ -251,12 +288,15 @@ int main(int argc, char **argv)
 		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build (cpu%s)", device,
 		           ops_get("cuda") ? ", cuda" : "");
 	enum dice_dtype dt = DICE_F32;
-	if (dtype_name && config_dtype_parse(dtype_name, &dt) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (float32, bfloat16, float16)",
+	if (dtype_name && !strcmp(dtype_name, "bf16"))
+		dt = DICE_BF16;
+	else if (dtype_name && config_dtype_parse(dtype_name, &dt) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (float32, bf16)", dtype_name);
+	if (dt == DICE_F16)
+		die_status(EXIT_STATUS_USAGE, "--dtype %s: training computes in float32 or bf16",
 		           dtype_name);
-	if (dt != DICE_F32)
-		die_status(EXIT_STATUS_USAGE, "--dtype %s: training computes in float32 in this "
-		           "version (fp32 master weights)", dtype_name);
+	if (dt == DICE_BF16 && strcmp(device, "cuda"))
+		die_status(EXIT_STATUS_USAGE, "--dtype %s needs --device cuda", dtype_name);
 
 	/* the model: from -m, or from -o when resuming */
 	const char *load_dir = resume ? out : model_dir;
@@ -293,6 +333,8 @@ int main(int argc, char **argv)
 		die("cannot start training");
 	if (resume && sft_train_resume(&st, out, err, sizeof err) < 0)
 		die("%s", err);
+	if (dt == DICE_BF16 && model_train_set_bf16(&st.t) < 0)
+		die("cannot set up bf16 training");
 
 	if (dump) {
 		if (sft_train_dump(&st, dump, err, sizeof err) < 0)
@@ -314,24 +356,31 @@ int main(int argc, char **argv)
 		if (sft_train_step(&st, &s) < 0)
 			die("training step %d failed", st.op.step + 1);
 		double dt_s = now() - t1;
+		struct perf pf;
+		perf_of(&pf, &st, &s, dt_s);
 		if (logf) {
-			struct rusage ru;
-			getrusage(RUSAGE_SELF, &ru);
-			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "step",
-			                      st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
+			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f}",
+			                      "step", st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
 			                      (double)s.lr, "grad_norm", s.grad_norm, "tokens",
-			                      (json_int_t)s.tokens, "tokens_per_s",
-			                      dt_s > 0 ? (double)s.tokens / dt_s : 0.0, "elapsed_s",
-			                      now() - t0, "peak_mem_mb", (double)ru.ru_maxrss / 1024.0);
+			                      (json_int_t)s.tokens, "tokens_per_s", pf.tok_s,
+			                      "elapsed_s", now() - t0, "peak_mem_mb", pf.mem_mb,
+			                      "tflops", pf.flops / (dt_s > 0 ? dt_s : 1) / 1e12,
+			                      "step_s", dt_s);
+			if (pf.peak > 0)
+				json_object_set_new(j, "mfu", json_real(pf.mfu));
 			json_dumpf(j, logf, JSON_COMPACT);
 			fputc('\n', logf);
 			fflush(logf);
 			json_decref(j);
 		}
-		if (!quiet)
+		if (!quiet) {
 			fprintf(stderr, "dice-sft: step %d/%ld epoch %d loss %.4f lr %.3g grad_norm "
-			        "%.3g tokens/s %.0f\n", st.op.step, st.total_steps, st.epoch, s.loss,
-			        (double)s.lr, s.grad_norm, dt_s > 0 ? (double)s.tokens / dt_s : 0.0);
+			        "%.3g tokens/s %.0f", st.op.step, st.total_steps, st.epoch, s.loss,
+			        (double)s.lr, s.grad_norm, pf.tok_s);
+			if (pf.peak > 0)
+				fprintf(stderr, " mfu %.1f%% mem %.0f MiB", 100 * pf.mfu, pf.mem_mb);
+			fputc('\n', stderr);
+		}
 		if (save_every && st.op.step % save_every == 0 && sft_train_more(&st) &&
 		    save(&st, out, copy_tok) < 0)
 			ret = 1;

@@ -17,7 +17,8 @@ extern "C" {
 #endif
 
 /* dx(N,in) = dy(N,out) @ w (write; skipped if dx NULL); dw(out,in) += dy^T x (skipped if
- * dw NULL). cuBLAS fp32 (no TF32); a bf16/fp16 w is widened to fp32 in the scratch first. */
+ * dw NULL). fp32/fp16 w: cuBLAS fp32 (no TF32), fp16 widened to fp32 in the scratch first;
+ * bf16 w: dy and x rounded to bf16, tensor-core GEMMs with fp32 accumulation and output. */
 int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
                         const void *w, enum dice_dtype wdt, int N, int in, int out);
 /* dx(N,C) (write, may equal dy), dw(C) += (skipped if NULL), from dy and the forward x */
@@ -45,6 +46,20 @@ int gpu_sumsq(cudaStream_t st, double *res, const float *x, size_t n);
 /* one AdamW step on n parameters (lib/ops.h) */
 int gpu_adamw(cudaStream_t st, float *p, float *m, float *v, const float *g, size_t n,
               const struct adamw_step *s);
+
+/* mixed-precision training (lib/cuda/attention_train.cu) */
+/* dst(n) bf16 = src(n) rounded to nearest even */
+int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n);
+/* gpu_attention / gpu_attention_backward on the tensor cores (bf16 operands, fp32 softmax
+ * statistics and accumulation), one head's T x S scores at a time; HD a multiple of 8 */
+int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
+                     int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                              const float *q, const float *k, const float *v, const float *out,
+                              int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* device memory in use (total - free, bytes) and the dense bf16 peak FLOP/s of the device by
+ * its name (H100/H200: 989e12; 0 when unknown) */
+int gpu_device_info(size_t *mem_used, double *peak_flops);
 
 #ifdef __cplusplus
 }

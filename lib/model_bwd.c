@@ -77,8 +77,57 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 	if (m->cfg.tie_word_embeddings || m->w.lm_head.p == m->w.embed.p)
 		t->g.lm_head = t->g.embed;
 	free(list);
+	t->wc = &m->w;
 	model_train_zero_grad(t);
 	return 0;
+}
+
+/* the bf16 view of a master matrix: same byte offset in lbuf, halved */
+static struct wref lp_view(const struct model_train *t, struct wref w)
+{
+	size_t off = (size_t)((const char *)w.p - (const char *)t->m->wbuf);
+	return (struct wref){ .p = (char *)t->lbuf + off / 2, .dt = DICE_BF16 };
+}
+
+int model_train_set_bf16(struct model_train *t)
+{
+	const struct ops *o = t->ops;
+	const struct model_weights *w = &t->m->w;
+
+	if (!o->cast_bf16 || !o->attention_tc || !o->attention_tc_backward) {
+		warn_msg("model_bwd: backend %s has no mixed-precision ops", o->name);
+		return -1;
+	}
+	if (t->lp)
+		return 0;
+	t->lbuf = o->alloc(t->m->wbytes / 2);
+	if (!t->lbuf)
+		return -1;
+	t->wl = *w;
+	t->wl.layers = xmalloc((size_t)w->nlayers * sizeof *t->wl.layers);
+	for (int l = 0; l < w->nlayers; l++) {
+		const struct layer_weights *a = &w->layers[l];
+		struct layer_weights *b = &t->wl.layers[l];
+		*b = *a;
+		b->q_proj = lp_view(t, a->q_proj);
+		b->k_proj = lp_view(t, a->k_proj);
+		b->v_proj = lp_view(t, a->v_proj);
+		b->o_proj = lp_view(t, a->o_proj);
+		b->gate_proj = lp_view(t, a->gate_proj);
+		b->up_proj = lp_view(t, a->up_proj);
+		b->down_proj = lp_view(t, a->down_proj);
+	}
+	t->wl.lm_head = lp_view(t, w->lm_head);
+	t->lp = 1;
+	t->wc = &t->wl;
+	model_train_refresh(t);
+	return 0;
+}
+
+void model_train_refresh(struct model_train *t)
+{
+	if (t->lp)
+		t->ops->cast_bf16(t->lbuf, (const float *)t->m->wbuf, t->m->wbytes / 4);
 }
 
 static void scratch_free(struct model_train *t)
@@ -118,6 +167,9 @@ void model_train_free(struct model_train *t)
 	scratch_free(t);
 	if (t->gbuf)
 		t->ops->free(t->gbuf);
+	if (t->lbuf)
+		t->ops->free(t->lbuf);
+	free(t->wl.layers);
 	free(t->g.layers);
 	memset(t, 0, sizeof *t);
 }
@@ -133,12 +185,11 @@ static void reserve(struct model_train *t, int N)
 	const struct model_config *c = &t->m->cfg;
 	size_t R = (size_t)N, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
 	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
-	size_t V = (size_t)c->vocab_size;
 
 	if (N <= t->rows)
 		return;
 	scratch_free(t);
-	t->rows = t->lrows = N;
+	t->rows = N;
 	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
 	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
 	for (int l = 0; l < t->nlayer_acts; l++)
@@ -146,7 +197,6 @@ static void reserve(struct model_train *t, int N)
 	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
 	t->xnf = o->alloc(R * C * 4);
 	t->sel = o->alloc(R * C * 4);
-	t->logits = o->alloc(R * V * 4);
 	t->loss = o->alloc(R * 4);
 	t->dx = o->alloc(R * C * 4);
 	t->dtmp = o->alloc(R * C * 4);
@@ -179,12 +229,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 {
 	const struct ops *o = t->ops;
 	const struct model_config *c = &t->m->cfg;
-	const struct layer_weights *w = &t->m->w.layers[l];
+	const struct layer_weights *w = &t->wc->layers[l];
 	int N = b->N, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
 	int HD = c->head_dim, QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size;
 	float eps = c->rms_norm_eps;
 	float *xin = t->xs + (size_t)l * t->rows * C, *xout = xin + (size_t)t->rows * C;
 	struct acts a = acts_carve(t, l);
+	__typeof__(o->attention) att = t->lp ? o->attention_tc : o->attention;
 
 	o->rmsnorm(a.xn1, xin, w->input_norm.p, w->input_norm.dt, N, C, eps);
 	o->matmul(a.qraw, a.xn1, w->q_proj.p, w->q_proj.dt, N, C, QD);
@@ -197,8 +248,8 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		o->attention(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
-		             b->len[s], b->len[s], NH, NKV, HD, &mk);
+		att(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD, b->len[s],
+		    b->len[s], NH, NKV, HD, &mk);
 	}
 	o->matmul(t->dtmp, a.att, w->o_proj.p, w->o_proj.dt, N, QD, C);
 	o->copy(a.xmid, xin, (size_t)N * C * 4);
@@ -217,7 +268,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 {
 	const struct ops *o = t->ops;
 	const struct model_config *c = &t->m->cfg;
-	const struct layer_weights *w = &t->m->w.layers[l];
+	const struct layer_weights *w = &t->wc->layers[l];
 	struct layer_weights *g = &t->g.layers[l];
 	int N = b->N, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
 	int HD = c->head_dim, QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size;
@@ -225,6 +276,8 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	float *xin = t->xs + (size_t)l * t->rows * C;
 	size_t NC = (size_t)N * C;
 	struct acts a;
+	__typeof__(o->attention_backward) att_bwd = t->lp ? o->attention_tc_backward
+	                                                  : o->attention_backward;
 
 	if (t->recompute)
 		layer_forward(t, b, l);
@@ -247,10 +300,9 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		o->attention_backward(t->dq + off * QD, t->dk + off * KVD, t->dv + off * KVD,
-		                      t->datt + off * QD, a.q + off * QD, a.k + off * KVD,
-		                      a.v + off * KVD, a.att + off * QD, b->len[s], b->len[s], NH,
-		                      NKV, HD, &mk);
+		att_bwd(t->dq + off * QD, t->dk + off * KVD, t->dv + off * KVD, t->datt + off * QD,
+		        a.q + off * QD, a.k + off * KVD, a.v + off * KVD, a.att + off * QD, b->len[s],
+		        b->len[s], NH, NKV, HD, &mk);
 	}
 	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
 	o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
@@ -277,7 +329,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 {
 	const struct ops *o = t->ops;
 	const struct model_config *c = &t->m->cfg;
-	const struct model_weights *w = &t->m->w;
+	const struct model_weights *w = t->wc;
 	int N = b->N, C = c->hidden_size, V = c->vocab_size, L = c->num_layers, R = 0;
 	float *lossh, *wsel;
 	int *tsel;
@@ -304,6 +356,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		tsel[R] = b->target[n];
 		wsel[R] = b->weight[n];
 		R++;
+	}
+	if (R > t->lrows) {             /* logits only for the rows with a target */
+		if (t->logits)
+			o->free(t->logits);
+		t->logits = o->alloc((size_t)R * V * 4);
+		t->lrows = R;
 	}
 	o->to_device(t->ids_d, b->ids, (size_t)N * sizeof(int));
 	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));

@@ -15,6 +15,13 @@
  *
  * The training model must hold fp32 weights (model_init with DICE_F32); the weights are then
  * the optimizer's master copy (lib/optim.h) and are updated in place.
+ *
+ * Mixed precision (model_train_set_bf16, CUDA): the matrices used by the GEMMs get bf16
+ * copies (one backend buffer lbuf, the image of m->wbuf at half the bytes), refreshed from
+ * the fp32 master by one cast after every optimizer step (model_train_refresh); the GEMMs
+ * take bf16 operands with fp32 accumulation and fp32 outputs, attention runs on the
+ * tensor cores (ops->attention_tc); activations, norms, gradients (gbuf), the loss and the
+ * optimizer stay fp32.
  */
 #ifndef DICE_MODEL_BWD_H
 #define DICE_MODEL_BWD_H
@@ -50,11 +57,22 @@ struct model_train {
 	int *ids_d, *pos_d, *target_d, *rowsel_h;
 	float *weight_d;
 	uint8_t *noisy_d;
+	/* mixed precision */
+	int lp;                      /* 1: bf16 GEMM copies in use */
+	void *lbuf;                  /* bf16 image of m->wbuf */
+	struct model_weights wl;     /* matrices: views into lbuf; norms, embed: m->w's */
+	const struct model_weights *wc;  /* weights the GEMMs read: &m->w or &wl */
 };
 
 /* 0, or -1 with a warning (weights not fp32, backend without training ops). */
 int model_train_init(struct model_train *t, struct model *m, int recompute);
 void model_train_free(struct model_train *t);
+/* Switch to bf16 GEMMs (see above): 0, or -1 with a warning (backend without cast_bf16 or
+ * attention_tc). */
+int model_train_set_bf16(struct model_train *t);
+/* Re-cast the bf16 copies from the master weights (after an optimizer step or a load); a
+ * no-op in fp32. */
+void model_train_refresh(struct model_train *t);
 void model_train_zero_grad(struct model_train *t);
 /* Forward and backward of one batch: gradients of sum_rows weight * CE are ADDED to gbuf;
  * *loss gets that sum. 0, or -1 with a warning (bad ids, no target). */

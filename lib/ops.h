@@ -180,6 +180,19 @@ struct ops {
 	/* x(N,C) += r(N,C); then y(N,C) = rmsnorm(x) with w (fp32, C) */
 	void (*add_rmsnorm)(float *y, float *x, const float *r, const float *w, int N, int C,
 	                    float eps);
+	/* ---- mixed-precision training (appended; NULL where a backend has none) */
+	/* dst(n) bf16 = src(n) fp32, round to nearest even (the bf16 copies of the weights) */
+	void (*cast_bf16)(void *dst, const float *src, size_t n);
+	/* attention / attention_backward for long training sequences (same arguments and
+	 * results; CUDA: tensor cores with bf16 operands; CPU: the fp32 twins themselves) */
+	void (*attention_tc)(float *out, const float *q, const float *k, const float *v,
+	                     int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+	void (*attention_tc_backward)(float *dq, float *dk, float *dv, const float *dout,
+	                              const float *q, const float *k, const float *v,
+	                              const float *out, int T, int S, int NH, int NKV, int HD,
+	                              const struct attn_mask *m);
+	/* device memory in use now (bytes) and the device's dense bf16 peak FLOP/s (0 unknown) */
+	void (*device_info)(size_t *mem_used, double *peak_flops);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -465,6 +465,13 @@ static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, 
 	cpu_rmsnorm(y, x, w, DICE_F32, N, C, eps);
 }
 
+static void cpu_cast_bf16(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	for (size_t i = 0; i < n; i++)
+		d[i] = dice_f32_to_bf16(src[i]);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -501,6 +508,9 @@ const struct ops ops_cpu = {
 	.qkv_prep = cpu_qkv_prep,
 	.swiglu_cat = cpu_swiglu_cat,
 	.add_rmsnorm = cpu_add_rmsnorm,
+	.cast_bf16 = cpu_cast_bf16,
+	.attention_tc = cpu_attention,
+	.attention_tc_backward = cpu_attention_backward,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

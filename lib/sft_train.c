@@ -102,6 +102,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 		for (size_t j = 0; j < ns; j++) {
 			smp[j] = &s->d->s[s->order[b0 + j]];
 			out->tokens += (size_t)smp[j]->n;
+			out->attn_pairs += (double)smp[j]->n * smp[j]->n;
 		}
 		sft_batch_build(&tb, smp, (int)ns, s->m->cfg.mask_token_id, (double)k, &s->noise,
 		                NULL);
@@ -115,6 +116,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	s->batch += (size_t)k;
 	out->micro = k;
 	out->grad_norm = optim_step(&s->op, &out->lr);
+	model_train_refresh(&s->t);
 	return 0;
 }
 

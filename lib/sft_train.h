@@ -53,6 +53,8 @@ struct sft_step {
 	double grad_norm;
 	float lr;
 	size_t tokens;               /* sample tokens (not doubled) */
+	double attn_pairs;           /* sum over samples of n^2 (the visible query-key pairs of
+	                              * the 2n x 2n mask, about; for the FLOP count) */
 	int micro;                   /* micro-batches */
 };
 

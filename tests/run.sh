@@ -55,6 +55,7 @@ if [ $gpu -eq 1 ]; then
 	[ -x "$root/tests/gpu/run-model.sh" ] && [ -z "$filter" ] && run_tap "$root/tests/gpu/run-model.sh" gpu_model
 	case sft-cuda in *"$filter"*) [ -x "$root/tests/gpu/sft-cuda.sh" ] && run_tap "$root/tests/gpu/sft-cuda.sh" gpu_sft ;; esac
 	case sample-gpu in *"$filter"*) [ -x "$root/tests/gpu/sample-gpu.sh" ] && run_tap "$root/tests/gpu/sample-gpu.sh" gpu_sample_e2e ;; esac
+	case sft-load in *"$filter"*) [ -x "$root/tests/gpu/sft-load.sh" ] && run_tap "$root/tests/gpu/sft-load.sh" gpu_sft_load ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac
 	case rl-cuda in *"$filter"*) [ -x "$root/tests/gpu/rl-cuda.sh" ] && run_tap "$root/tests/gpu/rl-cuda.sh" gpu_rl ;; esac
 	echo "$pass passed, $fail failed$([ $todo -gt 0 ] && echo ", $todo todo (known failures)")"

@@ -227,6 +227,10 @@ static const struct ops ops_cuda = {
 	cu_qkv_prep,
 	cu_swiglu_cat,
 	cu_add_rmsnorm,
+	cu_cast_bf16,
+	cu_attention_tc,
+	cu_attention_tc_backward,
+	cu_device_info,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

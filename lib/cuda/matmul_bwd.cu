@@ -1,9 +1,11 @@
 /* matmul_bwd.cu: the backward of y(N,out) = x(N,in) @ w(out,in)^T:
  *   dx(N,in) = dy(N,out) @ w        (write; skipped when dx is NULL)
  *   dw(out,in) += dy^T @ x          (accumulate; skipped when dw is NULL)
- * Both are cuBLAS SGEMMs in fp32 (the handle keeps CUBLAS_DEFAULT_MATH: no TF32). A bf16 or
- * fp16 w is first widened to fp32 in the backend scratch (exact), so the math is the CPU
- * twin's up to summation order. */
+ * fp32 or fp16 w: cuBLAS SGEMMs in fp32 (the handle keeps CUBLAS_DEFAULT_MATH: no TF32), an
+ * fp16 w first widened to fp32 in the backend scratch (exact), so the math is the CPU twin's
+ * up to summation order. bf16 w (mixed-precision training): dy and x are rounded to bf16 in
+ * the scratch and both products run on the tensor cores with fp32 accumulation and fp32
+ * output, as the forward gpu_matmul does with x: the twin's result up to that rounding. */
 #include "gpu_bwd.h"
 #include "common.cuh"
 
@@ -18,6 +20,29 @@ static __global__ void widen_kernel(float *d, const void *w, int dt, size_t n)
 
 /* ---------------------------------------------------------------- kernel launchers */
 
+static int matmul_backward_bf16(cudaStream_t st, cublasHandle_t h, float *dx, float *dw,
+                                const float *dy, const float *x, const void *w, int N, int in,
+                                int out)
+{
+	const float one = 1.0f, zero = 0.0f;
+	size_t ny = (size_t)N * out, nx = dw ? (size_t)N * in : 0;
+	char *s = (char *)gpu_scratch((ny + nx) * 2);
+	void *dyb = s, *xb = s + ny * 2;
+
+	gpu_cast_bf16(st, dyb, dy, ny);
+	if (dx)
+		CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, &one, w, CUDA_R_16BF,
+		                          in, dyb, CUDA_R_16BF, out, &zero, dx, CUDA_R_32F, in,
+		                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	if (dw) {
+		gpu_cast_bf16(st, xb, x, nx);
+		CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, &one, xb, CUDA_R_16BF,
+		                          in, dyb, CUDA_R_16BF, out, &one, dw, CUDA_R_32F, in,
+		                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	}
+	return 0;
+}
+
 int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
                         const void *w, enum dice_dtype wdt, int N, int in, int out)
 {
@@ -29,6 +54,8 @@ int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, 
 	if (N == 0)
 		return 0;
 	CUBLAS_CHECK(cublasSetStream(h, st));
+	if (wdt == DICE_BF16)
+		return matmul_backward_bf16(st, h, dx, dw, dy, x, w, N, in, out);
 	if (dx) {
 		const float *wf = (const float *)w;
 		if (wdt != DICE_F32) {

@@ -71,3 +71,29 @@ void cu_adamw(float *p, float *m, float *v, const float *g, size_t n, const stru
 {
 	TRAIN_CALL("adamw", gpu_adamw(gpu_stream(), p, m, v, g, n, s));
 }
+
+void cu_cast_bf16(void *dst, const float *src, size_t n)
+{
+	TRAIN_CALL("cast_bf16", gpu_cast_bf16(gpu_stream(), dst, src, n));
+}
+
+void cu_attention_tc(float *out, const float *q, const float *k, const float *v, int T, int S,
+                     int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc",
+	           gpu_attention_tc(gpu_stream(), out, q, k, v, T, S, NH, NKV, HD, m));
+}
+
+void cu_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, int T, int S,
+                              int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_backward",
+	           gpu_attention_tc_backward(gpu_stream(), dq, dk, dv, dout, q, k, v, out, T, S,
+	                                     NH, NKV, HD, m));
+}
+
+void cu_device_info(size_t *mem_used, double *peak_flops)
+{
+	gpu_device_info(mem_used, peak_flops);
+}

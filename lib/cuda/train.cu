@@ -4,6 +4,7 @@
  * adamw (PyTorch's AdamW, one thread per parameter; the bias corrections are computed on
  * the host exactly as lib/ops_bwd_cpu.c does). */
 #include <math.h>
+#include <string.h>
 
 #include "gpu_bwd.h"
 #include "common.cuh"
@@ -124,5 +125,23 @@ int gpu_adamw(cudaStream_t st, float *p, float *m, float *v, const float *g, siz
 	size_t gr = CEIL_DIV(n, (size_t)256);
 	adamw_kernel<<<(int)(gr < 8192 ? gr : 8192), 256, 0, st>>>(p, m, v, g, n, k);
 	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* Dense bf16 tensor-core peak by device name: H100 SXM 989e12 FLOP/s (NVIDIA's datasheet,
+ * without sparsity), H200 the same; H100 PCIe 756e12; others unknown (0: no MFU). */
+int gpu_device_info(size_t *mem_used, double *peak_flops)
+{
+	size_t fr = 0, tot = 0;
+	struct cudaDeviceProp pr;
+	int dev = 0;
+
+	CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+	*mem_used = tot - fr;
+	*peak_flops = 0.0;
+	CUDA_CHECK(cudaGetDevice(&dev));
+	CUDA_CHECK(cudaGetDeviceProperties(&pr, dev));
+	if (strstr(pr.name, "H100") || strstr(pr.name, "H200"))
+		*peak_flops = strstr(pr.name, "PCIe") ? 756e12 : 989e12;
 	return 0;
 }

@@ -22,5 +22,12 @@ void cu_cross_entropy(float *loss, float *dlogits, const float *logits, const in
 void cu_zero(void *p, size_t bytes);
 double cu_sumsq(const float *x, size_t n);
 void cu_adamw(float *p, float *m, float *v, const float *g, size_t n, const struct adamw_step *s);
+void cu_cast_bf16(void *dst, const float *src, size_t n);
+void cu_attention_tc(float *out, const float *q, const float *k, const float *v, int T, int S,
+                     int NH, int NKV, int HD, const struct attn_mask *m);
+void cu_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, int T, int S,
+                              int NH, int NKV, int HD, const struct attn_mask *m);
+void cu_device_info(size_t *mem_used, double *peak_flops);
 
 #endif

@@ -10,7 +10,9 @@ cache path is checked too. For each backend/dtype given (default: cpu fp32, then
 and cuda bf16 when a GPU is there) it prints the max abs and relative logit error for the
 prefill and the decode steps, and whether the greedy tokens agree.
 
-usage: model-parity.py [--bin tests/bin/model-logits] [--keep DIR] [DEVICE:DTYPE ...]
+usage: model-parity.py [--bin tests/bin/model-logits] [--keep DIR] [--ckpt DIR] [DEVICE:DTYPE ...]
+--ckpt DIR: use that checkpoint (e.g. one dice-sft trained, tests/gpu/sft-load.sh) instead of
+writing a random one; its block_size must be 4.
 Exit 0 when cpu fp32 is within 1e-4 relative and tokens agree; bf16 within 2e-2 relative.
 """
 import argparse
@@ -94,14 +96,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="tests/bin/model-logits")
     ap.add_argument("--keep")
+    ap.add_argument("--ckpt")
     ap.add_argument("runs", nargs="*")
     a = ap.parse_args()
     runs = a.runs or ["cpu:fp32"] + (["cuda:fp32", "cuda:bf16"] if torch.cuda.is_available() else [])
     tmp = a.keep or tempfile.mkdtemp(prefix="parity.")
     os.makedirs(tmp, exist_ok=True)
-    ck = os.path.join(tmp, "ck")
-    subprocess.run([a.bin, "write", ck, "1"], check=True)
+    ck = a.ckpt or os.path.join(tmp, "ck")
+    if not a.ckpt:
+        subprocess.run([a.bin, "write", ck, "1"], check=True)
     model, c = load_reference(ck)
+    if c.get("block_size", BLOCK) != BLOCK:
+        sys.exit(f"model-parity: {ck}: block_size {c['block_size']}, not {BLOCK}")
     V, mask_id = c["vocab_size"], c["mask_token_id"]
     rng = np.random.default_rng(5)
     ok = True

@@ -1,6 +1,7 @@
 /* test_matmul_bwd: the CUDA matmul backward against the CPU twin: dx written (poisoned
  * first), dw accumulated onto random values, fp32 and 16-bit weights, dx or dw skipped
- * (NULL), odd shapes. */
+ * (NULL), odd shapes. With bf16 weights the GPU rounds x and dy to bf16 (tensor cores): the
+ * test draws them bf16-exact so the twin sees the same operands. */
 #include "gpu_test.h"
 
 static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int want_dw)
@@ -11,6 +12,10 @@ static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int wan
 	float *rdx = (float *)xmalloc(nx * sizeof(float)), *rdw = (float *)xmalloc(nw * sizeof(float));
 	char what[128];
 
+	for (size_t i = 0; dt == DICE_BF16 && i < nx; i++)
+		x[i] = dice_bf16_to_f32(dice_f32_to_bf16(x[i]));
+	for (size_t i = 0; dt == DICE_BF16 && i < ny; i++)
+		dy[i] = dice_bf16_to_f32(dice_f32_to_bf16(dy[i]));
 	memcpy(rdw, dw0, nw * sizeof(float));
 	float *dx_d = want_dx ? gt_poisoned(nx) : NULL;
 	float *dw_d = want_dw ? (float *)gt_up(dw0, nw * sizeof(float)) : NULL;
@@ -43,6 +48,9 @@ int main(void)
 	one(DICE_F32, 64, 256, 512, 1, 1);
 	one(DICE_F32, 300, 128, 1000, 1, 1);
 	one(DICE_BF16, 17, 96, 200, 1, 1);
+	one(DICE_BF16, 300, 128, 1000, 1, 1);
+	one(DICE_BF16, 9, 40, 24, 1, 0);      /* bf16, dw NULL */
+	one(DICE_BF16, 9, 40, 24, 0, 1);      /* bf16, dx NULL */
 	one(DICE_F16, 5, 64, 48, 1, 1);
 	one(DICE_F32, 9, 40, 24, 1, 0);       /* dw NULL */
 	one(DICE_F32, 9, 40, 24, 0, 1);       /* dx NULL */

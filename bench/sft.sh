@@ -1,0 +1,75 @@
+#!/bin/sh
+# bench/sft.sh [STEPS] [TOKENS]: SFT training throughput of dice-sft on one GPU, bf16
+# (--device cuda --dtype bf16), against a PyTorch reference step (bench/sft-ref.py) on the
+# same GPU in the same run.
+# Geometry: SDAR-1.7B (C 2048, 28 layers, 16 query / 8 KV heads x 128, I 6144, vocab 151936,
+# untied lm_head), random init (dice-sft --init). Data: STEPS+1 samples (default 5+1) of
+# TOKENS token ids (default 4096: prompt 512, response 3584), one sample per micro-batch and
+# step (-b TOKENS), so 2 x TOKENS rows with the noisy copy. dice-sft runs twice, with and
+# without --recompute; the first step (allocations) is dropped, the figures are medians of
+# the other STEPS steps from the --log JSONL: tokens/s (sample tokens, not doubled), MFU
+# (model FLOPs / 989e12, man dice-sft), device memory in use. The checkpoints go to
+# /dev/shm when it is there (the final save writes 32 GB: weights and AdamW moments).
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+steps=${1:-5}
+n=${2:-4096}
+[ -x bin/dice-sft ] || make -s bin/dice-sft
+base=/tmp
+[ -d /dev/shm ] && base=/dev/shm
+t=$(mktemp -d "$base/sftbench.XXXXXX")
+trap 'rm -rf "$t"' EXIT
+cat > "$t/config.json" <<'J'
+{"model_type": "sdar", "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 28,
+ "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+ "intermediate_size": 6144, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+ "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "block_size": 4,
+ "mask_token_id": 151669, "bos_token_id": 151643, "eos_token_id": 151645,
+ "pad_token_id": 151643, "torch_dtype": "float32"}
+J
+awk -v ns=$((steps + 1)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
+	p = "["; r = "[";
+	for (i = 0; i < 512; i++) p = p (i ? "," : "") int(rand() * 151000);
+	for (i = 0; i < n - 512; i++) r = r (i ? "," : "") int(rand() * 151000);
+	print "{\"prompt_ids\": " p "], \"response_ids\": " r "]}" } }' > "$t/data.jsonl"
+bin/dice-sft --init "$t/config.json" -o "$t/m" 2>&1 | tail -1
+
+med() {   # med FIELD LOG: median of FIELD over the steps after the first
+	sed -n '2,$p' "$2" | sed "s/.*\"$1\":\([0-9.e+-]*\).*/\1/" | sort -g |
+		awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'
+}
+for mode in plain recompute; do
+	r=""
+	[ $mode = recompute ] && r=-R
+	if bin/dice-sft -d cuda -D bf16 $r -m "$t/m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
+		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err"; then
+		grep 'step' "$t/$mode.err" | sed 's/^/# /'
+		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
+	else
+		tail -3 "$t/$mode.err" | sed 's/^/# /'
+		echo "$mode failed - - -" >> "$t/rows"
+	fi
+	rm -rf "$t/o"
+done
+ref=
+[ -n "${SFT_NO_REF:-}" ] ||   # SFT_NO_REF=1: dice-sft only
+ref=$(python3 bench/sft-ref.py "$t/config.json" --tokens "$n" --steps "$steps" 2>&1 | tee "$t/ref.out" | grep '^ref:' || true)
+[ -n "$ref" ] || [ -n "${SFT_NO_REF:-}" ] || tail -5 "$t/ref.out" | sed 's/^/# /'
+echo "# $ref"
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/# GPU: /' || true
+printf '%-34s %10s %8s %8s %10s\n' "SDAR-1.7B, $n-token samples, bf16" "tokens/s" "MFU %" "step s" "mem MiB"
+while read -r mode tps mfu mem st; do
+	printf '%-34s %10s %8s %8s %10s\n' "dice-sft ($mode)" "$tps" \
+		"$(awk -v m="$mfu" 'BEGIN { if (m == "-") print "-"; else printf "%.1f", 100 * m }')" \
+		"$st" "$mem"
+done < "$t/rows"
+rt=$(echo "$ref" | sed -n 's/.*median step \([0-9.]*\) s.*/\1/p')
+rtok=$(echo "$ref" | sed -n 's/.* \([0-9.]*\) tokens\/s.*/\1/p')
+rmfu=$(echo "$ref" | sed -n 's/.*mfu \([0-9.]*\)%.*/\1/p')
+rmem=$(echo "$ref" | sed -n 's/.*peak mem \([0-9]*\) MiB.*/\1/p')
+printf '%-34s %10s %8s %8s %10s\n' "PyTorch reference (sdpa, 4D mask)" "${rtok:--}" "${rmfu:--}" "${rt:--}" "${rmem:--}"
+plain=$(awk '$1 == "plain" { print $2 }' "$t/rows")
+[ -n "$rtok" ] && [ "$plain" != - ] &&
+	awk -v a="$plain" -v b="$rtok" 'BEGIN { printf "ratio dice-sft (plain) / PyTorch: %.2f\n", a / b }'
+exit 0

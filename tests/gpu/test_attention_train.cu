@@ -1,0 +1,164 @@
+/* test_attention_train: the tensor-core training attention (ops attention_tc and
+ * attention_tc_backward, lib/cuda/attention_train.cu) against the CPU twins (cpu_attention,
+ * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
+ * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
+ * several query chunks (each with its own key range); and cast_bf16
+ * against its twin (bitwise). The twin gets q, k, v, dout rounded to bf16 (the kernel's
+ * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
+#include "gpu_test.h"
+
+struct tcase {
+	const char *name;
+	int T, S, NH, NKV, HD, block;
+	int *qpos, *kpos, *qseg, *kseg;
+	uint8_t *qnz, *knz;
+};
+
+static void *up_or_null(const void *h, size_t bytes)
+{
+	return h ? gt_up(h, bytes) : NULL;
+}
+
+static float *rand_bf16(size_t n, float lo, float hi)
+{
+	float *p = gt_rand(n, lo, hi);
+	for (size_t i = 0; i < n; i++)
+		p[i] = dice_bf16_to_f32(dice_f32_to_bf16(p[i]));
+	return p;
+}
+
+static void run(const struct tcase *c)
+{
+	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
+	float *q = rand_bf16(qn, -2, 2), *k = rand_bf16(kn, -2, 2), *v = rand_bf16(kn, -1, 1);
+	float *dout = rand_bf16(qn, -1, 1), *out = (float *)xmalloc(qn * sizeof(float));
+	float *rdq = (float *)xmalloc(qn * sizeof(float)), *rdk = (float *)xmalloc(kn * sizeof(float));
+	float *rdv = (float *)xmalloc(kn * sizeof(float));
+	struct attn_mask hm = { c->block, c->qpos, c->kpos, c->qseg, c->kseg, c->qnz, c->knz };
+	struct attn_mask dm = hm;
+	char what[160];
+
+	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
+	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
+	                         c->HD, &hm);
+	dm.qpos = (int *)up_or_null(c->qpos, c->T * sizeof(int));
+	dm.kpos = (int *)up_or_null(c->kpos, c->S * sizeof(int));
+	dm.qseg = (int *)up_or_null(c->qseg, c->T * sizeof(int));
+	dm.kseg = (int *)up_or_null(c->kseg, c->S * sizeof(int));
+	dm.qnoisy = (uint8_t *)up_or_null(c->qnz, c->T);
+	dm.knoisy = (uint8_t *)up_or_null(c->knz, c->S);
+	float *q_d = (float *)gt_up(q, qn * 4), *k_d = (float *)gt_up(k, kn * 4);
+	float *v_d = (float *)gt_up(v, kn * 4), *do_d = (float *)gt_up(dout, qn * 4);
+	float *o_d = gt_poisoned(qn);
+	float *dq_d = gt_poisoned(qn), *dk_d = gt_poisoned(kn), *dv_d = gt_poisoned(kn);
+
+	G->attention_tc(o_d, q_d, k_d, v_d, c->T, c->S, c->NH, c->NKV, c->HD, &dm);
+	float *o = gt_down(o_d, qn);
+	snprintf(what, sizeof what, "attention_tc out %s T=%d S=%d NH=%d NKV=%d HD=%d", c->name,
+	         c->T, c->S, c->NH, c->NKV, c->HD);
+	gt_compare(what, o, out, qn, 1e-2, 2e-2);
+	/* the backward reads the twin's forward output, as the trainer reads its own */
+	G->to_device(o_d, out, qn * 4);
+	G->attention_tc_backward(dq_d, dk_d, dv_d, do_d, q_d, k_d, v_d, o_d, c->T, c->S, c->NH,
+	                         c->NKV, c->HD, &dm);
+	float *dq = gt_down(dq_d, qn), *dk = gt_down(dk_d, kn), *dv = gt_down(dv_d, kn);
+	snprintf(what, sizeof what, "attention_tc_backward dq %s", c->name);
+	gt_compare(what, dq, rdq, qn, 1e-2, 2e-2);
+	snprintf(what, sizeof what, "attention_tc_backward dk %s", c->name);
+	gt_compare(what, dk, rdk, kn, 1e-2, 2e-2);
+	snprintf(what, sizeof what, "attention_tc_backward dv %s", c->name);
+	gt_compare(what, dv, rdv, kn, 1e-2, 2e-2);
+	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
+	free(o); free(dq); free(dk); free(dv);
+	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
+	G->free(dq_d); G->free(dk_d); G->free(dv_d);
+	G->free((void *)dm.qpos); G->free((void *)dm.kpos); G->free((void *)dm.qseg);
+	G->free((void *)dm.kseg); G->free((void *)dm.qnoisy); G->free((void *)dm.knoisy);
+}
+
+static int *iota(int n, int start)
+{
+	int *p = (int *)xmalloc(n * sizeof(int));
+	for (int i = 0; i < n; i++)
+		p[i] = start + i;
+	return p;
+}
+
+/* nsamp packed [x_t | x_0] samples of lengths len[] into pos, seg, noisy; returns rows */
+static int sft_layout(int nsamp, const int *len, int *pos, int *seg, uint8_t *nz)
+{
+	int i = 0;
+	for (int s = 0; s < nsamp; s++)
+		for (int half = 0; half < 2; half++)
+			for (int j = 0; j < len[s]; j++, i++) {
+				pos[i] = j;
+				seg[i] = s;
+				nz[i] = half == 0;
+			}
+	return i;
+}
+
+static void cast_check(void)
+{
+	size_t n = 1000;
+	float *x = gt_rand(n, -300, 300);
+	uint16_t *ref = (uint16_t *)xmalloc(n * 2), *got = (uint16_t *)xmalloc(n * 2);
+	float *x_d = (float *)gt_up(x, n * 4);
+	void *b_d = G->alloc(n * 2);
+	size_t bad = 0;
+
+	x[3] = 1.00390625f;                 /* a tie: rounds to even */
+	G->to_device(x_d, x, n * 4);
+	H->cast_bf16(ref, x, n);
+	G->cast_bf16(b_d, x_d, n);
+	G->to_host(got, b_d, n * 2);
+	for (size_t i = 0; i < n; i++)
+		bad += got[i] != ref[i];
+	if (bad)
+		printf("# cast_bf16: %zu of %zu differ\n", bad, n);
+	CHECK(bad == 0, "cast_bf16 bitwise equal to the twin");
+	free(x); free(ref); free(got);
+	G->free(x_d); G->free(b_d);
+}
+
+int main(void)
+{
+	if (gt_init(41))
+		return 0;
+	cast_check();
+
+	int *p600 = iota(600, 0);
+	struct tcase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
+	run(&bc);
+
+	int len[3] = { 24, 16, 40 }, n = 2 * (24 + 16 + 40);
+	int *pos = (int *)xmalloc(n * sizeof(int)), *seg = (int *)xmalloc(n * sizeof(int));
+	uint8_t *nz = (uint8_t *)xmalloc(n);
+	sft_layout(3, len, pos, seg, nz);
+	struct tcase sp = { "sft noisy packed", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
+	run(&sp);
+	/* one long sample, as the trainer calls it (no segments), SDAR head geometry */
+	int one[1] = { 300 }, n1 = 600;
+	int *pos1 = (int *)xmalloc(n1 * sizeof(int)), *seg1 = (int *)xmalloc(n1 * sizeof(int));
+	uint8_t *nz1 = (uint8_t *)xmalloc(n1);
+	sft_layout(1, one, pos1, seg1, nz1);
+	struct tcase s1 = { "sft noisy one sample", n1, n1, 16, 8, 128, 4, pos1, pos1, NULL, NULL,
+	                    nz1, nz1 };
+	run(&s1);
+
+	/* longer than one query chunk (2048 rows): several chunks with their own key ranges */
+	int two[1] = { 1100 }, n2 = 2200;
+	int *pos2 = (int *)xmalloc(n2 * sizeof(int)), *seg2 = (int *)xmalloc(n2 * sizeof(int));
+	uint8_t *nz2 = (uint8_t *)xmalloc(n2);
+	sft_layout(1, two, pos2, seg2, nz2);
+	struct tcase s2 = { "sft noisy, several query chunks", n2, n2, 2, 1, 64, 4, pos2, pos2, NULL,
+	                    NULL, nz2, nz2 };
+	run(&s2);
+
+	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
+	int *kz = iota(16, 4);
+	struct tcase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL,
+	                      NULL, NULL };
+	run(&none);
+	return test_done();
+}
