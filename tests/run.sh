@@ -57,6 +57,7 @@ if [ $gpu -eq 1 ]; then
 	case sample-gpu in *"$filter"*) [ -x "$root/tests/gpu/sample-gpu.sh" ] && run_tap "$root/tests/gpu/sample-gpu.sh" gpu_sample_e2e ;; esac
 	case sft-load in *"$filter"*) [ -x "$root/tests/gpu/sft-load.sh" ] && run_tap "$root/tests/gpu/sft-load.sh" gpu_sft_load ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac
+	case parity in *"$filter"*) [ -x "$root/tests/gpu/parity.sh" ] && run_tap "$root/tests/gpu/parity.sh" gpu_parity ;; esac
 	case rl-cuda in *"$filter"*) [ -x "$root/tests/gpu/rl-cuda.sh" ] && run_tap "$root/tests/gpu/rl-cuda.sh" gpu_rl ;; esac
 	echo "$pass passed, $fail failed$([ $todo -gt 0 ] && echo ", $todo todo (known failures)")"
 	[ $fail -eq 0 ]
