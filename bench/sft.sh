@@ -10,6 +10,11 @@
 # the other STEPS steps from the --log JSONL: tokens/s (sample tokens, not doubled), MFU
 # (model FLOPs / 989e12, man dice-sft), device memory in use. The checkpoints go to
 # /dev/shm when it is there (the final save writes 32 GB: weights and AdamW moments).
+# Environment: SFT_MODES (default "plain recompute") picks the dice-sft runs among plain,
+# recompute (-R), cublas (plain with DICE_ATTN_CUBLAS=1: the chunked cuBLAS attention instead
+# of the fused kernels, for comparison) and profile (plain with DICE_SFT_PROFILE=1: a backend
+# sync after each phase, the seconds per phase printed; its step times include the syncs);
+# SFT_NO_REF=1 skips the reference.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,12 +44,17 @@ med() {   # med FIELD LOG: median of FIELD over the steps after the first
 	sed -n '2,$p' "$2" | sed "s/.*\"$1\":\([0-9.e+-]*\).*/\1/" | sort -g |
 		awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'
 }
-for mode in plain recompute; do
+for mode in ${SFT_MODES:-plain recompute}; do
 	r=""
-	[ $mode = recompute ] && r=-R
-	if bin/dice-sft -d cuda -D bf16 $r -m "$t/m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
+	e=""
+	case $mode in
+	recompute) r=-R ;;
+	cublas) e=DICE_ATTN_CUBLAS=1 ;;
+	profile) e=DICE_SFT_PROFILE=1 ;;
+	esac
+	if env $e bin/dice-sft -d cuda -D bf16 $r -m "$t/m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
 		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err"; then
-		grep 'step' "$t/$mode.err" | sed 's/^/# /'
+		grep -E 'step|^profile:' "$t/$mode.err" | sed 's/^/# /'
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'
