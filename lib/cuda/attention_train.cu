@@ -1,7 +1,9 @@
 /* attention_train.cu: attention and its backward for training on long sequences, on the
  * tensor cores. Same contract as gpu_attention / gpu_attention_backward (fp32 q, k, v, out
  * and gradients; the mask rule of struct attn_mask); the CPU twins are cpu_attention and
- * cpu_attention_backward.
+ * cpu_attention_backward. Head dims 64 and 128 take the fused kernels (the "fused (flash)
+ * path" below); other head dims, and every call under DICE_ATTN_CUBLAS=1, the chunked cuBLAS
+ * path described here:
  *
  * One chunk of AT_CHUNK query rows at a time, the NKV query heads g, g + group, ... of each
  * group member g in one strided-batched cuBLAS call (GQA: head h reads kv head h / group); the chunk's scores are materialised over the key range
