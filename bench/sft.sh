@@ -10,6 +10,12 @@
 # the other STEPS steps from the --log JSONL: tokens/s (sample tokens, not doubled), MFU
 # (model FLOPs / 989e12, man dice-sft), device memory in use. The checkpoints go to
 # /dev/shm when it is there (the final save writes 32 GB: weights and AdamW moments).
+# Environment: SFT_MODES (default "plain recompute") picks the dice-sft runs among plain,
+# recompute (-R), cublas (plain with DICE_ATTN_CUBLAS=1: the chunked cuBLAS attention instead
+# of the fused kernels, for comparison) and profile (plain with DICE_SFT_PROFILE=1: a backend
+# sync after each phase, the seconds per phase printed; its step times include the syncs);
+# SFT_NO_REF=1 skips the reference; SFT_MODEL=dir takes a model made before by
+# `dice-sft --init` from this script's config (with the same seed) instead of making one.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,18 +39,24 @@ awk -v ns=$((steps + 1)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
 	for (i = 0; i < 512; i++) p = p (i ? "," : "") int(rand() * 151000);
 	for (i = 0; i < n - 512; i++) r = r (i ? "," : "") int(rand() * 151000);
 	print "{\"prompt_ids\": " p "], \"response_ids\": " r "]}" } }' > "$t/data.jsonl"
-bin/dice-sft --init "$t/config.json" -o "$t/m" 2>&1 | tail -1
+m=${SFT_MODEL:-$t/m}
+[ -n "${SFT_MODEL:-}" ] || bin/dice-sft --init "$t/config.json" -o "$m" 2>&1 | tail -1
 
 med() {   # med FIELD LOG: median of FIELD over the steps after the first
 	sed -n '2,$p' "$2" | sed "s/.*\"$1\":\([0-9.e+-]*\).*/\1/" | sort -g |
 		awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'
 }
-for mode in plain recompute; do
+for mode in ${SFT_MODES:-plain recompute}; do
 	r=""
-	[ $mode = recompute ] && r=-R
-	if bin/dice-sft -d cuda -D bf16 $r -m "$t/m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
+	e=""
+	case $mode in
+	recompute) r=-R ;;
+	cublas) e=DICE_ATTN_CUBLAS=1 ;;
+	profile) e=DICE_SFT_PROFILE=1 ;;
+	esac
+	if env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
 		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err"; then
-		grep 'step' "$t/$mode.err" | sed 's/^/# /'
+		grep -E 'step|^profile:' "$t/$mode.err" | sed 's/^/# /'
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'

@@ -5,8 +5,9 @@
  * the mid residual, xn2, gate, up and silu(gate)*up; the backward walks the layers in reverse
  * with the residual-stream gradient in dx. With recompute only the layer inputs xs are kept
  * and each layer's forward is run again into one shared activation block before its backward.
- * The logit rows (rows with a target) are gathered and scattered with one ops->copy per row:
- * fine on the CPU; a CUDA backend wants a gather op there.
+ * The logit rows (rows with a target) are gathered with ops->embed (the final residual as an
+ * fp32 table, the row indices as ids) and their gradient scattered back with
+ * ops->embed_backward into the zeroed dx (the rows are distinct, so the sum is a copy).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "checkpoint.h"
 #include "model_bwd.h"
+#include "pool.h"
 #include "util.h"
 
 /* the activation block of one layer, carved from acts[l] */
@@ -78,8 +80,36 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 		t->g.lm_head = t->g.embed;
 	free(list);
 	t->wc = &m->w;
+	t->prof = getenv("DICE_SFT_PROFILE") != NULL;
+	t->prof_last = pool_now();
 	model_train_zero_grad(t);
 	return 0;
+}
+
+void model_train_mark(struct model_train *t, int ph)
+{
+	double now;
+
+	if (!t->prof)
+		return;
+	t->ops->sync();
+	now = pool_now();
+	t->prof_s[ph] += now - t->prof_last;
+	t->prof_last = now;
+}
+
+static void prof_report(const struct model_train *t)
+{
+	static const char *name[MT_PROF_N] = { "forward (not attention)", "forward attention",
+	                                       "head + loss", "backward (not attention)",
+	                                       "backward attention", "optimizer + bf16 refresh" };
+	double sum = 0.0;
+
+	for (int i = 0; i < MT_PROF_N; i++)
+		sum += t->prof_s[i];
+	for (int i = 0; i < MT_PROF_N; i++)
+		fprintf(stderr, "profile: %-26s %9.3f s %5.1f%%\n", name[i], t->prof_s[i],
+		        sum > 0 ? 100.0 * t->prof_s[i] / sum : 0.0);
 }
 
 /* the bf16 view of a master matrix: same byte offset in lbuf, halved */
@@ -151,9 +181,11 @@ static void scratch_free(struct model_train *t)
 		o->free(t->pos_d);
 	if (t->target_d)
 		o->free(t->target_d);
+	if (t->rowsel_d)
+		o->free(t->rowsel_d);
 	if (t->noisy_d)
 		o->free(t->noisy_d);
-	t->ids_d = t->pos_d = t->target_d = NULL;
+	t->ids_d = t->pos_d = t->target_d = t->rowsel_d = NULL;
 	t->noisy_d = NULL;
 	free(t->rowsel_h);
 	t->rowsel_h = NULL;
@@ -164,6 +196,8 @@ void model_train_free(struct model_train *t)
 {
 	if (!t->ops)
 		return;
+	if (t->prof)
+		prof_report(t);
 	scratch_free(t);
 	if (t->gbuf)
 		t->ops->free(t->gbuf);
@@ -212,6 +246,7 @@ static void reserve(struct model_train *t, int N)
 	t->ids_d = o->alloc(R * sizeof(int));
 	t->pos_d = o->alloc(R * sizeof(int));
 	t->target_d = o->alloc(R * sizeof(int));
+	t->rowsel_d = o->alloc(R * sizeof(int));
 	t->noisy_d = o->alloc(R);
 	t->rowsel_h = xmalloc(R * sizeof(int));
 }
@@ -245,12 +280,14 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 	o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
 	o->rope(a.k, t->pos_d, N, NKV, HD, c->rope_theta);
+	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD : MT_PROF_FWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
 		att(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD, b->len[s],
 		    b->len[s], NH, NKV, HD, &mk);
 	}
+	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
 	o->matmul(t->dtmp, a.att, w->o_proj.p, w->o_proj.dt, N, QD, C);
 	o->copy(a.xmid, xin, (size_t)N * C * 4);
 	o->add(a.xmid, t->dtmp, (size_t)N * C);
@@ -297,6 +334,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	/* attention */
 	o->matmul_backward(t->datt, (float *)g->o_proj.p, t->dx, a.att, w->o_proj.p,
 	                   w->o_proj.dt, N, QD, C);
+	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
@@ -304,6 +342,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 		        a.q + off * QD, a.k + off * KVD, a.v + off * KVD, a.att + off * QD, b->len[s],
 		        b->len[s], NH, NKV, HD, &mk);
 	}
+	model_train_mark(t, MT_PROF_BWD_ATT);
 	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
 	o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
 	o->rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p, w->q_norm.dt,
@@ -367,18 +406,21 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));
 	o->to_device(t->noisy_d, b->noisy, (size_t)N);
 	o->to_device(t->target_d, tsel, (size_t)R * sizeof(int));
+	o->to_device(t->rowsel_d, t->rowsel_h, (size_t)R * sizeof(int));
 	o->to_device(t->weight_d, wsel, (size_t)R * sizeof(float));
 	free(tsel);
 	free(wsel);
 
+	model_train_mark(t, MT_PROF_OPT);      /* zeroing, uploads: charged to the last step */
+	t->in_bwd = 0;
 	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
 	for (int l = 0; l < L; l++)
 		layer_forward(t, b, l);
+	model_train_mark(t, MT_PROF_FWD);
 	/* head on the rows with a target */
 	float *xf = t->xs + (size_t)L * t->rows * C;
-	for (int r = 0; r < R; r++)
-		o->copy(t->sel + (size_t)r * C, xf + (size_t)t->rowsel_h[r] * C, (size_t)C * 4);
 	if (R) {
+		o->embed(t->sel, t->rowsel_d, xf, DICE_F32, R, C);
 		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
 		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
 		lossh = xmalloc((size_t)R * sizeof *lossh);
@@ -409,6 +451,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		free(lossh);
 	}
 	*loss = sum;
+	model_train_mark(t, MT_PROF_HEAD);
 	if (!grad || !R) {
 		o->sync();
 		return 0;
@@ -418,13 +461,15 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	                   w->lm_head.dt, R, C, V);
 	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
 	                    w->final_norm.dt, R, C, c->rms_norm_eps);
+	model_train_mark(t, MT_PROF_HEAD);
+	t->in_bwd = 1;
 	o->zero(t->dx, (size_t)N * C * 4);
-	for (int r = 0; r < R; r++)
-		o->copy(t->dx + (size_t)t->rowsel_h[r] * C, t->dxn + (size_t)r * C, (size_t)C * 4);
+	o->embed_backward(t->dx, t->rowsel_d, t->dxn, R, C);
 	for (int l = L - 1; l >= 0; l--)
 		layer_backward(t, b, l);
 	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);
 	o->sync();
+	model_train_mark(t, MT_PROF_BWD);
 	return 0;
 }
 

@@ -42,6 +42,10 @@ struct train_batch {
 	int *start, *len;            /* (nsamp) first row and row count (2n) of each sample */
 };
 
+/* the phases of the profile */
+enum { MT_PROF_FWD, MT_PROF_FWD_ATT, MT_PROF_HEAD, MT_PROF_BWD, MT_PROF_BWD_ATT, MT_PROF_OPT,
+       MT_PROF_N };
+
 struct model_train {
 	struct model *m;
 	const struct ops *ops;
@@ -54,7 +58,7 @@ struct model_train {
 	float **acts;                /* per stored layer: one block of its activations */
 	float *xs;                   /* (L+1, rows, C) layer inputs; xs[L] is the final residual */
 	float *xnf, *sel, *logits, *loss, *dx, *dtmp, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh;
-	int *ids_d, *pos_d, *target_d, *rowsel_h;
+	int *ids_d, *pos_d, *target_d, *rowsel_h, *rowsel_d;
 	float *weight_d;
 	uint8_t *noisy_d;
 	/* mixed precision */
@@ -62,6 +66,10 @@ struct model_train {
 	void *lbuf;                  /* bf16 image of m->wbuf */
 	struct model_weights wl;     /* matrices: views into lbuf; norms, embed: m->w's */
 	const struct model_weights *wc;  /* weights the GEMMs read: &m->w or &wl */
+	/* phase timing (DICE_SFT_PROFILE set in the environment): seconds per phase, each phase
+	 * ended by a backend sync; printed to stderr by model_train_free */
+	int prof, in_bwd;
+	double prof_last, prof_s[MT_PROF_N];
 };
 
 /* 0, or -1 with a warning (weights not fp32, backend without training ops). */
@@ -74,6 +82,8 @@ int model_train_set_bf16(struct model_train *t);
  * no-op in fp32. */
 void model_train_refresh(struct model_train *t);
 void model_train_zero_grad(struct model_train *t);
+/* with t->prof: wait for the backend and charge the time since the last mark to phase ph */
+void model_train_mark(struct model_train *t, int ph);
 /* Forward and backward of one batch: gradients of sum_rows weight * CE are ADDED to gbuf;
  * *loss gets that sum. 0, or -1 with a warning (bad ids, no target). */
 int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss);

@@ -117,6 +117,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	out->micro = k;
 	out->grad_norm = optim_step(&s->op, &out->lr);
 	model_train_refresh(&s->t);
+	model_train_mark(&s->t, MT_PROF_OPT);
 	return 0;
 }
 

@@ -1,7 +1,9 @@
 /* attention_train.cu: attention and its backward for training on long sequences, on the
  * tensor cores. Same contract as gpu_attention / gpu_attention_backward (fp32 q, k, v, out
  * and gradients; the mask rule of struct attn_mask); the CPU twins are cpu_attention and
- * cpu_attention_backward.
+ * cpu_attention_backward. Head dims 64 and 128 take the fused kernels (the "fused (flash)
+ * path" below); other head dims, and every call under DICE_ATTN_CUBLAS=1, the chunked cuBLAS
+ * path described here:
  *
  * One chunk of AT_CHUNK query rows at a time, the NKV query heads g, g + group, ... of each
  * group member g in one strided-batched cuBLAS call (GQA: head h reads kv head h / group); the chunk's scores are materialised over the key range
@@ -188,6 +190,705 @@ int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- fused (flash) path
+ *
+ * For head dims 64 and 128: one kernel per pass, scores never leave the chip.
+ * A tile map first: for every (64 query rows, 64 keys) tile 0 = no visible pair (skipped),
+ * 1 = some (the mask rule per score), 2 = all (no mask). Operands bf16 (q, k, v, dO cast once
+ * per call), mma.sync m16n8k16 with fp32 accumulation, fragments through ldmatrix from padded
+ * shared-memory rows, the next tile loaded by cp.async while the current one is used.
+ *   forward   one block per (64 query rows, head), 4 warps x 16 rows: S = scale Q K^T, online
+ *             softmax in fp32 (exp2), O += P V with P rounded to bf16; out = O / l. The same
+ *             kernel in "stats" mode writes only lse (log2 units) for the backward.
+ *   backward  one block per (64 keys, kv head), 4 warps x 16 keys, over the heads of the group
+ *             and the visible query tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
+ *             dS^T = P^T (dP^T - D) (bf16), dV += P^T dO, dK += dS^T Q in registers (written
+ *             once at the end: the block owns those rows), dQ += dS K through shared memory and
+ *             fp32 atomics into dq.
+ * The rounding is the cuBLAS path's (bf16 q, k, v, dO, P, dS; fp32 accumulation). */
+
+#define FA_T 64                 /* rows of a tile (queries and keys) */
+#define FA_THREADS 128          /* 4 warps x 16 rows */
+#define FA_PAD 8                /* bf16 elements of padding per shared-memory row */
+#define FA_DS_LD (FA_T + FA_PAD)
+#define FA_SMEM_MAX (200 * 1024)
+
+typedef __nv_bfloat16 bf16;
+
+static __device__ __forceinline__ void cp_async16(void *d, const void *s, int bytes)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(d);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(s), "r"(bytes));
+}
+
+static __device__ __forceinline__ void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+
+static __device__ __forceinline__ void cp_wait_all(void)
+{
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void ldm4(unsigned *r, const bf16 *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+static __device__ __forceinline__ void ldm4t(unsigned *r, const bf16 *p)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* c(16x8) += a(16x16) b(16x8), bf16 in, fp32 accumulate */
+static __device__ __forceinline__ void mma16816(float *c, const unsigned *a, unsigned b0,
+                                                unsigned b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+	    "{%8,%9}, {%0,%1,%2,%3};\n"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(unsigned *)&v;
+}
+
+/* the A fragment of a 16x16 tile at (row 0, col k0) of a row-major [m][k] array */
+static __device__ __forceinline__ void frag_a(unsigned *a, const bf16 *base, int ld, int k0)
+{
+	int l = threadIdx.x & 31;
+	ldm4(a, base + (l & 15) * ld + k0 + (l >> 4) * 8);
+}
+
+/* B fragments of two n-tiles (n0, n0 + 8) x k16 at k0 from an [n][k] array (b[0..1]: n0,
+ * b[2..3]: n0 + 8) */
+static __device__ __forceinline__ void frag_b_nk(unsigned *b, const bf16 *base, int ld, int n0,
+                                                 int k0)
+{
+	int l = threadIdx.x & 31, mi = l >> 3, r = l & 7;
+	ldm4(b, base + (n0 + (mi >> 1) * 8 + r) * ld + k0 + (mi & 1) * 8);
+}
+
+/* the same from a [k][n] array */
+static __device__ __forceinline__ void frag_b_kn(unsigned *b, const bf16 *base, int ld, int n0,
+                                                 int k0)
+{
+	int l = threadIdx.x & 31, mi = l >> 3, r = l & 7;
+	ldm4t(b, base + (k0 + (mi & 1) * 8 + r) * ld + n0 + (mi >> 1) * 8);
+}
+
+/* the A fragment of rows m0..m0+15, cols k0..k0+15 from a [k][m] array */
+static __device__ __forceinline__ void frag_a_km(unsigned *a, const bf16 *base, int ld, int m0,
+                                                 int k0)
+{
+	int l = threadIdx.x & 31, mi = l >> 3, r = l & 7;
+	ldm4t(a, base + (k0 + (mi >> 1) * 8 + r) * ld + m0 + (mi & 1) * 8);
+}
+
+/* the A fragment of a 16 x 16 block (columns 16 kk..16 kk+15) held as accumulators c in the
+ * C layout of 8-column tiles (tiles 2 kk and 2 kk + 1), rounded to bf16 */
+static __device__ __forceinline__ void frag_c2a(unsigned *a, float (*c)[4], int kk)
+{
+	a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+	a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+	a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+	a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* acc (nt 8-column tiles) += a (16 x k16) times rows k0.. of a [k][n] array from column n0 */
+static __device__ __forceinline__ void mma_kn(float (*acc)[4], const unsigned *a, const bf16 *b,
+                                              int ld, int n0, int k0, const int nt)
+{
+#pragma unroll
+	for (int np = 0; np < nt / 2; np++) {
+		unsigned f[4];
+		frag_b_kn(f, b, ld, n0 + np * 16, k0);
+		mma16816(acc[2 * np], a, f[0], f[1]);
+		mma16816(acc[2 * np + 1], a, f[2], f[3]);
+	}
+}
+
+/* acc (8 tiles: 64 columns) += a (16 x k16) times the k16 slice at k0 of 64 rows of an [n][k]
+ * array */
+static __device__ __forceinline__ void mma_nk64(float (*acc)[4], const unsigned *a,
+                                                const bf16 *b, int ld, int k0)
+{
+#pragma unroll
+	for (int np = 0; np < 4; np++) {
+		unsigned f[4];
+		frag_b_nk(f, b, ld, np * 16, k0);
+		mma16816(acc[2 * np], a, f[0], f[1]);
+		mma16816(acc[2 * np + 1], a, f[2], f[3]);
+	}
+}
+
+/* the mask rule of at_sees on packed row facts: b = block index (-1 for a query past T,
+ * INT_MAX for a key past S), f = 2 segment + noisy (0 where the mask has none) */
+static __device__ __forceinline__ int fa_sees(int qb, int qf, int kb, int kf)
+{
+	if ((qf >> 1) != (kf >> 1))
+		return 0;
+	if (qf & 1)
+		return (kf & 1) ? kb == qb : kb < qb;
+	return !(kf & 1) && kb <= qb;
+}
+
+/* the packed facts of query (q 1) or key (q 0) row i of n */
+static __device__ __forceinline__ void fa_facts(const struct attn_mask &m, int nz, int sg, int q,
+                                                int i, int n, int *b, int *f)
+{
+	if (i >= n) {
+		*b = q ? -1 : 0x7fffffff;
+		*f = 0;
+		return;
+	}
+	*b = (q ? m.qpos : m.kpos)[i] / m.block;
+	*f = (sg ? 2 * (q ? m.qseg : m.kseg)[i] : 0) + (nz ? (q ? m.qnoisy : m.knoisy)[i] : 0);
+}
+
+/* map[qt * nkt + kt] for block (kt, qt): 0 none visible, 1 some, 2 all */
+static __global__ void fa_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz,
+                                     int sg)
+{
+	int qt = blockIdx.y, kt = blockIdx.x, any = 0, all = 1;
+
+	for (int e = threadIdx.x; e < FA_T * FA_T; e += blockDim.x) {
+		int qb, qf, kb, kf, v;
+		fa_facts(m, nz, sg, 1, qt * FA_T + e / FA_T, T, &qb, &qf);
+		fa_facts(m, nz, sg, 0, kt * FA_T + e % FA_T, S, &kb, &kf);
+		v = fa_sees(qb, qf, kb, kf);
+		any |= v;
+		all &= v;
+	}
+	any = __syncthreads_or(any);
+	all = __syncthreads_and(all);
+	if (threadIdx.x == 0)
+		map[(size_t)qt * gridDim.x + kt] = any ? (all ? 2 : 1) : 0;
+}
+
+/* list[] = 4 j + code for every j < n with code = map[j stride] != 0, in order; returns the
+ * count to every thread (warp 0 builds it; ends with a barrier) */
+static __device__ int fa_list(int *list, int *cnt, const unsigned char *map, int n, int stride)
+{
+	if (threadIdx.x < 32) {
+		int lane = threadIdx.x, c = 0;
+		for (int b = 0; b < n; b += 32) {
+			int j = b + lane, code = j < n ? map[(size_t)j * stride] : 0;
+			unsigned bal = __ballot_sync(0xffffffffu, code != 0);
+			if (code)
+				list[c + __popc(bal & ((1u << lane) - 1))] = 4 * j + code;
+			c += __popc(bal);
+		}
+		if (lane == 0)
+			*cnt = c;
+	}
+	__syncthreads();
+	return *cnt;
+}
+
+/* rows r0 .. r0+63 (those < n; zeros past it) of a bf16 array with row stride ld, HD wide, into
+ * shared memory with row stride HD + FA_PAD, by cp.async */
+static __device__ __forceinline__ void fa_load(bf16 *dst, const bf16 *src, size_t ld, int r0,
+                                               int n, const int HD)
+{
+	const int ch = HD / 8;
+
+	for (int c = threadIdx.x; c < FA_T * ch; c += FA_THREADS) {
+		int r = c / ch, x = c % ch, ok = r0 + r < n;
+		cp_async16(dst + r * (HD + FA_PAD) + x * 8, src + (size_t)(ok ? r0 + r : 0) * ld + x * 8,
+		           ok ? 16 : 0);
+	}
+}
+
+static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const bf16 *q,
+                                                   const bf16 *k, const bf16 *v,
+                                                   const unsigned char *map, int T, int S,
+                                                   int NH, int NKV, const int HD,
+                                                   struct attn_mask m, int nz, int sg, float sl2)
+{
+	extern __shared__ __align__(16) unsigned char fa_smem[];
+	const int LD = HD + FA_PAD, NT = HD / 8;
+	bf16 *sq = (bf16 *)fa_smem, *sk = sq + FA_T * LD, *sv = sk + 2 * FA_T * LD;
+	int *skb = (int *)(sv + 2 * FA_T * LD), *skf = skb + 2 * FA_T, *cnt = skf + 2 * FA_T;
+	int *list = cnt + 4;
+	int qt = blockIdx.x, h = blockIdx.y, hk = h / (NH / NKV), nkt = CEIL_DIV(S, FA_T);
+	int QD = NH * HD, KVD = NKV * HD, i0 = qt * FA_T;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	int nl = fa_list(list, cnt, map + (size_t)qt * nkt, nkt, 1);
+	const bf16 *kh = k + (size_t)hk * HD, *vh = v + (size_t)hk * HD;
+	int qb[2], qf[2];
+	float o[16][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
+	unsigned qa[8][4];
+
+	fa_load(sq, q + (size_t)h * HD, QD, i0, T, HD);
+	if (nl) {
+		int kt = list[0] >> 2;
+		fa_load(sk, kh, KVD, kt * FA_T, S, HD);
+		if (out)
+			fa_load(sv, vh, KVD, kt * FA_T, S, HD);
+		if (tid < FA_T)
+			fa_facts(m, nz, sg, 0, kt * FA_T + tid, S, &skb[tid], &skf[tid]);
+	}
+	cp_commit();
+	for (int r = 0; r < 2; r++)
+		fa_facts(m, nz, sg, 1, i0 + w * 16 + g + 8 * r, T, &qb[r], &qf[r]);
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	for (int it = 0; it < nl; it++) {
+		int st = it & 1, code = list[it] & 3;
+		const bf16 *K = sk + st * FA_T * LD, *V = sv + st * FA_T * LD;
+		float s[8][4];
+
+		cp_wait_all();
+		__syncthreads();
+		if (it == 0) {
+#pragma unroll
+			for (int kk = 0; kk < HD / 16; kk++)
+				frag_a(qa[kk], sq + w * 16 * LD, LD, kk * 16);
+		}
+		if (it + 1 < nl) {
+			int kt = list[it + 1] >> 2, ns = st ^ 1;
+			fa_load(sk + ns * FA_T * LD, kh, KVD, kt * FA_T, S, HD);
+			if (out)
+				fa_load(sv + ns * FA_T * LD, vh, KVD, kt * FA_T, S, HD);
+			if (tid < FA_T)
+				fa_facts(m, nz, sg, 0, kt * FA_T + tid, S, &skb[ns * FA_T + tid],
+				         &skf[ns * FA_T + tid]);
+		}
+		cp_commit();
+#pragma unroll
+		for (int n = 0; n < 8; n++)
+			s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < HD / 16; kk++)
+			mma_nk64(s, qa[kk], K, LD, kk * 16);
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			float mx = -INFINITY, mu, alpha, sum = 0.0f;
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int c = st * FA_T + n * 8 + 2 * t4 + e;
+					float x = s[n][2 * r + e] * sl2;
+					if (code == 1 && !fa_sees(qb[r], qf[r], skb[c], skf[c]))
+						x = -INFINITY;
+					s[n][2 * r + e] = x;
+					mx = fmaxf(mx, x);
+				}
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			mx = fmaxf(mx, mrow[r]);
+			mu = mx == -INFINITY ? 0.0f : mx;
+			alpha = exp2f(mrow[r] - mu);
+			mrow[r] = mx;
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					float p = exp2f(s[n][2 * r + e] - mu);
+					s[n][2 * r + e] = p;
+					sum += p;
+				}
+			}
+			lrow[r] = lrow[r] * alpha + sum;
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				o[n][2 * r] *= alpha;
+				o[n][2 * r + 1] *= alpha;
+			}
+		}
+		if (!out)
+			continue;
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			unsigned pa[4];
+			frag_c2a(pa, s, kk);
+			mma_kn(o, pa, V, LD, 0, kk * 16, NT);
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float l = lrow[r], inv;
+		int i = i0 + w * 16 + g + 8 * r;
+		l += __shfl_xor_sync(0xffffffffu, l, 1);
+		l += __shfl_xor_sync(0xffffffffu, l, 2);
+		inv = l > 0.0f ? 1.0f / l : 0.0f;
+		if (i >= T)
+			continue;
+		if (lse && t4 == 0)
+			lse[(size_t)i * NH + h] = l > 0.0f ? mrow[r] + log2f(l) : INFINITY;
+		if (!out)
+			continue;
+		float *orow = out + (size_t)i * QD + (size_t)h * HD + 2 * t4;
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+			*(float2 *)(orow + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+	}
+}
+
+/* out (NULL: only lse) and/or lse (NULL: only out); grid (query tiles, NH) */
+static __global__ void __launch_bounds__(FA_THREADS)
+fa_fwd128(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+          const unsigned char *map, int T, int S, int NH, int NKV, struct attn_mask m, int nz,
+          int sg, float sl2)
+{
+	fa_fwd_body(out, lse, q, k, v, map, T, S, NH, NKV, 128, m, nz, sg, sl2);
+}
+
+static __global__ void __launch_bounds__(FA_THREADS)
+fa_fwd64(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+         const unsigned char *map, int T, int S, int NH, int NKV, struct attn_mask m, int nz,
+         int sg, float sl2)
+{
+	fa_fwd_body(out, lse, q, k, v, map, T, S, NH, NKV, 64, m, nz, sg, sl2);
+}
+
+/* p[0..3] += a..d (16-byte aligned global memory) */
+static __device__ __forceinline__ void atomic_add4(float *p, float a, float b, float c, float d)
+{
+#if __CUDA_ARCH__ >= 900
+	atomicAdd((float4 *)p, make_float4(a, b, c, d));
+#else
+	atomicAdd(p, a);
+	atomicAdd(p + 1, b);
+	atomicAdd(p + 2, c);
+	atomicAdd(p + 3, d);
+#endif
+}
+
+/* the query-side rows of a backward step into one stage: the Q tile of head h, lse, D, facts
+ * (the dO tile goes to its single buffer separately) */
+static __device__ __forceinline__ void fa_bwd_stage(bf16 *sq, float *slse, float *sd, int *sqb,
+                                                    int *sqf, const bf16 *q, const float *lse,
+                                                    const float *d, int qt, int h, int T,
+                                                    int NH, const int HD,
+                                                    const struct attn_mask &m, int nz, int sg)
+{
+	int i = qt * FA_T + threadIdx.x;
+
+	fa_load(sq, q + (size_t)h * HD, (size_t)NH * HD, qt * FA_T, T, HD);
+	if (threadIdx.x < FA_T) {
+		slse[threadIdx.x] = i < T ? lse[(size_t)i * NH + h] : INFINITY;
+		sd[threadIdx.x] = i < T ? d[(size_t)i * NH + h] : 0.0f;
+		fa_facts(m, nz, sg, 1, i, T, &sqb[threadIdx.x], &sqf[threadIdx.x]);
+	}
+}
+
+static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *dv, const bf16 *q,
+                                                   const bf16 *k, const bf16 *v,
+                                                   const bf16 *dout, const float *lse,
+                                                   const float *d, const unsigned char *map,
+                                                   int T, int S, int NH, int NKV, const int HD,
+                                                   struct attn_mask m, int nz, int sg,
+                                                   float sl2, float scale)
+{
+	extern __shared__ __align__(16) unsigned char fa_smem[];
+	const int LD = HD + FA_PAD, NT = HD / 8;
+	bf16 *sk = (bf16 *)fa_smem, *sv = sk + FA_T * LD, *sq = sv + FA_T * LD;
+	bf16 *sdo = sq + 2 * FA_T * LD, *sds = sdo + FA_T * LD;
+	float *slse = (float *)(sds + FA_T * FA_DS_LD), *sd = slse + 2 * FA_T;
+	int *sqb = (int *)(sd + 2 * FA_T), *sqf = sqb + 2 * FA_T, *cnt = sqf + 2 * FA_T;
+	int *list = cnt + 4;
+	int kt = blockIdx.x, hk = blockIdx.y, group = NH / NKV, nkt = gridDim.x;
+	int nqt = CEIL_DIV(T, FA_T), QD = NH * HD, KVD = NKV * HD, j0 = kt * FA_T;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	int nl = fa_list(list, cnt, map + kt, nqt, nkt), nit = nl * group;
+	int kb[2], kf[2];
+	float dka[16][4], dva[16][4];
+
+	for (int r = 0; r < 2; r++)
+		fa_facts(m, nz, sg, 0, j0 + w * 16 + g + 8 * r, S, &kb[r], &kf[r]);
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.0f;
+		dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
+	}
+	fa_load(sk, k + (size_t)hk * HD, KVD, j0, S, HD);
+	fa_load(sv, v + (size_t)hk * HD, KVD, j0, S, HD);
+	if (nit) {
+		fa_bwd_stage(sq, slse, sd, sqb, sqf, q, lse, d, list[0] >> 2, hk * group, T, NH, HD,
+		             m, nz, sg);
+		fa_load(sdo, dout + (size_t)hk * group * HD, QD, (list[0] >> 2) * FA_T, T, HD);
+	}
+	cp_commit();
+	for (int it = 0; it < nit; it++) {
+		int st = it & 1, e0 = list[it % nl], qt = e0 >> 2, code = e0 & 3;
+		int h = hk * group + it / nl;
+		const bf16 *Q = sq + st * FA_T * LD, *DO = sdo;
+		const float *L = slse + st * FA_T, *Dd = sd + st * FA_T;
+		const int *QB = sqb + st * FA_T, *QF = sqf + st * FA_T;
+		float s[8][4], dp[8][4];
+
+		cp_wait_all();
+		__syncthreads();
+		if (it + 1 < nit) {
+			int ns = st ^ 1;
+			fa_bwd_stage(sq + ns * FA_T * LD, slse + ns * FA_T, sd + ns * FA_T,
+			             sqb + ns * FA_T, sqf + ns * FA_T, q, lse, d,
+			             list[(it + 1) % nl] >> 2, hk * group + (it + 1) / nl, T, NH, HD, m,
+			             nz, sg);
+		}
+		cp_commit();
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+			dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+		}
+#pragma unroll
+		for (int kk = 0; kk < HD / 16; kk++) {
+			unsigned ka[4], va[4];
+			frag_a(ka, sk + w * 16 * LD, LD, kk * 16);
+			frag_a(va, sv + w * 16 * LD, LD, kk * 16);
+			mma_nk64(s, ka, Q, LD, kk * 16);
+			mma_nk64(dp, va, DO, LD, kk * 16);
+		}
+		/* P^T and dS^T (rows: this warp's keys, columns: the tile's queries) */
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int c = n * 8 + 2 * t4 + (e & 1), r = e >> 1;
+				float p = exp2f(s[n][e] * sl2 - L[c]);
+				if (code == 1 && !fa_sees(QB[c], QF[c], kb[r], kf[r]))
+					p = 0.0f;
+				s[n][e] = p;
+				dp[n][e] = p * (dp[n][e] - Dd[c]);
+			}
+		}
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				*(unsigned *)(sds + (w * 16 + g + 8 * r) * FA_DS_LD + n * 8 + 2 * t4) =
+					pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+		}
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			unsigned pa[4], da[4];
+			frag_c2a(pa, s, kk);
+			frag_c2a(da, dp, kk);
+			mma_kn(dva, pa, DO, LD, 0, kk * 16, NT);
+			mma_kn(dka, da, Q, LD, 0, kk * 16, NT);
+		}
+		__syncthreads();
+		/* dO is read no more in this step: the next step's tile into its buffer */
+		if (it + 1 < nit)
+			fa_load(sdo, dout + (size_t)(hk * group + (it + 1) / nl) * HD, QD,
+			        (list[(it + 1) % nl] >> 2) * FA_T, T, HD);
+		cp_commit();
+		/* dQ of this warp's 16 queries += scale dS K, 64 columns at a time */
+		int i = qt * FA_T + w * 16 + g;
+#pragma unroll
+		for (int half = 0; half < HD / 64; half++) {
+			float acc[8][4];
+#pragma unroll
+			for (int n = 0; n < 8; n++)
+				acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				unsigned a[4];
+				frag_a_km(a, sds, FA_DS_LD, w * 16, kk * 16);
+				mma_kn(acc, a, sk, LD, half * 64, kk * 16, 8);
+			}
+			/* lane pairs swap halves: the even lane adds 4 columns of row g, the odd
+			 * one 4 columns of row g + 8 (one 16-byte atomic each) */
+			int odd = t4 & 1, row = i + 8 * odd;
+			float *dst = dq + (size_t)row * QD + (size_t)h * HD + half * 64 + 2 * (t4 & ~1);
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+				float s0 = odd ? acc[n][0] : acc[n][2], s1 = odd ? acc[n][1] : acc[n][3];
+				float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+				float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+				if (row >= T)
+					continue;
+				if (odd)
+					atomic_add4(dst + n * 8, scale * r0, scale * r1, scale * acc[n][2],
+					            scale * acc[n][3]);
+				else
+					atomic_add4(dst + n * 8, scale * acc[n][0], scale * acc[n][1],
+					            scale * r0, scale * r1);
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		int j = j0 + w * 16 + g + 8 * r;
+		if (j >= S)
+			continue;
+		float *kr = dk + (size_t)j * KVD + (size_t)hk * HD + 2 * t4;
+		float *vr = dv + (size_t)j * KVD + (size_t)hk * HD + 2 * t4;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			*(float2 *)(kr + n * 8) = make_float2(scale * dka[n][2 * r],
+			                                      scale * dka[n][2 * r + 1]);
+			*(float2 *)(vr + n * 8) = make_float2(dva[n][2 * r], dva[n][2 * r + 1]);
+		}
+	}
+}
+
+/* grid (key tiles, NKV) */
+static __global__ void __launch_bounds__(FA_THREADS)
+fa_bwd128(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+          const bf16 *dout, const float *lse, const float *d, const unsigned char *map, int T,
+          int S, int NH, int NKV, struct attn_mask m, int nz, int sg, float sl2, float scale)
+{
+	fa_bwd_body(dq, dk, dv, q, k, v, dout, lse, d, map, T, S, NH, NKV, 128, m, nz, sg, sl2,
+	            scale);
+}
+
+static __global__ void __launch_bounds__(FA_THREADS)
+fa_bwd64(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+         const bf16 *dout, const float *lse, const float *d, const unsigned char *map, int T,
+         int S, int NH, int NKV, struct attn_mask m, int nz, int sg, float sl2, float scale)
+{
+	fa_bwd_body(dq, dk, dv, q, k, v, dout, lse, d, map, T, S, NH, NKV, 64, m, nz, sg, sl2,
+	            scale);
+}
+
+/* ---------------------------------------------------------------- fused path launchers */
+
+#define FA_RND(x) (((x) + 255) / 256 * 256)
+
+static size_t fa_fwd_smem(int HD, int nkt)
+{
+	return (size_t)5 * FA_T * (HD + FA_PAD) * 2 + 4 * FA_T * 4 + 16 + (size_t)nkt * 4;
+}
+
+static size_t fa_bwd_smem(int HD, int nqt)
+{
+	return (size_t)5 * FA_T * (HD + FA_PAD) * 2 + FA_T * FA_DS_LD * 2 + 8 * FA_T * 4 + 16 +
+	       (size_t)nqt * 4;
+}
+
+/* the dynamic shared memory the fused kernels may take: the device's opt-in limit (capped),
+ * set on the kernels at the first call */
+static size_t fa_smem_cap(void)
+{
+	static int cap = -1;
+	if (cap < 0) {
+		int dev = 0, optin = 0;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+		cap = optin < FA_SMEM_MAX ? optin : FA_SMEM_MAX;
+		CUDA_CHECK(cudaFuncSetAttribute(fa_fwd128,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+		CUDA_CHECK(cudaFuncSetAttribute(fa_fwd64,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+		CUDA_CHECK(cudaFuncSetAttribute(fa_bwd128,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+		CUDA_CHECK(cudaFuncSetAttribute(fa_bwd64,
+		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+	}
+	return (size_t)cap;
+}
+
+/* whether the fused kernels take this shape (DICE_ATTN_CUBLAS=1 in the environment: never,
+ * the chunked cuBLAS path for comparison) */
+static int fa_ok(int T, int S, int HD)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("DICE_ATTN_CUBLAS");
+		off = e && *e && *e != '0';
+	}
+	return !off && (HD == 64 || HD == 128) &&
+	       fa_fwd_smem(HD, CEIL_DIV(S, FA_T)) <= fa_smem_cap() &&
+	       fa_bwd_smem(HD, CEIL_DIV(T, FA_T)) <= fa_smem_cap();
+}
+
+/* the tile map (nqt x nkt bytes) of the mask */
+static void fa_map(cudaStream_t st, unsigned char *map, int T, int S, const struct attn_mask *m)
+{
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
+	fa_map_kernel<<<dim3(CEIL_DIV(S, FA_T), CEIL_DIV(T, FA_T)), 256, 0, st>>>(map, T, S, *m,
+	                                                                         nz, sg);
+	CUDA_CHECK_LAUNCH();
+}
+
+static void fa_forward(cudaStream_t st, float *out, float *lse, const bf16 *q, const bf16 *k,
+                       const bf16 *v, const unsigned char *map, int T, int S, int NH, int NKV,
+                       int HD, const struct attn_mask *m)
+{
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	float sl2 = 1.4426950408889634f / sqrtf((float)HD);
+	dim3 grid(CEIL_DIV(T, FA_T), NH);
+	size_t sm = fa_fwd_smem(HD, nkt);
+
+	if (HD == 128)
+		fa_fwd128<<<grid, FA_THREADS, sm, st>>>(out, lse, q, k, v, map, T, S, NH, NKV, *m, nz,
+		                                        sg, sl2);
+	else
+		fa_fwd64<<<grid, FA_THREADS, sm, st>>>(out, lse, q, k, v, map, T, S, NH, NKV, *m, nz,
+		                                       sg, sl2);
+	CUDA_CHECK_LAUNCH();
+}
+
+static int fa_attention(cudaStream_t st, float *out, const float *q, const float *k,
+                        const float *v, int T, int S, int NH, int NKV, int HD,
+                        const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
+	char *sc = (char *)gpu_scratch(FA_RND(nmap) + (nq + 2 * nk) * 2);
+	unsigned char *map = (unsigned char *)sc;
+	bf16 *qb = (bf16 *)(sc + FA_RND(nmap)), *kb = qb + nq, *vb = kb + nk;
+
+	cast(st, qb, q, nq);
+	cast(st, kb, k, nk);
+	cast(st, vb, v, nk);
+	fa_map(st, map, T, S, m);
+	fa_forward(st, out, NULL, qb, kb, vb, map, T, S, NH, NKV, HD, m);
+	return 0;
+}
+
+static int fa_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv,
+                                 const float *dout, const float *q, const float *k,
+                                 const float *v, const float *out, int T, int S, int NH,
+                                 int NKV, int HD, const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
+	size_t nmap = (size_t)nqt * nkt, nr = FA_RND((size_t)rows * 4);
+	char *sc = (char *)gpu_scratch(FA_RND(nmap) + 2 * nr + (2 * nq + 2 * nk) * 2);
+	unsigned char *map = (unsigned char *)sc;
+	float *lse = (float *)(sc + FA_RND(nmap)), *d = (float *)((char *)lse + nr);
+	bf16 *qb = (bf16 *)((char *)d + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
+	size_t sm = fa_bwd_smem(HD, nqt);
+
+	cast(st, qb, q, nq);          /* dq is zero already (the caller's gpu_zero) */
+	cast(st, kb, k, nk);
+	cast(st, vb, v, nk);
+	cast(st, dob, dout, nq);
+	rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out, rows,
+	                                                                      HD);
+	CUDA_CHECK_LAUNCH();
+	fa_map(st, map, T, S, m);
+	fa_forward(st, NULL, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
+	if (HD == 128)
+		fa_bwd128<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(dq, dk, dv, qb, kb, vb, dob, lse, d,
+		                                                  map, T, S, NH, NKV, *m, nz, sg, sl2,
+		                                                  scale);
+	else
+		fa_bwd64<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(dq, dk, dv, qb, kb, vb, dob, lse, d,
+		                                                 map, T, S, NH, NKV, *m, nz, sg, sl2,
+		                                                 scale);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 /* C(m,n) (column-major, ldc) = alpha op(A) op(B) + beta C for nb problems, A, B, C advanced by
  * sa, sb, sc elements; A, B bf16, C fp32 */
 static void gemm_b(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -299,6 +1000,8 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 	gpu_zero(st, out, nq * sizeof(float));
 	if (S == 0)
 		return 0;
+	if (fa_ok(T, S, HD))
+		return fa_attention(st, out, q, k, v, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
@@ -347,6 +1050,8 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
+	if (fa_ok(T, S, HD))
+		return fa_attention_backward(st, dq, dk, dv, dout, q, k, v, out, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);

@@ -2,8 +2,10 @@
  * attention_tc_backward, lib/cuda/attention_train.cu) against the CPU twins (cpu_attention,
  * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
  * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
- * several query chunks (each with its own key range); and cast_bf16
- * against its twin (bitwise). The twin gets q, k, v, dout rounded to bf16 (the kernel's
+ * several query chunks (each with its own key range), packed samples over several 64-row
+ * tiles with a partial last tile; and cast_bf16 against its twin (bitwise). Head dims 64 and
+ * 128 take the fused kernels; run it again with DICE_ATTN_CUBLAS=1 in the environment for the
+ * chunked cuBLAS path. The twin gets q, k, v, dout rounded to bf16 (the kernel's
  * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
 
@@ -154,6 +156,15 @@ int main(void)
 	struct tcase s2 = { "sft noisy, several query chunks", n2, n2, 2, 1, 64, 4, pos2, pos2, NULL,
 	                    NULL, nz2, nz2 };
 	run(&s2);
+
+	/* two packed samples over several 64-row tiles, the last one partial; HD 128, GQA 2 */
+	int lp[2] = { 410, 240 }, n3 = 2 * (410 + 240);
+	int *pos3 = (int *)xmalloc(n3 * sizeof(int)), *seg3 = (int *)xmalloc(n3 * sizeof(int));
+	uint8_t *nz3 = (uint8_t *)xmalloc(n3);
+	sft_layout(2, lp, pos3, seg3, nz3);
+	struct tcase s3 = { "sft noisy packed, many tiles", n3, n3, 4, 2, 128, 4, pos3, pos3, seg3,
+	                    seg3, nz3, nz3 };
+	run(&s3);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = iota(16, 4);
