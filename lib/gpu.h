@@ -43,6 +43,16 @@ int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
                       enum dice_dtype wdt, int N, int in, int out);
 int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
                     enum dice_dtype wdt, int N, int in, int out);
+/* the batch-invariant matmul (struct ops matmul_fixed, matmul_fixed.cu): a row's result is
+ * the same bits whatever N is. gpu_matmul_fixed_path forces a kernel of the 16-bit path (1
+ * streaming, 2 tiled; in % 8 == 0, x and w 16-byte aligned), for tests and the bench: both
+ * give the same bits. gpu_matmul_gemv_rows: the gemv kernel over 8-row chunks (fp32 path). */
+int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
+                     enum dice_dtype wdt, int N, int in, int out);
+int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
+                          enum dice_dtype wdt, int N, int in, int out, int kernel);
+int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int in, int out);
 /* y(N,C) = x / rms(x) * w(C); y may equal x */
 int gpu_rmsnorm(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
                 int N, int C, float eps);

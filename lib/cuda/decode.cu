@@ -8,8 +8,11 @@
  * next tile's loads in flight while the current one is used. Warp w owns rows w, w+4, ...:
  * lane j scores key j against each of them, then every lane folds the tile into its output
  * channels (4 or 8 per lane) of each row. Scores are in the log2 domain (q scaled by
- * log2(e) / sqrt(HD) once). When the launch would not fill the GPU the keys are split and a
- * second kernel merges the partial (max, sum, output) triples per (row, head). */
+ * log2(e) / sqrt(HD) once). A sequence of S keys (cache + new rows) is split into
+ * dk_split_len(S) keys per block (256, or S/8 past 2K keys: a function of S alone, never of
+ * the batch or the grid, so a row's result is the same bits alone or in any batch); when a
+ * sequence has more than one split a second kernel merges its partial (max, sum, output)
+ * triples per (row, head), splits in order. */
 #include <math.h>
 
 #include "common.cuh"
@@ -20,6 +23,20 @@
 #define DK_ROWS (DK_RW * DK_WARPS)      /* rows per block */
 #define DK_KT 32                        /* keys per tile (= lanes) */
 #define DK_HDMAX 256
+#define DK_SPLIT_TILES 8                /* keys per split: at least 8 tiles ... */
+#define DK_SPLITS 8                     /* ... and at most 8 splits */
+
+/* keys per split of a sequence of S keys, and its number of splits */
+static __host__ __device__ __forceinline__ int dk_split_len(int S)
+{
+	int tiles = CEIL_DIV(CEIL_DIV(S, DK_KT), DK_SPLITS);
+	return DK_KT * (tiles > DK_SPLIT_TILES ? tiles : DK_SPLIT_TILES);
+}
+
+static __host__ __device__ __forceinline__ int dk_nsplit(int S)
+{
+	return CEIL_DIV(S, dk_split_len(S));
+}
 
 struct dk_args {
 	float *out;
@@ -27,7 +44,6 @@ struct dk_args {
 	struct kv_batch b;                  /* device arrays */
 	int l, NH, NKV, HD, group, block, rtiles;
 	float qscale;                       /* log2(e) / sqrt(HD) */
-	int split_len;                      /* keys per split */
 	float *pm, *pl, *po;                /* partials ((split, row, head)[, HD]) */
 };
 
@@ -100,7 +116,8 @@ static __device__ __forceinline__ void dk_body(const struct dk_args &a, const in
 	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
 	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
 	int TG = T * a.group, rbase = rt * DK_ROWS;
-	int s_begin = blockIdx.z * a.split_len, s_end = min(S, s_begin + a.split_len);
+	int split_len = dk_split_len(S), split = dk_nsplit(S) > 1;
+	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
 	int dt = (int)a.b.dt, es = dt == DICE_F32 ? 4 : 2;
 
 	if (rbase >= TG || s_begin >= S)
@@ -212,9 +229,9 @@ static __device__ __forceinline__ void dk_body(const struct dk_args &a, const in
 			continue;
 		float l = warp_sum(lsum[i]);
 		size_t n = (size_t)r0 + tt[i], pi = ((size_t)blockIdx.z * a.b.N + n) * a.NH + hh[i];
-		float *dst = gridDim.z == 1 ? a.out + (n * a.NH + hh[i]) * HD : a.po + pi * HD;
-		float inv = gridDim.z > 1 ? 1.0f : l > 0.0f ? 1.0f / l : 0.0f;
-		if (gridDim.z > 1 && lane == 0) {
+		float *dst = !split ? a.out + (n * a.NH + hh[i]) * HD : a.po + pi * HD;
+		float inv = split ? 1.0f : l > 0.0f ? 1.0f / l : 0.0f;
+		if (split && lane == 0) {
 			a.pm[pi] = mx[i];
 			a.pl[pi] = l;
 		}
@@ -245,7 +262,7 @@ static __global__ void __launch_bounds__(DK_THREADS) dk_kernel16(struct dk_args 
 	dk_body(a, 16, 2);
 }
 
-/* one warp per (row n, head h): merge the splits of n's sequence */
+/* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
 static __global__ void dk_merge_kernel(struct dk_args a)
 {
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -254,8 +271,11 @@ static __global__ void dk_merge_kernel(struct dk_args a)
 	if (w >= N * a.NH)
 		return;
 	int n = w / a.NH, h = w % a.NH, s = a.b.rowseq[n];
-	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = CEIL_DIV(S, a.split_len);
+	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = dk_nsplit(S);
 	float M = -INFINITY, L = 0.0f;
+
+	if (ns == 1)                            /* written by the attention kernel */
+		return;
 
 	for (int z = 0; z < ns; z++)
 		M = fmaxf(M, a.pm[((size_t)z * N + n) * a.NH + h]);
@@ -441,12 +461,9 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
 		smem_set = 1;
 	}
-	int blocks = b->nseq * a.rtiles * NKV, want = 3 * gpu_sm_count(), nsplit = 1;
-	if (blocks < want)
-		nsplit = CEIL_DIV(want, blocks) < CEIL_DIV(b->maxS, DK_KT) ? CEIL_DIV(want, blocks) :
-		         CEIL_DIV(b->maxS, DK_KT);
-	a.split_len = DK_KT * CEIL_DIV(CEIL_DIV(b->maxS, nsplit), DK_KT);
-	nsplit = CEIL_DIV(b->maxS, a.split_len);
+	/* enough splits for every sequence (each has at most ceil(S / 256) and at most 8) */
+	int nsplit = CEIL_DIV(b->maxS, DK_KT * DK_SPLIT_TILES);
+	nsplit = nsplit < DK_SPLITS ? nsplit : DK_SPLITS;
 	if (nsplit > 1) {
 		size_t np = (size_t)nsplit * b->N * NH;
 		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));

@@ -87,6 +87,10 @@ static __device__ __forceinline__ void gemv_body(float *y, const float *x, const
 	__shared__ float red[GEMV_WARPS][GEMV_ROWS][GPU_GEMV_NMAX];
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	int o0 = blockIdx.x * GEMV_ROWS;
+
+	x += (size_t)blockIdx.y * NMAX * in;    /* grid.y > 1: rows in chunks of NMAX */
+	y += (size_t)blockIdx.y * NMAX * out;
+	N = min(N - (int)blockIdx.y * NMAX, NMAX);
 	float acc[GEMV_ROWS][GPU_GEMV_NMAX];
 	const char *wrow[GEMV_ROWS];
 
@@ -213,6 +217,34 @@ int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
 		break;
 	default:
 		GPU_REQUIRE(0, "matmul_gemv dtype");
+	}
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* any N: the 8-row kernel over chunks of 8 rows (grid.y); a row's arithmetic is the same
+ * whatever N is, so this is batch-invariant (matmul_fixed's fp32 path) */
+int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int in, int out)
+{
+	int vec = wdt == DICE_F32 ? 4 : 8;
+
+	GPU_REQUIRE(N >= 1 && CEIL_DIV(N, 8) <= 65535 && in > 0 && out > 0, "matmul_gemv_rows");
+	GPU_REQUIRE(in % vec == 0 && aligned16(x) && aligned16(w), "matmul_gemv_rows");
+	dim3 grid(CEIL_DIV(out, GEMV_ROWS), CEIL_DIV(N, 8));
+	int block = 32 * GEMV_WARPS;
+	switch (wdt) {
+	case DICE_F32:
+		gemv_f32_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	case DICE_BF16:
+		gemv_bf16_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	case DICE_F16:
+		gemv_f16_8<<<grid, block, 0, st>>>(y, x, w, N, in, out);
+		break;
+	default:
+		GPU_REQUIRE(0, "matmul_gemv_rows dtype");
 	}
 	CUDA_CHECK_LAUNCH();
 	return 0;
