@@ -17,7 +17,10 @@
  * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
  * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
  * rounding of x. Decode-sized N with small weights takes a bandwidth-bound kernel of our
- * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh). */
+ * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh).
+ * The engine forward (lib/model.c) takes matmul_fixed instead: the same function, but a row's
+ * result is the same bits whatever N is (matmul_fixed.cu), so that decoding is
+ * batch-invariant; training keeps matmul (cuBLAS). */
 #ifndef DICE_GPU_H
 #define DICE_GPU_H
 
