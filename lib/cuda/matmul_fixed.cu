@@ -4,7 +4,7 @@
  * the batch or on the kernel that ran. Two kernels for 16-bit weights, both on the tensor
  * cores (mma.sync m16n8k16, fp32 accumulation, x rounded to the weight dtype):
  *  - up to MF_SMALL_M rows, a streaming kernel: one block per 8 outputs, one warp per
- *    segment of the inputs, 16-byte weight loads, 8 in flight per thread;
+ *    segment of the inputs, 16-byte weight loads, the next step's in flight during this one;
  *  - above, a tiled kernel: 128x128 tiles, 32 inputs per stage, 4 cp.async stages, one
  *    block per (tile, segment); x is converted to the weight dtype once beforehand.
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
@@ -21,7 +21,6 @@
 #define MF_KB 32                /* inputs per block of two mma steps */
 #define MF_SEGMAX 8             /* segments of the inputs, at most */
 #define MF_WARPS_WANT 1024      /* streaming kernel: warps to aim for (outputs/8 x segments) */
-#define MF_U 8                  /* streaming kernel: 16-byte weight loads in flight per thread */
 #define MF_SMALL_M 32           /* rows up to which the streaming kernel runs */
 #define MF_BM 128               /* tiled kernel: rows, outputs per tile */
 #define MF_BN 128
@@ -31,87 +30,84 @@
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
-/* c += a b on the tensor cores, m16n8k16, fp32 accumulators (f16: fp16 operands, else bf16) */
-static __device__ __forceinline__ void mf_mma(float *c, unsigned a0, unsigned a1, unsigned a2,
-                                              unsigned a3, unsigned b0, unsigned b1, int f16)
-{
-	if (f16)
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-		    "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-	else
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-		    "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* one block of 32 inputs: ra, rb = inputs 8q..8q+7 of rows g and g+8 (pairs, low half first),
  * bw = the same inputs of output column g. The fixed order of the whole file. */
 static __device__ __forceinline__ void mf_step(float *c, uint4 ra, uint4 rb, uint4 bw, int f16)
 {
-	mf_mma(c, ra.x, rb.x, ra.y, rb.y, bw.x, bw.y, f16);
-	mf_mma(c, ra.z, rb.z, ra.w, rb.w, bw.z, bw.w, f16);
+	gpu_mma16816(c, ra.x, rb.x, ra.y, rb.y, bw.x, bw.y, f16);
+	gpu_mma16816(c, ra.z, rb.z, ra.w, rb.w, bw.z, bw.w, f16);
 }
 
-static __device__ __forceinline__ unsigned mf_pack(float lo, float hi, int f16)
+static __device__ __forceinline__ uint4 mf_pack8(float4 a, float4 b, int f16)
 {
-	if (f16) {
-		__half2 h = __floats2half2_rn(lo, hi);
-		return *(unsigned *)&h;
+	return make_uint4(gpu_pack2(a.x, a.y, f16), gpu_pack2(a.z, a.w, f16), gpu_pack2(b.x, b.y, f16),
+	                  gpu_pack2(b.z, b.w, f16));
+}
+
+/* the streaming kernel's weight loads: blocks k, k+32, ... (U of them) of output row g */
+static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k, int kend,
+                                                 int q, const int U)
+{
+#pragma unroll
+	for (int u = 0; u < U; u++) {
+		b[u] = make_uint4(0, 0, 0, 0);
+		if (k + MF_KB * u + 8 * q < kend)
+			b[u] = __ldcs((const uint4 *)(wp + (size_t)(k + MF_KB * u) * 2));
 	}
-	__nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-	return *(unsigned *)&b;
 }
 
-/* inputs k..k+7 of row `row` of x, rounded and paired; zeros outside (M, K) */
-static __device__ __forceinline__ uint4 mf_xload(const float *x, int M, int K, int row, int k,
-                                                 int f16)
-{
-	if (row >= M || k >= K)
-		return make_uint4(0, 0, 0, 0);
-	const float4 *p = (const float4 *)(x + (size_t)row * K + k);
-	float4 a = __ldg(p), b = __ldg(p + 1);
-	return make_uint4(mf_pack(a.x, a.y, f16), mf_pack(a.z, a.w, f16), mf_pack(b.x, b.y, f16),
-	                  mf_pack(b.z, b.w, f16));
-}
-
-/* the streaming kernel: block = 8 outputs, warp s = segment s, MT = 16-row tiles (1 or 2) */
+/* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
+ * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
+ * are in flight while this step's x is converted and multiplied. */
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
-                                                const int MT, int M, int K, int out, int kseg)
+                                                const int R8, int M, int K, int out, int kseg)
 {
+	const int U = 8 / R8, MT = (R8 + 1) / 2;
 	__shared__ float4 part[MF_SEGMAX][2][32];
 	int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, nseg = blockDim.x >> 5;
 	int g = lane >> 2, q = lane & 3, o0 = blockIdx.x * 8;
 	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float c[2][4];
+	uint4 b[8], bn[8];
+	float4 xa[8][2];
 
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
-	for (int k = kbeg; k < kend; k += MF_KB * MF_U) {
-		uint4 b[MF_U];
+	mfs_loadb(b, wp, kbeg, kend, q, U);
+	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
-		for (int u = 0; u < MF_U; u++) {
-			int kk = k + MF_KB * u + 8 * q;
-			b[u] = make_uint4(0, 0, 0, 0);
-			if (kk < kend)
-				b[u] = __ldcs((const uint4 *)(wp + (size_t)(k + MF_KB * u) * 2));
+		for (int u = 0; u < U; u++) {
+#pragma unroll
+			for (int h = 0; h < R8; h++) {
+				int row = 8 * h + g, kk = k + MF_KB * u + 8 * q;
+				xa[u * R8 + h][0] = xa[u * R8 + h][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				if (row < M && kk < kend) {
+					const float4 *p = (const float4 *)(x + (size_t)row * K + kk);
+					xa[u * R8 + h][0] = __ldg(p);
+					xa[u * R8 + h][1] = __ldg(p + 1);
+				}
+			}
 		}
+		if (k + MF_KB * U < kend)
+			mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U);
 #pragma unroll
-		for (int u = 0; u < MF_U; u++) {
-			int kb = k + MF_KB * u;
-			if (kb < kend) {
+		for (int u = 0; u < U; u++) {
+			if (k + MF_KB * u < kend) {
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++) {
-					uint4 ra = mf_xload(x, M, K, 16 * mt + g, kb + 8 * q, f16);
-					uint4 rb = mf_xload(x, M, K, 16 * mt + g + 8, kb + 8 * q, f16);
+					int h = u * R8 + 2 * mt;
+					uint4 ra = mf_pack8(xa[h][0], xa[h][1], f16), rb = make_uint4(0, 0, 0, 0);
+					if (2 * mt + 1 < R8)
+						rb = mf_pack8(xa[h + 1][0], xa[h + 1][1], f16);
 					mf_step(c[mt], ra, rb, b[u], f16);
 				}
 			}
 		}
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			b[u] = bn[u];
 	}
 	if (nseg > 1) {
 #pragma unroll
@@ -152,16 +148,22 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	}
 }
 
-static __global__ void mfs_kernel1(float *y, const float *x, const void *w, int f16, int M,
+static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
                                    int K, int out, int kseg)
 {
 	mfs_body(y, x, w, f16, 1, M, K, out, kseg);
 }
 
-static __global__ void mfs_kernel2(float *y, const float *x, const void *w, int f16, int M,
-                                   int K, int out, int kseg)
+static __global__ void mfs_kernel16(float *y, const float *x, const void *w, int f16, int M,
+                                    int K, int out, int kseg)
 {
 	mfs_body(y, x, w, f16, 2, M, K, out, kseg);
+}
+
+static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int f16, int M,
+                                    int K, int out, int kseg)
+{
+	mfs_body(y, x, w, f16, 4, M, K, out, kseg);
 }
 
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (src is not read then) */
@@ -276,7 +278,7 @@ static __global__ void mf_convert_kernel(unsigned *d, const float2 *s, size_t n2
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n2;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float2 v = s[i];
-		d[i] = mf_pack(v.x, v.y, f16);
+		d[i] = gpu_pack2(v.x, v.y, f16);
 	}
 }
 
@@ -338,12 +340,13 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 			int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 			const float *xr = x + (size_t)r0 * in;
 			float *yr = y + (size_t)r0 * out;
-			if (m <= 16)
-				mfs_kernel1<<<CEIL_DIV(out, 8), 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in,
-				                                                     out, kseg);
+			dim3 grid(CEIL_DIV(out, 8));
+			if (m <= 8)
+				mfs_kernel8<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
+			else if (m <= 16)
+				mfs_kernel16<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
 			else
-				mfs_kernel2<<<CEIL_DIV(out, 8), 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in,
-				                                                     out, kseg);
+				mfs_kernel32<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
 			CUDA_CHECK_LAUNCH();
 		}
 		return 0;
