@@ -17,7 +17,10 @@
  * matmul converts x to the weight dtype (in the backend's scratch buffer) and accumulates
  * in fp32 with fp32 output: a bf16/fp16 result differs from the fp32 CPU twin by the
  * rounding of x. Decode-sized N with small weights takes a bandwidth-bound kernel of our
- * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh). */
+ * own (gpu_matmul_gemv), everything else cuBLAS; the split is measured (bench/gpu-ops.sh).
+ * The engine forward (lib/model.c) takes matmul_fixed instead: the same function, but a row's
+ * result is the same bits whatever N is (matmul_fixed.cu), so that decoding is
+ * batch-invariant; training keeps matmul (cuBLAS). */
 #ifndef DICE_GPU_H
 #define DICE_GPU_H
 
@@ -43,6 +46,16 @@ int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
                       enum dice_dtype wdt, int N, int in, int out);
 int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
                     enum dice_dtype wdt, int N, int in, int out);
+/* the batch-invariant matmul (struct ops matmul_fixed, matmul_fixed.cu): a row's result is
+ * the same bits whatever N is. gpu_matmul_fixed_path forces a kernel of the 16-bit path (1
+ * streaming, 2 tiled; in % 8 == 0, x and w 16-byte aligned), for tests and the bench: both
+ * give the same bits. gpu_matmul_gemv_rows: the gemv kernel over 8-row chunks (fp32 path). */
+int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
+                     enum dice_dtype wdt, int N, int in, int out);
+int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
+                          enum dice_dtype wdt, int N, int in, int out, int kernel);
+int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int in, int out);
 /* y(N,C) = x / rms(x) * w(C); y may equal x */
 int gpu_rmsnorm(cudaStream_t st, float *y, const float *x, const void *w, enum dice_dtype wdt,
                 int N, int C, float eps);

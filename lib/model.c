@@ -398,6 +398,10 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
 	float eps = c->rms_norm_eps;
 	int N = 0, R = 0, maxpos = 0, maxT = 0;
+	/* the batch-invariant product where the backend has one: a sequence's logits are then
+	 * the same bits alone or in any batch */
+	void (*mm)(float *, const float *, const void *, enum dice_dtype, int, int, int) =
+		o->matmul_fixed ? o->matmul_fixed : o->matmul;
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
@@ -440,13 +444,13 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		const struct layer_weights *w = &m->w.layers[l];
 
 		if (m->fuse_qkv) {
-			o->matmul(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
+			mm(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, &kb, l, NH, NKV,
 			            HD, eps, c->rope_theta);
 		} else {
-			o->matmul(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
-			o->matmul(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
-			o->matmul(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+			mm(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
+			mm(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
+			mm(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
 			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
@@ -454,17 +458,17 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			o->kv_append(&kb, l, m->k, m->v, NKV, HD);
 		}
 		o->attention_kv(m->att, m->q, &kb, l, NH, NKV, HD, c->block_size);
-		o->matmul(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
-			o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
+			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
 			o->swiglu_cat(m->up, m->gate, N, I);
 		} else {
-			o->matmul(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
-			o->matmul(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
+			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
+			mm(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
 			o->swiglu(m->up, m->gate, m->up, N, I);
 		}
-		o->matmul(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
+		mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
 		else
@@ -484,7 +488,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			h = m->hsel;
 		}
 		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
-		o->matmul(m->logits, m->xn, m->w.lm_head.p, m->w.lm_head.dt, R, C, V);
+		mm(m->logits, m->xn, m->w.lm_head.p, m->w.lm_head.dt, R, C, V);
 		if (logits)
 			o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
 	}

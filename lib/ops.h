@@ -193,6 +193,13 @@ struct ops {
 	                              const struct attn_mask *m);
 	/* device memory in use now (bytes) and the device's dense bf16 peak FLOP/s (0 unknown) */
 	void (*device_info)(size_t *mem_used, double *peak_flops);
+	/* ---- batch invariance (appended): y(N,out) = x(N,in) @ w(out,in)^T as .matmul, but a
+	 * row's result does not depend on N or on the other rows, bit for bit: every output
+	 * element is accumulated in one order fixed by (in, out). The engine forward
+	 * (lib/model.c) uses it, so that a sequence decodes to the same logits alone or in a
+	 * batch; training keeps .matmul. CPU: .matmul itself (its loops are invariant). */
+	void (*matmul_fixed)(float *y, const float *x, const void *w, enum dice_dtype wdt,
+	                     int N, int in, int out);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -511,6 +511,7 @@ const struct ops ops_cpu = {
 	.cast_bf16 = cpu_cast_bf16,
 	.attention_tc = cpu_attention,
 	.attention_tc_backward = cpu_attention_backward,
+	.matmul_fixed = cpu_matmul,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -177,6 +177,12 @@ static void cu_to_host(void *dst, const void *src, size_t bytes)
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 
+static void cu_matmul_fixed(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                            int N, int in, int out)
+{
+	OPS_CALL("matmul_fixed", gpu_matmul_fixed(gpu_stream(), y, x, w, wdt, N, in, out));
+}
+
 /* returns when the host buffer may be reused */
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
@@ -231,6 +237,7 @@ static const struct ops ops_cuda = {
 	cu_attention_tc,
 	cu_attention_tc_backward,
 	cu_device_info,
+	cu_matmul_fixed,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

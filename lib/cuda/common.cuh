@@ -82,4 +82,33 @@ static __device__ __forceinline__ float block_sum(float v, float *part)
 	return part[0];
 }
 
+/* c += a b on the tensor cores: mma.sync m16n8k16, fp32 accumulators; f16: fp16 operands,
+ * else bf16. a0..a3 / b0, b1: pairs of 16-bit values, the lower index in the low half. */
+static __device__ __forceinline__ void gpu_mma16816(float *c, unsigned a0, unsigned a1,
+                                                    unsigned a2, unsigned a3, unsigned b0,
+                                                    unsigned b1, int f16)
+{
+	if (f16)
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+		    "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	else
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+		    "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* (lo, hi) rounded to fp16 (f16) or bf16 and packed, lo in the low half */
+static __device__ __forceinline__ unsigned gpu_pack2(float lo, float hi, int f16)
+{
+	if (f16) {
+		__half2 h = __floats2half2_rn(lo, hi);
+		return *(unsigned *)&h;
+	}
+	__nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+	return *(unsigned *)&b;
+}
+
 #endif

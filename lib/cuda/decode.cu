@@ -8,8 +8,11 @@
  * next tile's loads in flight while the current one is used. Warp w owns rows w, w+4, ...:
  * lane j scores key j against each of them, then every lane folds the tile into its output
  * channels (4 or 8 per lane) of each row. Scores are in the log2 domain (q scaled by
- * log2(e) / sqrt(HD) once). When the launch would not fill the GPU the keys are split and a
- * second kernel merges the partial (max, sum, output) triples per (row, head). */
+ * log2(e) / sqrt(HD) once). A sequence of S keys (cache + new rows) is split into
+ * dk_split_len(S) keys per block (256, or S/8 past 2K keys: a function of S alone, never of
+ * the batch or the grid, so a row's result is the same bits alone or in any batch); when a
+ * sequence has more than one split a second kernel merges its partial (max, sum, output)
+ * triples per (row, head), splits in order. */
 #include <math.h>
 
 #include "common.cuh"
@@ -20,6 +23,20 @@
 #define DK_ROWS (DK_RW * DK_WARPS)      /* rows per block */
 #define DK_KT 32                        /* keys per tile (= lanes) */
 #define DK_HDMAX 256
+#define DK_SPLIT_TILES 8                /* keys per split: at least 8 tiles ... */
+#define DK_SPLITS 8                     /* ... and at most 8 splits */
+
+/* keys per split of a sequence of S keys, and its number of splits */
+static __host__ __device__ __forceinline__ int dk_split_len(int S)
+{
+	int tiles = CEIL_DIV(CEIL_DIV(S, DK_KT), DK_SPLITS);
+	return DK_KT * (tiles > DK_SPLIT_TILES ? tiles : DK_SPLIT_TILES);
+}
+
+static __host__ __device__ __forceinline__ int dk_nsplit(int S)
+{
+	return CEIL_DIV(S, dk_split_len(S));
+}
 
 struct dk_args {
 	float *out;
@@ -27,7 +44,6 @@ struct dk_args {
 	struct kv_batch b;                  /* device arrays */
 	int l, NH, NKV, HD, group, block, rtiles;
 	float qscale;                       /* log2(e) / sqrt(HD) */
-	int split_len;                      /* keys per split */
 	float *pm, *pl, *po;                /* partials ((split, row, head)[, HD]) */
 };
 
@@ -100,7 +116,8 @@ static __device__ __forceinline__ void dk_body(const struct dk_args &a, const in
 	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
 	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
 	int TG = T * a.group, rbase = rt * DK_ROWS;
-	int s_begin = blockIdx.z * a.split_len, s_end = min(S, s_begin + a.split_len);
+	int split_len = dk_split_len(S), split = dk_nsplit(S) > 1;
+	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
 	int dt = (int)a.b.dt, es = dt == DICE_F32 ? 4 : 2;
 
 	if (rbase >= TG || s_begin >= S)
@@ -212,9 +229,9 @@ static __device__ __forceinline__ void dk_body(const struct dk_args &a, const in
 			continue;
 		float l = warp_sum(lsum[i]);
 		size_t n = (size_t)r0 + tt[i], pi = ((size_t)blockIdx.z * a.b.N + n) * a.NH + hh[i];
-		float *dst = gridDim.z == 1 ? a.out + (n * a.NH + hh[i]) * HD : a.po + pi * HD;
-		float inv = gridDim.z > 1 ? 1.0f : l > 0.0f ? 1.0f / l : 0.0f;
-		if (gridDim.z > 1 && lane == 0) {
+		float *dst = !split ? a.out + (n * a.NH + hh[i]) * HD : a.po + pi * HD;
+		float inv = split ? 1.0f : l > 0.0f ? 1.0f / l : 0.0f;
+		if (split && lane == 0) {
 			a.pm[pi] = mx[i];
 			a.pl[pi] = l;
 		}
@@ -245,7 +262,269 @@ static __global__ void __launch_bounds__(DK_THREADS) dk_kernel16(struct dk_args 
 	dk_body(a, 16, 2);
 }
 
-/* one warp per (row n, head h): merge the splits of n's sequence */
+/* ---------------------------------------------------------------- the tensor-core variant
+ * For a 16-bit cache and HD 128 (the SDAR models): one block per (sequence, tile of 16 query
+ * rows, kv head, split); its 4 warps take the split's 32-key tiles in turn (warp w: tiles w,
+ * w+4, ...), each with its own online softmax over all 16 rows, and the block merges the
+ * four (max, sum, output) triples in warp order. Scores and P V run on the tensor cores
+ * (mma m16n8k16, fp32 accumulation) with fp32 accuracy kept by splitting each fp32 operand
+ * into a 16-bit high part and a 16-bit remainder (two products): q (scaled) against the
+ * cache's exact keys, the probabilities against its exact values. Keys come from global
+ * memory straight into the B fragments (16-byte loads); values go through shared memory
+ * (cp.async, 16-byte chunks swizzled by key) and ldmatrix.trans. */
+#define DM_ROWS 16
+#define DM_HD 128
+#define DM_WARPS 4
+#define DM_KT 32
+#define DM_VBYTES (DM_KT * DM_HD * 2)               /* one warp's value tile */
+#define DM_QBYTES (4 * 2 * 2 * 32 * 16)             /* q fragments: blk, step, hi/lo, lane */
+#define DM_SMEM (DM_WARPS * DM_VBYTES + DM_QBYTES)
+
+/* v = hi + lo, both 16-bit pairs */
+static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsigned *hi,
+                                                unsigned *lo)
+{
+	float ha, hb;
+	if (f16) {
+		__half2 h = __floats2half2_rn(a, b);
+		ha = __low2float(h);
+		hb = __high2float(h);
+		*hi = *(unsigned *)&h;
+	} else {
+		__nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+		ha = __low2float(h);
+		hb = __high2float(h);
+		*hi = *(unsigned *)&h;
+	}
+	*lo = gpu_pack2(a - ha, b - hb, f16);
+}
+
+static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
+{
+	extern __shared__ float4 dk_smem[];
+	char *sm = (char *)dk_smem;
+	uint4 *qf = (uint4 *)(sm + DM_WARPS * DM_VBYTES);
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
+	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
+	int TG = T * a.group, rbase = rt * DM_ROWS, NH = a.NH;
+	int split_len = dk_split_len(S), split = dk_nsplit(S) > 1;
+	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
+	int f16 = a.b.dt == DICE_F16;
+
+	if (rbase >= TG || s_begin >= S)
+		return;
+	int tlast = min(T, CEIL_DIV(min(TG, rbase + DM_ROWS), a.group)) - 1;
+	s_end = min(s_end, ((len + tlast) / a.block + 1) * a.block);
+
+	/* q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g, g+8 and inputs
+	 * 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu) */
+	for (int e = threadIdx.x; e < 4 * 2 * 32; e += DM_WARPS * 32) {
+		int blk = e >> 6, st = (e >> 5) & 1, l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
+		float v[2][4];
+		for (int hh = 0; hh < 2; hh++) {
+			int row = rbase + (l >> 2) + 8 * hh;
+			float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			if (row < TG) {
+				int t = row / a.group, h = kh * a.group + row % a.group;
+				x = *(const float4 *)(a.q + ((size_t)(r0 + t) * NH + h) * DM_HD + d0);
+			}
+			v[hh][0] = x.x * a.qscale;
+			v[hh][1] = x.y * a.qscale;
+			v[hh][2] = x.z * a.qscale;
+			v[hh][3] = x.w * a.qscale;
+		}
+		uint4 hi, lo;
+		dm_split(v[0][0], v[0][1], f16, &hi.x, &lo.x);
+		dm_split(v[1][0], v[1][1], f16, &hi.y, &lo.y);
+		dm_split(v[0][2], v[0][3], f16, &hi.z, &lo.z);
+		dm_split(v[1][2], v[1][3], f16, &hi.w, &lo.w);
+		qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
+		qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
+	}
+	__syncthreads();
+
+	int qb[2];
+	for (int hh = 0; hh < 2; hh++) {
+		int row = rbase + g + 8 * hh;
+		qb[hh] = row < TG ? (len + row / a.group) / a.block : -1;
+	}
+	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * DM_HD;
+	size_t rowb = (size_t)a.NKV * DM_HD * 2;
+	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
+	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
+	char *vs = sm + wid * DM_VBYTES;
+	unsigned vs_addr = (unsigned)__cvta_generic_to_shared(vs);
+	float o[16][4], m[2] = { -INFINITY, -INFINITY }, lsum[2] = { 0.0f, 0.0f };
+
+#pragma unroll
+	for (int nt = 0; nt < 16; nt++)
+		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+	for (int s0 = s_begin + wid * DM_KT; s0 < s_end; s0 += DM_WARPS * DM_KT) {
+		/* values: 32 keys x 16 chunks, chunk c of key r at chunk c ^ (r & 7) */
+		__syncwarp();
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			int c = lane + 32 * i, r = c >> 4, ch = c & 15, ok = s0 + r < s_end;
+			const char *src = ok ? vb + (size_t)(s0 + r) * rowb + ch * 16 : vb;
+			unsigned dst = vs_addr + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
+			asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+			             :: "r"(dst), "l"(src), "r"(ok ? 16 : 0));
+		}
+		asm volatile("cp.async.commit_group;\n" ::);
+		/* keys: n-tile j holds keys s0 + 8 j + g; inputs 32 blk + 8 q .. +7 */
+		uint4 kr[4][4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			int key = s0 + 8 * j + g;
+#pragma unroll
+			for (int blk = 0; blk < 4; blk++) {
+				kr[j][blk] = make_uint4(0, 0, 0, 0);
+				if (key < s_end)
+					kr[j][blk] = __ldg((const uint4 *)(kb + (size_t)key * rowb +
+					                                   (32 * blk + 8 * q) * 2));
+			}
+		}
+		float sc[4][4];
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+		for (int blk = 0; blk < 4; blk++) {
+#pragma unroll
+			for (int st = 0; st < 2; st++) {
+#pragma unroll
+				for (int hl = 0; hl < 2; hl++) {
+					uint4 qa = qf[((blk * 2 + st) * 2 + hl) * 32 + lane];
+#pragma unroll
+					for (int j = 0; j < 4; j++) {
+						unsigned b0 = st ? kr[j][blk].z : kr[j][blk].x;
+						unsigned b1 = st ? kr[j][blk].w : kr[j][blk].y;
+						gpu_mma16816(sc[j], qa.x, qa.y, qa.z, qa.w, b0, b1, f16);
+					}
+				}
+			}
+		}
+		/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			float mx = -INFINITY;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					int key = s0 + 8 * j + 2 * q + e;
+					float v = key < s_end && key / a.block <= qb[hh] ? sc[j][2 * hh + e] :
+					          -INFINITY;
+					sc[j][2 * hh + e] = v;
+					mx = fmaxf(mx, v);
+				}
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			float mnew = fmaxf(m[hh], mx);
+			float corr = mnew == -INFINITY ? 1.0f : exp2f(m[hh] - mnew), rs = 0.0f;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					float v = sc[j][2 * hh + e];
+					float p = v == -INFINITY ? 0.0f : exp2f(v - mnew);
+					sc[j][2 * hh + e] = p;
+					rs += p;
+				}
+			}
+			rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+			rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+			lsum[hh] = lsum[hh] * corr + rs;
+			m[hh] = mnew;
+#pragma unroll
+			for (int nt = 0; nt < 16; nt++) {
+				o[nt][2 * hh] *= corr;
+				o[nt][2 * hh + 1] *= corr;
+			}
+		}
+		/* P (hi + lo) as the A fragments of keys 16 kk .. 16 kk + 15 */
+		unsigned ph[2][4], pl[2][4];
+#pragma unroll
+		for (int kk = 0; kk < 2; kk++) {
+			dm_split(sc[2 * kk][0], sc[2 * kk][1], f16, &ph[kk][0], &pl[kk][0]);
+			dm_split(sc[2 * kk][2], sc[2 * kk][3], f16, &ph[kk][1], &pl[kk][1]);
+			dm_split(sc[2 * kk + 1][0], sc[2 * kk + 1][1], f16, &ph[kk][2], &pl[kk][2]);
+			dm_split(sc[2 * kk + 1][2], sc[2 * kk + 1][3], f16, &ph[kk][3], &pl[kk][3]);
+		}
+		asm volatile("cp.async.wait_group 0;\n" ::);
+		__syncwarp();
+#pragma unroll
+		for (int np = 0; np < 8; np++) {            /* channel n-tiles 2 np, 2 np + 1 */
+#pragma unroll
+			for (int kk = 0; kk < 2; kk++) {
+				int mi = lane >> 3, r = 16 * kk + (mi & 1) * 8 + (lane & 7);
+				int ch = 2 * np + (mi >> 1);
+				unsigned addr = vs_addr + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
+				unsigned b0, b1, b2, b3;
+				asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+				             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr));
+				gpu_mma16816(o[2 * np], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b0, b1, f16);
+				gpu_mma16816(o[2 * np], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b0, b1, f16);
+				gpu_mma16816(o[2 * np + 1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b2, b3,
+				             f16);
+				gpu_mma16816(o[2 * np + 1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b2, b3,
+				             f16);
+			}
+		}
+	}
+	/* merge the warps in order: (m, l) then o of each warp into shared memory */
+	__syncthreads();                                /* every warp is done with its values */
+	float *mo = (float *)sm;                        /* (warp, row, HD) */
+	float *ml = mo + DM_WARPS * DM_ROWS * DM_HD;    /* (warp, row, 2) */
+#pragma unroll
+	for (int nt = 0; nt < 16; nt++) {
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			float *d = mo + ((size_t)wid * DM_ROWS + g + 8 * hh) * DM_HD + 8 * nt + 2 * q;
+			d[0] = o[nt][2 * hh];
+			d[1] = o[nt][2 * hh + 1];
+		}
+	}
+	if (q == 0) {
+		for (int hh = 0; hh < 2; hh++) {
+			ml[(wid * DM_ROWS + g + 8 * hh) * 2] = m[hh];
+			ml[(wid * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
+		}
+	}
+	__syncthreads();
+	for (int idx = threadIdx.x; idx < DM_ROWS * DM_HD; idx += DM_WARPS * 32) {
+		int r = idx / DM_HD, c = idx % DM_HD, row = rbase + r;
+		if (row >= TG)
+			continue;
+		float M = -INFINITY, L = 0.0f, O = 0.0f;
+		for (int w = 0; w < DM_WARPS; w++)
+			M = fmaxf(M, ml[(w * DM_ROWS + r) * 2]);
+		for (int w = 0; w < DM_WARPS; w++) {
+			float mw = ml[(w * DM_ROWS + r) * 2];
+			if (mw == -INFINITY)
+				continue;
+			float sc = exp2f(mw - M);
+			L += ml[(w * DM_ROWS + r) * 2 + 1] * sc;
+			O += mo[((size_t)w * DM_ROWS + r) * DM_HD + c] * sc;
+		}
+		int t = row / a.group, h = kh * a.group + row % a.group;
+		size_t n = (size_t)r0 + t;
+		if (!split) {
+			a.out[(n * NH + h) * DM_HD + c] = L > 0.0f ? O / L : 0.0f;
+		} else {
+			size_t pi = ((size_t)blockIdx.z * a.b.N + n) * NH + h;
+			a.po[pi * DM_HD + c] = O;
+			if (c == 0) {
+				a.pm[pi] = M;
+				a.pl[pi] = L;
+			}
+		}
+	}
+}
+
+/* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
 static __global__ void dk_merge_kernel(struct dk_args a)
 {
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -254,8 +533,11 @@ static __global__ void dk_merge_kernel(struct dk_args a)
 	if (w >= N * a.NH)
 		return;
 	int n = w / a.NH, h = w % a.NH, s = a.b.rowseq[n];
-	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = CEIL_DIV(S, a.split_len);
+	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = dk_nsplit(S);
 	float M = -INFINITY, L = 0.0f;
+
+	if (ns == 1)                            /* written by the attention kernel */
+		return;
 
 	for (int z = 0; z < ns; z++)
 		M = fmaxf(M, a.pm[((size_t)z * N + n) * a.NH + h]);
@@ -441,12 +723,9 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
 		smem_set = 1;
 	}
-	int blocks = b->nseq * a.rtiles * NKV, want = 3 * gpu_sm_count(), nsplit = 1;
-	if (blocks < want)
-		nsplit = CEIL_DIV(want, blocks) < CEIL_DIV(b->maxS, DK_KT) ? CEIL_DIV(want, blocks) :
-		         CEIL_DIV(b->maxS, DK_KT);
-	a.split_len = DK_KT * CEIL_DIV(CEIL_DIV(b->maxS, nsplit), DK_KT);
-	nsplit = CEIL_DIV(b->maxS, a.split_len);
+	/* enough splits for every sequence (each has at most ceil(S / 256) and at most 8) */
+	int nsplit = CEIL_DIV(b->maxS, DK_KT * DK_SPLIT_TILES);
+	nsplit = nsplit < DK_SPLITS ? nsplit : DK_SPLITS;
 	if (nsplit > 1) {
 		size_t np = (size_t)nsplit * b->N * NH;
 		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));
@@ -454,15 +733,34 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		a.pm = p + np * HD;
 		a.pl = a.pm + np;
 	}
-	dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
-	int chunks = DK_KT * HD * es / 16;      /* 16-byte loads per matrix and tile */
-	if (chunks <= 4 * DK_THREADS && HD <= 128)
-		dk_kernel4<<<grid, DK_THREADS, smem, st>>>(a);
-	else if (chunks <= 8 * DK_THREADS)
-		dk_kernel8<<<grid, DK_THREADS, smem, st>>>(a);
-	else
-		dk_kernel16<<<grid, DK_THREADS, smem, st>>>(a);
-	CUDA_CHECK_LAUNCH();
+#ifndef DICE_DK_NO_TC                           /* (defined: the fp32 kernel alone, to compare) */
+	int tc = b->dt != DICE_F32 && HD == DM_HD;
+#else
+	int tc = 0;
+#endif
+	if (tc) {                                   /* the tensor-core variant */
+		static int dm_set;
+		if (!dm_set) {
+			CUDA_CHECK(cudaFuncSetAttribute(dm_kernel,
+			                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                DM_SMEM));
+			dm_set = 1;
+		}
+		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
+		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
+		dm_kernel<<<grid, DM_WARPS * 32, DM_SMEM, st>>>(a);
+		CUDA_CHECK_LAUNCH();
+	} else {
+		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
+		int chunks = DK_KT * HD * es / 16;  /* 16-byte loads per matrix and tile */
+		if (chunks <= 4 * DK_THREADS && HD <= 128)
+			dk_kernel4<<<grid, DK_THREADS, smem, st>>>(a);
+		else if (chunks <= 8 * DK_THREADS)
+			dk_kernel8<<<grid, DK_THREADS, smem, st>>>(a);
+		else
+			dk_kernel16<<<grid, DK_THREADS, smem, st>>>(a);
+		CUDA_CHECK_LAUNCH();
+	}
 	if (nsplit > 1) {
 		dk_merge_kernel<<<CEIL_DIV(b->N * NH, 8), 256, 0, st>>>(a);
 		CUDA_CHECK_LAUNCH();

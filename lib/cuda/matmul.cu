@@ -1,4 +1,5 @@
-/* matmul.cu: y(N,out) fp32 = x(N,in) fp32 @ w(out,in)^T, w in fp32, bf16 or fp16.
+/* matmul.cu: y(N,out) fp32 = x(N,in) fp32 @ w(out,in)^T, w in fp32, bf16 or fp16 (struct ops
+ * matmul: training and everything but the engine forward, which takes matmul_fixed.cu).
  * x is rounded to the weight dtype (as the tensor cores take it) and products accumulate in
  * fp32. Two paths: for decode-sized N (<= GPU_GEMV_NMAX) a bandwidth-bound kernel that reads
  * each weight row once with 16-byte loads, 4 rows per block, all N tokens per row; otherwise
@@ -87,6 +88,10 @@ static __device__ __forceinline__ void gemv_body(float *y, const float *x, const
 	__shared__ float red[GEMV_WARPS][GEMV_ROWS][GPU_GEMV_NMAX];
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	int o0 = blockIdx.x * GEMV_ROWS;
+
+	x += (size_t)blockIdx.y * NMAX * in;    /* grid.y > 1: rows in chunks of NMAX */
+	y += (size_t)blockIdx.y * NMAX * out;
+	N = min(N - (int)blockIdx.y * NMAX, NMAX);
 	float acc[GEMV_ROWS][GPU_GEMV_NMAX];
 	const char *wrow[GEMV_ROWS];
 
@@ -184,14 +189,13 @@ static int aligned16(const void *p)
 	return ((uintptr_t)p & 15) == 0;
 }
 
-int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
-                    enum dice_dtype wdt, int N, int in, int out)
+/* the gemv kernel of (dtype, N bound: 4 when small, else 8) on grid.x = output rows / 4,
+ * grid.y = chunks of 8 rows */
+static int gemv_launch(cudaStream_t st, dim3 grid, int small, float *y, const float *x,
+                       const void *w, enum dice_dtype wdt, int N, int in, int out)
 {
-	int vec = wdt == DICE_F32 ? 4 : 8;
+	int block = 32 * GEMV_WARPS;
 
-	GPU_REQUIRE(N >= 1 && N <= GPU_GEMV_NMAX && in > 0 && out > 0, "matmul_gemv");
-	GPU_REQUIRE(in % vec == 0 && aligned16(x) && aligned16(w), "matmul_gemv");
-	int grid = CEIL_DIV(out, GEMV_ROWS), block = 32 * GEMV_WARPS, small = N <= 4;
 	switch (wdt) {
 	case DICE_F32:
 		if (small)
@@ -216,6 +220,29 @@ int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
 	}
 	CUDA_CHECK_LAUNCH();
 	return 0;
+}
+
+int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
+                    enum dice_dtype wdt, int N, int in, int out)
+{
+	int vec = wdt == DICE_F32 ? 4 : 8;
+
+	GPU_REQUIRE(N >= 1 && N <= GPU_GEMV_NMAX && in > 0 && out > 0, "matmul_gemv");
+	GPU_REQUIRE(in % vec == 0 && aligned16(x) && aligned16(w), "matmul_gemv");
+	return gemv_launch(st, dim3(CEIL_DIV(out, GEMV_ROWS)), N <= 4, y, x, w, wdt, N, in, out);
+}
+
+/* any N: the 8-row kernel over chunks of 8 rows (grid.y); a row's arithmetic is the same
+ * whatever N is, so this is batch-invariant (matmul_fixed's fp32 path) */
+int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
+                         enum dice_dtype wdt, int N, int in, int out)
+{
+	int vec = wdt == DICE_F32 ? 4 : 8;
+
+	GPU_REQUIRE(N >= 1 && CEIL_DIV(N, 8) <= 65535 && in > 0 && out > 0, "matmul_gemv_rows");
+	GPU_REQUIRE(in % vec == 0 && aligned16(x) && aligned16(w), "matmul_gemv_rows");
+	return gemv_launch(st, dim3(CEIL_DIV(out, GEMV_ROWS), CEIL_DIV(N, 8)), 0, y, x, w, wdt, N,
+	                   in, out);
 }
 
 int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,

@@ -3,9 +3,9 @@
 # SDAR-shaped checkpoint (dice-sft --init tests/fixtures/tiny-sdar.json, the fixture tokenizer
 # of tests/dice-sample/data) and 8 records of 32 to 39 prompt ids, 48 new tokens, --stop none.
 # The draws run on the GPU (the sample op); with greedy settings (-p eval) the tokens must be
-# those of the CPU (fp32 weights) and batch 8 should give batch 1's tokens (bf16; a TODO, see
-# below); -p rl (full softmax) must run and give every record 48 tokens. TAP lines; needs
-# bin/dice-sft and bin/dice-sample.
+# those of the CPU (fp32 weights) and batch 8 must give batch 1's tokens (bf16: the forward is
+# batch-invariant on cuda: matmul_fixed, attention_kv); -p rl (full softmax) must run and give
+# every record 48 tokens. TAP lines; needs bin/dice-sft and bin/dice-sample.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -34,14 +34,7 @@ echo "$([ $? -eq 0 ] || echo 'not ')ok 1 - greedy (eval preset) tokens on cuda f
 run bf16-b1 -d cuda -t bf16 -p eval -b 1
 run bf16-b8 -d cuda -t bf16 -p eval -b 8
 [ -s "$t/bf16-b1" ] && cmp -s "$t/bf16-b1" "$t/bf16-b8"
-# TODO until the forward is batch-invariant on cuda: on the H100 (2026-11-23) batch 8 gave
-# other tokens than batch 1 while the CPU's agree; the logits differ (the matmul takes another
-# path for more rows: gemv up to 8 rows, cuBLAS above), the draws of equal logits do not
-if [ $? -eq 0 ]; then
-	echo "ok 2 - greedy tokens on cuda bf16: batch 8 equals batch 1"
-else
-	echo "not ok 2 - greedy tokens on cuda bf16: batch 8 equals batch 1 # TODO forward not batch-invariant on cuda"
-fi
+echo "$([ $? -eq 0 ] || echo 'not ')ok 2 - greedy tokens on cuda bf16: batch 8 equals batch 1"
 run rl -d cuda -t bf16 -p rl -b 8
 n=$(awk -F, '{ if (NF == 48) n++ } END { print n + 0 }' "$t/rl")
 echo "$([ "$n" -eq 8 ] || echo 'not ')ok 3 - rl preset (full softmax on the GPU): 8 records of 48 tokens ($n)"

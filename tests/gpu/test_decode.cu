@@ -120,6 +120,50 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	batch_free(&b);
 }
 
+/* batch invariance: the out rows of one sequence (T new rows after len) computed alone, then
+ * with the sequence at place `at` among nb sequences of other lengths (and T 1..8): the same
+ * bits (the keys' split must depend on the sequence alone, never on the batch) */
+static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_dtype dt)
+{
+	struct batch one;
+	int T1[1] = { T }, len1[1] = { len };
+	char what[200];
+
+	batch_make(&one, 1, T1, len1, NKV, HD, dt);
+	size_t qn = (size_t)T * NH * HD;
+	float *q = gt_rand(qn, -2, 2), *dq = (float *)gt_up(q, qn * sizeof(float));
+	float *dout = gt_poisoned(qn);
+	G->attention_kv(dout, dq, &one.d, 1, NH, NKV, HD, 4);
+	float *alone = gt_down(dout, qn);
+	G->free(dq); G->free(dout);
+	for (int nb = 1; nb <= 16; nb++) {
+		int Ts[16], lens[16], at = nb / 2;
+		struct batch b;
+		for (int s = 0; s < nb; s++) {
+			Ts[s] = s == at ? T : 1 + (s * 5) % 8;
+			lens[s] = s == at ? len : (s * 977 + nb * 131) % 4300;
+		}
+		batch_make(&b, nb, Ts, lens, NKV, HD, dt);
+		G->copy(b.dk[at], one.dk[0], one.bytes[0]);         /* the same cache */
+		G->copy(b.dv[at], one.dv[0], one.bytes[0]);
+		size_t bn = (size_t)b.h.N * NH * HD, off = (size_t)b.h.row0[at] * NH * HD;
+		float *bq = gt_rand(bn, -2, 2);
+		memcpy(bq + off, q, qn * sizeof(float));
+		float *dbq = (float *)gt_up(bq, bn * sizeof(float)), *dbo = gt_poisoned(bn);
+		G->attention_kv(dbo, dbq, &b.d, 1, NH, NKV, HD, 4);
+		float *got = gt_down(dbo, bn);
+		snprintf(what, sizeof what, "attention_kv %s T=%d len=%d NH=%d NKV=%d: alone bitwise "
+		         "equal to place %d of %d sequences (maxS %d)", dtname(dt), T, len, NH, NKV, at,
+		         nb, b.h.maxS);
+		CHECK(memcmp(got + off, alone, qn * sizeof(float)) == 0, what);
+		free(bq); free(got);
+		G->free(dbq); G->free(dbo);
+		batch_free(&b);
+	}
+	free(q); free(alone);
+	batch_free(&one);
+}
+
 static void append_case(int nseq, const int *T, const int *len, int NH, int NKV, int HD,
                         enum dice_dtype dt)
 {
@@ -220,6 +264,10 @@ int main(void)
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
+	invariance_case(4, 1020, 32, 8, 128, DICE_BF16);             /* 4B, 4 splits */
+	invariance_case(4, 300, 16, 8, 128, DICE_BF16);              /* 1.7B, 2 splits */
+	invariance_case(4, 2500, 32, 8, 128, DICE_F16);              /* past 2K keys: 8 */
+	invariance_case(8, 61, 8, 2, 64, DICE_F32);                  /* one split */
 	elementwise_cases(5, 2048);
 	elementwise_cases(3, 100);
 	return test_done();
