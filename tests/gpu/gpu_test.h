@@ -89,6 +89,38 @@ static float *gt_down(const float *dev, size_t n)
 }
 
 /* one TAP line: every element within atol + |ref|*eps; the largest error as a comment */
+/* one attention test case: shapes and the host mask arrays (NULL where the mask has none) */
+struct gt_acase {
+	const char *name;
+	int T, S, NH, NKV, HD, block;
+	int *qpos, *kpos, *qseg, *kseg;
+	uint8_t *qnz, *knz;
+};
+
+static void *gt_up_or_null(const void *h, size_t bytes)
+{
+	return h ? gt_up(h, bytes) : NULL;
+}
+
+/* the case's mask with its arrays on the host (*hm) and copied to the device (*dm) */
+static void gt_masks(const struct gt_acase *c, struct attn_mask *hm, struct attn_mask *dm)
+{
+	*hm = (struct attn_mask){ c->block, c->qpos, c->kpos, c->qseg, c->kseg, c->qnz, c->knz };
+	*dm = *hm;
+	dm->qpos = (int *)gt_up_or_null(c->qpos, c->T * sizeof(int));
+	dm->kpos = (int *)gt_up_or_null(c->kpos, c->S * sizeof(int));
+	dm->qseg = (int *)gt_up_or_null(c->qseg, c->T * sizeof(int));
+	dm->kseg = (int *)gt_up_or_null(c->kseg, c->S * sizeof(int));
+	dm->qnoisy = (uint8_t *)gt_up_or_null(c->qnz, c->T);
+	dm->knoisy = (uint8_t *)gt_up_or_null(c->knz, c->S);
+}
+
+static void gt_masks_free(struct attn_mask *dm)
+{
+	G->free((void *)dm->qpos); G->free((void *)dm->kpos); G->free((void *)dm->qseg);
+	G->free((void *)dm->kseg); G->free((void *)dm->qnoisy); G->free((void *)dm->knoisy);
+}
+
 static int gt_compare(const char *what, const float *got, const float *ref, size_t n,
                       double atol, double eps)
 {

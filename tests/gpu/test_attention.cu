@@ -4,33 +4,15 @@
  * GQA groups 1, 2, 4 and head dims 32..256. Mask arrays go to the device (lib/ops.h). */
 #include "gpu_test.h"
 
-struct mcase {
-	const char *name;
-	int T, S, NH, NKV, HD, block;
-	int *qpos, *kpos, *qseg, *kseg;
-	uint8_t *qnz, *knz;
-};
-
-static void *up_or_null(const void *h, size_t bytes)
-{
-	return h ? gt_up(h, bytes) : NULL;
-}
-
-static void run(const struct mcase *c)
+static void run(const struct gt_acase *c)
 {
 	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
 	float *q = gt_rand(qn, -2, 2), *k = gt_rand(kn, -2, 2), *v = gt_rand(kn, -1, 1);
 	float *ref = (float *)xmalloc(qn * sizeof(float));
-	struct attn_mask hm = { c->block, c->qpos, c->kpos, c->qseg, c->kseg, c->qnz, c->knz };
-	struct attn_mask dm = hm;
+	struct attn_mask hm, dm;
 	char what[160];
 
-	dm.qpos = (int *)up_or_null(c->qpos, c->T * sizeof(int));
-	dm.kpos = (int *)up_or_null(c->kpos, c->S * sizeof(int));
-	dm.qseg = (int *)up_or_null(c->qseg, c->T * sizeof(int));
-	dm.kseg = (int *)up_or_null(c->kseg, c->S * sizeof(int));
-	dm.qnoisy = (uint8_t *)up_or_null(c->qnz, c->T);
-	dm.knoisy = (uint8_t *)up_or_null(c->knz, c->S);
+	gt_masks(c, &hm, &dm);
 	float *dq = (float *)gt_up(q, qn * sizeof(float)), *dk = (float *)gt_up(k, kn * sizeof(float));
 	float *dv = (float *)gt_up(v, kn * sizeof(float)), *dout = gt_poisoned(qn);
 
@@ -42,8 +24,7 @@ static void run(const struct mcase *c)
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
 	free(q); free(k); free(v); free(ref); free(out);
 	G->free(dq); G->free(dk); G->free(dv); G->free(dout);
-	G->free((void *)dm.qpos); G->free((void *)dm.kpos); G->free((void *)dm.qseg);
-	G->free((void *)dm.kseg); G->free((void *)dm.qnoisy); G->free((void *)dm.knoisy);
+	gt_masks_free(&dm);
 }
 
 static int *iota(int n, int start)
@@ -61,32 +42,32 @@ int main(void)
 
 	/* block-causal prefill, positions 0..T-1 */
 	int *p67 = iota(67, 0);
-	struct mcase pre = { "prefill", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
+	struct gt_acase pre = { "prefill", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
 	run(&pre);
 	int *p300 = iota(300, 0);
-	struct mcase pre2 = { "prefill", 300, 300, 16, 4, 128, 4, p300, p300, NULL, NULL, NULL, NULL };
+	struct gt_acase pre2 = { "prefill", 300, 300, 16, 4, 128, 4, p300, p300, NULL, NULL, NULL, NULL };
 	run(&pre2);
-	struct mcase pre3 = { "prefill block 32", 100, 100, 2, 2, 256, 32, p300, p300, NULL, NULL, NULL, NULL };
+	struct gt_acase pre3 = { "prefill block 32", 100, 100, 2, 2, 256, 32, p300, p300, NULL, NULL, NULL, NULL };
 	run(&pre3);
 
-	struct mcase odd = { "prefill, warps with some rows empty", 67, 67, 3, 3, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
+	struct gt_acase odd = { "prefill, warps with some rows empty", 67, 67, 3, 3, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
 	run(&odd);
 
 	/* decode: the block at 2048..2051 against cache 0..2047 plus itself (split keys) */
 	int *qd = iota(4, 2048), *kd = iota(2052, 0);
-	struct mcase dec = { "decode", 4, 2052, 8, 2, 128, 4, qd, kd, NULL, NULL, NULL, NULL };
+	struct gt_acase dec = { "decode", 4, 2052, 8, 2, 128, 4, qd, kd, NULL, NULL, NULL, NULL };
 	run(&dec);
 	int *qd2 = iota(4, 600), *kd2 = iota(604, 0);
-	struct mcase dec2 = { "decode", 4, 604, 32, 8, 128, 4, qd2, kd2, NULL, NULL, NULL, NULL };
+	struct gt_acase dec2 = { "decode", 4, 604, 32, 8, 128, 4, qd2, kd2, NULL, NULL, NULL, NULL };
 	run(&dec2);
 	int *qd5 = iota(5, 2046);
-	struct mcase dec5 = { "decode, 15 rows", 5, 2052, 6, 2, 128, 4, qd5, kd, NULL, NULL, NULL, NULL };
+	struct gt_acase dec5 = { "decode, 15 rows", 5, 2052, 6, 2, 128, 4, qd5, kd, NULL, NULL, NULL, NULL };
 	run(&dec5);
 	int *qd3 = iota(4, 996), *kd3 = iota(1000, 0);
-	struct mcase dec4 = { "decode HD 256", 4, 1000, 4, 1, 256, 4, qd3, kd3, NULL, NULL, NULL, NULL };
+	struct gt_acase dec4 = { "decode HD 256", 4, 1000, 4, 1, 256, 4, qd3, kd3, NULL, NULL, NULL, NULL };
 	run(&dec4);
 	/* decode whose cache holds keys after the block (a later block: masked) */
-	struct mcase dec3 = { "decode, later keys masked", 4, 2052, 4, 4, 64, 4, qd2, kd, NULL, NULL, NULL, NULL };
+	struct gt_acase dec3 = { "decode, later keys masked", 4, 2052, 4, 4, 64, 4, qd2, kd, NULL, NULL, NULL, NULL };
 	run(&dec3);
 
 	/* SFT: two packed samples of [x_t | x_0], lengths 24 and 16 */
@@ -103,18 +84,18 @@ int main(void)
 				nz[i] = half == 0;
 			}
 	}
-	struct mcase sft = { "sft noisy packed", n, n, 4, 4, 80, 4, pos, pos, seg, seg, nz, nz };
+	struct gt_acase sft = { "sft noisy packed", n, n, 4, 4, 80, 4, pos, pos, seg, seg, nz, nz };
 	run(&sft);
-	struct mcase sft2 = { "sft noisy", n, n, 6, 2, 32, 8, pos, pos, NULL, NULL, nz, nz };
+	struct gt_acase sft2 = { "sft noisy", n, n, 6, 2, 32, 8, pos, pos, NULL, NULL, nz, nz };
 	run(&sft2);
 
 	/* queries 0..3 see no key (every key in a later block): zeros */
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = iota(16, 4);
-	struct mcase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
+	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
 	run(&none);
 	int *kfar = iota(700, 100);
-	struct mcase none2 = { "no visible key, split", 8, 700, 4, 2, 64, 4, qz, kfar, NULL, NULL, NULL, NULL };
+	struct gt_acase none2 = { "no visible key, split", 8, 700, 4, 2, 64, 4, qz, kfar, NULL, NULL, NULL, NULL };
 	run(&none2);
 	return test_done();
 }

@@ -4,37 +4,19 @@
  * 32..256. The forward output comes from the CPU twin; mask arrays go to the device. */
 #include "gpu_test.h"
 
-struct bcase {
-	const char *name;
-	int T, S, NH, NKV, HD, block;
-	int *qpos, *kpos, *qseg, *kseg;
-	uint8_t *qnz, *knz;
-};
-
-static void *up_or_null(const void *h, size_t bytes)
-{
-	return h ? gt_up(h, bytes) : NULL;
-}
-
-static void run(const struct bcase *c)
+static void run(const struct gt_acase *c)
 {
 	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
 	float *q = gt_rand(qn, -2, 2), *k = gt_rand(kn, -2, 2), *v = gt_rand(kn, -1, 1);
 	float *dout = gt_rand(qn, -1, 1), *out = (float *)xmalloc(qn * sizeof(float));
 	float *rdq = (float *)xmalloc(qn * sizeof(float)), *rdk = (float *)xmalloc(kn * sizeof(float));
 	float *rdv = (float *)xmalloc(kn * sizeof(float));
-	struct attn_mask hm = { c->block, c->qpos, c->kpos, c->qseg, c->kseg, c->qnz, c->knz };
-	struct attn_mask dm = hm;
+	struct attn_mask hm, dm;
 	char what[160];
 
+	gt_masks(c, &hm, &dm);
 	H->attention(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
 	H->attention_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
-	dm.qpos = (int *)up_or_null(c->qpos, c->T * sizeof(int));
-	dm.kpos = (int *)up_or_null(c->kpos, c->S * sizeof(int));
-	dm.qseg = (int *)up_or_null(c->qseg, c->T * sizeof(int));
-	dm.kseg = (int *)up_or_null(c->kseg, c->S * sizeof(int));
-	dm.qnoisy = (uint8_t *)up_or_null(c->qnz, c->T);
-	dm.knoisy = (uint8_t *)up_or_null(c->knz, c->S);
 	float *q_d = (float *)gt_up(q, qn * sizeof(float)), *k_d = (float *)gt_up(k, kn * sizeof(float));
 	float *v_d = (float *)gt_up(v, kn * sizeof(float)), *o_d = (float *)gt_up(out, qn * sizeof(float));
 	float *do_d = (float *)gt_up(dout, qn * sizeof(float));
@@ -54,8 +36,7 @@ static void run(const struct bcase *c)
 	free(dq); free(dk); free(dv);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d);
-	G->free((void *)dm.qpos); G->free((void *)dm.kpos); G->free((void *)dm.qseg);
-	G->free((void *)dm.kseg); G->free((void *)dm.qnoisy); G->free((void *)dm.knoisy);
+	gt_masks_free(&dm);
 }
 
 static int *iota(int n, int start)
@@ -72,9 +53,9 @@ int main(void)
 		return 0;
 
 	int *p67 = iota(67, 0);
-	struct bcase pre = { "block-causal", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
+	struct gt_acase pre = { "block-causal", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
 	run(&pre);
-	struct bcase pre2 = { "block-causal HD 256", 40, 40, 3, 1, 256, 8, p67, p67, NULL, NULL, NULL, NULL };
+	struct gt_acase pre2 = { "block-causal HD 256", 40, 40, 3, 1, 256, 8, p67, p67, NULL, NULL, NULL, NULL };
 	run(&pre2);
 
 	/* SFT: two packed samples of [x_t | x_0], lengths 24 and 16 */
@@ -91,17 +72,17 @@ int main(void)
 				nz[i] = half == 0;
 			}
 	}
-	struct bcase sft = { "sft noisy packed", n, n, 4, 4, 80, 4, pos, pos, seg, seg, nz, nz };
+	struct gt_acase sft = { "sft noisy packed", n, n, 4, 4, 80, 4, pos, pos, seg, seg, nz, nz };
 	run(&sft);
-	struct bcase sft2 = { "sft noisy", n, n, 6, 2, 32, 8, pos, pos, NULL, NULL, nz, nz };
+	struct gt_acase sft2 = { "sft noisy", n, n, 6, 2, 32, 8, pos, pos, NULL, NULL, nz, nz };
 	run(&sft2);
-	struct bcase sft3 = { "sft noisy HD 128", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
+	struct gt_acase sft3 = { "sft noisy HD 128", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
 	run(&sft3);
 
 	/* queries 0..3 see no key (every key in a later block) */
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = iota(16, 4);
-	struct bcase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
+	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
 	run(&none);
 	return test_done();
 }

@@ -9,18 +9,6 @@
  * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
 
-struct tcase {
-	const char *name;
-	int T, S, NH, NKV, HD, block;
-	int *qpos, *kpos, *qseg, *kseg;
-	uint8_t *qnz, *knz;
-};
-
-static void *up_or_null(const void *h, size_t bytes)
-{
-	return h ? gt_up(h, bytes) : NULL;
-}
-
 static float *rand_bf16(size_t n, float lo, float hi)
 {
 	float *p = gt_rand(n, lo, hi);
@@ -29,26 +17,20 @@ static float *rand_bf16(size_t n, float lo, float hi)
 	return p;
 }
 
-static void run(const struct tcase *c)
+static void run(const struct gt_acase *c)
 {
 	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
 	float *q = rand_bf16(qn, -2, 2), *k = rand_bf16(kn, -2, 2), *v = rand_bf16(kn, -1, 1);
 	float *dout = rand_bf16(qn, -1, 1), *out = (float *)xmalloc(qn * sizeof(float));
 	float *rdq = (float *)xmalloc(qn * sizeof(float)), *rdk = (float *)xmalloc(kn * sizeof(float));
 	float *rdv = (float *)xmalloc(kn * sizeof(float));
-	struct attn_mask hm = { c->block, c->qpos, c->kpos, c->qseg, c->kseg, c->qnz, c->knz };
-	struct attn_mask dm = hm;
+	struct attn_mask hm, dm;
 	char what[160];
 
+	gt_masks(c, &hm, &dm);
 	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
 	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
 	                         c->HD, &hm);
-	dm.qpos = (int *)up_or_null(c->qpos, c->T * sizeof(int));
-	dm.kpos = (int *)up_or_null(c->kpos, c->S * sizeof(int));
-	dm.qseg = (int *)up_or_null(c->qseg, c->T * sizeof(int));
-	dm.kseg = (int *)up_or_null(c->kseg, c->S * sizeof(int));
-	dm.qnoisy = (uint8_t *)up_or_null(c->qnz, c->T);
-	dm.knoisy = (uint8_t *)up_or_null(c->knz, c->S);
 	float *q_d = (float *)gt_up(q, qn * 4), *k_d = (float *)gt_up(k, kn * 4);
 	float *v_d = (float *)gt_up(v, kn * 4), *do_d = (float *)gt_up(dout, qn * 4);
 	float *o_d = gt_poisoned(qn);
@@ -74,8 +56,7 @@ static void run(const struct tcase *c)
 	free(o); free(dq); free(dk); free(dv);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d);
-	G->free((void *)dm.qpos); G->free((void *)dm.kpos); G->free((void *)dm.qseg);
-	G->free((void *)dm.kseg); G->free((void *)dm.qnoisy); G->free((void *)dm.knoisy);
+	gt_masks_free(&dm);
 }
 
 static int *iota(int n, int start)
@@ -130,21 +111,21 @@ int main(void)
 	cast_check();
 
 	int *p600 = iota(600, 0);
-	struct tcase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
+	struct gt_acase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
 	run(&bc);
 
 	int len[3] = { 24, 16, 40 }, n = 2 * (24 + 16 + 40);
 	int *pos = (int *)xmalloc(n * sizeof(int)), *seg = (int *)xmalloc(n * sizeof(int));
 	uint8_t *nz = (uint8_t *)xmalloc(n);
 	sft_layout(3, len, pos, seg, nz);
-	struct tcase sp = { "sft noisy packed", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
+	struct gt_acase sp = { "sft noisy packed", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
 	run(&sp);
 	/* one long sample, as the trainer calls it (no segments), SDAR head geometry */
 	int one[1] = { 300 }, n1 = 600;
 	int *pos1 = (int *)xmalloc(n1 * sizeof(int)), *seg1 = (int *)xmalloc(n1 * sizeof(int));
 	uint8_t *nz1 = (uint8_t *)xmalloc(n1);
 	sft_layout(1, one, pos1, seg1, nz1);
-	struct tcase s1 = { "sft noisy one sample", n1, n1, 16, 8, 128, 4, pos1, pos1, NULL, NULL,
+	struct gt_acase s1 = { "sft noisy one sample", n1, n1, 16, 8, 128, 4, pos1, pos1, NULL, NULL,
 	                    nz1, nz1 };
 	run(&s1);
 
@@ -153,7 +134,7 @@ int main(void)
 	int *pos2 = (int *)xmalloc(n2 * sizeof(int)), *seg2 = (int *)xmalloc(n2 * sizeof(int));
 	uint8_t *nz2 = (uint8_t *)xmalloc(n2);
 	sft_layout(1, two, pos2, seg2, nz2);
-	struct tcase s2 = { "sft noisy, several query chunks", n2, n2, 2, 1, 64, 4, pos2, pos2, NULL,
+	struct gt_acase s2 = { "sft noisy, several query chunks", n2, n2, 2, 1, 64, 4, pos2, pos2, NULL,
 	                    NULL, nz2, nz2 };
 	run(&s2);
 
@@ -162,13 +143,13 @@ int main(void)
 	int *pos3 = (int *)xmalloc(n3 * sizeof(int)), *seg3 = (int *)xmalloc(n3 * sizeof(int));
 	uint8_t *nz3 = (uint8_t *)xmalloc(n3);
 	sft_layout(2, lp, pos3, seg3, nz3);
-	struct tcase s3 = { "sft noisy packed, many tiles", n3, n3, 4, 2, 128, 4, pos3, pos3, seg3,
+	struct gt_acase s3 = { "sft noisy packed, many tiles", n3, n3, 4, 2, 128, 4, pos3, pos3, seg3,
 	                    seg3, nz3, nz3 };
 	run(&s3);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = iota(16, 4);
-	struct tcase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL,
+	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL,
 	                      NULL, NULL };
 	run(&none);
 	return test_done();
