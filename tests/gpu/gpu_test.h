@@ -89,6 +89,15 @@ static float *gt_down(const float *dev, size_t n)
 }
 
 /* one TAP line: every element within atol + |ref|*eps; the largest error as a comment */
+/* n ints start, start+1, ... (xmalloc'd) */
+static int *gt_iota(int n, int start)
+{
+	int *p = (int *)xmalloc(n * sizeof(int));
+	for (int i = 0; i < n; i++)
+		p[i] = start + i;
+	return p;
+}
+
 /* one attention test case: shapes and the host mask arrays (NULL where the mask has none) */
 struct gt_acase {
 	const char *name;

@@ -27,24 +27,16 @@ static void run(const struct gt_acase *c)
 	gt_masks_free(&dm);
 }
 
-static int *iota(int n, int start)
-{
-	int *p = (int *)xmalloc(n * sizeof(int));
-	for (int i = 0; i < n; i++)
-		p[i] = start + i;
-	return p;
-}
-
 int main(void)
 {
 	if (gt_init(18))
 		return 0;
 
 	/* block-causal prefill, positions 0..T-1 */
-	int *p67 = iota(67, 0);
+	int *p67 = gt_iota(67, 0);
 	struct gt_acase pre = { "prefill", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
 	run(&pre);
-	int *p300 = iota(300, 0);
+	int *p300 = gt_iota(300, 0);
 	struct gt_acase pre2 = { "prefill", 300, 300, 16, 4, 128, 4, p300, p300, NULL, NULL, NULL, NULL };
 	run(&pre2);
 	struct gt_acase pre3 = { "prefill block 32", 100, 100, 2, 2, 256, 32, p300, p300, NULL, NULL, NULL, NULL };
@@ -54,16 +46,16 @@ int main(void)
 	run(&odd);
 
 	/* decode: the block at 2048..2051 against cache 0..2047 plus itself (split keys) */
-	int *qd = iota(4, 2048), *kd = iota(2052, 0);
+	int *qd = gt_iota(4, 2048), *kd = gt_iota(2052, 0);
 	struct gt_acase dec = { "decode", 4, 2052, 8, 2, 128, 4, qd, kd, NULL, NULL, NULL, NULL };
 	run(&dec);
-	int *qd2 = iota(4, 600), *kd2 = iota(604, 0);
+	int *qd2 = gt_iota(4, 600), *kd2 = gt_iota(604, 0);
 	struct gt_acase dec2 = { "decode", 4, 604, 32, 8, 128, 4, qd2, kd2, NULL, NULL, NULL, NULL };
 	run(&dec2);
-	int *qd5 = iota(5, 2046);
+	int *qd5 = gt_iota(5, 2046);
 	struct gt_acase dec5 = { "decode, 15 rows", 5, 2052, 6, 2, 128, 4, qd5, kd, NULL, NULL, NULL, NULL };
 	run(&dec5);
-	int *qd3 = iota(4, 996), *kd3 = iota(1000, 0);
+	int *qd3 = gt_iota(4, 996), *kd3 = gt_iota(1000, 0);
 	struct gt_acase dec4 = { "decode HD 256", 4, 1000, 4, 1, 256, 4, qd3, kd3, NULL, NULL, NULL, NULL };
 	run(&dec4);
 	/* decode whose cache holds keys after the block (a later block: masked) */
@@ -91,10 +83,10 @@ int main(void)
 
 	/* queries 0..3 see no key (every key in a later block): zeros */
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
-	int *kz = iota(16, 4);
+	int *kz = gt_iota(16, 4);
 	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
 	run(&none);
-	int *kfar = iota(700, 100);
+	int *kfar = gt_iota(700, 100);
 	struct gt_acase none2 = { "no visible key, split", 8, 700, 4, 2, 64, 4, qz, kfar, NULL, NULL, NULL, NULL };
 	run(&none2);
 	return test_done();

@@ -39,20 +39,12 @@ static void run(const struct gt_acase *c)
 	gt_masks_free(&dm);
 }
 
-static int *iota(int n, int start)
-{
-	int *p = (int *)xmalloc(n * sizeof(int));
-	for (int i = 0; i < n; i++)
-		p[i] = start + i;
-	return p;
-}
-
 int main(void)
 {
 	if (gt_init(37))
 		return 0;
 
-	int *p67 = iota(67, 0);
+	int *p67 = gt_iota(67, 0);
 	struct gt_acase pre = { "block-causal", 67, 67, 8, 2, 64, 4, p67, p67, NULL, NULL, NULL, NULL };
 	run(&pre);
 	struct gt_acase pre2 = { "block-causal HD 256", 40, 40, 3, 1, 256, 8, p67, p67, NULL, NULL, NULL, NULL };
@@ -81,7 +73,7 @@ int main(void)
 
 	/* queries 0..3 see no key (every key in a later block) */
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
-	int *kz = iota(16, 4);
+	int *kz = gt_iota(16, 4);
 	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL, NULL, NULL };
 	run(&none);
 	return test_done();

@@ -59,14 +59,6 @@ static void run(const struct gt_acase *c)
 	gt_masks_free(&dm);
 }
 
-static int *iota(int n, int start)
-{
-	int *p = (int *)xmalloc(n * sizeof(int));
-	for (int i = 0; i < n; i++)
-		p[i] = start + i;
-	return p;
-}
-
 /* nsamp packed [x_t | x_0] samples of lengths len[] into pos, seg, noisy; returns rows */
 static int sft_layout(int nsamp, const int *len, int *pos, int *seg, uint8_t *nz)
 {
@@ -110,7 +102,7 @@ int main(void)
 		return 0;
 	cast_check();
 
-	int *p600 = iota(600, 0);
+	int *p600 = gt_iota(600, 0);
 	struct gt_acase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
 	run(&bc);
 
@@ -148,7 +140,7 @@ int main(void)
 	run(&s3);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
-	int *kz = iota(16, 4);
+	int *kz = gt_iota(16, 4);
 	struct gt_acase none = { "queries with no visible key", 8, 16, 4, 2, 64, 4, qz, kz, NULL, NULL,
 	                      NULL, NULL };
 	run(&none);
