@@ -238,8 +238,8 @@ static int block_ends_request(const struct slot *s, const struct sampler_opts *o
 }
 
 /* commit the drawn candidates of the slot's block: tok/prob hold, in position order, the draws
- * of its masked positions (the backend's sample op) */
-static void slot_denoise(struct slot *s, const struct sampler_opts *o, const int *tok,
+ * of its masked positions (the backend's sample op); returns how many draws it took */
+static int slot_denoise(struct slot *s, const struct sampler_opts *o, const int *tok,
                          const float *prob)
 {
 	int B = o->block, bs = s->b * B, quota, nm = 0;
@@ -267,6 +267,7 @@ static void slot_denoise(struct slot *s, const struct sampler_opts *o, const int
 		s->logp[bs + j] = logf(conf[j]);
 	}
 	s->it++;
+	return nm;
 }
 
 static int block_has_mask(const struct slot *s, const struct sampler_opts *o)
@@ -366,11 +367,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					o->on_logits(o->on_logits_arg, s->req, s->gstep + 1,
 					             logits + (size_t)lr * V, B, V);
 				s->pending = 0;
-				int nm = 0;
-				for (int j = 0; j < B; j++)
-					nm += s->msk[s->b * B + j];
-				slot_denoise(s, o, tok + k, prob + k);
-				k += nm;
+				k += slot_denoise(s, o, tok + k, prob + k);
 				lr += B;
 				if (!o->separate_save && !block_has_mask(s, o)) {
 					if (block_ends_request(s, o)) {
