@@ -17,12 +17,20 @@ steps, tokens/s (sample tokens, not doubled), peak memory and MFU with bench/sft
 formula (--peak FLOP/s, default 989e12: H100 SXM / H200 dense bf16).
 """
 import argparse
-import inspect
+import importlib.util
 import json
+import os
 import time
 
 import torch
 import torch.nn.functional as F
+
+# transformers' Qwen3Config for a dice config: tests/gpu/sft-parity.py's (imported, not copied)
+_spec = importlib.util.spec_from_file_location(
+    "sft_parity", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu",
+                               "sft-parity.py"))
+parity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(parity)
 
 
 def main():
@@ -34,23 +42,10 @@ def main():
     ap.add_argument("--peak", type=float, default=989e12)
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation")
     a = ap.parse_args()
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     c = json.load(open(a.config))
-    kw = dict(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
-              intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
-              num_attention_heads=c["num_attention_heads"],
-              num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
-              rms_norm_eps=c.get("rms_norm_eps", 1e-6),
-              max_position_embeddings=max(c.get("max_position_embeddings", 32768), a.tokens),
-              tie_word_embeddings=c.get("tie_word_embeddings", False), attention_bias=False,
-              use_sliding_window=False, hidden_act="silu")
-    theta = c.get("rope_theta", 1e6)
-    if "rope_parameters" in inspect.signature(Qwen3Config.__init__).parameters:
-        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
-    else:
-        kw["rope_theta"] = theta
-    conf = Qwen3Config(**kw)
+    conf = parity.qwen3_config(c, a.tokens)
     conf._attn_implementation = a.attn
     dev = "cuda"
     torch.manual_seed(0)

@@ -103,9 +103,10 @@ def native_logits(p, cfg, ids, pos, mask):
     return rms(x, p["model.norm.weight"], eps) @ head.T
 
 
-def hf_model(cfg, weights, device):
+def qwen3_config(cfg, max_positions=0):
+    """transformers' Qwen3Config for a dice config.json (bench/sft-ref.py uses it too)."""
     import inspect
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config
     kw = dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
               intermediate_size=cfg["intermediate_size"],
               num_hidden_layers=cfg["num_hidden_layers"],
@@ -113,7 +114,8 @@ def hf_model(cfg, weights, device):
               num_key_value_heads=cfg["num_key_value_heads"],
               head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
               rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-              max_position_embeddings=cfg.get("max_position_embeddings", 32768),
+              max_position_embeddings=max(cfg.get("max_position_embeddings", 32768),
+                                          max_positions),
               tie_word_embeddings=cfg.get("tie_word_embeddings", False),
               attention_bias=False, use_sliding_window=False, hidden_act="silu")
     theta = cfg.get("rope_theta", 1e6)
@@ -121,7 +123,12 @@ def hf_model(cfg, weights, device):
         kw["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
     else:
         kw["rope_theta"] = theta
-    conf = Qwen3Config(**kw)
+    return Qwen3Config(**kw)
+
+
+def hf_model(cfg, weights, device):
+    from transformers import Qwen3ForCausalLM
+    conf = qwen3_config(cfg)
     conf._attn_implementation = "eager"
     model = Qwen3ForCausalLM(conf).to(torch.float32)
     missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -129,6 +136,34 @@ def hf_model(cfg, weights, device):
     if missing or unexpected:
         sys.exit("sft-parity: weights do not match Qwen3: missing %s, unexpected %s" % (missing, unexpected))
     return model.to(device)
+
+
+def compare(what, want, loss, b, grads, tol, extra=""):
+    """The dumped loss and every grad.NAME tensor of the dump b against torch's loss and
+    grads(NAME); prints the report and returns True when all are within tol (relative)."""
+    ok = True
+    rel = abs(loss.item() - want) / max(abs(loss.item()), 1e-30)
+    print("%sloss: %s %.9g torch %.9g rel %.2e" % (extra, what, want, loss.item(), rel))
+    ok &= rel < tol
+    worst = 0.0
+    for name, g in sorted(b.items()):
+        if not name.startswith("grad."):
+            continue
+        ref = grads(name[5:])
+        if ref is None:
+            print("%s: no gradient in torch" % name)
+            ok = False
+            continue
+        ref = ref.detach().float().cpu()
+        err = (g - ref).norm().item() / max(ref.norm().item(), 1e-30)
+        worst = max(worst, err)
+        if err >= tol:
+            print("%s: relative error %.2e" % (name, err))
+            ok = False
+    print("gradients: %d tensors, worst relative error %.2e (tolerance %.0e)"
+          % (sum(n.startswith("grad.") for n in b), worst, tol))
+    print("PASS" if ok else "FAIL")
+    return ok
 
 
 def main():
@@ -181,29 +216,7 @@ def main():
 
     loss = step()
 
-    ok = True
-    want = float(meta["loss"])
-    rel = abs(loss.item() - want) / max(abs(loss.item()), 1e-30)
-    print("loss: dice-sft %.9g torch %.9g rel %.2e" % (want, loss.item(), rel))
-    ok &= rel < a.tol
-    worst = 0.0
-    for name, g in sorted(b.items()):
-        if not name.startswith("grad."):
-            continue
-        ref = grads(name[5:])
-        if ref is None:
-            print("%s: no gradient in torch" % name)
-            ok = False
-            continue
-        ref = ref.detach().float().cpu()
-        err = (g - ref).norm().item() / max(ref.norm().item(), 1e-30)
-        worst = max(worst, err)
-        if err >= a.tol:
-            print("%s: relative error %.2e" % (name, err))
-            ok = False
-    print("gradients: %d tensors, worst relative error %.2e (tolerance %.0e)"
-          % (sum(n.startswith("grad.") for n in b), worst, a.tol))
-    print("PASS" if ok else "FAIL")
+    ok = compare("dice-sft", float(meta["loss"]), loss, b, grads, a.tol)
     if a.time:
         import time
         ts = []
