@@ -98,6 +98,24 @@ static int *gt_iota(int n, int start)
 	return p;
 }
 
+/* the SFT layout of two packed samples of lengths L1 and L2, each [x_t | x_0]: positions,
+ * sample ids and noisy flags of the 2 (L1 + L2) rows; returns the row count */
+static int gt_sft_packed(int L1, int L2, int **pos, int **seg, uint8_t **nz)
+{
+	int n = 2 * (L1 + L2), i = 0;
+	*pos = (int *)xmalloc(n * sizeof(int));
+	*seg = (int *)xmalloc(n * sizeof(int));
+	*nz = (uint8_t *)xmalloc(n);
+	for (int s = 0; s < 2; s++)
+		for (int half = 0; half < 2; half++)
+			for (int j = 0; j < (s ? L2 : L1); j++, i++) {
+				(*pos)[i] = j;
+				(*seg)[i] = s;
+				(*nz)[i] = half == 0;
+			}
+	return n;
+}
+
 /* one attention test case: shapes and the host mask arrays (NULL where the mask has none) */
 struct gt_acase {
 	const char *name;

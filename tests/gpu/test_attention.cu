@@ -63,19 +63,9 @@ int main(void)
 	run(&dec3);
 
 	/* SFT: two packed samples of [x_t | x_0], lengths 24 and 16 */
-	int L1 = 24, L2 = 16, n = 2 * (L1 + L2);
-	int *pos = (int *)xmalloc(n * sizeof(int)), *seg = (int *)xmalloc(n * sizeof(int));
-	uint8_t *nz = (uint8_t *)xmalloc(n);
-	int i = 0;
-	for (int s = 0; s < 2; s++) {
-		int L = s ? L2 : L1;
-		for (int half = 0; half < 2; half++)
-			for (int j = 0; j < L; j++, i++) {
-				pos[i] = j;
-				seg[i] = s;
-				nz[i] = half == 0;
-			}
-	}
+	int *pos, *seg;
+	uint8_t *nz;
+	int n = gt_sft_packed(24, 16, &pos, &seg, &nz);
 	struct gt_acase sft = { "sft noisy packed", n, n, 4, 4, 80, 4, pos, pos, seg, seg, nz, nz };
 	run(&sft);
 	struct gt_acase sft2 = { "sft noisy", n, n, 6, 2, 32, 8, pos, pos, NULL, NULL, nz, nz };
