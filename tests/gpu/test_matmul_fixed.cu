@@ -2,7 +2,9 @@
  * (ops_cpu's matmul) on random data, fp32/bf16/fp16 weights, both kernels of the 16-bit path
  * and the fallbacks; then batch invariance, bit for bit: rows r0 .. r0+M-1 of a 512-row
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
- * another place in its tile), and the streaming and tiled kernels give the same bits. */
+ * another place in its tile), and the streaming and tiled kernels give the same bits; last,
+ * every tile shape of the tiled kernel, split by segment or not, gives the streaming kernel's
+ * bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8 segments). */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -97,6 +99,40 @@ static void invariance(enum dice_dtype dt, int in, int out)
 	G->free(dx); G->free(dw);
 }
 
+/* every variant of the tiled kernel, split or not, bitwise equal to the streaming kernel */
+static void tiles(enum dice_dtype dt, int N, int in, int out)
+{
+	size_t wn = (size_t)out * in;
+	float *x = gt_rand((size_t)N * in, -1, 1);
+	void *w = gt_rand_w(wn, dt, -1, 1);
+	float *dx = (float *)gt_up(x, sizeof(float) * N * in);
+	void *dw = gt_up(w, wn * dice_dtype_size(dt));
+	float *ref = product(dx, dw, dt, N, in, out, 1);
+	char what[200];
+
+	for (int v = -1; v < gpu_matmul_fixed_variants(); v++) {
+		for (int split = 0; split < 2; split++) {
+			float *dy = gt_poisoned((size_t)N * out);
+			CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, dx, dw, dt, N, in, out, v,
+			                             v < 0 ? -1 : split) == 0, "matmul_fixed tiled launch");
+			float *y = gt_down(dy, (size_t)N * out);
+			int bad = rows_differ(y, ref, N, out);
+			if (bad)
+				printf("#   %d of %d rows differ\n", bad, N);
+			snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: tiled %s%s bitwise "
+			         "equal to the streaming kernel", dtname[dt], N, in, out,
+			         gpu_matmul_fixed_variant_name(v), split ? " split" : "");
+			CHECK(bad == 0, what);
+			free(y);
+			G->free(dy);
+			if (v < 0)
+				break;
+		}
+	}
+	free(x); free(w); free(ref);
+	G->free(dx); G->free(dw);
+}
+
 int main(void)
 {
 	if (gt_init(17))
@@ -122,5 +158,11 @@ int main(void)
 	invariance(DICE_BF16, 4096, 640);          /* ... eight */
 	invariance(DICE_F16, 2056, 264);
 	invariance(DICE_F32, 1024, 300);
+	tiles(DICE_BF16, 203, 1000, 300);          /* 8 segments, the last block short */
+	tiles(DICE_BF16, 517, 2560, 264);          /* 8 segments */
+	tiles(DICE_BF16, 130, 4096, 2560);         /* 4 segments */
+	tiles(DICE_BF16, 33, 2048, 4104);          /* 2 segments */
+	tiles(DICE_F16, 301, 2560, 9000);          /* 1 segment */
+	tiles(DICE_F16, 77, 1000, 77);
 	return test_done();
 }
