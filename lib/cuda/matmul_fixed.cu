@@ -5,8 +5,12 @@
  * cores (mma.sync m16n8k16, fp32 accumulation, x rounded to the weight dtype):
  *  - up to MF_SMALL_M rows, a streaming kernel: one block per 8 outputs, one warp per
  *    segment of the inputs, 16-byte weight loads, the next step's in flight during this one;
- *  - above, a tiled kernel: 128x128 tiles, 32 inputs per stage, 4 cp.async stages, one
- *    block per (tile, segment); x is converted to the weight dtype once beforehand.
+ *  - above, a tiled kernel (mft_kernel) at one of several tile shapes (mf_var: 64..256 rows
+ *    x 64..128 outputs, 4 or 8 warps, 3 or 4 cp.async stages of 32 or 64 inputs), chosen per
+ *    (N, in, out) by a cost model fitted to H100 timings (mf_cost); a block either walks its
+ *    tile's segments one after the other (no partial sums in memory) or takes one segment
+ *    (grid.y) with an ordered reduce after; x is converted to the weight dtype beforehand.
+ *    The tile shape, the split and the stage depth change no output's order of sums.
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
  * 32; mf_segments, a function of (in, out)); within a segment the products accumulate from
  * zero in 32-input blocks, ascending, each block two mma steps over a fixed permutation of its
@@ -170,101 +174,119 @@ static __device__ __forceinline__ void mf_cp16(void *dst, const void *src, int v
 }
 
 /* The tiled kernel, one instance per tile shape: WM x WN warps, each TM x TN tiles of 16 rows
- * x 8 outputs (a block of BM = 16 WM TM rows by BN = 8 WN TN outputs); stages of one 32-input
- * block: BM rows of x (converted already) then BN rows of w, 64 bytes each (the 16-byte
- * chunks a warp reads at once cover 128 contiguous bytes: no bank conflicts). A block either
- * walks all the inputs, its segments one after the other (each accumulated from zero, then
- * written to y (the first) or added to what y holds: ((s0 + s1) + s2) ...), or, split (grid.y
- * = segment), one segment into part (the reduce adds them in order). Tiles are numbered in
- * groups of MF_GROUP row tiles, rows fastest, so that the blocks in flight share weights. */
+ * x 8 outputs (a block of BM = 16 WM TM rows by BN = 8 WN TN outputs); a stage holds KB
+ * blocks of 32 inputs, each BM rows of x (converted already) then BN rows of w, 64 bytes a
+ * row (the 16-byte chunks a warp reads at once cover 128 contiguous bytes: no bank
+ * conflicts). A block either walks all the inputs, its segments one after the other (each
+ * accumulated from zero, then written to y (the first) or added to what y holds: ((s0 + s1)
+ * + s2) ...; KB divides the segment's blocks then), or, split (grid.y = segment), one segment
+ * into part (the reduce adds them in order). Tiles are numbered in groups of MF_GROUP row
+ * tiles, rows fastest, so that the blocks in flight share weights. */
 #define MF_GROUP 8
 
-template <int WM, int WN, int TM, int TN, int STAGES, int F16>
+template <int WM, int WN, int TM, int TN, int STAGES, int KB>
 struct mft {
-	enum { BM = 16 * WM * TM, BN = 8 * WN * TN, T = 32 * WM * WN, STAGE = (BM + BN) * MF_KB * 2 };
+	enum { BM = 16 * WM * TM, BN = 8 * WN * TN, T = 32 * WM * WN, SUB = (BM + BN) * MF_KB * 2,
+	       STAGE = KB * SUB, AU = BM * 4 / T, BU = BN * 4 / T };
 };
 
-template <int WM, int WN, int TM, int TN, int STAGES, int F16>
+template <int WM, int WN, int TM, int TN, int STAGES, int KB, int F16>
 static __global__ void __launch_bounds__(32 * WM * WN)
 mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, int out, int kseg)
 {
-	typedef mft<WM, WN, TM, TN, STAGES, F16> P;
+	typedef mft<WM, WN, TM, TN, STAGES, KB> P;
 	extern __shared__ uint4 mf_smem[];
 	char *sm = (char *)mf_smem;
 	const char *xc = (const char *)xb, *wc = (const char *)w;
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int wm = wid / WN, wn = wid % WN;
+	int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, q = lane & 3;
+	int wm = wid / WN, wn = wid % WN, lr = tid >> 2, lk = 8 * (tid & 3);
 	int mt = CEIL_DIV(M, P::BM), nt = CEIL_DIV(out, P::BN);
 	int first = blockIdx.x / (MF_GROUP * nt) * MF_GROUP, r = blockIdx.x % (MF_GROUP * nt);
 	int gsz = min(mt - first, MF_GROUP);
 	int m0 = (first + r % gsz) * P::BM, n0 = r / gsz * P::BN;
-	int segb = kseg / MF_KB, nkb = CEIL_DIV(K, MF_KB), kb0 = 0, kb1 = nkb;
+	int segb = kseg / MF_KB, kb0 = 0, kb1 = CEIL_DIV(K, MF_KB);
 	float *dst = y;
 	if (gridDim.y > 1) {
 		kb0 = blockIdx.y * segb;
-		kb1 = min(nkb, kb0 + segb);
+		kb1 = min(kb1, kb0 + segb);
 		dst = part + (size_t)blockIdx.y * M * out;
 	}
-	float acc[TM][TN][4];
+	/* stages to compute, and per segment */
+	int nst = CEIL_DIV(kb1 - kb0, KB), segst = segb >= kb1 - kb0 ? nst : segb / KB;
 	int flushed = 0, vec = !(out & 1) && !((uintptr_t)dst & 7);
+	float acc[TM][TN][4];
 
+	/* slot <- the KB blocks from kb: thread tid copies chunks tid + u T of each (row
+	 * (tid + u T) / 4, inputs 8 (tid % 4) .. +7); zeros past M, out or K */
+	auto load = [&](int slot, int kb) {
+		char *s = sm + slot * P::STAGE + tid * 16;
 #pragma unroll
-	for (int i = 0; i < TM; i++)
+		for (int b = 0; b < KB; b++) {
+			int k = (kb + b) * MF_KB + lk, kin = k < K;
 #pragma unroll
-		for (int j = 0; j < TN; j++)
-			acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-
-	/* stage st <- block kb: chunk c of the stage is row c / 4, inputs 8 (c % 4) .. +7 */
-	auto load = [&](int st, int kb) {
-		char *s = sm + st * P::STAGE;
+			for (int u = 0; u < P::AU; u++) {
+				int row = m0 + lr + u * (P::T / 4), ok = row < M && kin;
+				mf_cp16(s + b * P::SUB + u * P::T * 16,
+				        xc + ((size_t)(ok ? row : 0) * K + (ok ? k : 0)) * 2, ok);
+			}
 #pragma unroll
-		for (int u = 0; u < CEIL_DIV((P::BM + P::BN) * 4, P::T); u++) {
-			int c = threadIdx.x + u * P::T, rr = c >> 2, k = kb * MF_KB + 8 * (c & 3);
-			if ((P::BM + P::BN) * 4 % P::T && c >= (P::BM + P::BN) * 4)
-				break;
-			if (rr < P::BM) {
-				int v = m0 + rr < M && k < K;
-				mf_cp16(s + c * 16, v ? xc + ((size_t)(m0 + rr) * K + k) * 2 : xc, v);
-			} else {
-				int v = n0 + rr - P::BM < out && k < K;
-				mf_cp16(s + c * 16, v ? wc + ((size_t)(n0 + rr - P::BM) * K + k) * 2 : wc, v);
+			for (int u = 0; u < P::BU; u++) {
+				int row = n0 + lr + u * (P::T / 4), ok = row < out && kin;
+				mf_cp16(s + b * P::SUB + P::BM * 64 + u * P::T * 16,
+				        wc + ((size_t)(ok ? row : 0) * K + (ok ? k : 0)) * 2, ok);
 			}
 		}
 	};
 
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) {
-		if (kb0 + s < kb1)
-			load(s, kb0 + s);
+		if (s < nst)
+			load(s, kb0 + s * KB);
 		asm volatile("cp.async.commit_group;\n" ::);
 	}
-	int st = 0, ld = STAGES - 1;
-	for (int kb = kb0; kb < kb1; kb++) {
-		asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
-		__syncthreads();
-		if (kb + STAGES - 1 < kb1)
-			load(ld, kb + STAGES - 1);
-		asm volatile("cp.async.commit_group;\n" ::);
-		ld = ld + 1 == STAGES ? 0 : ld + 1;
-		const char *as = sm + st * P::STAGE, *bs = as + P::BM * MF_KB * 2;
-		st = st + 1 == STAGES ? 0 : st + 1;
-		uint4 bw[TN];
+	int cs = 0, ls = STAGES - 1, s = 0;
+	while (s < nst) {
 #pragma unroll
-		for (int j = 0; j < TN; j++)
-			bw[j] = *(const uint4 *)(bs + ((wn * TN + j) * 8 + g) * 64 + q * 16);
-#pragma unroll
-		for (int i = 0; i < TM; i++) {
-			int rw = (wm * TM + i) * 16 + g;
-			uint4 ra = *(const uint4 *)(as + rw * 64 + q * 16);
-			uint4 rb = *(const uint4 *)(as + (rw + 8) * 64 + q * 16);
+		for (int i = 0; i < TM; i++)
 #pragma unroll
 			for (int j = 0; j < TN; j++)
-				mf_step(acc[i][j], ra, rb, bw[j], F16);
+				acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+		for (int send = min(nst, s + segst); s < send; s++) {
+			asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+			__syncthreads();
+			if (s + STAGES - 1 < nst)
+				load(ls, kb0 + (s + STAGES - 1) * KB);
+			asm volatile("cp.async.commit_group;\n" ::);
+			ls = ls + 1 == STAGES ? 0 : ls + 1;
+			const char *stg = sm + cs * P::STAGE;
+			cs = cs + 1 == STAGES ? 0 : cs + 1;
+#pragma unroll
+			for (int b = 0; b < KB; b++) {
+				if (b && kb0 + s * KB + b >= kb1)
+					break;
+				const char *as = stg + b * P::SUB, *bs = as + P::BM * 64;
+				uint4 bw[TN];
+#pragma unroll
+				for (int j = 0; j < TN; j++)
+					bw[j] = *(const uint4 *)(bs + ((wn * TN + j) * 8 + g) * 64 + q * 16);
+				/* mf_step's two steps for each output tile, the first steps of a row of
+				 * tiles before their second (independent products between dependent ones) */
+#pragma unroll
+				for (int i = 0; i < TM; i++) {
+					int rw = (wm * TM + i) * 16 + g;
+					uint4 ra = *(const uint4 *)(as + rw * 64 + q * 16);
+					uint4 rb = *(const uint4 *)(as + (rw + 8) * 64 + q * 16);
+#pragma unroll
+					for (int j = 0; j < TN; j++)
+						gpu_mma16816(acc[i][j], ra.x, rb.x, ra.y, rb.y, bw[j].x, bw[j].y, F16);
+#pragma unroll
+					for (int j = 0; j < TN; j++)
+						gpu_mma16816(acc[i][j], ra.z, rb.z, ra.w, rb.w, bw[j].z, bw[j].w, F16);
+				}
+			}
 		}
-		if ((kb + 1) % segb && kb + 1 < kb1)
-			continue;
-		/* the end of a segment: y = its sum (the first) or y + its sum; acc from zero again.
-		 * Each output belongs to one thread in every segment: it reads its own writes. */
+		/* the end of a segment: y = its sum (the first) or y + its sum. Each output
+		 * belongs to one thread in every segment: it reads its own writes. */
 #pragma unroll
 		for (int i = 0; i < TM; i++) {
 #pragma unroll
@@ -291,7 +313,6 @@ mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, i
 							p[1] = flushed ? p[1] + a1 : a1;
 					}
 				}
-				acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 			}
 		}
 		flushed = 1;
@@ -366,26 +387,27 @@ static int mf_tc_ok(const float *x, const void *w, enum dice_dtype wdt, int in)
 
 typedef void (*mft_fn)(float *, float *, const void *, const void *, int, int, int, int);
 
-/* the tile shapes (none changes the order of any output's sums); rate: the guessed share of
- * an SM's mma rate at that warp tile (shared-memory bytes per mma), for the choice below */
+/* the tile shapes (none changes the order of any output's sums); rate: its speed relative to
+ * the fastest on large shapes, measured on an H100 (bench/NOTES-device.md), for mf_cost */
 static struct mf_variant {
 	const char *name;
 	mft_fn fn[2];                           /* bf16, fp16 */
-	int bm, bn, threads, smem;
+	int bm, bn, threads, smem, kb;          /* kb: 32-input blocks a stage */
 	double rate;
 	int occ;                                /* blocks per SM (0: not asked yet) */
 } mf_var[] = {
-#define MFV(name, WM, WN, TM, TN, S, rate) \
-	{ name, { mft_kernel<WM, WN, TM, TN, S, 0>, mft_kernel<WM, WN, TM, TN, S, 1> }, \
-	  16 * WM * TM, 8 * WN * TN, 32 * WM * WN, S * mft<WM, WN, TM, TN, S, 0>::STAGE, rate, 0 }
-	MFV("128x128 w8 64x32 s4", 2, 4, 4, 4, 4, 0.80),
-	MFV("128x128 w4 64x64 s4", 2, 2, 4, 8, 4, 1.00),
-	MFV("128x256 w8 64x64 s4", 2, 4, 4, 8, 4, 1.00),
-	MFV("256x128 w8 64x64 s4", 4, 2, 4, 8, 4, 1.00),
-	MFV("128x64 w4 64x32 s4", 2, 2, 4, 4, 4, 0.80),
-	MFV("64x128 w4 32x64 s4", 2, 2, 2, 8, 4, 0.80),
-	MFV("64x64 w4 32x32 s4", 2, 2, 2, 4, 4, 0.60),
-	MFV("128x128 w4 64x64 s6", 2, 2, 4, 8, 6, 1.00),
+#define MFV(name, WM, WN, TM, TN, S, KB, rate) \
+	{ name, { mft_kernel<WM, WN, TM, TN, S, KB, 0>, mft_kernel<WM, WN, TM, TN, S, KB, 1> }, \
+	  16 * WM * TM, 8 * WN * TN, 32 * WM * WN, S * mft<WM, WN, TM, TN, S, KB>::STAGE, KB, rate, 0 }
+	MFV("128x128 w4 64x64 s4", 2, 2, 4, 8, 4, 1, 0.85),
+	MFV("128x128 w4 64x64 s3 k64", 2, 2, 4, 8, 3, 2, 0.85),
+	MFV("256x128 w8 64x64 s4", 4, 2, 4, 8, 4, 1, 0.83),
+	MFV("256x128 w8 64x64 s3 k64", 4, 2, 4, 8, 3, 2, 0.80),
+	MFV("128x128 w8 64x32 s4", 2, 4, 4, 4, 4, 1, 1.00),
+	MFV("128x64 w4 64x32 s4", 2, 2, 4, 4, 4, 1, 0.90),
+	MFV("64x128 w4 32x64 s4", 2, 2, 2, 8, 4, 1, 0.85),
+	MFV("64x128 w4 32x64 s3 k64", 2, 2, 2, 8, 3, 2, 0.83),
+	MFV("64x64 w4 32x32 s4", 2, 2, 2, 4, 4, 1, 0.78),
 #undef MFV
 };
 #define MF_NVAR ((int)(sizeof mf_var / sizeof mf_var[0]))
@@ -393,9 +415,13 @@ static struct mf_variant {
 static int mf_occupancy(struct mf_variant *v)
 {
 	if (!v->occ) {
-		for (int f = 0; f < 2; f++)
+		for (int f = 0; f < 2; f++) {
 			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                v->smem));
+			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f],
+			                                cudaFuncAttributePreferredSharedMemoryCarveout,
+			                                cudaSharedmemCarveoutMaxShared));
+		}
 		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, v->fn[0], v->threads,
 		                                                         v->smem));
 		if (v->occ < 1)
@@ -404,10 +430,10 @@ static int mf_occupancy(struct mf_variant *v)
 	return v->occ;
 }
 
-/* the estimated time (arbitrary units) of variant v, split or not: the most tiles one SM
- * gets, each BM x BN x its inputs at the variant's rate (a quarter off with fewer than 8
- * warps on the SM), plus the passes over y: the read-add-writes of the later segments
- * (unsplit, mostly in L2) or the partials and the reduce (split) */
+/* the estimated time (cycles) of variant v, split or not: the most tiles one SM gets, each
+ * BM x BN x its inputs at the variant's rate (measured on an H100, bench/NOTES-device.md;
+ * about half with only 4 warps on the SM), plus the passes over y: the read-add-writes of the
+ * later segments (unsplit, mostly in L2) or the partials and the reduce (split). */
 static double mf_cost(struct mf_variant *v, int split, int N, int in, int out, int nseg,
                       int kseg)
 {
@@ -415,9 +441,8 @@ static double mf_cost(struct mf_variant *v, int split, int N, int in, int out, i
 	long tiles = (long)CEIL_DIV(N, v->bm) * CEIL_DIV(out, v->bn) * (split ? nseg : 1);
 	long per = CEIL_DIV(tiles, (long)sms);
 	long res = per < occ ? per : occ;
-	double rate = v->rate * (res * v->threads >= 256 ? 1.0 : 0.75);
-	double flop_clk = 1024.0;               /* per SM and cycle, mma.sync, a guess */
-	double t = per * 2.0 * v->bm * v->bn * (split ? kseg : in) / (flop_clk * rate);
+	double rate = 1100.0 * v->rate * (res * v->threads >= 256 ? 1.0 : 0.55);
+	double t = per * 2.0 * v->bm * v->bn * (split ? kseg : in) / rate;
 	double bytes_clk = 1500.0;              /* device memory, all SMs, per cycle */
 	double y = (double)N * out * 4;
 	if (split)
@@ -427,6 +452,12 @@ static double mf_cost(struct mf_variant *v, int split, int N, int in, int out, i
 	return t;
 }
 
+/* whether variant v may walk the segments of kseg inputs (its stages must not straddle them) */
+static int mf_walks(const struct mf_variant *v, int nseg, int kseg)
+{
+	return nseg == 1 || kseg / MF_KB % v->kb == 0;
+}
+
 /* the variant and split the tiled path takes for this shape */
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 {
@@ -434,7 +465,7 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 	double best = 0;
 	*split = 0;
 	for (int i = 0; i < MF_NVAR; i++) {
-		for (int s = 0; s <= (nseg > 1); s++) {
+		for (int s = !mf_walks(&mf_var[i], nseg, kseg); s <= (nseg > 1); s++) {
 			double c = mf_cost(&mf_var[i], s, N, in, out, nseg, kseg);
 			if (v < 0 || c < best)
 				best = c, v = i, *split = s;
@@ -443,7 +474,8 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 	return v;
 }
 
-/* the tiled kernel: variant v (-1: the cheapest by mf_cost, and its split) */
+/* the tiled kernel: variant v (-1: the cheapest by mf_cost, and its split); split where the
+ * variant may not walk the segments */
 static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
                     int in, int out, int v, int split)
 {
@@ -451,8 +483,8 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 
 	if (v < 0)
 		v = gpu_matmul_fixed_choice(N, in, out, &split);
-	split = split > 0 && nseg > 1;
 	struct mf_variant *vr = &mf_var[v];
+	split = nseg > 1 && (split > 0 || !mf_walks(vr, nseg, kseg));
 	mf_occupancy(vr);
 	size_t xbytes = ((size_t)N * in * 2 + 255) / 256 * 256;
 	size_t pn = split ? (size_t)nseg * N * out : 0;
