@@ -5,8 +5,12 @@
  * cores (mma.sync m16n8k16, fp32 accumulation, x rounded to the weight dtype):
  *  - up to MF_SMALL_M rows, a streaming kernel: one block per 8 outputs, one warp per
  *    segment of the inputs, 16-byte weight loads, the next step's in flight during this one;
- *  - above, a tiled kernel: 128x128 tiles, 32 inputs per stage, 4 cp.async stages, one
- *    block per (tile, segment); x is converted to the weight dtype once beforehand.
+ *  - above, a tiled kernel (mft_kernel) at one of several tile shapes (mf_var: 64..256 rows
+ *    x 64..128 outputs, 4 or 8 warps, 3 or 4 cp.async stages of 32 or 64 inputs), chosen per
+ *    (N, in, out) by a cost model fitted to H100 timings (mf_cost); a block either walks its
+ *    tile's segments one after the other (no partial sums in memory) or takes one segment
+ *    (grid.y) with an ordered reduce after; x is converted to the weight dtype beforehand.
+ *    The tile shape, the split and the stage depth change no output's order of sums.
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
  * 32; mf_segments, a function of (in, out)); within a segment the products accumulate from
  * zero in 32-input blocks, ascending, each block two mma steps over a fixed permutation of its
@@ -22,11 +26,6 @@
 #define MF_SEGMAX 8             /* segments of the inputs, at most */
 #define MF_WARPS_WANT 1024      /* streaming kernel: warps to aim for (outputs/8 x segments) */
 #define MF_SMALL_M 32           /* rows up to which the streaming kernel runs */
-#define MF_BM 128               /* tiled kernel: rows, outputs per tile */
-#define MF_BN 128
-#define MF_STAGES 4
-#define MF_THREADS 256
-#define MF_STAGE_BYTES ((MF_BM + MF_BN) * MF_KB * 2)
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
@@ -174,91 +173,151 @@ static __device__ __forceinline__ void mf_cp16(void *dst, const void *src, int v
 	             :: "r"(s), "l"(src), "r"(valid ? 16 : 0));
 }
 
-/* stage `st` <- block kb (global input index kb * 32) of the tile: 128 rows of x (converted
- * already), 128 rows of w, 64 bytes each; two chunks of each per thread */
-static __device__ __forceinline__ void mfl_load(char *sm, int st, const char *xb, const char *w,
-                                                int M, int K, int out, int m0, int n0, int k0)
-{
-	char *as = sm + st * MF_STAGE_BYTES, *bs = as + MF_BM * MF_KB * 2;
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		int c = threadIdx.x + u * MF_THREADS, r = c >> 2, k = k0 + 8 * (c & 3);
-		int va = m0 + r < M && k < K, vb = n0 + r < out && k < K;
-		mf_cp16(as + c * 16, va ? xb + ((size_t)(m0 + r) * K + k) * 2 : xb, va);
-		mf_cp16(bs + c * 16, vb ? w + ((size_t)(n0 + r) * K + k) * 2 : w, vb);
-	}
-}
+/* The tiled kernel, one instance per tile shape: WM x WN warps, each TM x TN tiles of 16 rows
+ * x 8 outputs (a block of BM = 16 WM TM rows by BN = 8 WN TN outputs); a stage holds KB
+ * blocks of 32 inputs, each BM rows of x (converted already) then BN rows of w, 64 bytes a
+ * row (the 16-byte chunks a warp reads at once cover 128 contiguous bytes: no bank
+ * conflicts). A block either walks all the inputs, its segments one after the other (each
+ * accumulated from zero, then written to y (the first) or added to what y holds: ((s0 + s1)
+ * + s2) ...; KB divides the segment's blocks then), or, split (grid.y = segment), one segment
+ * into part (the reduce adds them in order). Tiles are numbered in groups of MF_GROUP row
+ * tiles, rows fastest, so that the blocks in flight share weights. */
+#define MF_GROUP 8
 
-/* the tiled kernel: block (x: 128 outputs, y: 128 rows, z: segment); 8 warps of 64 rows x 32
- * outputs. One segment's sum goes to y (nseg 1) or to part[z] (the reduce adds them). */
-static __global__ void __launch_bounds__(MF_THREADS) mfl_kernel(float *y, float *part,
-                                                                 const void *xb, const void *w,
-                                                                 int f16, int M, int K, int out,
-                                                                 int kseg)
+template <int WM, int WN, int TM, int TN, int STAGES, int KB>
+struct mft {
+	enum { BM = 16 * WM * TM, BN = 8 * WN * TN, T = 32 * WM * WN, SUB = (BM + BN) * MF_KB * 2,
+	       STAGE = KB * SUB, AU = BM * 4 / T, BU = BN * 4 / T };
+};
+
+template <int WM, int WN, int TM, int TN, int STAGES, int KB, int F16>
+static __global__ void __launch_bounds__(32 * WM * WN)
+mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, int out, int kseg)
 {
+	typedef mft<WM, WN, TM, TN, STAGES, KB> P;
 	extern __shared__ uint4 mf_smem[];
 	char *sm = (char *)mf_smem;
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int wm = wid >> 2, wn = wid & 3;
-	int m0 = blockIdx.y * MF_BM, n0 = blockIdx.x * MF_BN;
-	int kbeg = blockIdx.z * kseg, kend = min(K, kbeg + kseg), nkb = CEIL_DIV(kend - kbeg, MF_KB);
-	float acc[4][4][4];
+	const char *xc = (const char *)xb, *wc = (const char *)w;
+	int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, q = lane & 3;
+	int wm = wid / WN, wn = wid % WN, lr = tid >> 2, lk = 8 * (tid & 3);
+	int mt = CEIL_DIV(M, P::BM), nt = CEIL_DIV(out, P::BN);
+	int first = blockIdx.x / (MF_GROUP * nt) * MF_GROUP, r = blockIdx.x % (MF_GROUP * nt);
+	int gsz = min(mt - first, MF_GROUP);
+	int m0 = (first + r % gsz) * P::BM, n0 = r / gsz * P::BN;
+	int segb = kseg / MF_KB, kb0 = 0, kb1 = CEIL_DIV(K, MF_KB);
+	float *dst = y;
+	if (gridDim.y > 1) {
+		kb0 = blockIdx.y * segb;
+		kb1 = min(kb1, kb0 + segb);
+		dst = part + (size_t)blockIdx.y * M * out;
+	}
+	/* stages to compute, and per segment */
+	int nst = CEIL_DIV(kb1 - kb0, KB), segst = segb >= kb1 - kb0 ? nst : segb / KB;
+	int flushed = 0, vec = !(out & 1) && !((uintptr_t)dst & 7);
+	float acc[TM][TN][4];
 
+	/* slot <- the KB blocks from kb: thread tid copies chunks tid + u T of each (row
+	 * (tid + u T) / 4, inputs 8 (tid % 4) .. +7); zeros past M, out or K */
+	auto load = [&](int slot, int kb) {
+		char *s = sm + slot * P::STAGE + tid * 16;
 #pragma unroll
-	for (int i = 0; i < 4; i++)
+		for (int b = 0; b < KB; b++) {
+			int k = (kb + b) * MF_KB + lk, kin = k < K;
 #pragma unroll
-		for (int j = 0; j < 4; j++)
-			acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+			for (int u = 0; u < P::AU; u++) {
+				int row = m0 + lr + u * (P::T / 4), ok = row < M && kin;
+				mf_cp16(s + b * P::SUB + u * P::T * 16,
+				        xc + ((size_t)(ok ? row : 0) * K + (ok ? k : 0)) * 2, ok);
+			}
 #pragma unroll
-	for (int s = 0; s < MF_STAGES - 1; s++) {
-		if (s < nkb)
-			mfl_load(sm, s, (const char *)xb, (const char *)w, M, K, out, m0, n0,
-			         kbeg + s * MF_KB);
-		asm volatile("cp.async.commit_group;\n" ::);
-	}
-	for (int kb = 0; kb < nkb; kb++) {
-		asm volatile("cp.async.wait_group 2;\n" ::);       /* MF_STAGES - 2 */
-		__syncthreads();
-		int nk = kb + MF_STAGES - 1;
-		if (nk < nkb)
-			mfl_load(sm, nk % MF_STAGES, (const char *)xb, (const char *)w, M, K, out, m0, n0,
-			         kbeg + nk * MF_KB);
-		asm volatile("cp.async.commit_group;\n" ::);
-		const char *as = sm + (kb % MF_STAGES) * MF_STAGE_BYTES;
-		const char *bs = as + MF_BM * MF_KB * 2;
-		uint4 bw[4];
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			bw[j] = *(const uint4 *)(bs + (wn * 32 + j * 8 + g) * 64 + q * 16);
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			int r = wm * 64 + i * 16 + g;
-			uint4 ra = *(const uint4 *)(as + r * 64 + q * 16);
-			uint4 rb = *(const uint4 *)(as + (r + 8) * 64 + q * 16);
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				mf_step(acc[i][j], ra, rb, bw[j], f16);
-		}
-	}
-	asm volatile("cp.async.wait_group 0;\n" ::);
-	float *dst = gridDim.z == 1 ? y : part + (size_t)blockIdx.z * M * out;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			int col = n0 + wn * 32 + j * 8 + 2 * q;
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				int row = m0 + wm * 64 + i * 16 + g + 8 * h;
-				if (row >= M)
-					continue;
-				if (col < out)
-					dst[(size_t)row * out + col] = acc[i][j][2 * h];
-				if (col + 1 < out)
-					dst[(size_t)row * out + col + 1] = acc[i][j][2 * h + 1];
+			for (int u = 0; u < P::BU; u++) {
+				int row = n0 + lr + u * (P::T / 4), ok = row < out && kin;
+				mf_cp16(s + b * P::SUB + P::BM * 64 + u * P::T * 16,
+				        wc + ((size_t)(ok ? row : 0) * K + (ok ? k : 0)) * 2, ok);
 			}
 		}
+	};
+
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < nst)
+			load(s, kb0 + s * KB);
+		asm volatile("cp.async.commit_group;\n" ::);
 	}
+	int cs = 0, ls = STAGES - 1, s = 0;
+	while (s < nst) {
+#pragma unroll
+		for (int i = 0; i < TM; i++)
+#pragma unroll
+			for (int j = 0; j < TN; j++)
+				acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+		for (int send = min(nst, s + segst); s < send; s++) {
+			asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+			__syncthreads();
+			if (s + STAGES - 1 < nst)
+				load(ls, kb0 + (s + STAGES - 1) * KB);
+			asm volatile("cp.async.commit_group;\n" ::);
+			ls = ls + 1 == STAGES ? 0 : ls + 1;
+			const char *stg = sm + cs * P::STAGE;
+			cs = cs + 1 == STAGES ? 0 : cs + 1;
+#pragma unroll
+			for (int b = 0; b < KB; b++) {
+				if (b && kb0 + s * KB + b >= kb1)
+					break;
+				const char *as = stg + b * P::SUB, *bs = as + P::BM * 64;
+				uint4 bw[TN];
+#pragma unroll
+				for (int j = 0; j < TN; j++)
+					bw[j] = *(const uint4 *)(bs + ((wn * TN + j) * 8 + g) * 64 + q * 16);
+				/* mf_step's two steps for each output tile, the first steps of a row of
+				 * tiles before their second (independent products between dependent ones) */
+#pragma unroll
+				for (int i = 0; i < TM; i++) {
+					int rw = (wm * TM + i) * 16 + g;
+					uint4 ra = *(const uint4 *)(as + rw * 64 + q * 16);
+					uint4 rb = *(const uint4 *)(as + (rw + 8) * 64 + q * 16);
+#pragma unroll
+					for (int j = 0; j < TN; j++)
+						gpu_mma16816(acc[i][j], ra.x, rb.x, ra.y, rb.y, bw[j].x, bw[j].y, F16);
+#pragma unroll
+					for (int j = 0; j < TN; j++)
+						gpu_mma16816(acc[i][j], ra.z, rb.z, ra.w, rb.w, bw[j].z, bw[j].w, F16);
+				}
+			}
+		}
+		/* the end of a segment: y = its sum (the first) or y + its sum. Each output
+		 * belongs to one thread in every segment: it reads its own writes. */
+#pragma unroll
+		for (int i = 0; i < TM; i++) {
+#pragma unroll
+			for (int j = 0; j < TN; j++) {
+				int col = n0 + (wn * TN + j) * 8 + 2 * q;
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					int row = m0 + (wm * TM + i) * 16 + g + 8 * h;
+					float *p = dst + (size_t)row * out + col;
+					float a0 = acc[i][j][2 * h], a1 = acc[i][j][2 * h + 1];
+					if (row >= M || col >= out)
+						continue;
+					if (vec) {
+						float2 v = make_float2(a0, a1);
+						if (flushed) {
+							float2 o = *(float2 *)p;
+							v.x = o.x + a0;
+							v.y = o.y + a1;
+						}
+						*(float2 *)p = v;
+					} else {
+						p[0] = flushed ? p[0] + a0 : a0;
+						if (col + 1 < out)
+							p[1] = flushed ? p[1] + a1 : a1;
+					}
+				}
+			}
+		}
+		flushed = 1;
+	}
+	asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
 /* y(n) = part[0](n) + part[1](n) + ... in segment order */
@@ -326,55 +385,170 @@ static int mf_tc_ok(const float *x, const void *w, enum dice_dtype wdt, int in)
 	       (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
 }
 
-/* kernel: 1 streaming, 2 tiled (16-bit weights, in % 8 == 0, 16-byte aligned x and w) */
-int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
-                          enum dice_dtype wdt, int N, int in, int out, int kernel)
-{
-	static int smem_set;
-	int kseg, nseg = mf_segments(in, out, &kseg), f16 = wdt == DICE_F16;
+typedef void (*mft_fn)(float *, float *, const void *, const void *, int, int, int, int);
 
-	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && (kernel == 1 || kernel == 2), "matmul_fixed");
-	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
-	if (kernel == 1) {
-		for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
-			int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
-			const float *xr = x + (size_t)r0 * in;
-			float *yr = y + (size_t)r0 * out;
-			dim3 grid(CEIL_DIV(out, 8));
-			if (m <= 8)
-				mfs_kernel8<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-			else if (m <= 16)
-				mfs_kernel16<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-			else
-				mfs_kernel32<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-			CUDA_CHECK_LAUNCH();
+/* the tile shapes (none changes the order of any output's sums); rate: its speed relative to
+ * the fastest on large shapes, measured on an H100 (bench/NOTES-device.md), for mf_cost */
+static struct mf_variant {
+	const char *name;
+	mft_fn fn[2];                           /* bf16, fp16 */
+	int bm, bn, threads, smem, kb;          /* kb: 32-input blocks a stage */
+	double rate;
+	int occ;                                /* blocks per SM (0: not asked yet) */
+} mf_var[] = {
+#define MFV(name, WM, WN, TM, TN, S, KB, rate) \
+	{ name, { mft_kernel<WM, WN, TM, TN, S, KB, 0>, mft_kernel<WM, WN, TM, TN, S, KB, 1> }, \
+	  16 * WM * TM, 8 * WN * TN, 32 * WM * WN, S * mft<WM, WN, TM, TN, S, KB>::STAGE, KB, rate, 0 }
+	MFV("128x128 w4 64x64 s4", 2, 2, 4, 8, 4, 1, 0.85),
+	MFV("128x128 w4 64x64 s3 k64", 2, 2, 4, 8, 3, 2, 0.85),
+	MFV("256x128 w8 64x64 s4", 4, 2, 4, 8, 4, 1, 0.83),
+	MFV("256x128 w8 64x64 s3 k64", 4, 2, 4, 8, 3, 2, 0.80),
+	MFV("128x128 w8 64x32 s4", 2, 4, 4, 4, 4, 1, 1.00),
+	MFV("128x64 w4 64x32 s4", 2, 2, 4, 4, 4, 1, 0.90),
+	MFV("64x128 w4 32x64 s4", 2, 2, 2, 8, 4, 1, 0.85),
+	MFV("64x128 w4 32x64 s3 k64", 2, 2, 2, 8, 3, 2, 0.83),
+	MFV("64x64 w4 32x32 s4", 2, 2, 2, 4, 4, 1, 0.78),
+#undef MFV
+};
+#define MF_NVAR ((int)(sizeof mf_var / sizeof mf_var[0]))
+
+static int mf_occupancy(struct mf_variant *v)
+{
+	if (!v->occ) {
+		for (int f = 0; f < 2; f++) {
+			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f], cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                v->smem));
+			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f],
+			                                cudaFuncAttributePreferredSharedMemoryCarveout,
+			                                cudaSharedmemCarveoutMaxShared));
 		}
-		return 0;
+		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, v->fn[0], v->threads,
+		                                                         v->smem));
+		if (v->occ < 1)
+			v->occ = 1;
 	}
-	if (!smem_set) {
-		CUDA_CHECK(cudaFuncSetAttribute(mfl_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                MF_STAGES * MF_STAGE_BYTES));
-		smem_set = 1;
+	return v->occ;
+}
+
+/* the estimated time (cycles) of variant v, split or not: the most tiles one SM gets, each
+ * BM x BN x its inputs at the variant's rate (measured on an H100, bench/NOTES-device.md;
+ * about half with only 4 warps on the SM), plus the passes over y: the read-add-writes of the
+ * later segments (unsplit, mostly in L2) or the partials and the reduce (split). */
+static double mf_cost(struct mf_variant *v, int split, int N, int in, int out, int nseg,
+                      int kseg)
+{
+	int sms = gpu_sm_count(), occ = mf_occupancy(v);
+	long tiles = (long)CEIL_DIV(N, v->bm) * CEIL_DIV(out, v->bn) * (split ? nseg : 1);
+	long per = CEIL_DIV(tiles, (long)sms);
+	long res = per < occ ? per : occ;
+	double rate = 1100.0 * v->rate * (res * v->threads >= 256 ? 1.0 : 0.55);
+	double t = per * 2.0 * v->bm * v->bn * (split ? kseg : in) / rate;
+	double bytes_clk = 1500.0;              /* device memory, all SMs, per cycle */
+	double y = (double)N * out * 4;
+	if (split)
+		t += (2.0 * nseg + 1) * y / bytes_clk + 4000;
+	else
+		t += 2.0 * (nseg - 1) * y / (3 * bytes_clk);
+	return t;
+}
+
+/* whether variant v may walk the segments of kseg inputs (its stages must not straddle them) */
+static int mf_walks(const struct mf_variant *v, int nseg, int kseg)
+{
+	return nseg == 1 || kseg / MF_KB % v->kb == 0;
+}
+
+/* the variant and split the tiled path takes for this shape */
+int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
+{
+	int kseg, nseg = mf_segments(in, out, &kseg), v = -1;
+	double best = 0;
+	*split = 0;
+	for (int i = 0; i < MF_NVAR; i++) {
+		for (int s = !mf_walks(&mf_var[i], nseg, kseg); s <= (nseg > 1); s++) {
+			double c = mf_cost(&mf_var[i], s, N, in, out, nseg, kseg);
+			if (v < 0 || c < best)
+				best = c, v = i, *split = s;
+		}
 	}
+	return v;
+}
+
+/* the tiled kernel: variant v (-1: the cheapest by mf_cost, and its split); split where the
+ * variant may not walk the segments */
+static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
+                    int in, int out, int v, int split)
+{
+	int kseg, nseg = mf_segments(in, out, &kseg);
+
+	if (v < 0)
+		v = gpu_matmul_fixed_choice(N, in, out, &split);
+	struct mf_variant *vr = &mf_var[v];
+	split = nseg > 1 && (split > 0 || !mf_walks(vr, nseg, kseg));
+	mf_occupancy(vr);
 	size_t xbytes = ((size_t)N * in * 2 + 255) / 256 * 256;
-	size_t pn = nseg > 1 ? (size_t)nseg * N * out : 0;
+	size_t pn = split ? (size_t)nseg * N * out : 0;
 	char *s = (char *)gpu_scratch(xbytes + pn * sizeof(float));
 	float *part = (float *)(s + xbytes);
 	size_t n2 = (size_t)N * in / 2;
 	int cg = (int)(CEIL_DIV(n2, (size_t)256) < 4096 ? CEIL_DIV(n2, (size_t)256) : 4096);
 	mf_convert_kernel<<<cg, 256, 0, st>>>((unsigned *)s, (const float2 *)x, n2, f16);
 	CUDA_CHECK_LAUNCH();
-	dim3 grid(CEIL_DIV(out, MF_BN), CEIL_DIV(N, MF_BM), nseg);
-	mfl_kernel<<<grid, MF_THREADS, MF_STAGES * MF_STAGE_BYTES, st>>>(y, part, s, w, f16, N, in,
-	                                                                  out, kseg);
+	dim3 grid(CEIL_DIV(N, vr->bm) * CEIL_DIV(out, vr->bn), split ? nseg : 1);
+	vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, part, s, w, N, in, out, kseg);
 	CUDA_CHECK_LAUNCH();
-	if (nseg > 1) {
+	if (split) {
 		size_t n = (size_t)N * out;
 		int rg = (int)(CEIL_DIV(n, (size_t)256) < 8192 ? CEIL_DIV(n, (size_t)256) : 8192);
 		mf_reduce_kernel<<<rg, 256, 0, st>>>(y, part, n, nseg);
 		CUDA_CHECK_LAUNCH();
 	}
 	return 0;
+}
+
+int gpu_matmul_fixed_variants(void)
+{
+	return MF_NVAR;
+}
+
+const char *gpu_matmul_fixed_variant_name(int v)
+{
+	return v >= 0 && v < MF_NVAR ? mf_var[v].name : "auto";
+}
+
+
+/* kernel: 1 streaming, 2 tiled (16-bit weights, in % 8 == 0, 16-byte aligned x and w) */
+int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
+                          enum dice_dtype wdt, int N, int in, int out, int kernel)
+{
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && (kernel == 1 || kernel == 2), "matmul_fixed");
+	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
+	if (kernel == 2)
+		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0);
+	int kseg, nseg = mf_segments(in, out, &kseg), f16 = wdt == DICE_F16;
+	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
+		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
+		const float *xr = x + (size_t)r0 * in;
+		float *yr = y + (size_t)r0 * out;
+		dim3 grid(CEIL_DIV(out, 8));
+		if (m <= 8)
+			mfs_kernel8<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
+		else if (m <= 16)
+			mfs_kernel16<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
+		else
+			mfs_kernel32<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
+		CUDA_CHECK_LAUNCH();
+	}
+	return 0;
+}
+
+int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void *w,
+                           enum dice_dtype wdt, int N, int in, int out, int variant, int split)
+{
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && variant >= -1 && variant < MF_NVAR,
+	            "matmul_fixed");
+	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
+	return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, variant, split);
 }
 
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,

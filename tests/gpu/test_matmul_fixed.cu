@@ -2,7 +2,10 @@
  * (ops_cpu's matmul) on random data, fp32/bf16/fp16 weights, both kernels of the 16-bit path
  * and the fallbacks; then batch invariance, bit for bit: rows r0 .. r0+M-1 of a 512-row
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
- * another place in its tile), and the streaming and tiled kernels give the same bits. */
+ * another place in its tile), and the streaming and tiled kernels give the same bits; last,
+ * every tile shape of the tiled kernel, split by segment or not, gives the streaming kernel's
+ * bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8 segments, an
+ * odd number of 32-input blocks a segment). */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -29,72 +32,110 @@ static float *product(const float *dx, const void *dw, enum dice_dtype dt, int N
 	return y;
 }
 
+/* random x (N, in) and w (out, in) in [-1, 1], on the host and on the device */
+struct mfd {
+	float *x, *dx;
+	void *w, *dw;
+};
+
+static struct mfd mfd_new(enum dice_dtype dt, int N, int in, int out)
+{
+	struct mfd d;
+	size_t wn = (size_t)out * in;
+	d.x = gt_rand((size_t)N * in, -1, 1);
+	d.w = gt_rand_w(wn, dt, -1, 1);
+	d.dx = (float *)gt_up(d.x, sizeof(float) * N * in);
+	d.dw = gt_up(d.w, wn * dice_dtype_size(dt));
+	return d;
+}
+
+static void mfd_free(struct mfd *d)
+{
+	free(d->x); free(d->w);
+	G->free(d->dx); G->free(d->dw);
+}
+
 static void vs_twin(enum dice_dtype dt, int N, int in, int out, int path)
 {
-	size_t wn = (size_t)out * in;
-	float *x = gt_rand((size_t)N * in, -1, 1), *xr = gt_rand((size_t)N * in, 0, 1);
-	void *w = gt_rand_w(wn, dt, -1, 1);
+	struct mfd d = mfd_new(dt, N, in, out);
+	float *xr = gt_rand((size_t)N * in, 0, 1);
 	float *ref = (float *)xmalloc(sizeof(float) * N * out);
-	float *dx = (float *)gt_up(x, sizeof(float) * N * in);
-	void *dw = gt_up(w, wn * dice_dtype_size(dt));
 	const char *pn[] = { "ops", "streaming", "tiled" };
 	char what[160];
 
-	round_x(xr, x, (size_t)N * in, dt);
-	H->matmul(ref, xr, w, dt, N, in, out);
-	float *y = product(dx, dw, dt, N, in, out, path);
+	round_x(xr, d.x, (size_t)N * in, dt);
+	H->matmul(ref, xr, d.w, dt, N, in, out);
+	float *y = product(d.dx, d.dw, dt, N, in, out, path);
 	double s = sqrt((double)in);
 	snprintf(what, sizeof what, "matmul_fixed %s %s N=%d in=%d out=%d vs twin on rounded x",
 	         pn[path], dtname[dt], N, in, out);
 	gt_compare(what, y, ref, (size_t)N * out, 1e-5 * s, 1e-5);
-	free(x); free(xr); free(w); free(ref); free(y);
-	G->free(dx); G->free(dw);
+	free(xr); free(ref); free(y);
+	mfd_free(&d);
 }
 
-/* rows that differ in any bit */
-static int rows_differ(const float *a, const float *b, int M, int out)
+/* check: rows 0..M-1 of y and ref are the same bits (frees y) */
+static void same_rows(float *y, const float *ref, int M, int out, const char *what)
 {
 	int bad = 0;
 	for (int r = 0; r < M; r++)
-		bad += memcmp(a + (size_t)r * out, b + (size_t)r * out, sizeof(float) * out) != 0;
-	return bad;
+		bad += memcmp(y + (size_t)r * out, ref + (size_t)r * out, sizeof(float) * out) != 0;
+	if (bad)
+		printf("#   %d of %d rows differ\n", bad, M);
+	CHECK(bad == 0, what);
+	free(y);
 }
 
 static void invariance(enum dice_dtype dt, int in, int out)
 {
 	const int NB = 512, Ms[] = { 1, 4, 17, 64, 512 };
-	size_t wn = (size_t)out * in;
-	float *x = gt_rand((size_t)NB * in, -1, 1);
-	void *w = gt_rand_w(wn, dt, -1, 1);
-	float *dx = (float *)gt_up(x, sizeof(float) * NB * in);
-	void *dw = gt_up(w, wn * dice_dtype_size(dt));
-	float *full = product(dx, dw, dt, NB, in, out, 0);
+	struct mfd d = mfd_new(dt, NB, in, out);
+	float *full = product(d.dx, d.dw, dt, NB, in, out, 0);
 	char what[160];
 
 	for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
 		int M = Ms[i], r0 = M == NB ? 0 : 37 + 5 * (int)i;
-		float *y = product(dx + (size_t)r0 * in, dw, dt, M, in, out, 0);
-		int bad = rows_differ(y, full + (size_t)r0 * out, M, out);
-		if (bad)
-			printf("#   %d of %d rows differ\n", bad, M);
+		float *y = product(d.dx + (size_t)r0 * in, d.dw, dt, M, in, out, 0);
 		snprintf(what, sizeof what, "matmul_fixed %s in=%d out=%d: rows %d..%d alone (M=%d) "
 		         "bitwise equal to the same rows of M=512", dtname[dt], in, out, r0, r0 + M - 1, M);
-		CHECK(bad == 0, what);
-		free(y);
+		same_rows(y, full + (size_t)r0 * out, M, out, what);
 	}
 	if (dt != DICE_F32) {
 		for (int path = 1; path <= 2; path++) {
-			float *y = product(dx, dw, dt, NB, in, out, path);
-			int bad = rows_differ(y, full, NB, out);
+			float *y = product(d.dx, d.dw, dt, NB, in, out, path);
 			snprintf(what, sizeof what, "matmul_fixed %s in=%d out=%d: the %s kernel on 512 rows "
 			         "bitwise equal to the table's", dtname[dt], in, out,
 			         path == 1 ? "streaming" : "tiled");
-			CHECK(bad == 0, what);
-			free(y);
+			same_rows(y, full, NB, out, what);
 		}
 	}
-	free(x); free(w); free(full);
-	G->free(dx); G->free(dw);
+	free(full);
+	mfd_free(&d);
+}
+
+/* every variant of the tiled kernel, split or not, bitwise equal to the streaming kernel */
+static void tiles(enum dice_dtype dt, int N, int in, int out)
+{
+	struct mfd d = mfd_new(dt, N, in, out);
+	float *ref = product(d.dx, d.dw, dt, N, in, out, 1);
+	char what[200];
+
+	for (int v = -1; v < gpu_matmul_fixed_variants(); v++) {
+		for (int split = 0; split < 2; split++) {
+			float *dy = gt_poisoned((size_t)N * out);
+			CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, dt, N, in, out, v,
+			                             v < 0 ? -1 : split) == 0, "matmul_fixed tiled launch");
+			snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: tiled %s%s bitwise "
+			         "equal to the streaming kernel", dtname[dt], N, in, out,
+			         gpu_matmul_fixed_variant_name(v), split ? " split" : "");
+			same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+			G->free(dy);
+			if (v < 0)
+				break;
+		}
+	}
+	free(ref);
+	mfd_free(&d);
 }
 
 int main(void)
@@ -122,5 +163,13 @@ int main(void)
 	invariance(DICE_BF16, 4096, 640);          /* ... eight */
 	invariance(DICE_F16, 2056, 264);
 	invariance(DICE_F32, 1024, 300);
+	tiles(DICE_BF16, 203, 1000, 300);          /* 8 segments, the last block short */
+	tiles(DICE_BF16, 517, 2560, 264);          /* 8 segments */
+	tiles(DICE_BF16, 130, 4096, 2560);         /* 4 segments */
+	tiles(DICE_BF16, 33, 2048, 4104);          /* 2 segments */
+	tiles(DICE_F16, 301, 2560, 9000);          /* 1 segment */
+	tiles(DICE_F16, 77, 1000, 77);
+	tiles(DICE_BF16, 99, 2056, 264);           /* 8 segments of 9 blocks: 64-input stages split */
+	tiles(DICE_F16, 45, 2080, 9000);           /* 1 segment of 65 blocks: a half last stage */
 	return test_done();
 }
