@@ -333,7 +333,7 @@ int main(int argc, char **argv)
 		die("cannot start training");
 	if (resume && sft_train_resume(&st, out, err, sizeof err) < 0)
 		die("%s", err);
-	if (dt == DICE_BF16 && model_train_set_bf16(&st.t) < 0)
+	if (dt == DICE_BF16 && sft_train_set_bf16(&st) < 0)
 		die("cannot set up bf16 training");
 
 	if (dump) {

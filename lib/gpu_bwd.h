@@ -47,6 +47,24 @@ int gpu_sumsq(cudaStream_t st, double *res, const float *x, size_t n);
 int gpu_adamw(cudaStream_t st, float *p, float *m, float *v, const float *g, size_t n,
               const struct adamw_step *s);
 
+/* AdamW over nt tensors (host array) with each updated weight's bf16 copy (lib/ops.h
+ * .adamw_multi) */
+int gpu_adamw_multi(cudaStream_t st, const struct adamw_tensor *t, int nt,
+                    const struct adamw_step *s);
+/* gpu_matmul / gpu_matmul_backward for bf16 w with the input given in bf16 (xb); acc,
+ * dx_acc: y += / dx += instead of = (lib/ops.h .matmul_xb, .matmul_backward_xb;
+ * lib/cuda/matmul*.cu) */
+int gpu_matmul_xb(cudaStream_t st, float *y, const void *xb, const void *w, int N, int in,
+                  int out, int acc);
+int gpu_matmul_backward_xb(cudaStream_t st, float *dx, float *dw, const float *dy,
+                           const void *xb, const void *w, int N, int in, int out, int dx_acc);
+
+/* gpu_rmsnorm / gpu_swiglu with the output rounded to bf16 (lib/ops.h .rmsnorm_xb,
+ * .swiglu_xb; lib/cuda/rmsnorm.cu, elementwise.cu) */
+int gpu_rmsnorm_xb(cudaStream_t st, void *yb, const float *x, const void *w, enum dice_dtype wdt,
+                   int N, int C, float eps);
+int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up, int N, int C);
+
 /* mixed-precision training (lib/cuda/attention_train.cu) */
 /* dst(n) bf16 = src(n) rounded to nearest even */
 int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n);
@@ -57,6 +75,15 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v, const float *out,
                               int T, int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* the same with the softmax statistics kept by the forward (stat (T, NH), lib/ops.h
+ * .attention_tc_stat; NULL: none kept / recomputed) */
+int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float *q,
+                          const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
+                          const struct attn_mask *m);
+int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *stat, int T,
+                                   int S, int NH, int NKV, int HD, const struct attn_mask *m);
 /* device memory in use (total - free, bytes) and the dense bf16 peak FLOP/s of the device by
  * its name (H100/H200: 989e12; 0 when unknown) */
 int gpu_device_info(size_t *mem_used, double *peak_flops);

@@ -2,7 +2,8 @@
  * packed [x_t | x_0] batch (lib/model_bwd.h), written once against lib/ops.h.
  *
  * Per layer the forward keeps xn1, q/k before and after norm+rope, v, the attention output,
- * the mid residual, xn2, gate, up and silu(gate)*up; the backward walks the layers in reverse
+ * the mid residual, xn2, gate, up and silu(gate)*up (with bf16 copies: the GEMM inputs xn1,
+ * att, xn2, h also, or only, rounded to bf16, lib/model_bwd.h); the backward walks the layers in reverse
  * with the residual-stream gradient in dx. With recompute only the layer inputs xs are kept
  * and each layer's forward is run again into one shared activation block before its backward.
  * The logit rows (rows with a target) are gathered with ops->embed (the final residual as an
@@ -18,16 +19,30 @@
 #include "pool.h"
 #include "util.h"
 
-/* the activation block of one layer, carved from acts[l] */
+/* the activation block of one layer, carved from acts[l]. fp32: xn1, xn2, h (GEMM inputs)
+ * only without bf16 copies (t->lp 0; else NULL: the forward writes their bf16 only);
+ * bf16 (t->lp 1, else NULL): xn1b, attb, xn2b, hb, the GEMM inputs rounded once; and
+ * (t->lp 1) stat, what ops->attention_tc_stat keeps for the attention backward. */
 struct acts {
 	float *xn1, *qraw, *q, *kraw, *k, *v, *att, *xmid, *xn2, *gate, *up, *h;
+	void *xn1b, *attb, *xn2b, *hb;
+	float *stat;                    /* t->lp: (rows, NH) attention statistics */
 };
 
-static size_t acts_floats(const struct model_config *c, int R)
+/* the bytes of n bf16 values, rounded up to 16 */
+static size_t bf16_bytes(size_t n)
 {
-	size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+	return (n * 2 + 15) & ~(size_t)15;
+}
+
+static size_t acts_bytes(const struct model_config *c, int rows, int lp)
+{
+	size_t R = (size_t)rows, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
 	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
-	return (size_t)R * (3 * C + 3 * QD + 3 * KVD + 3 * I);
+	if (!lp)
+		return R * (3 * C + 3 * QD + 3 * KVD + 3 * I) * 4;
+	return R * (C + 3 * QD + 3 * KVD + 2 * I + (size_t)c->num_heads) * 4 +
+	       2 * bf16_bytes(R * C) + bf16_bytes(R * QD) + bf16_bytes(R * I);
 }
 
 static struct acts acts_carve(const struct model_train *t, int l)
@@ -36,14 +51,77 @@ static struct acts acts_carve(const struct model_train *t, int l)
 	size_t R = (size_t)t->rows, C = (size_t)c->hidden_size;
 	size_t QD = (size_t)c->num_heads * c->head_dim, KVD = (size_t)c->num_kv_heads * c->head_dim;
 	size_t I = (size_t)c->intermediate_size;
-	float *p = t->acts[t->recompute ? 0 : l];
+	char *p = (char *)t->acts[t->recompute ? 0 : l];
 	struct acts a;
+	int lp = t->lp;
 
-#define TAKE(f, n) (a.f = p, p += R * (n))
-	TAKE(xn1, C); TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
-	TAKE(att, QD); TAKE(xmid, C); TAKE(xn2, C); TAKE(gate, I); TAKE(up, I); TAKE(h, I);
+	memset(&a, 0, sizeof a);
+#define TAKE(f, n) (a.f = (float *)p, p += R * (n) * 4)
+#define TAKE_B(f, n) (a.f = p, p += bf16_bytes(R * (n)))
+	TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	TAKE(att, QD); TAKE(xmid, C); TAKE(gate, I); TAKE(up, I);
+	if (lp) {
+		TAKE(stat, (size_t)c->num_heads);
+		TAKE_B(xn1b, C); TAKE_B(attb, QD); TAKE_B(xn2b, C); TAKE_B(hb, I);
+	} else {
+		TAKE(xn1, C); TAKE(xn2, C); TAKE(h, I);
+	}
 #undef TAKE
+#undef TAKE_B
 	return a;
+}
+
+/* y(N,out) = x @ w^T, or with acc y += (then out must be C: dtmp is the fp32 path's
+ * temporary), for a GEMM input x: with bf16 copies, its bf16 xb */
+static void mm(const struct model_train *t, float *y, const float *x, const void *xb,
+               struct wref w, int N, int in, int out, int acc)
+{
+	const struct ops *o = t->ops;
+
+	if (t->lp) {
+		o->matmul_xb(y, xb, w.p, N, in, out, acc);
+	} else if (!acc) {
+		o->matmul(y, x, w.p, w.dt, N, in, out);
+	} else {
+		o->matmul(t->dtmp, x, w.p, w.dt, N, in, out);
+		o->add(y, t->dtmp, (size_t)N * out);
+	}
+}
+
+/* the backward of mm: dx(N,in) written, or with acc added (then in must be C: dtmp is the
+ * fp32 path's temporary); dw += */
+static void mm_bwd(const struct model_train *t, float *dx, float *dw, const float *dy,
+                   const float *x, const void *xb, struct wref w, int N, int in, int out, int acc)
+{
+	const struct ops *o = t->ops;
+
+	if (t->lp) {
+		o->matmul_backward_xb(dx, dw, dy, xb, w.p, N, in, out, acc);
+	} else if (!acc) {
+		o->matmul_backward(dx, dw, dy, x, w.p, w.dt, N, in, out);
+	} else {
+		o->matmul_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, in, out);
+		o->add(dx, t->dtmp, (size_t)N * in);
+	}
+}
+
+/* with bf16 copies: xb(n) = bf16(x), the GEMM input's one rounding */
+static void keep_bf16(const struct model_train *t, void *xb, const float *x, size_t n)
+{
+	if (t->lp)
+		t->ops->cast_bf16(xb, x, n);
+}
+
+/* y(N,C) = rmsnorm(x) with w, a GEMM input: with bf16 copies only its bf16 yb is made */
+static void norm_in(const struct model_train *t, float *y, void *yb, const float *x,
+                    struct wref w, int N, int C)
+{
+	float eps = t->m->cfg.rms_norm_eps;
+
+	if (t->lp)
+		t->ops->rmsnorm_xb(yb, x, w.p, w.dt, N, C, eps);
+	else
+		t->ops->rmsnorm(y, x, w.p, w.dt, N, C, eps);
 }
 
 int model_train_init(struct model_train *t, struct model *m, int recompute)
@@ -112,6 +190,8 @@ static void prof_report(const struct model_train *t)
 		        sum > 0 ? 100.0 * t->prof_s[i] / sum : 0.0);
 }
 
+static void scratch_free(struct model_train *t);
+
 /* the bf16 view of a master matrix: same byte offset in lbuf, halved */
 static struct wref lp_view(const struct model_train *t, struct wref w)
 {
@@ -130,6 +210,12 @@ int model_train_set_bf16(struct model_train *t)
 	}
 	if (t->lp)
 		return 0;
+	if (!o->matmul_xb || !o->matmul_backward_xb || !o->attention_tc_stat ||
+	    !o->attention_tc_backward_stat || !o->rmsnorm_xb || !o->swiglu_xb) {
+		warn_msg("model_bwd: backend %s has no bf16-input GEMMs", o->name);
+		return -1;
+	}
+	scratch_free(t);                /* the activation blocks are carved otherwise */
 	t->lbuf = o->alloc(t->m->wbytes / 2);
 	if (!t->lbuf)
 		return -1;
@@ -158,6 +244,11 @@ void model_train_refresh(struct model_train *t)
 {
 	if (t->lp)
 		t->ops->cast_bf16(t->lbuf, (const float *)t->m->wbuf, t->m->wbytes / 4);
+}
+
+void *model_train_lp_of(const struct model_train *t, const void *master)
+{
+	return (void *)lp_view(t, (struct wref){ .p = master, .dt = DICE_F32 }).p;
 }
 
 static void scratch_free(struct model_train *t)
@@ -227,7 +318,7 @@ static void reserve(struct model_train *t, int N)
 	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
 	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
 	for (int l = 0; l < t->nlayer_acts; l++)
-		t->acts[l] = o->alloc(acts_floats(c, N) * sizeof(float));
+		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp));
 	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
 	t->xnf = o->alloc(R * C * 4);
 	t->sel = o->alloc(R * C * 4);
@@ -270,12 +361,11 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	float eps = c->rms_norm_eps;
 	float *xin = t->xs + (size_t)l * t->rows * C, *xout = xin + (size_t)t->rows * C;
 	struct acts a = acts_carve(t, l);
-	__typeof__(o->attention) att = t->lp ? o->attention_tc : o->attention;
 
-	o->rmsnorm(a.xn1, xin, w->input_norm.p, w->input_norm.dt, N, C, eps);
-	o->matmul(a.qraw, a.xn1, w->q_proj.p, w->q_proj.dt, N, C, QD);
-	o->matmul(a.kraw, a.xn1, w->k_proj.p, w->k_proj.dt, N, C, KVD);
-	o->matmul(a.v, a.xn1, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+	norm_in(t, a.xn1, a.xn1b, xin, w->input_norm, N, C);
+	mm(t, a.qraw, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
+	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
+	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
 	o->rmsnorm(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 	o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 	o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
@@ -284,20 +374,27 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		att(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD, b->len[s],
-		    b->len[s], NH, NKV, HD, &mk);
+		if (t->lp)
+			o->attention_tc_stat(a.att + off * QD, a.stat + off * NH, a.q + off * QD,
+			                     a.k + off * KVD, a.v + off * KVD, b->len[s], b->len[s], NH,
+			                     NKV, HD, &mk);
+		else
+			o->attention(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
+			             b->len[s], b->len[s], NH, NKV, HD, &mk);
 	}
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
-	o->matmul(t->dtmp, a.att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+	keep_bf16(t, a.attb, a.att, (size_t)N * QD);
 	o->copy(a.xmid, xin, (size_t)N * C * 4);
-	o->add(a.xmid, t->dtmp, (size_t)N * C);
-	o->rmsnorm(a.xn2, a.xmid, w->post_norm.p, w->post_norm.dt, N, C, eps);
-	o->matmul(a.gate, a.xn2, w->gate_proj.p, w->gate_proj.dt, N, C, I);
-	o->matmul(a.up, a.xn2, w->up_proj.p, w->up_proj.dt, N, C, I);
-	o->swiglu(a.h, a.gate, a.up, N, I);
-	o->matmul(t->dtmp, a.h, w->down_proj.p, w->down_proj.dt, N, I, C);
+	mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
+	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
+	mm(t, a.gate, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
+	mm(t, a.up, a.xn2, a.xn2b, w->up_proj, N, C, I, 0);
+	if (t->lp)
+		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
+	else
+		o->swiglu(a.h, a.gate, a.up, N, I);
 	o->copy(xout, a.xmid, (size_t)N * C * 4);
-	o->add(xout, t->dtmp, (size_t)N * C);
+	mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
 }
 
 /* t->dx: gradient of the layer's output on entry, of its input on return */
@@ -313,34 +410,35 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	float *xin = t->xs + (size_t)l * t->rows * C;
 	size_t NC = (size_t)N * C;
 	struct acts a;
-	__typeof__(o->attention_backward) att_bwd = t->lp ? o->attention_tc_backward
-	                                                  : o->attention_backward;
 
 	if (t->recompute)
 		layer_forward(t, b, l);
 	a = acts_carve(t, l);
 	/* MLP */
-	o->matmul_backward(t->dh, (float *)g->down_proj.p, t->dx, a.h, w->down_proj.p,
-	                   w->down_proj.dt, N, I, C);
+	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
 	o->swiglu_backward(t->dg, t->du, t->dh, a.gate, a.up, N, I);
-	o->matmul_backward(t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2, w->gate_proj.p,
-	                   w->gate_proj.dt, N, C, I);
-	o->matmul_backward(t->dtmp, (float *)g->up_proj.p, t->du, a.xn2, w->up_proj.p,
-	                   w->up_proj.dt, N, C, I);
-	o->add(t->dxn, t->dtmp, NC);
+	mm_bwd(t, t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
+	mm_bwd(t, t->dxn, (float *)g->up_proj.p, t->du, a.xn2, a.xn2b, w->up_proj, N, C, I, 1);
 	o->rmsnorm_backward(t->dtmp, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm.p,
 	                    w->post_norm.dt, N, C, eps);
 	o->add(t->dx, t->dtmp, NC);
 	/* attention */
-	o->matmul_backward(t->datt, (float *)g->o_proj.p, t->dx, a.att, w->o_proj.p,
-	                   w->o_proj.dt, N, QD, C);
+	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
 	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		att_bwd(t->dq + off * QD, t->dk + off * KVD, t->dv + off * KVD, t->datt + off * QD,
-		        a.q + off * QD, a.k + off * KVD, a.v + off * KVD, a.att + off * QD, b->len[s],
-		        b->len[s], NH, NKV, HD, &mk);
+		if (t->lp)
+			o->attention_tc_backward_stat(t->dq + off * QD, t->dk + off * KVD,
+			                              t->dv + off * KVD, t->datt + off * QD,
+			                              a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
+			                              a.att + off * QD, a.stat + off * NH, b->len[s],
+			                              b->len[s], NH, NKV, HD, &mk);
+		else
+			o->attention_backward(t->dq + off * QD, t->dk + off * KVD, t->dv + off * KVD,
+			                      t->datt + off * QD, a.q + off * QD, a.k + off * KVD,
+			                      a.v + off * KVD, a.att + off * QD, b->len[s], b->len[s], NH,
+			                      NKV, HD, &mk);
 	}
 	model_train_mark(t, MT_PROF_BWD_ATT);
 	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
@@ -349,14 +447,9 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	                    N * NH, HD, eps);
 	o->rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p, w->k_norm.dt,
 	                    N * NKV, HD, eps);
-	o->matmul_backward(t->dxn, (float *)g->q_proj.p, t->dq, a.xn1, w->q_proj.p, w->q_proj.dt,
-	                   N, C, QD);
-	o->matmul_backward(t->dtmp, (float *)g->k_proj.p, t->dk, a.xn1, w->k_proj.p,
-	                   w->k_proj.dt, N, C, KVD);
-	o->add(t->dxn, t->dtmp, NC);
-	o->matmul_backward(t->dtmp, (float *)g->v_proj.p, t->dv, a.xn1, w->v_proj.p,
-	                   w->v_proj.dt, N, C, KVD);
-	o->add(t->dxn, t->dtmp, NC);
+	mm_bwd(t, t->dxn, (float *)g->q_proj.p, t->dq, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
+	mm_bwd(t, t->dxn, (float *)g->k_proj.p, t->dk, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 1);
+	mm_bwd(t, t->dxn, (float *)g->v_proj.p, t->dv, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 1);
 	o->rmsnorm_backward(t->dtmp, (float *)g->input_norm.p, t->dxn, xin, w->input_norm.p,
 	                    w->input_norm.dt, N, C, eps);
 	o->add(t->dx, t->dtmp, NC);

@@ -18,10 +18,15 @@
  *
  * Mixed precision (model_train_set_bf16, CUDA): the matrices used by the GEMMs get bf16
  * copies (one backend buffer lbuf, the image of m->wbuf at half the bytes), refreshed from
- * the fp32 master by one cast after every optimizer step (model_train_refresh); the GEMMs
- * take bf16 operands with fp32 accumulation and fp32 outputs, attention runs on the
- * tensor cores (ops->attention_tc); activations, norms, gradients (gbuf), the loss and the
- * optimizer stay fp32.
+ * the fp32 master by one cast after every optimizer step (model_train_refresh), or in the
+ * optimizer's own pass (optim_link_bf16); the GEMMs take bf16 operands with fp32
+ * accumulation and fp32 outputs, attention runs on the tensor cores (ops->attention_tc).
+ * The GEMM inputs xn1, att, xn2 and h are rounded to bf16 once, in the forward, and kept in
+ * bf16 only (ops->rmsnorm_xb, ops->swiglu_xb; att stays fp32 too for the attention
+ * backward, its bf16 copy by ops->cast_bf16): the forward GEMMs and the weight-gradient GEMMs
+ * read them (ops->matmul_xb, ops->matmul_backward_xb). The attention forward keeps its
+ * softmax statistics for its backward (ops->attention_tc_stat). Other activations, norms,
+ * gradients (gbuf), the loss and the optimizer stay fp32.
  */
 #ifndef DICE_MODEL_BWD_H
 #define DICE_MODEL_BWD_H
@@ -81,6 +86,8 @@ int model_train_set_bf16(struct model_train *t);
 /* Re-cast the bf16 copies from the master weights (after an optimizer step or a load); a
  * no-op in fp32. */
 void model_train_refresh(struct model_train *t);
+/* The bf16 image in lbuf of a master tensor's data (a pointer into m->wbuf); needs t->lp. */
+void *model_train_lp_of(const struct model_train *t, const void *master);
 void model_train_zero_grad(struct model_train *t);
 /* with t->prof: wait for the backend and charge the time since the last mark to phase ph */
 void model_train_mark(struct model_train *t, int ph);

@@ -76,6 +76,16 @@ struct adamw_step {
 	int step;                       /* 1-based step number, for the bias corrections */
 };
 
+/* One tensor of a multi-tensor AdamW step (struct ops .adamw_multi); pointers in backend
+ * memory. */
+struct adamw_tensor {
+	float *p, *m, *v;               /* (n) master weights and moments, updated */
+	const float *g;                 /* (n) gradient */
+	void *lp;                       /* (n) bf16 copy of p, rewritten after the update; or NULL */
+	size_t n;
+	float weight_decay;             /* this tensor's (struct adamw_step's is not read) */
+};
+
 struct ops {
 	const char *name;               /* "cpu" or "cuda" */
 	/* y(N,out) = x(N,in) @ w(out,in)^T */
@@ -200,6 +210,38 @@ struct ops {
 	 * batch; training keeps .matmul. CPU: .matmul itself (its loops are invariant). */
 	void (*matmul_fixed)(float *y, const float *x, const void *w, enum dice_dtype wdt,
 	                     int N, int in, int out);
+	/* ---- fused mixed-precision training steps (appended; NULL where a backend has none) */
+	/* .adamw on each of the nt tensors t[i] (a host array) with the scalars of s and the
+	 * tensor's own weight decay, then lp = bf16(p) (as .cast_bf16) where lp is set: one pass
+	 * over the parameters, few launches (CUDA). CPU: .adamw and .cast_bf16 per tensor. */
+	void (*adamw_multi)(const struct adamw_tensor *t, int nt, const struct adamw_step *s);
+	/* .matmul with bf16 w and the input given already rounded to bf16: xb(N,in) bf16 (made
+	 * once by .cast_bf16 and shared by the forward and weight-gradient GEMMs); with acc the
+	 * product is added into y instead of written (a residual add without its own pass) */
+	void (*matmul_xb)(float *y, const void *xb, const void *w, int N, int in, int out,
+	                  int acc);
+	/* .matmul_backward with bf16 w and the forward input as xb(N,in) bf16; with dx_acc the
+	 * dx product is added into dx instead of written (dy is fp32, rounded to bf16 as
+	 * .matmul_backward does) */
+	void (*matmul_backward_xb)(float *dx, float *dw, const float *dy, const void *xb,
+	                           const void *w, int N, int in, int out, int dx_acc);
+	/* .attention_tc that also keeps what its backward would otherwise recompute: stat
+	 * (T, NH) floats, backend-specific (CUDA fused kernels: each query row's log-sum-exp of
+	 * the scaled scores, base 2; the CPU and the other CUDA paths leave it unwritten), read
+	 * only by .attention_tc_backward_stat with the same q, k, v, shapes and mask. Results
+	 * as .attention_tc / .attention_tc_backward. */
+	void (*attention_tc_stat)(float *out, float *stat, const float *q, const float *k,
+	                          const float *v, int T, int S, int NH, int NKV, int HD,
+	                          const struct attn_mask *m);
+	void (*attention_tc_backward_stat)(float *dq, float *dk, float *dv, const float *dout,
+	                                   const float *q, const float *k, const float *v,
+	                                   const float *out, const float *stat, int T, int S,
+	                                   int NH, int NKV, int HD, const struct attn_mask *m);
+	/* .rmsnorm and .swiglu with the result rounded to bf16 (yb(N,C) = .cast_bf16 of the fp32
+	 * result, bit for bit): a bf16 GEMM input made in one pass */
+	void (*rmsnorm_xb)(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N,
+	                   int C, float eps);
+	void (*swiglu_xb)(void *yb, const float *gate, const float *up, int N, int C);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -472,6 +472,92 @@ static void cpu_cast_bf16(void *dst, const float *src, size_t n)
 		d[i] = dice_f32_to_bf16(src[i]);
 }
 
+static void cpu_adamw_multi(const struct adamw_tensor *t, int nt, const struct adamw_step *s)
+{
+	struct adamw_step st = *s;
+
+	for (int i = 0; i < nt; i++) {
+		st.weight_decay = t[i].weight_decay;
+		cpu_adamw(t[i].p, t[i].m, t[i].v, t[i].g, t[i].n, &st);
+		if (t[i].lp)
+			cpu_cast_bf16(t[i].lp, t[i].p, t[i].n);
+	}
+}
+
+/* xb(n) bf16 widened to a new fp32 array */
+static float *widen_bf16(const void *xb, size_t n)
+{
+	float *x = xmalloc((n ? n : 1) * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = dice_bf16_to_f32(((const uint16_t *)xb)[i]);
+	return x;
+}
+
+static void cpu_matmul_xb(float *y, const void *xb, const void *w, int N, int in, int out,
+                          int acc)
+{
+	size_t ny = (size_t)N * out;
+	float *x = widen_bf16(xb, (size_t)N * in), *d = acc ? xmalloc((ny ? ny : 1) * sizeof *d) : y;
+
+	cpu_matmul(d, x, w, DICE_BF16, N, in, out);
+	if (d != y) {
+		cpu_add(y, d, ny);
+		free(d);
+	}
+	free(x);
+}
+
+static void cpu_matmul_backward_xb(float *dx, float *dw, const float *dy, const void *xb,
+                                   const void *w, int N, int in, int out, int dx_acc)
+{
+	size_t nx = (size_t)N * in;
+	float *x = widen_bf16(xb, nx), *d = dx && dx_acc ? xmalloc((nx ? nx : 1) * sizeof *d) : dx;
+
+	cpu_matmul_backward(d, dw, dy, x, w, DICE_BF16, N, in, out);
+	if (d != dx) {
+		cpu_add(dx, d, nx);
+		free(d);
+	}
+	free(x);
+}
+
+/* the CPU keeps no statistics: stat is left as it is */
+static void cpu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
+                                  const float *v, int T, int S, int NH, int NKV, int HD,
+                                  const struct attn_mask *m)
+{
+	cpu_attention(out, q, k, v, T, S, NH, NKV, HD, m);
+}
+
+static void cpu_attention_tc_backward_stat(float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v,
+                                           const float *out, const float *stat, int T, int S,
+                                           int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	cpu_attention_backward(dq, dk, dv, dout, q, k, v, out, T, S, NH, NKV, HD, m);
+}
+
+static void cpu_rmsnorm_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N,
+                           int C, float eps)
+{
+	size_t n = (size_t)N * C;
+	float *y = xmalloc((n ? n : 1) * sizeof *y);
+
+	cpu_rmsnorm(y, x, w, wdt, N, C, eps);
+	cpu_cast_bf16(yb, y, n);
+	free(y);
+}
+
+static void cpu_swiglu_xb(void *yb, const float *gate, const float *up, int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *y = xmalloc((n ? n : 1) * sizeof *y);
+
+	cpu_swiglu(y, gate, up, N, C);
+	cpu_cast_bf16(yb, y, n);
+	free(y);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -512,6 +598,13 @@ const struct ops ops_cpu = {
 	.attention_tc = cpu_attention,
 	.attention_tc_backward = cpu_attention_backward,
 	.matmul_fixed = cpu_matmul,
+	.adamw_multi = cpu_adamw_multi,
+	.matmul_xb = cpu_matmul_xb,
+	.matmul_backward_xb = cpu_matmul_backward_xb,
+	.attention_tc_stat = cpu_attention_tc_stat,
+	.attention_tc_backward_stat = cpu_attention_tc_backward_stat,
+	.rmsnorm_xb = cpu_rmsnorm_xb,
+	.swiglu_xb = cpu_swiglu_xb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -82,6 +82,15 @@ void optim_init(struct optim *op, const struct ops *ops, const struct optim_opts
 	op->ngflat = ngflat;
 }
 
+void optim_link_bf16(struct optim *op, const struct model_train *t)
+{
+	if (!t->lp || !op->ops->adamw_multi)
+		return;
+	for (size_t i = 0; i < op->npar; i++)
+		op->par[i].lp = model_train_lp_of(t, op->par[i].p);
+	op->lp = 1;
+}
+
 void optim_free(struct optim *op)
 {
 	if (!op->ops)
@@ -108,6 +117,19 @@ double optim_step(struct optim *op, float *lr_out)
 		return norm;
 	if (op->o.clip > 0 && norm > op->o.clip)
 		s.gscale = (float)(op->o.clip / (norm + 1e-6));
+	if (o->adamw_multi) {
+		struct adamw_tensor *t = xmalloc((op->npar ? op->npar : 1) * sizeof *t);
+		for (size_t i = 0; i < op->npar; i++) {
+			const struct optim_param *p = &op->par[i];
+			t[i] = (struct adamw_tensor){ .p = p->p, .m = op->m + off, .v = op->v + off,
+			                              .g = p->g, .lp = p->lp, .n = p->n,
+			                              .weight_decay = p->decay ? op->o.weight_decay : 0.0f };
+			off += p->n;
+		}
+		o->adamw_multi(t, (int)op->npar, &s);
+		free(t);
+		return norm;
+	}
 	for (size_t i = 0; i < op->npar; i++) {
 		struct optim_param *p = &op->par[i];
 		s.weight_decay = p->decay ? op->o.weight_decay : 0.0f;

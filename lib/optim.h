@@ -49,6 +49,7 @@ struct optim_param {
 	const float *g;              /* (n) gradient */
 	size_t n;
 	int decay;                   /* 1: weight decay applies */
+	void *lp;                    /* bf16 copy of p refreshed by optim_step, or NULL */
 };
 
 struct optim {
@@ -61,6 +62,7 @@ struct optim {
 	const float *gflat;          /* (ngflat) every gradient, for the norm */
 	size_t ngflat;
 	int step;                    /* optimizer steps done */
+	int lp;                      /* 1: optim_step refreshes the bf16 copies (optim_link_bf16) */
 };
 
 void optim_defaults(struct optim_opts *o);
@@ -76,8 +78,15 @@ struct optim_param *optim_model_params(struct model_train *t, size_t *n);
 void optim_init(struct optim *op, const struct ops *ops, const struct optim_opts *o,
                 struct optim_param *par, size_t npar, const float *gflat, size_t ngflat);
 void optim_free(struct optim *op);
+/* The bf16 image of t (model_train_set_bf16, done before) as the parameters' lp (every
+ * tensor, as model_train_refresh casts all of m->wbuf): optim_step then rewrites each in
+ * the pass that updates its master weights, and
+ * model_train_refresh after a step is not needed (op->lp = 1). Needs ops->adamw_multi;
+ * without it (or without bf16 copies) nothing changes. */
+void optim_link_bf16(struct optim *op, const struct model_train *t);
 /* One update with the learning rate of the current step; returns the gradient norm before
- * clipping and advances op->step. *lr_out (may be NULL) gets the learning rate used. */
+ * clipping and advances op->step. *lr_out (may be NULL) gets the learning rate used.
+ * With ops->adamw_multi every tensor is updated by one call (few kernel launches). */
 double optim_step(struct optim *op, float *lr_out);
 
 /* Write the state (atomically) with nmeta extra (key, value) pairs. 0, or -1 with err. */

@@ -74,6 +74,14 @@ void sft_train_free(struct sft_train *s)
 	memset(s, 0, sizeof *s);
 }
 
+int sft_train_set_bf16(struct sft_train *s)
+{
+	if (model_train_set_bf16(&s->t) < 0)
+		return -1;
+	optim_link_bf16(&s->op, &s->t);
+	return 0;
+}
+
 int sft_train_more(const struct sft_train *s)
 {
 	return s->op.step < s->total_steps;
@@ -116,7 +124,8 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	s->batch += (size_t)k;
 	out->micro = k;
 	out->grad_norm = optim_step(&s->op, &out->lr);
-	model_train_refresh(&s->t);
+	if (!s->op.lp)                  /* else the optimizer's pass rewrote the bf16 copies */
+		model_train_refresh(&s->t);
 	model_train_mark(&s->t, MT_PROF_OPT);
 	return 0;
 }

@@ -65,6 +65,9 @@ int sft_train_init(struct sft_train *s, struct model *m, const struct sft_data *
                    size_t batch_tokens, int grad_accum, int epochs, long max_steps,
                    int recompute);
 void sft_train_free(struct sft_train *s);
+/* bf16 GEMMs (model_train_set_bf16), their copies refreshed in the optimizer's pass
+ * (optim_link_bf16). 0, or -1 with a warning. */
+int sft_train_set_bf16(struct sft_train *s);
 /* 1 while steps remain. */
 int sft_train_more(const struct sft_train *s);
 /* One optimizer step. 0 or -1. */

@@ -199,7 +199,9 @@ int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n)
  * shared-memory rows, the next tile loaded by cp.async while the current one is used.
  *   forward   one block per (64 query rows, head), 4 warps x 16 rows: S = scale Q K^T, online
  *             softmax in fp32 (exp2), O += P V with P rounded to bf16; out = O / l. The same
- *             kernel in "stats" mode writes only lse (log2 units) for the backward.
+ *             kernel in "stats" mode writes only lse (log2 units) for the backward; with
+ *             gpu_attention_tc_stat the forward writes lse as well and the backward takes it
+ *             (no stats pass).
  *   backward  one block per (64 keys, kv head), 4 warps x 16 keys, over the heads of the group
  *             and the visible query tiles: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
  *             dS^T = P^T (dP^T - D) (bf16), dV += P^T dO, dK += dS^T Q in registers (written
@@ -834,7 +836,8 @@ static void fa_forward(cudaStream_t st, float *out, float *lse, const bf16 *q, c
 	CUDA_CHECK_LAUNCH();
 }
 
-static int fa_attention(cudaStream_t st, float *out, const float *q, const float *k,
+/* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
+static int fa_attention(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
                         const float *v, int T, int S, int NH, int NKV, int HD,
                         const struct attn_mask *m)
 {
@@ -848,14 +851,15 @@ static int fa_attention(cudaStream_t st, float *out, const float *q, const float
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
 	fa_map(st, map, T, S, m);
-	fa_forward(st, out, NULL, qb, kb, vb, map, T, S, NH, NKV, HD, m);
+	fa_forward(st, out, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
 	return 0;
 }
 
+/* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
 static int fa_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv,
                                  const float *dout, const float *q, const float *k,
-                                 const float *v, const float *out, int T, int S, int NH,
-                                 int NKV, int HD, const struct attn_mask *m)
+                                 const float *v, const float *out, const float *stat, int T,
+                                 int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
@@ -876,7 +880,10 @@ static int fa_attention_backward(cudaStream_t st, float *dq, float *dk, float *d
 	                                                                      HD);
 	CUDA_CHECK_LAUNCH();
 	fa_map(st, map, T, S, m);
-	fa_forward(st, NULL, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
+	if (stat)
+		lse = (float *)stat;
+	else
+		fa_forward(st, NULL, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
 	if (HD == 128)
 		fa_bwd128<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(dq, dk, dv, qb, kb, vb, dob, lse, d,
 		                                                  map, T, S, NH, NKV, *m, nz, sg, sl2,
@@ -989,6 +996,13 @@ static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, 
 int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                      int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
+	return gpu_attention_tc_stat(st, out, NULL, q, k, v, T, S, NH, NKV, HD, m);
+}
+
+int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float *q,
+                          const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
+                          const struct attn_mask *m)
+{
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
 
@@ -1001,7 +1015,7 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 	if (S == 0)
 		return 0;
 	if (fa_ok(T, S, HD))
-		return fa_attention(st, out, q, k, v, T, S, NH, NKV, HD, m);
+		return fa_attention(st, out, stat, q, k, v, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
@@ -1039,6 +1053,15 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
                               const float *q, const float *k, const float *v, const float *out,
                               int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
+	return gpu_attention_tc_backward_stat(st, dq, dk, dv, dout, q, k, v, out, NULL, T, S, NH,
+	                                      NKV, HD, m);
+}
+
+int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *stat, int T,
+                                   int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
 
@@ -1051,7 +1074,8 @@ int gpu_attention_tc_backward(cudaStream_t st, float *dq, float *dk, float *dv, 
 	if (T == 0 || S == 0)
 		return 0;
 	if (fa_ok(T, S, HD))
-		return fa_attention_backward(st, dq, dk, dv, dout, q, k, v, out, T, S, NH, NKV, HD, m);
+		return fa_attention_backward(st, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH, NKV,
+		                             HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);

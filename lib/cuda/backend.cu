@@ -238,6 +238,13 @@ static const struct ops ops_cuda = {
 	cu_attention_tc_backward,
 	cu_device_info,
 	cu_matmul_fixed,
+	cu_adamw_multi,
+	cu_matmul_xb,
+	cu_matmul_backward_xb,
+	cu_attention_tc_stat,
+	cu_attention_tc_backward_stat,
+	cu_rmsnorm_xb,
+	cu_swiglu_xb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

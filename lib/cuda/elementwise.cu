@@ -1,5 +1,7 @@
-/* elementwise.cu: the pointwise ops: swiglu y = silu(gate) * up (y may equal gate), and
- * add y += x. Grid-stride loops, 16-byte accesses when the pointers allow. */
+/* elementwise.cu: the pointwise ops: swiglu y = silu(gate) * up (y may equal gate; swiglu_xb:
+ * y rounded to bf16), and add y += x. Grid-stride loops, 16-byte accesses when the pointers
+ * allow. */
+#include "gpu_bwd.h"
 #include "common.cuh"
 
 #define EW_THREADS 256
@@ -29,6 +31,26 @@ static __global__ void swiglu4_kernel(float4 *y, const float4 *gate, const float
 		r.w = swiglu1(g.w, u.w);
 		y[i] = r;
 	}
+}
+
+/* yb = bf16(swiglu): 4 results stored as 8 bytes */
+static __global__ void swiglu4_xb_kernel(uint2 *y, const float4 *gate, const float4 *up,
+                                         size_t n4)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float4 g = gate[i], u = up[i];
+		y[i] = make_uint2(gpu_pack2(swiglu1(g.x, u.x), swiglu1(g.y, u.y), 0),
+		                  gpu_pack2(swiglu1(g.z, u.z), swiglu1(g.w, u.w), 0));
+	}
+}
+
+static __global__ void swiglu_xb_kernel(__nv_bfloat16 *y, const float *gate, const float *up,
+                                        size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = __float2bfloat16_rn(swiglu1(gate[i], up[i]));
 }
 
 static __global__ void add_kernel(float *y, const float *x, size_t n)
@@ -76,6 +98,22 @@ int gpu_swiglu(cudaStream_t st, float *y, const float *gate, const float *up, in
 		                                                    (const float4 *)up, n / 4);
 	else
 		swiglu_kernel<<<ew_grid(n), EW_THREADS, 0, st>>>(y, gate, up, n);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up, int N, int C)
+{
+	size_t n = (size_t)N * C;
+
+	GPU_REQUIRE(N >= 0 && C >= 0, "swiglu_xb");
+	if (n == 0)
+		return 0;
+	if (vec4_ok(n, gate, up, up) && ((uintptr_t)yb & 7) == 0)
+		swiglu4_xb_kernel<<<ew_grid(n / 4), EW_THREADS, 0, st>>>(
+			(uint2 *)yb, (const float4 *)gate, (const float4 *)up, n / 4);
+	else
+		swiglu_xb_kernel<<<ew_grid(n), EW_THREADS, 0, st>>>((__nv_bfloat16 *)yb, gate, up, n);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

@@ -4,6 +4,7 @@
  * fp32. Two paths: for decode-sized N (<= GPU_GEMV_NMAX) a bandwidth-bound kernel that reads
  * each weight row once with 16-byte loads, 4 rows per block, all N tokens per row; otherwise
  * cuBLAS (x converted into the backend scratch, GemmEx with fp32 compute and fp32 output). */
+#include "gpu_bwd.h"
 #include "common.cuh"
 
 #define GEMV_ROWS 4        /* output rows per block */
@@ -245,11 +246,24 @@ int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *
 	                   in, out);
 }
 
+/* y(N,out) fp32 = xb(N,in) @ w(out,in)^T (+ y when acc), both of type t, fp32
+ * accumulation */
+static int gemm_xw(cublasHandle_t h, float *y, const void *xb, const void *w, cudaDataType_t t,
+                   int N, int in, int out, int acc)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	/* column-major view: y^T(out,N) = w(in,out)^T x^T(in,N) */
+	CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, &one, w, t, in, xb, t, in,
+	                          acc ? &one : &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+	                          CUBLAS_GEMM_DEFAULT));
+	return 0;
+}
+
 int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
                       enum dice_dtype wdt, int N, int in, int out)
 {
 	cublasHandle_t h = gpu_cublas();
-	const float one = 1.0f, zero = 0.0f;
 	size_t n = (size_t)N * in;
 	const void *xb = x;
 	cudaDataType_t t = CUDA_R_32F;
@@ -270,10 +284,17 @@ int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
 		CUDA_CHECK_LAUNCH();
 		xb = s;
 	}
-	/* column-major view: y^T(out,N) = w(in,out)^T x^T(in,N) */
-	CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, &one, w, t, in, xb, t, in,
-	                          &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-	return 0;
+	return gemm_xw(h, y, xb, w, t, N, in, out, 0);
+}
+
+int gpu_matmul_xb(cudaStream_t st, float *y, const void *xb, const void *w, int N, int in,
+                  int out, int acc)
+{
+	cublasHandle_t h = gpu_cublas();
+
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_xb");
+	CUBLAS_CHECK(cublasSetStream(h, st));
+	return gemm_xw(h, y, xb, w, CUDA_R_16BF, N, in, out, acc);
 }
 
 /* The decode kernel where it measured faster than cuBLAS on an H200 (bench/NOTES-gpu-ops.md):

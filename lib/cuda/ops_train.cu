@@ -93,6 +93,52 @@ void cu_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout
 	                                     NH, NKV, HD, m));
 }
 
+void cu_adamw_multi(const struct adamw_tensor *t, int nt, const struct adamw_step *s)
+{
+	TRAIN_CALL("adamw_multi", gpu_adamw_multi(gpu_stream(), t, nt, s));
+}
+
+void cu_matmul_xb(float *y, const void *xb, const void *w, int N, int in, int out, int acc)
+{
+	TRAIN_CALL("matmul_xb", gpu_matmul_xb(gpu_stream(), y, xb, w, N, in, out, acc));
+}
+
+void cu_matmul_backward_xb(float *dx, float *dw, const float *dy, const void *xb, const void *w,
+                           int N, int in, int out, int dx_acc)
+{
+	TRAIN_CALL("matmul_backward_xb",
+	           gpu_matmul_backward_xb(gpu_stream(), dx, dw, dy, xb, w, N, in, out, dx_acc));
+}
+
+void cu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
+                          const float *v, int T, int S, int NH, int NKV, int HD,
+                          const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_stat",
+	           gpu_attention_tc_stat(gpu_stream(), out, stat, q, k, v, T, S, NH, NKV, HD, m));
+}
+
+void cu_attention_tc_backward_stat(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *out, const float *stat, int T, int S, int NH,
+                                   int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_backward_stat",
+	           gpu_attention_tc_backward_stat(gpu_stream(), dq, dk, dv, dout, q, k, v, out, stat,
+	                                          T, S, NH, NKV, HD, m));
+}
+
+void cu_rmsnorm_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                   float eps)
+{
+	TRAIN_CALL("rmsnorm_xb", gpu_rmsnorm_xb(gpu_stream(), yb, x, w, wdt, N, C, eps));
+}
+
+void cu_swiglu_xb(void *yb, const float *gate, const float *up, int N, int C)
+{
+	TRAIN_CALL("swiglu_xb", gpu_swiglu_xb(gpu_stream(), yb, gate, up, N, C));
+}
+
 void cu_device_info(size_t *mem_used, double *peak_flops)
 {
 	gpu_device_info(mem_used, peak_flops);

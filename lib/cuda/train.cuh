@@ -29,5 +29,19 @@ void cu_attention_tc_backward(float *dq, float *dk, float *dv, const float *dout
                               const float *k, const float *v, const float *out, int T, int S,
                               int NH, int NKV, int HD, const struct attn_mask *m);
 void cu_device_info(size_t *mem_used, double *peak_flops);
+void cu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
+                          const float *v, int T, int S, int NH, int NKV, int HD,
+                          const struct attn_mask *m);
+void cu_attention_tc_backward_stat(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *out, const float *stat, int T, int S, int NH,
+                                   int NKV, int HD, const struct attn_mask *m);
+void cu_rmsnorm_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                   float eps);
+void cu_swiglu_xb(void *yb, const float *gate, const float *up, int N, int C);
+void cu_adamw_multi(const struct adamw_tensor *t, int nt, const struct adamw_step *s);
+void cu_matmul_xb(float *y, const void *xb, const void *w, int N, int in, int out, int acc);
+void cu_matmul_backward_xb(float *dx, float *dw, const float *dy, const void *xb, const void *w,
+                           int N, int in, int out, int dx_acc);
 
 #endif

@@ -3,7 +3,9 @@
  * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
  * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
  * several query chunks (each with its own key range), packed samples over several 64-row
- * tiles with a partial last tile; and cast_bf16 against its twin (bitwise). Head dims 64 and
+ * tiles with a partial last tile; the same through attention_tc_stat and
+ * attention_tc_backward_stat (the forward's statistics kept for the backward); and
+ * cast_bf16 against its twin (bitwise). Head dims 64 and
  * 128 take the fused kernels; run it again with DICE_ATTN_CUBLAS=1 in the environment for the
  * chunked cuBLAS path. The twin gets q, k, v, dout rounded to bf16 (the kernel's
  * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
@@ -15,6 +17,18 @@ static float *rand_bf16(size_t n, float lo, float hi)
 	for (size_t i = 0; i < n; i++)
 		p[i] = dice_bf16_to_f32(dice_f32_to_bf16(p[i]));
 	return p;
+}
+
+/* the device output d (n floats) against the twin's, named op + what */
+static void cmp_dev(const char *op, const char *what, const float *d, const float *ref,
+                    size_t n)
+{
+	char name[200];
+	float *got = gt_down(d, n);
+
+	snprintf(name, sizeof name, "%s %s", op, what);
+	gt_compare(name, got, ref, n, 1e-2, 2e-2);
+	free(got);
 }
 
 static void run(const struct gt_acase *c)
@@ -33,29 +47,38 @@ static void run(const struct gt_acase *c)
 	                         c->HD, &hm);
 	float *q_d = (float *)gt_up(q, qn * 4), *k_d = (float *)gt_up(k, kn * 4);
 	float *v_d = (float *)gt_up(v, kn * 4), *do_d = (float *)gt_up(dout, qn * 4);
-	float *o_d = gt_poisoned(qn);
+	float *o_d = gt_poisoned(qn), *o2_d = gt_poisoned(qn);
 	float *dq_d = gt_poisoned(qn), *dk_d = gt_poisoned(kn), *dv_d = gt_poisoned(kn);
+	float *st_d = (float *)G->alloc((size_t)c->T * c->NH * 4 + 4);
 
+	snprintf(what, sizeof what, "%s T=%d S=%d NH=%d NKV=%d HD=%d", c->name, c->T, c->S, c->NH,
+	         c->NKV, c->HD);
 	G->attention_tc(o_d, q_d, k_d, v_d, c->T, c->S, c->NH, c->NKV, c->HD, &dm);
-	float *o = gt_down(o_d, qn);
-	snprintf(what, sizeof what, "attention_tc out %s T=%d S=%d NH=%d NKV=%d HD=%d", c->name,
-	         c->T, c->S, c->NH, c->NKV, c->HD);
-	gt_compare(what, o, out, qn, 1e-2, 2e-2);
-	/* the backward reads the twin's forward output, as the trainer reads its own */
+	cmp_dev("attention_tc out", what, o_d, out, qn);
+	/* the _stat pair: the forward keeps its statistics, the backward takes them */
+	G->attention_tc_stat(o2_d, st_d, q_d, k_d, v_d, c->T, c->S, c->NH, c->NKV, c->HD, &dm);
+	cmp_dev("attention_tc_stat out", what, o2_d, out, qn);
+	/* the backwards read the twin's forward output, as the trainer reads its own */
 	G->to_device(o_d, out, qn * 4);
-	G->attention_tc_backward(dq_d, dk_d, dv_d, do_d, q_d, k_d, v_d, o_d, c->T, c->S, c->NH,
-	                         c->NKV, c->HD, &dm);
-	float *dq = gt_down(dq_d, qn), *dk = gt_down(dk_d, kn), *dv = gt_down(dv_d, kn);
-	snprintf(what, sizeof what, "attention_tc_backward dq %s", c->name);
-	gt_compare(what, dq, rdq, qn, 1e-2, 2e-2);
-	snprintf(what, sizeof what, "attention_tc_backward dk %s", c->name);
-	gt_compare(what, dk, rdk, kn, 1e-2, 2e-2);
-	snprintf(what, sizeof what, "attention_tc_backward dv %s", c->name);
-	gt_compare(what, dv, rdv, kn, 1e-2, 2e-2);
+	for (int stat = 0; stat < 2; stat++) {
+		if (stat)
+			G->attention_tc_backward_stat(dq_d, dk_d, dv_d, do_d, q_d, k_d, v_d, o_d, st_d,
+			                              c->T, c->S, c->NH, c->NKV, c->HD, &dm);
+		else
+			G->attention_tc_backward(dq_d, dk_d, dv_d, do_d, q_d, k_d, v_d, o_d, c->T, c->S,
+			                         c->NH, c->NKV, c->HD, &dm);
+		const char *op = stat ? "attention_tc_backward_stat" : "attention_tc_backward";
+		char w2[200];
+		snprintf(w2, sizeof w2, "dq %s", what);
+		cmp_dev(op, w2, dq_d, rdq, qn);
+		snprintf(w2, sizeof w2, "dk %s", c->name);
+		cmp_dev(op, w2, dk_d, rdk, kn);
+		snprintf(w2, sizeof w2, "dv %s", c->name);
+		cmp_dev(op, w2, dv_d, rdv, kn);
+	}
 	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
-	free(o); free(dq); free(dk); free(dv);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
-	G->free(dq_d); G->free(dk_d); G->free(dv_d);
+	G->free(dq_d); G->free(dk_d); G->free(dv_d); G->free(st_d); G->free(o2_d);
 	gt_masks_free(&dm);
 }
 

@@ -1,7 +1,8 @@
 /* test_matmul_bwd: the CUDA matmul backward against the CPU twin: dx written (poisoned
  * first), dw accumulated onto random values, fp32 and 16-bit weights, dx or dw skipped
  * (NULL), odd shapes. With bf16 weights the GPU rounds x and dy to bf16 (tensor cores): the
- * test draws them bf16-exact so the twin sees the same operands. */
+ * test draws them bf16-exact so the twin sees the same operands. matmul_xb and
+ * matmul_backward_xb (x given in bf16, y and dx written or accumulated) the same way. */
 #include "gpu_test.h"
 
 static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int want_dw)
@@ -40,6 +41,52 @@ static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int wan
 	G->free(dx_d); G->free(dw_d); G->free(x_d); G->free(dy_d); G->free(w_d);
 }
 
+/* matmul_xb and matmul_backward_xb (x given in bf16; dx written or accumulated) against the
+ * twins; x and dy bf16-exact as above */
+static void one_xb(int N, int in, int out, int acc)
+{
+	size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+	float *x = gt_rand(nx, -1, 1), *dy = gt_rand(ny, -1, 1), *dw0 = gt_rand(nw, -1, 1);
+	float *dx0 = gt_rand(nx, -1, 1);
+	void *w = gt_rand_w(nw, DICE_BF16, -1, 1);
+	uint16_t *xb = (uint16_t *)xmalloc(nx * 2 + 2);
+	float *ry = (float *)xmalloc(ny * 4 + 4), *rdx = (float *)xmalloc(nx * 4 + 4);
+	float *rdw = (float *)xmalloc(nw * 4 + 4);
+	char what[128];
+
+	for (size_t i = 0; i < nx; i++)
+		xb[i] = dice_f32_to_bf16(x[i]);
+	for (size_t i = 0; i < ny; i++)
+		dy[i] = dice_bf16_to_f32(dice_f32_to_bf16(dy[i]));
+	memcpy(rdw, dw0, nw * 4);
+	memcpy(rdx, dx0, nx * 4);
+	float *y_d = gt_poisoned(ny), *dx_d = acc ? (float *)gt_up(dx0, nx * 4) : gt_poisoned(nx);
+	float *dw_d = (float *)gt_up(dw0, nw * 4), *dy_d = (float *)gt_up(dy, ny * 4);
+	void *xb_d = gt_up(xb, nx * 2), *w_d = gt_up(w, nw * 2);
+
+	if (acc) {              /* y accumulates onto random values too */
+		float *y0 = gt_rand(ny, -1, 1);
+		memcpy(ry, y0, ny * 4);
+		G->to_device(y_d, y0, ny * 4);
+		free(y0);
+	}
+	H->matmul_xb(ry, xb, w, N, in, out, acc);
+	G->matmul_xb(y_d, xb_d, w_d, N, in, out, acc);
+	H->matmul_backward_xb(rdx, rdw, dy, xb, w, N, in, out, acc);
+	G->matmul_backward_xb(dx_d, dw_d, dy_d, xb_d, w_d, N, in, out, acc);
+	float *gy = gt_down(y_d, ny), *gdx = gt_down(dx_d, nx), *gdw = gt_down(dw_d, nw);
+	snprintf(what, sizeof what, "matmul_xb y %s N=%d in=%d out=%d", acc ? "+=" : "=", N, in, out);
+	gt_compare(what, gy, ry, ny, 1e-4, 1e-4);
+	snprintf(what, sizeof what, "matmul_backward_xb dx %s N=%d in=%d out=%d",
+	         acc ? "+=" : "=", N, in, out);
+	gt_compare(what, gdx, rdx, nx, 1e-4, 1e-4);
+	snprintf(what, sizeof what, "matmul_backward_xb dw += N=%d in=%d out=%d", N, in, out);
+	gt_compare(what, gdw, rdw, nw, 1e-4, 1e-4);
+	free(x); free(dy); free(dw0); free(dx0); free(w); free(xb); free(ry); free(rdx); free(rdw);
+	free(gy); free(gdx); free(gdw);
+	G->free(y_d); G->free(dx_d); G->free(dw_d); G->free(dy_d); G->free(xb_d); G->free(w_d);
+}
+
 int main(void)
 {
 	if (gt_init(31))
@@ -55,5 +102,8 @@ int main(void)
 	one(DICE_F32, 9, 40, 24, 1, 0);       /* dw NULL */
 	one(DICE_F32, 9, 40, 24, 0, 1);       /* dx NULL */
 	one(DICE_F32, 1, 1, 1, 1, 1);
+	one_xb(17, 96, 200, 0);
+	one_xb(300, 128, 1000, 1);
+	one_xb(9, 40, 24, 1);
 	return test_done();
 }

@@ -84,9 +84,40 @@ static void test_step(void)
 	optim_free(&op2);
 }
 
+/* .adamw_multi == .adamw per tensor (own weight decay) + .cast_bf16 where lp is set, bitwise */
+static void test_multi(void)
+{
+	enum { n = 37 };
+	float p[2][n], m[2][n], v[2][n], g[n];
+	uint16_t lp[n], want[n];
+	struct adamw_step s = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+	                        .weight_decay = 7.0f, .gscale = 0.5f, .step = 3 };
+
+	for (int i = 0; i < n; i++) {
+		p[0][i] = p[1][i] = sinf((float)i);
+		m[0][i] = m[1][i] = 0.01f * cosf((float)i);
+		v[0][i] = v[1][i] = 0.001f * (float)(i % 5);
+		g[i] = cosf(3.0f * (float)i);
+	}
+	struct adamw_tensor t[2] = {
+		{ .p = p[0], .m = m[0], .v = v[0], .g = g, .lp = lp, .n = 30, .weight_decay = 0.1f },
+		{ .p = p[0] + 30, .m = m[0] + 30, .v = v[0] + 30, .g = g + 30, .n = 7 },
+	};
+	ops_cpu.adamw_multi(t, 2, &s);
+	s.weight_decay = 0.1f;
+	ops_cpu.adamw(p[1], m[1], v[1], g, 30, &s);
+	s.weight_decay = 0.0f;
+	ops_cpu.adamw(p[1] + 30, m[1] + 30, v[1] + 30, g + 30, 7, &s);
+	ops_cpu.cast_bf16(want, p[1], 30);
+	CHECK(!memcmp(p[0], p[1], sizeof p[0]) && !memcmp(m[0], m[1], sizeof m[0]) &&
+	      !memcmp(v[0], v[1], sizeof v[0]) && !memcmp(lp, want, 30 * 2),
+	      "adamw_multi == adamw per tensor + cast_bf16 (bitwise)");
+}
+
 int main(void)
 {
 	test_schedules();
 	test_step();
+	test_multi();
 	return test_done();
 }

@@ -3,14 +3,16 @@
  * rules (prompt never masked, at least one mask, p range), the [x_t | x_0] rows; the loss
  * against a hand computation (zero lm_head: CE = log V, so loss = log V sum(1/p) / labels);
  * noisy rows of block b == the engine's decode step after a clean prefix; packed == separate;
- * recompute == stored activations (bitwise); and a finite-difference check of the gradient
- * of every weight tensor of a tiny model. */
+ * recompute == stored activations (bitwise); a finite-difference check of the gradient
+ * of every weight tensor of a tiny model; and the bf16 GEMM copies (model_train_set_bf16,
+ * optim_link_bf16) on the CPU backend. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
 #include "model_bwd.h"
+#include "optim.h"
 #include "sft.h"
 #include "test.h"
 #include "util.h"
@@ -371,6 +373,65 @@ static void test_model_grad(int tied)
 	free(hmem), free(hw.layers);
 }
 
+/* bf16 GEMM copies on the CPU backend: loss and gradients near the fp32 ones (bf16
+ * operands), recompute bitwise the same, and an optimizer step (optim_link_bf16) leaves
+ * lbuf == bf16(master weights) */
+static void test_bf16_copies(void)
+{
+	struct model m;
+	struct model_train t, tb16, tr;
+	int a[8] = { 3, 4, 5, 6, 7, 8, 9, 10 }, b[8] = { 11, 12, 13, 14, 15, 16, 17, 18 };
+	struct sft_sample sa = mk(a, 8, 2), sb = mk(b, 8, 3);
+	const struct sft_sample *s[2] = { &sa, &sb };
+	uint8_t ma[8] = { 0, 0, 1, 0, 1, 1, 0, 1 }, mb[8] = { 0, 0, 0, 1, 0, 1, 1, 0 };
+	const uint8_t *mm[2] = { ma, mb };
+	double p[2] = { 0.5, 0.7 }, l32, l16, lr;
+	struct train_batch tb;
+	double gmax = 0, emax = 0;
+
+	tiny_model(&m, 24);
+	model_train_init(&t, &m, 0);
+	model_train_init(&tb16, &m, 0);
+	model_train_init(&tr, &m, 1);
+	CHECK(model_train_set_bf16(&tb16) == 0 && model_train_set_bf16(&tr) == 0,
+	      "bf16 copies on the CPU backend");
+	sft_batch_build_masked(&tb, s, 2, cfg.mask_token_id, 1.0, mm, p);
+	model_train_batch(&t, &tb, &l32);
+	model_train_batch(&tb16, &tb, &l16);
+	model_train_batch(&tr, &tb, &lr);
+	for (size_t i = 0; i < t.ngrad; i++) {
+		gmax = fmax(gmax, fabs(t.gbuf[i]));
+		emax = fmax(emax, fabs(t.gbuf[i] - tb16.gbuf[i]));
+	}
+	printf("# bf16: loss %.6g (fp32 %.6g), largest gradient error %.3g of %.3g\n", l16, l32,
+	       emax, gmax);
+	CHECK(fabs(l16 - l32) < 2e-2 * l32 && emax < 5e-2 * gmax,
+	      "bf16 GEMM inputs: loss and gradients near fp32");
+	CHECK(l16 == lr && !memcmp(tb16.gbuf, tr.gbuf, t.ngrad * sizeof(float)),
+	      "bf16 with --recompute gives bitwise the same loss and gradients");
+	struct optim op;
+	struct optim_opts oo;
+	size_t np;
+	optim_defaults(&oo);
+	oo.lr = 1e-2f;
+	struct optim_param *par = optim_model_params(&tb16, &np);
+	optim_init(&op, &ops_cpu, &oo, par, np, tb16.gbuf, tb16.ngrad);
+	optim_link_bf16(&op, &tb16);
+	optim_step(&op, NULL);
+	size_t nw = m.wbytes / 4, bad = 0;
+	const uint16_t *lb = tb16.lbuf;
+	for (size_t i = 0; i < nw; i++)
+		bad += lb[i] != dice_f32_to_bf16(((const float *)m.wbuf)[i]);
+	CHECK(op.lp == 1 && bad == 0, "optimizer step rewrites the bf16 copies (optim_link_bf16)");
+	optim_free(&op);
+	sft_batch_free(&tb);
+	model_train_free(&t);
+	model_train_free(&tb16);
+	model_train_free(&tr);
+	model_free(&m);
+	free(hmem), free(hw.layers);
+}
+
 int main(void)
 {
 	test_render();
@@ -381,5 +442,6 @@ int main(void)
 	test_pack_and_recompute();
 	test_model_grad(0);
 	test_model_grad(1);
+	test_bf16_copies();
 	return test_done();
 }
