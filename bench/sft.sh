@@ -15,7 +15,9 @@
 # of the fused kernels, for comparison) and profile (plain with DICE_SFT_PROFILE=1: a backend
 # sync after each phase, the seconds per phase printed; its step times include the syncs);
 # SFT_NO_REF=1 skips the reference; SFT_MODEL=dir takes a model made before by
-# `dice-sft --init` from this script's config (with the same seed) instead of making one.
+# `dice-sft --init` from this script's config (with the same seed) instead of making one;
+# SFT_MAKE=dir only makes that model in dir and exits (start it early, e.g. in the background
+# while other GPU work runs: the random init runs on the CPU).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,6 +41,10 @@ awk -v ns=$((steps + 1)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
 	for (i = 0; i < 512; i++) p = p (i ? "," : "") int(rand() * 151000);
 	for (i = 0; i < n - 512; i++) r = r (i ? "," : "") int(rand() * 151000);
 	print "{\"prompt_ids\": " p "], \"response_ids\": " r "]}" } }' > "$t/data.jsonl"
+if [ -n "${SFT_MAKE:-}" ]; then
+	bin/dice-sft --init "$t/config.json" -o "$SFT_MAKE" 2>&1 | tail -1
+	exit 0
+fi
 m=${SFT_MODEL:-$t/m}
 [ -n "${SFT_MODEL:-}" ] || bin/dice-sft --init "$t/config.json" -o "$m" 2>&1 | tail -1
 
