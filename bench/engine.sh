@@ -14,7 +14,8 @@
 # Environment: BATCH (128), PROMPT (1024), GEN (1024), GEN_BIG (GEN: new tokens of the big
 # batch), REF_GEN_BIG (GEN_BIG: the reference's big batch only; the table says when capped),
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
-# batch only).
+# batch only; one: batch 1 only), REF (1; 0 skips the PyTorch reference), BENCH_MODES (unset;
+# 1: the decode forward also with CUDA graphs and programmatic dependent launch each off).
 set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,13 +29,16 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 echo "engine.sh $geom: GPU $gpu; P $P, G $G (batch 1), G $GB (batch $B)"
 list="1:$G,$B:$GB"
 [ "${WORKLOADS:-both}" = big ] && list="$B:$GB"
+[ "${WORKLOADS:-both}" = one ] && list="1:$G"
 timeout "${T_OURS:-200}" "$bin" bench cuda bf16 "$geom" "$list" "$P" "$G" eval | tee "$tmp/ours"
 # the batch ours could fit, for the reference too
 BB=$(awk '/^decode-forward/ && $4 != 1 { b = $4 } END { print b }' "$tmp/ours")
 BB=${BB:-$B} rb="1,$BB" rg="$G,$RGB"
 [ "${WORKLOADS:-both}" = big ] && rb=$BB rg=$RGB
-timeout "${T_REF:-200}" python3 "$root/bench/engine-ref.py" --geom "$geom" --batches "$rb" \
-	--prompt "$P" --gen "$rg" | tee "$tmp/ref"
+[ "${WORKLOADS:-both}" = one ] && rb=1 rg=$G
+: >"$tmp/ref"
+[ "${REF:-1}" = 0 ] || timeout "${T_REF:-200}" python3 "$root/bench/engine-ref.py" --geom "$geom" \
+	--batches "$rb" --prompt "$P" --gen "$rg" | tee "$tmp/ref"
 
 awk -v gpu="$gpu" -v geom="$geom" '
 	function seen(b) { if (!(b in have)) { have[b] = 1; ob[++no] = b } }
@@ -56,9 +60,9 @@ awk -v gpu="$gpu" -v geom="$geom" '
 				printf "| dice (ours) | %s | did not finish in time | decode forward alone %s ms | | | |\n", b, dfw[b]
 			if (b in r_ms)
 				printf "| PyTorch reference (bench/engine-ref.py) | %s | %s | %s | %s | %s | %.1f%% |\n", b, r_g[b], r_ms[b], r_tps[b], fl, 100 * fl / r_ms[b]
-			else
+			else if (ref)
 				printf "| PyTorch reference | %s | did not finish in time | | | | |\n", b
 			if ((b in o_ms) && (b in r_ms))
 				printf "| ratio ours / reference, tokens/s | %s | | | %.2fx | | |\n", b, o_tps[b] / r_tps[b]
 		}
-	}' "$tmp/ours" "$tmp/ref"
+	}' ref="${REF:-1}" "$tmp/ours" "$tmp/ref"

@@ -28,6 +28,13 @@
 #include "sampler.h"
 #include "util.h"
 
+#ifdef DICE_CUDA
+/* lib/gpu.h's switches (that header needs the CUDA headers): 0 off, 1 on, -1 environment */
+void gpu_set_graphs(int on);
+void gpu_set_pdl(int on);
+void gpu_set_mfs_ring(int on);
+#endif
+
 static void dump_step(void *arg, int req, int step, const float *lg, int rows, int V)
 {
 	fwrite(lg, sizeof *lg, (size_t)rows * V, arg);
@@ -220,6 +227,30 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		t = (now_s() - t) / 10;
 		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
 		fflush(stdout);
+#ifdef DICE_CUDA
+		/* the same forward with CUDA graphs, programmatic dependent launch and the matmul's
+		 * shared-memory ring on and off (BENCH_MODES=1; 30 forwards each; all default to on) */
+		if (getenv("BENCH_MODES") && !strcmp(m->ops->name, "cuda")) {
+			for (int mode = 0; mode < 8; mode++) {
+				gpu_set_graphs(mode & 1);
+				gpu_set_pdl((mode >> 1) & 1);
+				gpu_set_mfs_ring(mode >> 2);
+				model_forward(m, sq, B, NULL);
+				model_forward(m, sq, B, NULL);
+				t = now_s();
+				for (int i = 0; i < 30; i++)
+					model_forward(m, sq, B, NULL);
+				t = (now_s() - t) / 30;
+				printf("decode-mode %s batch %d cache %d graphs %s pdl %s ring %s: %.3f ms\n",
+				       geom, B, P, mode & 1 ? "on" : "off", (mode >> 1) & 1 ? "on" : "off",
+				       mode >> 2 ? "on" : "off", t * 1e3);
+				fflush(stdout);
+			}
+			gpu_set_graphs(-1);
+			gpu_set_pdl(-1);
+			gpu_set_mfs_ring(-1);
+		}
+#endif
 		for (int b = 0; b < B; b++)
 			kvcache_free(&kv[b], m);
 		free(kv), free(sq);
