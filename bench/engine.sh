@@ -6,8 +6,8 @@
 #   ours: tests/bin/model-logits bench (BIN; built from tests/gpu/model-logits.c): the copy
 #         bandwidth (cudaMemcpyAsync device-to-device of 1 GiB x10, read+write counted), then
 #         (a) batch 1: ms per forward against the floor = weight bytes (layers + lm_head) /
-#         that bandwidth, and (b) batch BATCH (128, or the largest whose KV caches fit):
-#         tokens/s;
+#         that bandwidth (and the same without the prompt's prefill forward, timed alone),
+#         and (b) batch BATCH (128, or the largest whose KV caches fit): tokens/s;
 #   ref:  bench/engine-ref.py, the PyTorch reference sampler (transformers' Qwen3 modules in
 #         bf16, SDAR masks, a static KV cache), the same two workloads at the batch ours ran.
 # Prints the raw lines, then one table with the GPU's name and the ratios.
@@ -15,7 +15,8 @@
 # batch), REF_GEN_BIG (GEN_BIG: the reference's big batch only; the table says when capped),
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
 # batch only; one: batch 1 only), REF (1; 0 skips the PyTorch reference), BENCH_MODES (unset;
-# 1: the decode forward also with CUDA graphs and programmatic dependent launch each off).
+# 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
+# BENCH_OPS (unset; 1: the decode forward's time per op, plain launches).
 set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +46,8 @@ awk -v gpu="$gpu" -v geom="$geom" '
 	function field(line, before, after) { sub(".*" before, "", line); sub(after ".*", "", line); return line }
 	/^copy bandwidth/ { bw = $(NF - 1) }
 	/^decode-forward/ { b = $4; seen(b); dfw[b] = $(NF - 1) }
-	/^engine/ { b = $6; seen(b); o_ms[b] = field($0, "forwards, ", " ms/forward")
+	/^engine-decode/ { dec = $5 }
+	/^engine / { b = $6; seen(b); o_ms[b] = field($0, "forwards, ", " ms/forward")
 		o_tps[b] = field($0, "forwards/token, ", " tokens/s"); fl = field($0, "floor ", " ms, ")
 		o_g[b] = $12; sub(/:/, "", o_g[b]) }
 	/^ref torch/ { b = $6; seen(b); r_ms[b] = field($0, "forwards, ", " ms/forward")
@@ -62,6 +64,8 @@ awk -v gpu="$gpu" -v geom="$geom" '
 				printf "| PyTorch reference (bench/engine-ref.py) | %s | %s | %s | %s | %s | %.1f%% |\n", b, r_g[b], r_ms[b], r_tps[b], fl, 100 * fl / r_ms[b]
 			else if (ref)
 				printf "| PyTorch reference | %s | did not finish in time | | | | |\n", b
+			if (b == 1 && dec != "")
+				printf "| dice (ours), the decoding forwards alone (prefill excluded) | 1 | %s | %s | | %s | %.1f%% |\n", o_g[b], dec, fl, 100 * fl / dec
 			if ((b in o_ms) && (b in r_ms))
 				printf "| ratio ours / reference, tokens/s | %s | | | %.2fx | | |\n", b, o_tps[b] / r_tps[b]
 		}

@@ -48,11 +48,6 @@ int gpu_pdl(void);
 void gpu_set_pdl(int on);
 int gpu_graphs(void);
 void gpu_set_graphs(int on);
-/* matmul_fixed's streaming kernel for up to 8 rows: 1 = the weights through a 4-stage ring
- * of shared memory (DICE_MFS_RING not 0), 0 = through registers, one step ahead; the same
- * bits either way */
-int gpu_mfs_ring(void);
-void gpu_set_mfs_ring(int on);
 /* graphs captured and graph launches so far (ops->replay) */
 void gpu_graph_counts(long *captured, long *launched);
 

@@ -75,7 +75,7 @@ void *gpu_scratch(size_t bytes)
 /* ---------------------------------------------------------------- launch switches */
 
 /* each switch: -1 = from its environment variable (on unless "0") on first use */
-static int g_pdl = -1, g_graphs = -1, g_mfs_ring = -1;
+static int g_pdl = -1, g_graphs = -1;
 
 static int sw_get(int *sw, const char *env)
 {
@@ -106,9 +106,7 @@ void gpu_set_pdl(int on)
 	g_pdl = on < 0 ? -1 : on && sm90();
 }
 
-int gpu_mfs_ring(void) { return sw_get(&g_mfs_ring, "DICE_MFS_RING"); }
 int gpu_graphs(void) { return sw_get(&g_graphs, "DICE_GRAPH"); }
-void gpu_set_mfs_ring(int on) { g_mfs_ring = on < 0 ? -1 : on != 0; }
 void gpu_set_graphs(int on) { g_graphs = on < 0 ? -1 : on != 0; }
 
 void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
@@ -138,8 +136,8 @@ void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t
  * eager, and makes every lazy allocation and upload the launches need); the second time fn
  * is captured on the stream (cudaStreamCaptureModeThreadLocal: a sync or allocation in it is
  * an error), instantiated and launched, and from then on launched. A graph made before the
- * scratch moved, or under other gpu_pdl() or gpu_mfs_ring() settings, is captured again. The
- * least recently used entry makes room. */
+ * scratch moved, or under the other gpu_pdl() setting, is captured again. The least recently
+ * used entry makes room. */
 #define GR_SLOTS 32
 
 static struct gr_slot {
@@ -147,7 +145,7 @@ static struct gr_slot {
 	size_t keylen;
 	cudaGraphExec_t exec;           /* NULL: seen once */
 	unsigned gen;                   /* g_scratch_gen at capture */
-	int mode;                       /* gpu_pdl() and gpu_mfs_ring() at capture */
+	int pdl;                        /* gpu_pdl() at capture */
 	unsigned long long used;
 } g_gr[GR_SLOTS];
 static unsigned long long g_gr_clock;
@@ -196,7 +194,7 @@ static void cu_replay(const void *key, size_t keylen, void (*fn)(void *), void *
 		return;
 	}
 	e->used = ++g_gr_clock;
-	if (e->exec && (e->gen != g_scratch_gen || e->mode != gpu_pdl() + 2 * gpu_mfs_ring())) {
+	if (e->exec && (e->gen != g_scratch_gen || e->pdl != gpu_pdl())) {
 		CUDA_CHECK(cudaGraphExecDestroy(e->exec));
 		e->exec = NULL;
 	}
@@ -209,7 +207,7 @@ static void cu_replay(const void *key, size_t keylen, void (*fn)(void *), void *
 		CUDA_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
 		CUDA_CHECK(cudaGraphDestroy(g));
 		e->gen = gen;
-		e->mode = gpu_pdl() + 2 * gpu_mfs_ring();
+		e->pdl = gpu_pdl();
 		g_gr_captured++;
 	}
 	CUDA_CHECK(cudaGraphLaunch(e->exec, st));

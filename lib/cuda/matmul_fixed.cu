@@ -56,46 +56,20 @@ static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k
 	}
 }
 
-/* the ring variant's loads: mfs_loadb's 8 chunks of step k into this lane's slots of one
- * ring stage (stage[u * 32 + lane]), asynchronously, zeros where mfs_loadb has zeros; one
- * commit group per call, empty past the segment */
-static __device__ __forceinline__ void mfs_ring_load(uint4 *stage, const char *wp, int k,
-                                                     int kend, int q, int lane)
-{
-	if (k < kend) {
-#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			int ok = k + MF_KB * u + 8 * q < kend;
-			unsigned d = (unsigned)__cvta_generic_to_shared(stage + u * 32 + lane);
-			const char *src = ok ? wp + (size_t)(k + MF_KB * u) * 2 : wp;
-			asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-			             :: "r"(d), "l"(src), "r"(ok ? 16 : 0));
-		}
-	}
-	asm volatile("cp.async.commit_group;\n" ::);
-}
-
 /* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
  * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
- * are in flight while this step's x is converted and multiplied; with RING (R8 1 only) the
- * next MFS_RING steps', through a ring of shared memory (cp.async; each lane reads back only
- * the slots it filled). Launched with programmatic dependent launch (gpu_launch): the first
- * step's weights (RING: the first MFS_RING steps') are asked for before the wait on the
- * kernel that writes x. The products are the same either way, in the same order. */
-#define MFS_RING 4
-#define MFS_RING_BYTES (MFS_RING * 8 * 32 * 16)       /* a warp's ring */
-
+ * are in flight while this step's x is converted and multiplied. Launched with programmatic
+ * dependent launch (gpu_launch): the first step's weights are asked for before the wait on
+ * the kernel that writes x. */
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
-                                                const int R8, const int RING, int M, int K,
-                                                int out, int kseg, float4 (*part)[2][32])
+                                                const int R8, int M, int K, int out, int kseg)
 {
 	const int U = 8 / R8, MT = (R8 + 1) / 2;
-	extern __shared__ uint4 mfs_rings[];
+	__shared__ float4 part[MF_SEGMAX][2][32];
 	int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, nseg = blockDim.x >> 5;
 	int g = lane >> 2, q = lane & 3, o0 = blockIdx.x * 8;
 	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
-	uint4 *ring = mfs_rings + (size_t)seg * (MFS_RING_BYTES / 16);
 	float c[2][4];
 	uint4 b[8], bn[8];
 	float4 xa[8][2];
@@ -104,15 +78,9 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
-	if (RING) {
-#pragma unroll
-		for (int st = 0; st < MFS_RING; st++)
-			mfs_ring_load(ring + st * 256, wp, kbeg + st * MF_KB * U, kend, q, lane);
-	} else {
-		mfs_loadb(b, wp, kbeg, kend, q, U);
-	}
+	mfs_loadb(b, wp, kbeg, kend, q, U);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
-	for (int k = kbeg, it = 0; k < kend; k += MF_KB * U, it++) {
+	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 #pragma unroll
@@ -126,14 +94,8 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 				}
 			}
 		}
-		if (RING) {
-			asm volatile("cp.async.wait_group %0;\n" :: "n"(MFS_RING - 1));
-#pragma unroll
-			for (int u = 0; u < 8; u++)
-				b[u] = ring[(it % MFS_RING) * 256 + u * 32 + lane];
-		} else if (k + MF_KB * U < kend) {
+		if (k + MF_KB * U < kend)
 			mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U);
-		}
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			if (k + MF_KB * u < kend) {
@@ -147,17 +109,10 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 				}
 			}
 		}
-		if (RING) {                     /* b is used (the mma read it): refill its stage */
-			mfs_ring_load(ring + (it % MFS_RING) * 256, wp, k + MFS_RING * MF_KB * U, kend, q,
-			              lane);
-		} else {
 #pragma unroll
-			for (int u = 0; u < U; u++)
-				b[u] = bn[u];
-		}
+		for (int u = 0; u < U; u++)
+			b[u] = bn[u];
 	}
-	if (RING)
-		asm volatile("cp.async.wait_all;\n" ::);
 	if (nseg > 1) {
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++)
@@ -200,30 +155,19 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
                                    int K, int out, int kseg)
 {
-	__shared__ float4 part[MF_SEGMAX][2][32];
-	mfs_body(y, x, w, f16, 1, 0, M, K, out, kseg, part);
-}
-
-static __global__ void mfs_kernel8r(float *y, const float *x, const void *w, int f16, int M,
-                                    int K, int out, int kseg)
-{
-	extern __shared__ uint4 mfs_rings[];        /* the rings, then the segments' sums */
-	mfs_body(y, x, w, f16, 1, 1, M, K, out, kseg,
-	         (float4 (*)[2][32])(mfs_rings + (blockDim.x >> 5) * (MFS_RING_BYTES / 16)));
+	mfs_body(y, x, w, f16, 1, M, K, out, kseg);
 }
 
 static __global__ void mfs_kernel16(float *y, const float *x, const void *w, int f16, int M,
-                                   int K, int out, int kseg)
+                                    int K, int out, int kseg)
 {
-	__shared__ float4 part[MF_SEGMAX][2][32];
-	mfs_body(y, x, w, f16, 2, 0, M, K, out, kseg, part);
+	mfs_body(y, x, w, f16, 2, M, K, out, kseg);
 }
 
 static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int f16, int M,
-                                   int K, int out, int kseg)
+                                    int K, int out, int kseg)
 {
-	__shared__ float4 part[MF_SEGMAX][2][32];
-	mfs_body(y, x, w, f16, 4, 0, M, K, out, kseg, part);
+	mfs_body(y, x, w, f16, 4, M, K, out, kseg);
 }
 
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (src is not read then) */
@@ -403,19 +347,7 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 			void *args[] = { &yr, &xr, &w, &f16, &m, &in, &out, &kseg };
 			const void *fn = m <= 8 ? (const void *)mfs_kernel8 :
 			                 m <= 16 ? (const void *)mfs_kernel16 : (const void *)mfs_kernel32;
-			size_t smem = 0;
-			if (m <= 8 && gpu_mfs_ring()) {
-				static int ring_set;
-				if (!ring_set) {
-					CUDA_CHECK(cudaFuncSetAttribute(mfs_kernel8r,
-					                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-					                                MF_SEGMAX * (MFS_RING_BYTES + 1024)));
-					ring_set = 1;
-				}
-				fn = (const void *)mfs_kernel8r;
-				smem = (size_t)nseg * (MFS_RING_BYTES + 1024);    /* + part */
-			}
-			gpu_launch(fn, dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), smem, st, args);
+			gpu_launch(fn, dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), 0, st, args);
 		}
 		return 0;
 	}
