@@ -658,8 +658,12 @@ static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C
 }
 
 #define AR_THREADS 256
+#define AR_PER 16                       /* values a thread holds: rows up to 16 x 256 wide */
 
-/* one block per row: x += r, then y = rmsnorm(x) * w */
+/* one block per row: x += r, then y = rmsnorm(x) * w. A row of up to AR_PER x blockDim
+ * values is read into registers before anything is written (in the loop below, each load
+ * would wait behind the store before it: x, r and y may alias as far as the compiler knows);
+ * the arithmetic and its order are the loop's. */
 static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
                                           int C, float eps)
 {
@@ -671,6 +675,31 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 	float *yn = y + (size_t)blockIdx.x * C;
 	float ss = 0.0f;
 
+	if (C <= AR_PER * (int)blockDim.x) {
+		float v[AR_PER], wv[AR_PER];
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			v[i] = c < C ? xn[c] + rn[c] : 0.0f;
+			wv[i] = c < C ? w[c] : 0.0f;
+		}
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			if (c < C) {
+				xn[c] = v[i];
+				ss += v[i] * v[i];
+			}
+		}
+		float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			if (c < C)
+				yn[c] = v[i] * rs * wv[i];
+		}
+		return;
+	}
 	for (int c = threadIdx.x; c < C; c += blockDim.x) {
 		float v = xn[c] + rn[c];
 		xn[c] = v;
