@@ -39,13 +39,13 @@ int gpu_sm_count(void);                 /* multiprocessors of the current device
 /* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);
 
-/* Programmatic dependent launch (sm_90, through gpu_launch): a kernel that
- * gpu_launch starts may begin while the kernel before it in the stream still runs. Such a
- * kernel calls gpu_pdl_wait() on every path before it reads or writes memory that an earlier
- * kernel reads or writes (the weights, never written, may be read before); the wait returns
- * when the kernel before it has finished and its writes are visible, and since that kernel
- * waited likewise, when everything before has. gpu_pdl_trigger() lets the next kernel start
- * (its own wait still holds it). Both are no-ops without PDL. */
+/* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
+ * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every
+ * path before it reads or writes memory that an earlier kernel reads or writes (the weights,
+ * never written, may be read before); the wait returns when the kernel before it has
+ * finished and its writes are visible, and since that kernel waited likewise, when
+ * everything before has. gpu_pdl_trigger() lets the next kernel start (its own wait still
+ * holds it). Both are no-ops without PDL. */
 static __device__ __forceinline__ void gpu_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
