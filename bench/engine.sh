@@ -6,15 +6,17 @@
 #   ours: tests/bin/model-logits bench (BIN; built from tests/gpu/model-logits.c): the copy
 #         bandwidth (cudaMemcpyAsync device-to-device of 1 GiB x10, read+write counted), then
 #         (a) batch 1: ms per forward against the floor = weight bytes (layers + lm_head) /
-#         that bandwidth, and (b) batch BATCH (128, or the largest whose KV caches fit):
-#         tokens/s;
+#         that bandwidth (and the same without the prompt's prefill forward, timed alone),
+#         and (b) batch BATCH (128, or the largest whose KV caches fit): tokens/s;
 #   ref:  bench/engine-ref.py, the PyTorch reference sampler (transformers' Qwen3 modules in
 #         bf16, SDAR masks, a static KV cache), the same two workloads at the batch ours ran.
 # Prints the raw lines, then one table with the GPU's name and the ratios.
 # Environment: BATCH (128), PROMPT (1024), GEN (1024), GEN_BIG (GEN: new tokens of the big
 # batch), REF_GEN_BIG (GEN_BIG: the reference's big batch only; the table says when capped),
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
-# batch only).
+# batch only; one: batch 1 only), REF (1; 0 skips the PyTorch reference), BENCH_MODES (unset;
+# 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
+# BENCH_OPS (unset; 1: the decode forward's time per op, plain launches).
 set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,20 +30,24 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 echo "engine.sh $geom: GPU $gpu; P $P, G $G (batch 1), G $GB (batch $B)"
 list="1:$G,$B:$GB"
 [ "${WORKLOADS:-both}" = big ] && list="$B:$GB"
+[ "${WORKLOADS:-both}" = one ] && list="1:$G"
 timeout "${T_OURS:-200}" "$bin" bench cuda bf16 "$geom" "$list" "$P" "$G" eval | tee "$tmp/ours"
 # the batch ours could fit, for the reference too
 BB=$(awk '/^decode-forward/ && $4 != 1 { b = $4 } END { print b }' "$tmp/ours")
 BB=${BB:-$B} rb="1,$BB" rg="$G,$RGB"
 [ "${WORKLOADS:-both}" = big ] && rb=$BB rg=$RGB
-timeout "${T_REF:-200}" python3 "$root/bench/engine-ref.py" --geom "$geom" --batches "$rb" \
-	--prompt "$P" --gen "$rg" | tee "$tmp/ref"
+[ "${WORKLOADS:-both}" = one ] && rb=1 rg=$G
+: >"$tmp/ref"
+[ "${REF:-1}" = 0 ] || timeout "${T_REF:-200}" python3 "$root/bench/engine-ref.py" --geom "$geom" \
+	--batches "$rb" --prompt "$P" --gen "$rg" | tee "$tmp/ref"
 
 awk -v gpu="$gpu" -v geom="$geom" '
 	function seen(b) { if (!(b in have)) { have[b] = 1; ob[++no] = b } }
 	function field(line, before, after) { sub(".*" before, "", line); sub(after ".*", "", line); return line }
 	/^copy bandwidth/ { bw = $(NF - 1) }
 	/^decode-forward/ { b = $4; seen(b); dfw[b] = $(NF - 1) }
-	/^engine/ { b = $6; seen(b); o_ms[b] = field($0, "forwards, ", " ms/forward")
+	/^engine-decode/ { dec = $5 }
+	/^engine / { b = $6; seen(b); o_ms[b] = field($0, "forwards, ", " ms/forward")
 		o_tps[b] = field($0, "forwards/token, ", " tokens/s"); fl = field($0, "floor ", " ms, ")
 		o_g[b] = $12; sub(/:/, "", o_g[b]) }
 	/^ref torch/ { b = $6; seen(b); r_ms[b] = field($0, "forwards, ", " ms/forward")
@@ -56,9 +62,11 @@ awk -v gpu="$gpu" -v geom="$geom" '
 				printf "| dice (ours) | %s | did not finish in time | decode forward alone %s ms | | | |\n", b, dfw[b]
 			if (b in r_ms)
 				printf "| PyTorch reference (bench/engine-ref.py) | %s | %s | %s | %s | %s | %.1f%% |\n", b, r_g[b], r_ms[b], r_tps[b], fl, 100 * fl / r_ms[b]
-			else
+			else if (ref)
 				printf "| PyTorch reference | %s | did not finish in time | | | | |\n", b
+			if (b == 1 && dec != "")
+				printf "| dice (ours), the decoding forwards alone (prefill excluded) | 1 | %s | %s | | %s | %.1f%% |\n", o_g[b], dec, fl, 100 * fl / dec
 			if ((b in o_ms) && (b in r_ms))
 				printf "| ratio ours / reference, tokens/s | %s | | | %.2fx | | |\n", b, o_tps[b] / r_tps[b]
 		}
-	}' "$tmp/ours" "$tmp/ref"
+	}' ref="${REF:-1}" "$tmp/ours" "$tmp/ref"

@@ -37,6 +37,20 @@ extern "C" {
 const struct ops *gpu_ops(void);
 cudaStream_t gpu_stream(void);          /* the stream of the ops table (created on first use) */
 
+/* Launch overlap and graphs of the decode path, both on by default and neither changing a
+ * bit of any result: gpu_pdl() is 1 when the engine forward's kernels (matmul_fixed's
+ * streaming kernel, the decode.cu ops) are launched with programmatic dependent launch (an
+ * sm_90 GPU, and the environment variable DICE_PDL is not 0), so that a matrix product
+ * streams its first weights while the kernel before it ends; gpu_graphs() is 1 when the ops
+ * table's replay op captures small forwards as CUDA graphs (DICE_GRAPH is not 0). The setters
+ * override the environment (tests, benchmarks): 0 off, 1 on, -1 back to the environment. */
+int gpu_pdl(void);
+void gpu_set_pdl(int on);
+int gpu_graphs(void);
+void gpu_set_graphs(int on);
+/* graphs captured and graph launches so far (ops->replay) */
+void gpu_graph_counts(long *captured, long *launched);
+
 /* matmul: y(N,out) fp32 = x(N,in) fp32 @ w(out,in)^T; the path is chosen by N, or forced:
  * gpu_matmul_cublas (any N) and gpu_matmul_gemv (N <= GPU_GEMV_NMAX) are there for tests
  * and the bench. */

@@ -390,18 +390,109 @@ void kvcache_free(struct kvcache *kv, const struct model *m)
 
 /* ---------------------------------------------------------------- forward */
 
-int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits)
+/* The device work of one forward: no sync, no copy to or from the host, no allocation (what
+ * ops->replay needs). */
+struct fwd {
+	struct model *m;
+	const struct model_seq *seqs;
+	int nseq, N, R;
+	int hrow;                           /* R < N and the logit rows contiguous: the first */
+	struct kv_batch kb;
+};
+
+static void forward_launch(void *arg)
 {
+	struct fwd *f = arg;
+	struct model *m = f->m;
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
+	const struct model_seq *seqs = f->seqs;
 	int C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads, HD = c->head_dim;
 	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
+	int N = f->N, R = f->R;
 	float eps = c->rms_norm_eps;
-	int N = 0, R = 0, maxpos = 0, maxT = 0;
+	struct kv_batch *kb = &f->kb;
 	/* the batch-invariant product where the backend has one: a sequence's logits are then
 	 * the same bits alone or in any batch */
 	void (*mm)(float *, const float *, const void *, enum dice_dtype, int, int, int) =
 		o->matmul_fixed ? o->matmul_fixed : o->matmul;
+
+	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
+	o->rmsnorm(m->xn, m->x, m->w.layers[0].input_norm.p, m->w.layers[0].input_norm.dt, N, C,
+	           eps);
+	for (int l = 0; l < c->num_layers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+
+		if (m->fuse_qkv) {
+			mm(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
+			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
+			            HD, eps, c->rope_theta);
+		} else {
+			mm(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
+			mm(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
+			mm(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
+			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
+			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
+			o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
+			o->kv_append(kb, l, m->k, m->v, NKV, HD);
+		}
+		o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
+		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
+		if (m->fuse_gu) {
+			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
+			o->swiglu_cat(m->up, m->gate, N, I);
+		} else {
+			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
+			mm(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
+			o->swiglu(m->up, m->gate, m->up, N, I);
+		}
+		mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
+		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
+			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
+		else
+			o->add(m->x, m->tmp, (size_t)N * C);
+	}
+	if (R) {
+		const float *h = m->x;
+		if (f->hrow >= 0) {             /* the rows that want logits, in one piece */
+			h = m->x + (size_t)f->hrow * C;
+		} else if (R < N) {             /* gather them */
+			for (int s = 0, off = 0, r = 0; s < f->nseq; off += seqs[s].T, s++) {
+				if (!seqs[s].logits)
+					continue;
+				int from = seqs[s].logits_from, n = seqs[s].T - from;
+				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(off + from) * C,
+				        (size_t)n * C * sizeof(float));
+				r += n;
+			}
+			h = m->hsel;
+		}
+		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
+		mm(m->logits, m->xn, m->w.lm_head.p, m->w.lm_head.dt, R, C, V);
+	}
+}
+
+/* Forwards of up to GRAPH_ROWS rows in GRAPH_SEQS sequences go through ops->replay (CUDA
+ * graphs): decoding steps, whose launches repeat with new cache lengths in device memory. */
+#define GRAPH_ROWS 64
+#define GRAPH_SEQS 16
+
+/* what forward_launch's launches depend on, host side (see ops->replay) */
+struct fwd_key {
+	struct model_config cfg;
+	const void *wbuf, *x, *logits, *meta_d;
+	int nseq, N, R, hrow, maxT, maxS, rows, lrows;
+	int seq[GRAPH_SEQS][3];             /* T, logits, logits_from */
+};
+
+int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits)
+{
+	const struct ops *o = m->ops;
+	const struct model_config *c = &m->cfg;
+	int V = c->vocab_size, C = c->hidden_size;
+	int N = 0, R = 0, maxpos = 0, maxT = 0, maxcap = 0;
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
@@ -426,72 +517,53 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		R += q->logits ? q->T - q->logits_from : 0;
 		if (q->kv->len + q->T > maxpos)
 			maxpos = q->kv->len + q->T;
+		if (q->kv->cap > maxcap)
+			maxcap = q->kv->cap;
 	}
 	if (N == 0)
 		return 0;
 	reserve_rows(m, N);
 	if (R)
 		reserve_logits(m, R);
-	struct kv_batch kb;
-	meta_fill(m, seqs, nseq, N, &kb);
-	kb.maxT = maxT;
-	kb.maxS = maxpos;
-
-	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
-	o->rmsnorm(m->xn, m->x, m->w.layers[0].input_norm.p, m->w.layers[0].input_norm.dt, N, C,
-	           eps);
-	for (int l = 0; l < c->num_layers; l++) {
-		const struct layer_weights *w = &m->w.layers[l];
-
-		if (m->fuse_qkv) {
-			mm(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
-			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, &kb, l, NH, NKV,
-			            HD, eps, c->rope_theta);
-		} else {
-			mm(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
-			mm(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
-			mm(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
-			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
-			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
-			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
-			o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
-			o->kv_append(&kb, l, m->k, m->v, NKV, HD);
-		}
-		o->attention_kv(m->att, m->q, &kb, l, NH, NKV, HD, c->block_size);
-		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
-		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
-		if (m->fuse_gu) {
-			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
-			o->swiglu_cat(m->up, m->gate, N, I);
-		} else {
-			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
-			mm(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
-			o->swiglu(m->up, m->gate, m->up, N, I);
-		}
-		mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
-		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
-			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
-		else
-			o->add(m->x, m->tmp, (size_t)N * C);
-	}
-	if (R) {
-		const float *h = m->x;
-		if (R < N) {                    /* gather the rows that want logits */
-			for (int s = 0, off = 0, r = 0; s < nseq; off += seqs[s].T, s++) {
-				if (!seqs[s].logits)
-					continue;
-				int from = seqs[s].logits_from, n = seqs[s].T - from;
-				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(off + from) * C,
-				        (size_t)n * C * sizeof(float));
-				r += n;
+	struct fwd f = { .m = m, .seqs = seqs, .nseq = nseq, .N = N, .R = R, .hrow = -1 };
+	meta_fill(m, seqs, nseq, N, &f.kb);
+	f.kb.maxT = maxT;
+	f.kb.maxS = maxpos;
+	if (R && R < N) {                       /* the logit rows in one piece? (its first row) */
+		int next = -1, pieces = 0;
+		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
+			if (!seqs[s].logits)
+				continue;
+			if (off + seqs[s].logits_from != next) {
+				pieces++;
+				f.hrow = off + seqs[s].logits_from;
 			}
-			h = m->hsel;
+			next = off + seqs[s].T;
 		}
-		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
-		mm(m->logits, m->xn, m->w.lm_head.p, m->w.lm_head.dt, R, C, V);
-		if (logits)
-			o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
+		if (pieces != 1 || (size_t)f.hrow * C % 4)
+			f.hrow = -1;
 	}
+	if (o->replay && N <= GRAPH_ROWS && nseq <= GRAPH_SEQS) {
+		struct fwd_key k;
+		/* the launches may not depend on the lengths: the attention's grid is sized for
+		 * the caches' capacity (its blocks past a sequence's keys return at once) */
+		f.kb.maxS = maxcap;
+		memset(&k, 0, sizeof k);
+		k.cfg = m->cfg;
+		k.wbuf = m->wbuf, k.x = m->x, k.logits = m->logits, k.meta_d = m->meta_d;
+		k.nseq = nseq, k.N = N, k.R = R, k.hrow = f.hrow, k.maxT = maxT, k.maxS = maxcap;
+		k.rows = m->rows, k.lrows = m->lrows;
+		for (int s = 0; s < nseq; s++) {
+			k.seq[s][0] = seqs[s].T;
+			k.seq[s][1] = seqs[s].logits;
+			k.seq[s][2] = seqs[s].logits ? seqs[s].logits_from : 0;
+		}
+		o->replay(&k, sizeof k, forward_launch, &f);
+	} else {
+		forward_launch(&f);
+	}
+	if (R && logits)
+		o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
 	o->sync();
 	for (int s = 0; s < nseq; s++)
 		seqs[s].kv->len += seqs[s].store ? seqs[s].T : seqs[s].commit_rows;

@@ -136,6 +136,9 @@ void kvcache_free(struct kvcache *kv, const struct model *m);
  * A forward can end one block and start the next: rows [block b | block b+1] with
  * commit_rows = block commits block b (its queries cannot see block b+1 under the mask rule,
  * so its K/V are those of a forward of block b alone, bitwise on the CPU).
+ * Forwards of up to 64 rows in up to 16 sequences (decoding steps) go through ops->replay
+ * where the backend has it (CUDA graphs: the second forward of the same shapes is captured,
+ * later ones replay it), with the same results.
  * 0, or -1 with a warning (cache full, bad ids). */
 int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits);
 

@@ -242,6 +242,13 @@ struct ops {
 	void (*rmsnorm_xb)(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N,
 	                   int C, float eps);
 	void (*swiglu_xb)(void *yb, const float *gate, const float *up, int N, int C);
+	/* ---- replay (appended; NULL on the CPU backend): run fn(arg), the launches of one
+	 * forward, on the backend. fn makes no host<->device copy, no sync and no allocation
+	 * beyond what the same fn with the same key did before; key (keylen bytes) holds every
+	 * host value fn's launches depend on (shapes, pointers), device memory contents aside.
+	 * CUDA: the second time a key comes, fn is captured as a CUDA graph, and launched as that
+	 * graph from then on (eager with DICE_GRAPH=0); the results are the same bits. */
+	void (*replay)(const void *key, size_t keylen, void (*fn)(void *), void *arg);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

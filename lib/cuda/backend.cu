@@ -2,6 +2,8 @@
  * cuBLAS handle bound to it, one scratch buffer that grows on demand, and the fatal
  * CUDA_CHECK / CUBLAS_CHECK reporters. The table's ops call the launchers of the other files
  * on that stream; a launcher's shape error is a bug in the caller, so the table aborts on it. */
+#include <string.h>
+
 #include "common.cuh"
 #include "train.cuh"
 
@@ -49,15 +51,167 @@ cublasHandle_t gpu_cublas(void)
 	return g_cublas;
 }
 
+static unsigned g_scratch_gen;          /* bumped when the scratch moves (graphs hold it) */
+
 void *gpu_scratch(size_t bytes)
 {
 	if (bytes > g_scratch_cap) {
+		cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+		if (g_stream)
+			CUDA_CHECK(cudaStreamIsCapturing(g_stream, &cs));
+		if (cs != cudaStreamCaptureStatusNone) {
+			fprintf(stderr, "dice: the scratch grew inside a graph capture (a bug)\n");
+			abort();
+		}
 		if (g_scratch)
 			CUDA_CHECK(cudaFree(g_scratch));      /* synchronises: no kernel still reads it */
 		g_scratch_cap = bytes + bytes / 4;
 		CUDA_CHECK(cudaMalloc(&g_scratch, g_scratch_cap));
+		g_scratch_gen++;
 	}
 	return g_scratch;
+}
+
+/* ---------------------------------------------------------------- launch switches */
+
+/* each switch: -1 = from its environment variable (on unless "0") on first use */
+static int g_pdl = -1, g_graphs = -1;
+
+static int sw_get(int *sw, const char *env)
+{
+	if (*sw < 0) {
+		const char *v = getenv(env);
+		*sw = !(v && v[0] == '0' && !v[1]);
+	}
+	return *sw;
+}
+
+static int sm90(void)
+{
+	int dev, major;
+	CUDA_CHECK(cudaGetDevice(&dev));
+	CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+	return major >= 9;
+}
+
+int gpu_pdl(void)
+{
+	if (g_pdl < 0)
+		g_pdl = sw_get(&g_pdl, "DICE_PDL") && sm90();
+	return g_pdl;
+}
+
+void gpu_set_pdl(int on)
+{
+	g_pdl = on < 0 ? -1 : on && sm90();
+}
+
+int gpu_graphs(void) { return sw_get(&g_graphs, "DICE_GRAPH"); }
+void gpu_set_graphs(int on) { g_graphs = on < 0 ? -1 : on != 0; }
+
+void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                void **args)
+{
+	if (gpu_pdl()) {
+		cudaLaunchConfig_t cfg;
+		cudaLaunchAttribute at[1];
+		memset(&cfg, 0, sizeof cfg);
+		memset(at, 0, sizeof at);
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.gridDim = grid;
+		cfg.blockDim = block;
+		cfg.dynamicSmemBytes = smem;
+		cfg.stream = st;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+		CUDA_CHECK(cudaLaunchKernelExC(&cfg, fn, args));
+	} else {
+		CUDA_CHECK(cudaLaunchKernel(fn, grid, block, args, smem, st));
+	}
+}
+
+/* ---------------------------------------------------------------- graphs (ops->replay)
+ * A small cache of keys: a key seen once is remembered without a graph (its first run is
+ * eager, and makes every lazy allocation and upload the launches need); the second time fn
+ * is captured on the stream (cudaStreamCaptureModeThreadLocal: a sync or allocation in it is
+ * an error), instantiated and launched, and from then on launched. A graph made before the
+ * scratch moved, or under the other gpu_pdl() setting, is captured again. The least recently
+ * used entry makes room. */
+#define GR_SLOTS 32
+
+static struct gr_slot {
+	void *key;
+	size_t keylen;
+	cudaGraphExec_t exec;           /* NULL: seen once */
+	unsigned gen;                   /* g_scratch_gen at capture */
+	int pdl;                        /* gpu_pdl() at capture */
+	unsigned long long used;
+} g_gr[GR_SLOTS];
+static unsigned long long g_gr_clock;
+static long g_gr_captured, g_gr_launched;
+
+void gpu_graph_counts(long *captured, long *launched)
+{
+	*captured = g_gr_captured;
+	*launched = g_gr_launched;
+}
+
+static void gr_drop(struct gr_slot *e)
+{
+	if (e->exec)
+		CUDA_CHECK(cudaGraphExecDestroy(e->exec));
+	free(e->key);
+	memset(e, 0, sizeof *e);
+}
+
+static void cu_replay(const void *key, size_t keylen, void (*fn)(void *), void *arg)
+{
+	struct gr_slot *e = NULL, *lru = &g_gr[0];
+	cudaStream_t st = gpu_stream();
+
+	if (!gpu_graphs()) {
+		fn(arg);
+		return;
+	}
+	for (int i = 0; i < GR_SLOTS && !e; i++) {
+		if (g_gr[i].key && g_gr[i].keylen == keylen && !memcmp(g_gr[i].key, key, keylen))
+			e = &g_gr[i];
+		else if (g_gr[i].used < lru->used)
+			lru = &g_gr[i];
+	}
+	if (!e) {                               /* first sighting: remember, run eagerly */
+		gr_drop(lru);
+		lru->key = malloc(keylen);
+		if (!lru->key) {
+			fn(arg);
+			return;
+		}
+		memcpy(lru->key, key, keylen);
+		lru->keylen = keylen;
+		lru->used = ++g_gr_clock;
+		fn(arg);
+		return;
+	}
+	e->used = ++g_gr_clock;
+	if (e->exec && (e->gen != g_scratch_gen || e->pdl != gpu_pdl())) {
+		CUDA_CHECK(cudaGraphExecDestroy(e->exec));
+		e->exec = NULL;
+	}
+	if (!e->exec) {
+		cudaGraph_t g;
+		unsigned gen = g_scratch_gen;
+		CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+		fn(arg);
+		CUDA_CHECK(cudaStreamEndCapture(st, &g));
+		CUDA_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
+		CUDA_CHECK(cudaGraphDestroy(g));
+		e->gen = gen;
+		e->pdl = gpu_pdl();
+		g_gr_captured++;
+	}
+	CUDA_CHECK(cudaGraphLaunch(e->exec, st));
+	g_gr_launched++;
 }
 
 int gpu_sm_count(void)
@@ -245,6 +399,7 @@ static const struct ops ops_cuda = {
 	cu_attention_tc_backward_stat,
 	cu_rmsnorm_xb,
 	cu_swiglu_xb,
+	cu_replay,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

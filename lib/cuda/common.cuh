@@ -39,6 +39,32 @@ int gpu_sm_count(void);                 /* multiprocessors of the current device
 /* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);
 
+/* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
+ * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every
+ * path before it reads or writes memory that an earlier kernel reads or writes (the weights,
+ * never written, may be read before); the wait returns when the kernel before it has
+ * finished and its writes are visible, and since that kernel waited likewise, when
+ * everything before has. gpu_pdl_trigger() lets the next kernel start (its own wait still
+ * holds it). Both are no-ops without PDL. */
+static __device__ __forceinline__ void gpu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void gpu_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+/* launch fn(args) on st, with programmatic dependent launch when gpu_pdl() (every kernel so
+ * launched follows the rule above); checks the launch */
+void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                void **args);
+
 static __device__ __forceinline__ float gpu_load_w(const void *w, int dt, size_t i)
 {
 	if (dt == DICE_BF16)

@@ -107,6 +107,8 @@ static __device__ __forceinline__ void dk_store(const uint4 *kr, const uint4 *vr
 static __device__ __forceinline__ void dk_body(const struct dk_args &a, const int NLD,
                                                const int NO4)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	extern __shared__ float4 dk_smem[];
 	float *qs = (float *)dk_smem;                   /* (DK_ROWS, HD) */
 	int HD = a.HD;
@@ -301,6 +303,8 @@ static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsig
 
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DM_WARPS * DM_VBYTES);
@@ -527,6 +531,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 /* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
 static __global__ void dk_merge_kernel(struct dk_args a)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	int N = a.b.N;
 
@@ -582,6 +588,8 @@ static __device__ __forceinline__ size_t kv_slot(const struct kv_batch &b, int l
 static __global__ void kv_append_kernel(struct kv_batch b, int l, const float *k, const float *v,
                                         int KVD)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	size_t total = (size_t)b.N * KVD;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -598,6 +606,8 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
                                        struct kv_batch b, int l, int NH, int NKV, int HD,
                                        float eps)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	int heads = NH + 2 * NKV, KVD = NKV * HD, half = HD / 2;
 
@@ -636,6 +646,8 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
 
 static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	size_t total = (size_t)N * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -646,17 +658,48 @@ static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C
 }
 
 #define AR_THREADS 256
+#define AR_PER 16                       /* values a thread holds: rows up to 16 x 256 wide */
 
-/* one block per row: x += r, then y = rmsnorm(x) * w */
+/* one block per row: x += r, then y = rmsnorm(x) * w. A row of up to AR_PER x blockDim
+ * values is read into registers before anything is written (in the loop below, each load
+ * would wait behind the store before it: x, r and y may alias as far as the compiler knows);
+ * the arithmetic and its order are the loop's. */
 static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
                                           int C, float eps)
 {
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	__shared__ float part[AR_THREADS / 32];
 	float *xn = x + (size_t)blockIdx.x * C;
 	const float *rn = r + (size_t)blockIdx.x * C;
 	float *yn = y + (size_t)blockIdx.x * C;
 	float ss = 0.0f;
 
+	if (C <= AR_PER * (int)blockDim.x) {
+		float v[AR_PER], wv[AR_PER];
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			v[i] = c < C ? xn[c] + rn[c] : 0.0f;
+			wv[i] = c < C ? w[c] : 0.0f;
+		}
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			if (c < C) {
+				xn[c] = v[i];
+				ss += v[i] * v[i];
+			}
+		}
+		float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
+#pragma unroll
+		for (int i = 0; i < AR_PER; i++) {
+			int c = threadIdx.x + i * blockDim.x;
+			if (c < C)
+				yn[c] = v[i] * rs * wv[i];
+		}
+		return;
+	}
 	for (int c = threadIdx.x; c < C; c += blockDim.x) {
 		float v = xn[c] + rn[c];
 		xn[c] = v;
@@ -681,8 +724,11 @@ int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float 
 	GPU_REQUIRE(b && b->N >= 0 && NKV > 0 && HD > 0 && l >= 0, "kv_append");
 	if (b->N == 0)
 		return 0;
-	kv_append_kernel<<<grid_for((size_t)b->N * NKV * HD), 256, 0, st>>>(*b, l, k, v, NKV * HD);
-	CUDA_CHECK_LAUNCH();
+	struct kv_batch bb = *b;
+	int KVD = NKV * HD;
+	void *args[] = { &bb, &l, &k, &v, &KVD };
+	gpu_launch((const void *)kv_append_kernel, dim3(grid_for((size_t)b->N * KVD)), dim3(256), 0,
+	           st, args);
 	return 0;
 }
 
@@ -733,6 +779,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		a.pm = p + np * HD;
 		a.pl = a.pm + np;
 	}
+	void *args[] = { &a };
 #ifndef DICE_DK_NO_TC                           /* (defined: the fp32 kernel alone, to compare) */
 	int tc = b->dt != DICE_F32 && HD == DM_HD;
 #else
@@ -748,22 +795,18 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		}
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
-		dm_kernel<<<grid, DM_WARPS * 32, DM_SMEM, st>>>(a);
-		CUDA_CHECK_LAUNCH();
+		gpu_launch((const void *)dm_kernel, grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
 	} else {
 		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
 		int chunks = DK_KT * HD * es / 16;  /* 16-byte loads per matrix and tile */
-		if (chunks <= 4 * DK_THREADS && HD <= 128)
-			dk_kernel4<<<grid, DK_THREADS, smem, st>>>(a);
-		else if (chunks <= 8 * DK_THREADS)
-			dk_kernel8<<<grid, DK_THREADS, smem, st>>>(a);
-		else
-			dk_kernel16<<<grid, DK_THREADS, smem, st>>>(a);
-		CUDA_CHECK_LAUNCH();
+		const void *fn = chunks <= 4 * DK_THREADS && HD <= 128 ? (const void *)dk_kernel4 :
+		                 chunks <= 8 * DK_THREADS ? (const void *)dk_kernel8 :
+		                 (const void *)dk_kernel16;
+		gpu_launch(fn, grid, dim3(DK_THREADS), smem, st, args);
 	}
 	if (nsplit > 1) {
-		dk_merge_kernel<<<CEIL_DIV(b->N * NH, 8), 256, 0, st>>>(a);
-		CUDA_CHECK_LAUNCH();
+		gpu_launch((const void *)dk_merge_kernel, dim3(CEIL_DIV(b->N * NH, 8)), dim3(256), 0, st,
+		           args);
 	}
 	return 0;
 }
@@ -778,9 +821,9 @@ int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, c
 		return 0;
 	const float *inv_freq = gpu_rope_table(theta, HD);
 	int warps = b->N * (NH + 2 * NKV);
-	qkv_prep_kernel<<<CEIL_DIV(warps, 8), 256, 0, st>>>(q, qkv, qw, kw, pos, inv_freq, *b, l, NH,
-	                                                     NKV, HD, eps);
-	CUDA_CHECK_LAUNCH();
+	struct kv_batch bb = *b;
+	void *args[] = { &q, &qkv, &qw, &kw, &pos, &inv_freq, &bb, &l, &NH, &NKV, &HD, &eps };
+	gpu_launch((const void *)qkv_prep_kernel, dim3(CEIL_DIV(warps, 8)), dim3(256), 0, st, args);
 	return 0;
 }
 
@@ -789,8 +832,9 @@ int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C)
 	GPU_REQUIRE(N >= 0 && C > 0, "swiglu_cat");
 	if (N == 0)
 		return 0;
-	swiglu_cat_kernel<<<grid_for((size_t)N * C), 256, 0, st>>>(y, gu, N, C);
-	CUDA_CHECK_LAUNCH();
+	void *args[] = { &y, &gu, &N, &C };
+	gpu_launch((const void *)swiglu_cat_kernel, dim3(grid_for((size_t)N * C)), dim3(256), 0, st,
+	           args);
 	return 0;
 }
 
@@ -801,7 +845,7 @@ int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const f
 	if (N == 0)
 		return 0;
 	int threads = C >= AR_THREADS ? AR_THREADS : 32 * CEIL_DIV(C, 32);
-	add_rmsnorm_kernel<<<N, threads, 0, st>>>(y, x, r, w, C, eps);
-	CUDA_CHECK_LAUNCH();
+	void *args[] = { &y, &x, &r, &w, &C, &eps };
+	gpu_launch((const void *)add_rmsnorm_kernel, dim3(N), dim3(threads), 0, st, args);
 	return 0;
 }

@@ -57,7 +57,9 @@ static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k
 
 /* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
  * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
- * are in flight while this step's x is converted and multiplied. */
+ * are in flight while this step's x is converted and multiplied. Launched with programmatic
+ * dependent launch (gpu_launch): the first step's weights are asked for before the wait on
+ * the kernel that writes x. */
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
                                                 const int R8, int M, int K, int out, int kseg)
 {
@@ -71,10 +73,12 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	uint4 b[8], bn[8];
 	float4 xa[8][2];
 
+	gpu_pdl_trigger();
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
 	mfs_loadb(b, wp, kbeg, kend, q, U);
+	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
 	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -530,14 +534,10 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;
 		float *yr = y + (size_t)r0 * out;
-		dim3 grid(CEIL_DIV(out, 8));
-		if (m <= 8)
-			mfs_kernel8<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-		else if (m <= 16)
-			mfs_kernel16<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-		else
-			mfs_kernel32<<<grid, 32 * nseg, 0, st>>>(yr, xr, w, f16, m, in, out, kseg);
-		CUDA_CHECK_LAUNCH();
+		void *args[] = { &yr, &xr, &w, &f16, &m, &in, &out, &kseg };
+		const void *fn = m <= 8 ? (const void *)mfs_kernel8 :
+		                 m <= 16 ? (const void *)mfs_kernel16 : (const void *)mfs_kernel32;
+		gpu_launch(fn, dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), 0, st, args);
 	}
 	return 0;
 }

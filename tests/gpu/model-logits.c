@@ -13,8 +13,11 @@
  *       counted), then random weights in memory of geometry GEOM (tiny, 0.6b, 1.7b, 4b, 8b);
  *       per BATCH of the list: the largest batch up to BATCH whose KV caches fit, requests of
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
- *       the decode forward alone, then one "engine" line: ms per forward, forwards per
- *       token, tokens/s, the floor (weight bytes / copy bandwidth) and the share of it
+ *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
+ *       BENCH_OPS=1: its time per op), at batch 1 the prefill forward alone, then one
+ *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
+ *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
+ *       without the prefill forward)
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +30,136 @@
 #include "model.h"
 #include "sampler.h"
 #include "util.h"
+
+#ifdef DICE_CUDA
+#include "gpu.h"
+
+/* BENCH_OPS=1: where a decode forward's time goes. The forward runs through a copy of the
+ * CUDA table whose engine ops record a CUDA event before and after themselves (plain launches:
+ * graphs and PDL off), so each op's time is its GPU time in the stream, launch gaps included;
+ * the times are summed per (op, shape). */
+#define OT_EVENTS 2048
+static struct ops ot_table;
+static const struct ops *ot_real;
+static cudaEvent_t ot_ev[OT_EVENTS];
+static struct ot_rec { const char *name; int a, b, c; } ot_log[OT_EVENTS / 2];
+static int ot_n;
+
+static void ot_mark(const char *name, int a, int b, int c, int end)
+{
+	if (ot_n >= OT_EVENTS / 2)
+		return;
+	cudaEventRecord(ot_ev[2 * ot_n + end], gpu_stream());
+	if (end)
+		ot_log[ot_n++] = (struct ot_rec){ name, a, b, c };
+}
+
+static void ot_matmul_fixed(float *y, const float *x, const void *w, enum dice_dtype wdt, int N,
+                            int in, int out)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->matmul_fixed(y, x, w, wdt, N, in, out);
+	ot_mark("matmul_fixed", N, in, out, 1);
+}
+
+static void ot_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
+                        const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                        float eps, float theta)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->qkv_prep(q, qkv, qw, kw, pos, b, l, NH, NKV, HD, eps, theta);
+	ot_mark("qkv_prep", b->N, NH, NKV, 1);
+}
+
+static void ot_attention_kv(float *out, const float *q, const struct kv_batch *b, int l, int NH,
+                            int NKV, int HD, int block)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->attention_kv(out, q, b, l, NH, NKV, HD, block);
+	ot_mark("attention_kv (+ merge)", b->N, NH, NKV, 1);
+}
+
+static void ot_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
+                           float eps)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->add_rmsnorm(y, x, r, w, N, C, eps);
+	ot_mark("add_rmsnorm", N, C, 0, 1);
+}
+
+static void ot_swiglu_cat(float *y, const float *gu, int N, int C)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->swiglu_cat(y, gu, N, C);
+	ot_mark("swiglu_cat", N, C, 0, 1);
+}
+
+static void ot_rmsnorm(float *y, const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                       float eps)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->rmsnorm(y, x, w, wdt, N, C, eps);
+	ot_mark("rmsnorm", N, C, 0, 1);
+}
+
+/* the op times of `reps` forwards of sq, per forward */
+static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps, double fw_ms)
+{
+	struct { const char *name; int a, b, c, n; double ms; } agg[64];
+	int na = 0;
+	double total = 0;
+
+	ot_real = m->ops;
+	ot_table = *m->ops;
+	ot_table.matmul_fixed = ot_matmul_fixed, ot_table.qkv_prep = ot_qkv_prep;
+	ot_table.attention_kv = ot_attention_kv, ot_table.add_rmsnorm = ot_add_rmsnorm;
+	ot_table.swiglu_cat = ot_swiglu_cat, ot_table.rmsnorm = ot_rmsnorm;
+	ot_table.replay = NULL;
+	for (int i = 0; i < OT_EVENTS; i++)
+		if (!ot_ev[i])
+			cudaEventCreate(&ot_ev[i]);
+	gpu_set_graphs(0);
+	gpu_set_pdl(0);
+	m->ops = &ot_table;
+	for (int r = 0; r < reps; r++) {
+		ot_n = 0;
+		model_forward(m, sq, B, NULL);
+		for (int i = 0; i < ot_n; i++) {
+			float ms = 0;
+			int j;
+			cudaEventElapsedTime(&ms, ot_ev[2 * i], ot_ev[2 * i + 1]);
+			for (j = 0; j < na; j++)
+				if (agg[j].name == ot_log[i].name && agg[j].a == ot_log[i].a &&
+				    agg[j].b == ot_log[i].b && agg[j].c == ot_log[i].c)
+					break;
+			if (j == na && na < 64) {
+				agg[na].name = ot_log[i].name, agg[na].a = ot_log[i].a;
+				agg[na].b = ot_log[i].b, agg[na].c = ot_log[i].c;
+				agg[na].n = 0, agg[na].ms = 0;
+				na++;
+			}
+			if (j < 64)
+				agg[j].n++, agg[j].ms += ms;
+			total += ms;
+		}
+	}
+	m->ops = ot_real;
+	gpu_set_graphs(-1);
+	gpu_set_pdl(-1);
+	printf("ops of one decode forward (batch %d; plain launches, CUDA events around each op, "
+	       "mean of %d forwards; the forward alone, graphs and PDL on: %.3f ms):\n", B, reps, fw_ms);
+	printf("  %-24s %7s %7s %7s %6s %10s %10s %8s\n", "op", "N", "in/NH", "out/NKV", "calls",
+	       "us/call", "ms/forward", "GB/s");
+	for (int j = 0; j < na; j++) {
+		double us = agg[j].ms * 1e3 / agg[j].n, gbs = 0;
+		if (!strcmp(agg[j].name, "matmul_fixed"))
+			gbs = (double)agg[j].b * agg[j].c * dice_dtype_size(m->dtype) / (us * 1e3);
+		printf("  %-24s %7d %7d %7d %6.1f %10.2f %10.3f %8.0f\n", agg[j].name, agg[j].a, agg[j].b,
+		       agg[j].c, (double)agg[j].n / reps, us, agg[j].ms / reps, gbs);
+	}
+	printf("  sum of the ops: %.3f ms per forward\n", total / reps);
+}
+#endif
 
 static void dump_step(void *arg, int req, int step, const float *lg, int rows, int V)
 {
@@ -220,9 +353,47 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		t = (now_s() - t) / 10;
 		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
 		fflush(stdout);
+#ifdef DICE_CUDA
+		/* the same forward with CUDA graphs and programmatic dependent launch on and off
+		 * (BENCH_MODES=1; 30 forwards each; both default to on) */
+		if (getenv("BENCH_MODES") && !strcmp(m->ops->name, "cuda")) {
+			for (int mode = 0; mode < 4; mode++) {
+				gpu_set_graphs(mode & 1);
+				gpu_set_pdl(mode >> 1);
+				model_forward(m, sq, B, NULL);
+				model_forward(m, sq, B, NULL);
+				t = now_s();
+				for (int i = 0; i < 30; i++)
+					model_forward(m, sq, B, NULL);
+				t = (now_s() - t) / 30;
+				printf("decode-mode %s batch %d cache %d graphs %s pdl %s: %.3f ms\n", geom, B,
+				       P, mode & 1 ? "on" : "off", mode >> 1 ? "on" : "off", t * 1e3);
+				fflush(stdout);
+			}
+			gpu_set_graphs(-1);
+			gpu_set_pdl(-1);
+		}
+		if (getenv("BENCH_OPS") && !strcmp(m->ops->name, "cuda"))
+			ops_breakdown(m, sq, B, 10, t * 1e3);
+#endif
 		for (int b = 0; b < B; b++)
 			kvcache_free(&kv[b], m);
 		free(kv), free(sq);
+	}
+	/* batch 1: the prompt's prefill forward alone (the sampler's first), to tell the decoding
+	 * forwards' mean apart from it */
+	double pre = 0;
+	if (B == 1 && P >= o.block) {
+		struct kvcache kv;
+		kvcache_init(&kv, m, P + o.block);
+		struct model_seq sq = { .kv = &kv, .ids = ids, .T = P / o.block * o.block, .store = 1 };
+		model_forward(m, &sq, 1, NULL);
+		kv.len = 0;
+		pre = now_s();
+		model_forward(m, &sq, 1, NULL);
+		pre = now_s() - pre;
+		kvcache_free(&kv, m);
+		printf("prefill-forward %s P %d: %.3f ms\n", geom, sq.T, pre * 1e3);
 	}
 	t = now_s();
 	if (sampler_run(m, &o, rq, B, r, NULL, NULL) < 0)
@@ -238,6 +409,11 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	       "%.3f forwards/token, %.1f tokens/s, weights %.3f GB, floor %.3f ms, %.1f%% of floor\n",
 	       m->ops->name, dtn, geom, B, want, P, G, t, fw, t * 1e3 / fw, (double)fw * B / ntok,
 	       ntok / t, model_weight_bytes(c, m->dtype) / 1e9, floor_ms, 100 * floor_ms / (t * 1e3 / fw));
+	if (pre > 0 && fw > 1) {
+		double dms = (t - pre) * 1e3 / (fw - 1);
+		printf("engine-decode %s batch 1: %.3f ms/forward without the prefill forward, %.1f%% of "
+		       "floor\n", geom, dms, 100 * floor_ms / dms);
+	}
 	fflush(stdout);
 	free(rq), free(r), free(ids);
 }

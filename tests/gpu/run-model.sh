@@ -10,7 +10,7 @@ bin=tests/bin/model-logits
 if [ ! -x "$bin" ]; then
 	make -s lib/libdice.a || exit 1
 	cuda=""
-	ls lib/cuda/*.o >/dev/null 2>&1 && cuda="-L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcublasLt -lcublas -lcudart -lstdc++"
+	ls lib/cuda/*.o >/dev/null 2>&1 && cuda="-DDICE_CUDA=1 -I${CUDA_HOME:-/usr/local/cuda}/include -L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcublasLt -lcublas -lcudart -lstdc++"
 	${CC:-cc} -Ilib -O2 -std=c11 -D_GNU_SOURCE -o "$bin" tests/gpu/model-logits.c lib/libdice.a \
 		-ljansson -larchive -lpcre2-8 -lm $cuda || exit 1
 fi

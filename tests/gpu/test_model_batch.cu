@@ -4,10 +4,7 @@
  * alone and once all of them in one forward per step; every sequence's logits (the last 4
  * prompt rows, then each block's rows) must be the same bits both ways. */
 #include "gpu_test.h"
-extern "C" {
-#include "checkpoint.h"
-#include "model.h"
-}
+#include "gt_model.h"
 
 #define NSEQ 12
 #define CAP 1024
@@ -40,22 +37,13 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 
 static void run(enum dice_dtype dt)
 {
-	struct model_config c;
-	struct model_weights w;
 	struct model m;
 	struct kvcache alone[NSEQ], batch[NSEQ];
 	int *ids[NSEQ];
 	char what[160];
 
-	config_tiny(&c, 1000);
-	c.hidden_size = 512, c.num_heads = 8, c.num_kv_heads = 2, c.head_dim = 128;
-	c.intermediate_size = 1536, c.num_layers = 2, c.rope_theta = 1e6f;
-	c.tie_word_embeddings = 0, c.dtype = DICE_F32;
-	float *mem = model_weights_random(&w, &c, 5);
-	CHECK(model_init(&m, &c, &w, G, dt) == 0, "model_init");
-	free(mem);
-	free(w.layers);
-	int V = c.vocab_size;
+	gt_model(&m, dt, 5);
+	int V = m.cfg.vocab_size;
 	for (int s = 0; s < NSEQ; s++) {
 		ids[s] = (int *)xmalloc(sizeof(int) * (prompt_len(s) + 8));
 		for (int i = 0; i < prompt_len(s) + 8; i++)
