@@ -9,10 +9,12 @@
  * lane j scores key j against each of them, then every lane folds the tile into its output
  * channels (4 or 8 per lane) of each row. Scores are in the log2 domain (q scaled by
  * log2(e) / sqrt(HD) once). A sequence of S keys (cache + new rows) is split into
- * dk_split_len(S) keys per block (256, or S/8 past 2K keys: a function of S alone, never of
- * the batch or the grid, so a row's result is the same bits alone or in any batch); when a
- * sequence has more than one split a second kernel merges its partial (max, sum, output)
- * triples per (row, head), splits in order. */
+ * dk_split_len(S) keys per block (at least DK_SPLIT_TILES tiles, and at most DK_SPLITS splits:
+ * a function of S alone, never of the batch or the grid, so a row's result is the same bits
+ * alone or in any batch); when a sequence has more than one split a second kernel merges its
+ * partial (max, sum, output) triples per (row, head), splits in order. DICE_DK_SPLIT=SPLITS,TILES
+ * sets the two for a process (bench/: both trade batch-1 parallelism against the partials'
+ * traffic at large batches). */
 #include <math.h>
 
 #include "common.cuh"
@@ -24,18 +26,43 @@
 #define DK_KT 32                        /* keys per tile (= lanes) */
 #define DK_HDMAX 256
 #define DK_SPLIT_TILES 8                /* keys per split: at least 8 tiles ... */
-#define DK_SPLITS 8                     /* ... and at most 8 splits */
+#define DK_SPLITS 8                     /* ... and at most 8 splits (defaults) */
+#define DK_SPLITS_MAX 64
+
+/* the split geometry of this process: at most sp.n splits of at least sp.tiles tiles */
+struct dk_splits {
+	int n, tiles;
+};
 
 /* keys per split of a sequence of S keys, and its number of splits */
-static __host__ __device__ __forceinline__ int dk_split_len(int S)
+static __host__ __device__ __forceinline__ int dk_split_len(int S, struct dk_splits sp)
 {
-	int tiles = CEIL_DIV(CEIL_DIV(S, DK_KT), DK_SPLITS);
-	return DK_KT * (tiles > DK_SPLIT_TILES ? tiles : DK_SPLIT_TILES);
+	int tiles = CEIL_DIV(CEIL_DIV(S, DK_KT), sp.n);
+	return DK_KT * (tiles > sp.tiles ? tiles : sp.tiles);
 }
 
-static __host__ __device__ __forceinline__ int dk_nsplit(int S)
+static __host__ __device__ __forceinline__ int dk_nsplit(int S, struct dk_splits sp)
 {
-	return CEIL_DIV(S, dk_split_len(S));
+	return CEIL_DIV(S, dk_split_len(S, sp));
+}
+
+/* DICE_DK_SPLIT=N,TILES or the defaults, read once */
+static struct dk_splits dk_splits_get(void)
+{
+	static struct dk_splits sp;
+	if (!sp.n) {
+		const char *e = getenv("DICE_DK_SPLIT");
+		int n = DK_SPLITS, t = DK_SPLIT_TILES;
+		if (e && (sscanf(e, "%d,%d", &n, &t) != 2 || n < 1 || n > DK_SPLITS_MAX || t < 1)) {
+			fprintf(stderr, "dice: DICE_DK_SPLIT=%s: want SPLITS,TILES (1..%d, >= 1); "
+			        "using %d,%d\n", e, DK_SPLITS_MAX, DK_SPLITS, DK_SPLIT_TILES);
+			n = DK_SPLITS;
+			t = DK_SPLIT_TILES;
+		}
+		sp.n = n;
+		sp.tiles = t;
+	}
+	return sp;
 }
 
 struct dk_args {
@@ -45,6 +72,7 @@ struct dk_args {
 	int l, NH, NKV, HD, group, block, rtiles;
 	float qscale;                       /* log2(e) / sqrt(HD) */
 	float *pm, *pl, *po;                /* partials ((split, row, head)[, HD]) */
+	struct dk_splits sp;
 };
 
 /* element type loads: 16 bytes of the cache as fp32 into dst (8 or 4 values) */
@@ -118,7 +146,7 @@ static __device__ __forceinline__ void dk_body(const struct dk_args &a, const in
 	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
 	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
 	int TG = T * a.group, rbase = rt * DK_ROWS;
-	int split_len = dk_split_len(S), split = dk_nsplit(S) > 1;
+	int split_len = dk_split_len(S, a.sp), split = dk_nsplit(S, a.sp) > 1;
 	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
 	int dt = (int)a.b.dt, es = dt == DICE_F32 ? 4 : 2;
 
@@ -312,7 +340,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
 	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
 	int TG = T * a.group, rbase = rt * DM_ROWS, NH = a.NH;
-	int split_len = dk_split_len(S), split = dk_nsplit(S) > 1;
+	int split_len = dk_split_len(S, a.sp), split = dk_nsplit(S, a.sp) > 1;
 	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
 	int f16 = a.b.dt == DICE_F16;
 
@@ -539,7 +567,7 @@ static __global__ void dk_merge_kernel(struct dk_args a)
 	if (w >= N * a.NH)
 		return;
 	int n = w / a.NH, h = w % a.NH, s = a.b.rowseq[n];
-	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = dk_nsplit(S);
+	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = dk_nsplit(S, a.sp);
 	float M = -INFINITY, L = 0.0f;
 
 	if (ns == 1)                            /* written by the attention kernel */
@@ -769,9 +797,11 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		                                cudaFuncAttributeMaxDynamicSharedMemorySize, most));
 		smem_set = 1;
 	}
-	/* enough splits for every sequence (each has at most ceil(S / 256) and at most 8) */
-	int nsplit = CEIL_DIV(b->maxS, DK_KT * DK_SPLIT_TILES);
-	nsplit = nsplit < DK_SPLITS ? nsplit : DK_SPLITS;
+	/* enough splits for every sequence (each has at most ceil(S / (32 tiles)) and at most
+	 * sp.n) */
+	a.sp = dk_splits_get();
+	int nsplit = CEIL_DIV(b->maxS, DK_KT * a.sp.tiles);
+	nsplit = nsplit < a.sp.n ? nsplit : a.sp.n;
 	if (nsplit > 1) {
 		size_t np = (size_t)nsplit * b->N * NH;
 		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));
