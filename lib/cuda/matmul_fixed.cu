@@ -9,7 +9,8 @@
  *    x 64..128 outputs, 4 or 8 warps, 3 or 4 cp.async stages of 32 or 64 inputs), chosen per
  *    (N, in, out) by a cost model fitted to H100 timings (mf_cost); a block either walks its
  *    tile's segments one after the other (no partial sums in memory) or takes one segment
- *    (grid.y) with an ordered reduce after; x is converted to the weight dtype beforehand.
+ *    (grid.y) with an ordered reduce after; x is converted to the weight dtype beforehand,
+ *    in the order its mma steps read it (mf_quad_kernel: one 16-byte load an A operand).
  *    The tile shape, the split and the stage depth change no output's order of sums.
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
  * 32; mf_segments, a function of (in, out)); within a segment the products accumulate from
@@ -220,8 +221,10 @@ mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, i
 	int flushed = 0, vec = !(out & 1) && !((uintptr_t)dst & 7);
 	float acc[TM][TN][4];
 
-	/* slot <- the KB blocks from kb: thread tid copies chunks tid + u T of each (row
-	 * (tid + u T) / 4, inputs 8 (tid % 4) .. +7); zeros past M, out or K */
+	/* slot <- the KB blocks from kb: x in mf_quad_kernel's order (a 1 KB piece a 16-row
+	 * group, chunk tid + u T of the tile's BM / 16 pieces), then w: thread tid copies chunks
+	 * tid + u T (row (tid + u T) / 4, inputs 8 (tid % 4) .. +7); zeros past M, out or K */
+	int ng = CEIL_DIV(M, 16), nkb = CEIL_DIV(K, MF_KB);
 	auto load = [&](int slot, int kb) {
 		char *s = sm + slot * P::STAGE + tid * 16;
 #pragma unroll
@@ -229,9 +232,9 @@ mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, i
 			int k = (kb + b) * MF_KB + lk, kin = k < K;
 #pragma unroll
 			for (int u = 0; u < P::AU; u++) {
-				int row = m0 + lr + u * (P::T / 4), ok = row < M && kin;
+				int c = tid + u * P::T, grp = m0 / 16 + (c >> 6), ok = grp < ng && kb + b < nkb;
 				mf_cp16(s + b * P::SUB + u * P::T * 16,
-				        xc + ((size_t)(ok ? row : 0) * K + (ok ? k : 0)) * 2, ok);
+				        xc + (ok ? ((size_t)grp * nkb + kb + b) * 1024 + (c & 63) * 16 : 0), ok);
 			}
 #pragma unroll
 			for (int u = 0; u < P::BU; u++) {
@@ -273,19 +276,20 @@ mft_kernel(float *y, float *part, const void *xb, const void *w, int M, int K, i
 #pragma unroll
 				for (int j = 0; j < TN; j++)
 					bw[j] = *(const uint4 *)(bs + ((wn * TN + j) * 8 + g) * 64 + q * 16);
-				/* mf_step's two steps for each output tile, the first steps of a row of
-				 * tiles before their second (independent products between dependent ones) */
+				/* mf_step's two steps for each output tile (a0, a1: its A operands, one
+				 * 16-byte load each), the first steps of a row of tiles before their
+				 * second (independent products between dependent ones) */
 #pragma unroll
 				for (int i = 0; i < TM; i++) {
-					int rw = (wm * TM + i) * 16 + g;
-					uint4 ra = *(const uint4 *)(as + rw * 64 + q * 16);
-					uint4 rb = *(const uint4 *)(as + (rw + 8) * 64 + q * 16);
+					const char *ap = as + (wm * TM + i) * 1024 + g * 128 + q * 32;
+					uint4 a0 = *(const uint4 *)(ap + 16 * (g & 1));
+					uint4 a1 = *(const uint4 *)(ap + 16 * (~g & 1));
 #pragma unroll
 					for (int j = 0; j < TN; j++)
-						gpu_mma16816(acc[i][j], ra.x, rb.x, ra.y, rb.y, bw[j].x, bw[j].y, F16);
+						gpu_mma16816(acc[i][j], a0.x, a0.y, a0.z, a0.w, bw[j].x, bw[j].y, F16);
 #pragma unroll
 					for (int j = 0; j < TN; j++)
-						gpu_mma16816(acc[i][j], ra.z, rb.z, ra.w, rb.w, bw[j].z, bw[j].w, F16);
+						gpu_mma16816(acc[i][j], a1.x, a1.y, a1.z, a1.w, bw[j].z, bw[j].w, F16);
 				}
 			}
 		}
@@ -336,12 +340,27 @@ static __global__ void mf_reduce_kernel(float *y, const float *part, size_t n, i
 	}
 }
 
-static __global__ void mf_convert_kernel(unsigned *d, const float2 *s, size_t n2, int f16)
+/* x (N, K) fp32 -> 16-bit in the order the tiled kernel's mma steps read it: a 1 KB piece per
+ * 16 rows (group G) and 32 inputs (block b), pieces G-major; in a piece, for row g (0..7),
+ * quad thread q and step h, the 16 bytes of that step's A operand: rows 16G + g and
+ * 16G + g + 8, inputs k, k + 1 then k + 2, k + 3 of each (k = 32b + 8q + 4h), pairs packed
+ * {row g, row g + 8, row g, row g + 8}, at g * 128 + q * 32 + 16 (h ^ (g & 1)) (odd rows
+ * swapped: no bank conflicts). Zeros past N and K. K % 4 == 0, x 16-byte aligned. */
+static __global__ void mf_quad_kernel(uint4 *d, const float *x, int N, int K, int nkb,
+                                      size_t nq, int f16)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n2;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nq;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float2 v = s[i];
-		d[i] = gpu_pack2(v.x, v.y, f16);
+		size_t piece = i >> 6;
+		int s = (int)(i & 63), g = s >> 3, q = (s >> 1) & 3, h = (s & 1) ^ (g & 1);
+		int r = (int)(piece / nkb) * 16 + g, k = (int)(piece % nkb) * MF_KB + 8 * q + 4 * h;
+		float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
+		if (k < K && r < N)
+			lo = __ldg((const float4 *)(x + (size_t)r * K + k));
+		if (k < K && r + 8 < N)
+			hi = __ldg((const float4 *)(x + (size_t)(r + 8) * K + k));
+		d[i] = make_uint4(gpu_pack2(lo.x, lo.y, f16), gpu_pack2(hi.x, hi.y, f16),
+		                  gpu_pack2(lo.z, lo.w, f16), gpu_pack2(hi.z, hi.w, f16));
 	}
 }
 
@@ -490,13 +509,13 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 	struct mf_variant *vr = &mf_var[v];
 	split = nseg > 1 && (split > 0 || !mf_walks(vr, nseg, kseg));
 	mf_occupancy(vr);
-	size_t xbytes = ((size_t)N * in * 2 + 255) / 256 * 256;
+	int nkb = CEIL_DIV(in, MF_KB);
+	size_t nq = (size_t)CEIL_DIV(N, 16) * nkb * 64, xbytes = nq * 16;
 	size_t pn = split ? (size_t)nseg * N * out : 0;
 	char *s = (char *)gpu_scratch(xbytes + pn * sizeof(float));
 	float *part = (float *)(s + xbytes);
-	size_t n2 = (size_t)N * in / 2;
-	int cg = (int)(CEIL_DIV(n2, (size_t)256) < 4096 ? CEIL_DIV(n2, (size_t)256) : 4096);
-	mf_convert_kernel<<<cg, 256, 0, st>>>((unsigned *)s, (const float2 *)x, n2, f16);
+	int cg = (int)(CEIL_DIV(nq, (size_t)256) < 4096 ? CEIL_DIV(nq, (size_t)256) : 4096);
+	mf_quad_kernel<<<cg, 256, 0, st>>>((uint4 *)s, x, N, in, nkb, nq, f16);
 	CUDA_CHECK_LAUNCH();
 	dim3 grid(CEIL_DIV(N, vr->bm) * CEIL_DIV(out, vr->bn), split ? nseg : 1);
 	vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, part, s, w, N, in, out, kseg);
