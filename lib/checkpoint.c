@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,6 +411,68 @@ static int ends_with(const char *s, const char *suf)
 	return n >= m && !strcmp(s + n - m, suf);
 }
 
+/* Random init: every tensor is cut into chunks of INIT_CHUNK values, and chunk k of tensor i
+ * draws from its own generator seeded by (seed, i, k), so the values do not depend on how
+ * many threads fill them; the chunks go to threads through a shared counter. */
+#define INIT_CHUNK ((size_t)1 << 20)
+#define INIT_THREADS_MAX 64
+
+struct init_job {
+	const struct model_init *o;
+	enum dice_dtype dt;
+	struct ckpt_tensor *list;
+	size_t *first;               /* first[i]: the global index of tensor i's chunk 0 */
+	size_t n, nchunks;
+	size_t next;                 /* the next chunk to take (atomic) */
+};
+
+static size_t init_count(const struct ckpt_tensor *t)
+{
+	return (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
+}
+
+static void init_chunk(struct init_job *job, size_t g)
+{
+	size_t i = 0, lo = 0, hi = job->n;
+	while (hi - lo > 1) {                           /* the tensor holding chunk g */
+		size_t mid = (lo + hi) / 2;
+		if (job->first[mid] <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	i = lo;
+	size_t k = g - job->first[i], cnt = init_count(&job->list[i]);
+	size_t j0 = k * INIT_CHUNK, j1 = j0 + INIT_CHUNK < cnt ? j0 + INIT_CHUNK : cnt;
+	int norm = ends_with(job->list[i].name, "norm.weight");
+	unsigned char *p = (unsigned char *)job->list[i].ref->p;
+	struct rng r;
+
+	rng_seed(&r, job->o->seed ^ (0x9e3779b97f4a7c15ull * (i + 1)) ^ ((uint64_t)k << 40));
+	for (size_t j = j0; j < j1; j++) {
+		float v = norm ? 1.0f + job->o->norm_jitter * (float)rng_normal(&r)
+		               : job->o->std * (float)rng_normal(&r);
+		uint16_t h;
+
+		if (job->dt == DICE_F32) {
+			memcpy(p + 4 * j, &v, 4);
+			continue;
+		}
+		h = job->dt == DICE_BF16 ? dice_f32_to_bf16(v) : dice_f32_to_f16(v);
+		memcpy(p + 2 * j, &h, 2);
+	}
+}
+
+static void *init_worker(void *arg)
+{
+	struct init_job *job = arg;
+	size_t g;
+
+	while ((g = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED)) < job->nchunks)
+		init_chunk(job, g);
+	return NULL;
+}
+
 int checkpoint_init_random(const char *dir, const struct model_config *c,
                            const struct model_init *o, char *err, size_t errlen)
 {
@@ -417,34 +480,34 @@ int checkpoint_init_random(const char *dir, const struct model_config *c,
 	size_t n, es = dice_dtype_size(c->dtype);
 	struct ckpt_tensor *list;
 	void **bufs;
-	struct rng r;
 	int rc;
 
 	if (config_validate(c, "config", err, errlen) < 0)
 		return -1;
-	rng_seed(&r, o->seed);
 	list = checkpoint_tensor_list(c, &w, &n);
 	bufs = xcalloc(n, sizeof *bufs);
+	struct init_job job = { o, c->dtype, list, xcalloc(n ? n : 1, sizeof(size_t)), n, 0, 0 };
 	for (size_t i = 0; i < n; i++) {
-		size_t cnt = (size_t)list[i].shape[0] * (list[i].ndim > 1 ? (size_t)list[i].shape[1] : 1);
-		int norm = ends_with(list[i].name, "norm.weight");
-		unsigned char *p = bufs[i] = xmalloc(cnt * es + 1);
-
-		for (size_t j = 0; j < cnt; j++) {
-			float v = norm ? 1.0f + o->norm_jitter * (float)rng_normal(&r)
-			               : o->std * (float)rng_normal(&r);
-			uint16_t h;
-
-			if (c->dtype == DICE_F32) {
-				memcpy(p + 4 * j, &v, 4);
-				continue;
-			}
-			h = c->dtype == DICE_BF16 ? dice_f32_to_bf16(v) : dice_f32_to_f16(v);
-			memcpy(p + 2 * j, &h, 2);
-		}
+		size_t cnt = init_count(&list[i]);
+		bufs[i] = xmalloc(cnt * es + 1);
 		list[i].ref->p = bufs[i];
 		list[i].ref->dt = c->dtype;
+		job.first[i] = job.nchunks;
+		job.nchunks += (cnt + INIT_CHUNK - 1) / INIT_CHUNK;
 	}
+	long ncpu = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+	int nt = ncpu < 1 ? 1 : ncpu > INIT_THREADS_MAX ? INIT_THREADS_MAX : (int)ncpu;
+	if ((size_t)nt > job.nchunks)
+		nt = job.nchunks ? (int)job.nchunks : 1;
+	pthread_t th[INIT_THREADS_MAX];
+	int started = 0;
+	for (int t = 1; t < nt; t++, started++)
+		if (pthread_create(&th[t - 1], NULL, init_worker, &job))
+			break;                      /* fewer threads: the same values */
+	init_worker(&job);
+	for (int t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
+	free(job.first);
 	if (c->tie_word_embeddings)
 		w.lm_head = w.embed;
 	rc = checkpoint_write(dir, c, &w, o->nshards, o->tokenizer_dir, err, errlen);

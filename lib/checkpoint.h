@@ -15,7 +15,10 @@
  * copies of the tokenizer files from another directory. Every file is written atomically;
  * a stale model.safetensors or index of the other layout is removed.
  * checkpoint_init_random makes a random-weight checkpoint from a seed (tests, dice-sft
- * --init): linear and embedding weights ~ N(0, std^2); norm weights 1 + norm_jitter*N(0,1).
+ * --init): linear and embedding weights ~ N(0, std^2); norm weights 1 + norm_jitter*N(0,1),
+ * drawn in chunks of 2^20 values per tensor, each chunk from its own generator seeded by
+ * (seed, tensor, chunk), filled by one thread per CPU: the same values whatever the thread
+ * count.
  */
 #ifndef DICE_CHECKPOINT_H
 #define DICE_CHECKPOINT_H
@@ -70,6 +73,7 @@ struct model_init {
 	float norm_jitter;           /* 0: norms exactly 1 */
 	int nshards;                 /* 1 */
 	const char *tokenizer_dir;   /* NULL */
+	int threads;                 /* 0: one per CPU (the values do not depend on it) */
 };
 void model_init_defaults(struct model_init *o);
 /* Random weights in c->dtype, written with checkpoint_write. 0 or -1. */

@@ -10,6 +10,7 @@
  * opens a checkpoint folder (checking it against its config) or one .safetensors / index
  * file and prints "name DTYPE [d0,d1] sum" per tensor, sorted by name, sum in float64
  * (tests/gpu/st-compat.sh compares these with what Python reads). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -364,6 +365,51 @@ static int sums(const char *path)
 	return 0;
 }
 
+/* the random init fills chunks of 2^20 values from generators of their own: one thread or
+ * three give the same file, and two chunks of one tensor differ */
+static void test_init_threads(void)
+{
+	struct model_config c;
+	struct model_init o;
+	char *d1 = tmpdir_path("thr1"), *d3 = tmpdir_path("thr3");
+	char f1[4096], f3[4096];
+	size_t n1 = 0, n3 = 0;
+
+	config_tiny(&c, 20000);                 /* embed 20000 x 64: two chunks */
+	model_init_defaults(&o);
+	o.seed = 7;
+	o.threads = 1;
+	CHECK(checkpoint_init_random(d1, &c, &o, err, sizeof err) == 0, "init, one thread");
+	o.threads = 3;
+	CHECK(checkpoint_init_random(d3, &c, &o, err, sizeof err) == 0, "init, three threads");
+	snprintf(f1, sizeof f1, "%s/model.safetensors", d1);
+	snprintf(f3, sizeof f3, "%s/model.safetensors", d3);
+	char *a = util_read_file(f1, &n1), *b = util_read_file(f3, &n3);
+	CHECK(a && b && n1 == n3 && !memcmp(a, b, n1), "same weights whatever the thread count");
+	free(a);
+	free(b);
+	struct checkpoint ck;
+	if (checkpoint_open(&ck, d1, err, sizeof err) < 0) {
+		CHECK(0, "open the threaded checkpoint");
+		free(d1);
+		free(d3);
+		return;
+	}
+	const float *e = ck.w.embed.p;
+	size_t chunk = (size_t)1 << 20;
+	CHECK(e && memcmp(e, e + chunk, 64 * sizeof *e) != 0, "chunks draw different values");
+	double sum = 0, sq = 0;
+	for (size_t i = 0; i < (size_t)20000 * 64; i++) {
+		sum += e[i];
+		sq += (double)e[i] * e[i];
+	}
+	double mean = sum / (20000.0 * 64), sd = sqrt(sq / (20000.0 * 64) - mean * mean);
+	CHECK(fabs(mean) < 1e-3 && fabs(sd - 0.02) < 1e-3, "embedding ~ N(0, 0.02^2)");
+	checkpoint_close(&ck);
+	free(d1);
+	free(d3);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "mktiny"))
@@ -374,6 +420,7 @@ int main(int argc, char **argv)
 		return 1;
 	test_config();
 	test_roundtrip();
+	test_init_threads();
 	test_variants();
 	test_broken();
 	tmpdir_remove();
