@@ -539,21 +539,14 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 	}
 }
 
-/* out (NULL: only lse) and/or lse (NULL: only out); grid (query tiles, NH) */
+/* out (NULL: only lse) and/or lse (NULL: only out); grid (query tiles, NH); HD 64 or 128 */
+template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS)
-fa_fwd128(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-          const unsigned char *map, int T, int S, int NH, int NKV, struct attn_mask m, int nz,
-          int sg, float sl2)
+fa_fwd(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+       const unsigned char *map, int T, int S, int NH, int NKV, struct attn_mask m, int nz,
+       int sg, float sl2)
 {
-	fa_fwd_body(out, lse, q, k, v, map, T, S, NH, NKV, 128, m, nz, sg, sl2);
-}
-
-static __global__ void __launch_bounds__(FA_THREADS)
-fa_fwd64(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-         const unsigned char *map, int T, int S, int NH, int NKV, struct attn_mask m, int nz,
-         int sg, float sl2)
-{
-	fa_fwd_body(out, lse, q, k, v, map, T, S, NH, NKV, 64, m, nz, sg, sl2);
+	fa_fwd_body(out, lse, q, k, v, map, T, S, NH, NKV, HD, m, nz, sg, sl2);
 }
 
 /* p[0..3] += a..d (16-byte aligned global memory) */
@@ -739,22 +732,14 @@ static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *
 	}
 }
 
-/* grid (key tiles, NKV) */
+/* grid (key tiles, NKV); HD 64 or 128 */
+template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd128(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-          const bf16 *dout, const float *lse, const float *d, const unsigned char *map, int T,
-          int S, int NH, int NKV, struct attn_mask m, int nz, int sg, float sl2, float scale)
+fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+       const bf16 *dout, const float *lse, const float *d, const unsigned char *map, int T,
+       int S, int NH, int NKV, struct attn_mask m, int nz, int sg, float sl2, float scale)
 {
-	fa_bwd_body(dq, dk, dv, q, k, v, dout, lse, d, map, T, S, NH, NKV, 128, m, nz, sg, sl2,
-	            scale);
-}
-
-static __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd64(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-         const bf16 *dout, const float *lse, const float *d, const unsigned char *map, int T,
-         int S, int NH, int NKV, struct attn_mask m, int nz, int sg, float sl2, float scale)
-{
-	fa_bwd_body(dq, dk, dv, q, k, v, dout, lse, d, map, T, S, NH, NKV, 64, m, nz, sg, sl2,
+	fa_bwd_body(dq, dk, dv, q, k, v, dout, lse, d, map, T, S, NH, NKV, HD, m, nz, sg, sl2,
 	            scale);
 }
 
@@ -783,14 +768,11 @@ static size_t fa_smem_cap(void)
 		CUDA_CHECK(cudaGetDevice(&dev));
 		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 		cap = optin < FA_SMEM_MAX ? optin : FA_SMEM_MAX;
-		CUDA_CHECK(cudaFuncSetAttribute(fa_fwd128,
-		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
-		CUDA_CHECK(cudaFuncSetAttribute(fa_fwd64,
-		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
-		CUDA_CHECK(cudaFuncSetAttribute(fa_bwd128,
-		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
-		CUDA_CHECK(cudaFuncSetAttribute(fa_bwd64,
-		                                cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+		const void *fns[] = { (const void *)fa_fwd<128>, (const void *)fa_fwd<64>,
+		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64> };
+		for (int i = 0; i < 4; i++)
+			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                cap));
 	}
 	return (size_t)cap;
 }
@@ -827,12 +809,8 @@ static void fa_forward(cudaStream_t st, float *out, float *lse, const bf16 *q, c
 	dim3 grid(CEIL_DIV(T, FA_T), NH);
 	size_t sm = fa_fwd_smem(HD, nkt);
 
-	if (HD == 128)
-		fa_fwd128<<<grid, FA_THREADS, sm, st>>>(out, lse, q, k, v, map, T, S, NH, NKV, *m, nz,
-		                                        sg, sl2);
-	else
-		fa_fwd64<<<grid, FA_THREADS, sm, st>>>(out, lse, q, k, v, map, T, S, NH, NKV, *m, nz,
-		                                       sg, sl2);
+	(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<grid, FA_THREADS, sm, st>>>(
+		out, lse, q, k, v, map, T, S, NH, NKV, *m, nz, sg, sl2);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -884,14 +862,8 @@ static int fa_attention_backward(cudaStream_t st, float *dq, float *dk, float *d
 		lse = (float *)stat;
 	else
 		fa_forward(st, NULL, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
-	if (HD == 128)
-		fa_bwd128<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(dq, dk, dv, qb, kb, vb, dob, lse, d,
-		                                                  map, T, S, NH, NKV, *m, nz, sg, sl2,
-		                                                  scale);
-	else
-		fa_bwd64<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(dq, dk, dv, qb, kb, vb, dob, lse, d,
-		                                                 map, T, S, NH, NKV, *m, nz, sg, sl2,
-		                                                 scale);
+	(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
+		dq, dk, dv, qb, kb, vb, dob, lse, d, map, T, S, NH, NKV, *m, nz, sg, sl2, scale);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
