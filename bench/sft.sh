@@ -2,20 +2,23 @@
 # bench/sft.sh [STEPS] [TOKENS]: SFT training throughput of dice-sft on one GPU, bf16
 # (--device cuda --dtype bf16), against a PyTorch reference step (bench/sft-ref.py) on the
 # same GPU in the same run.
-# Geometry: SDAR-1.7B (C 2048, 28 layers, 16 query / 8 KV heads x 128, I 6144, vocab 151936,
-# untied lm_head), random init (dice-sft --init). Data: STEPS+1 samples (default 5+1) of
+# Geometry: SFT_GEOM (default 1.7b; 4b, 8b: bench/sdar-config.sh), random init
+# (dice-sft --init). Data: STEPS+1 samples (default 5+1) of
 # TOKENS token ids (default 4096: prompt 512, response 3584), one sample per micro-batch and
 # step (-b TOKENS), so 2 x TOKENS rows with the noisy copy. dice-sft runs twice, with and
 # without --recompute; the first step (allocations) is dropped, the figures are medians of
 # the other STEPS steps from the --log JSONL: tokens/s (sample tokens, not doubled), MFU
-# (model FLOPs / 989e12, man dice-sft), device memory in use. The checkpoints go to
-# /dev/shm when it is there (the final save writes 32 GB: weights and AdamW moments).
+# (model FLOPs / 989e12, man dice-sft), device memory in use (cudaMemGetInfo, so the largest
+# geometry that trains is the largest whose run gets through its steps). A run is killed once
+# its last step is logged: its final save (weights and AdamW moments, 32 GB at 1.7b) is not
+# part of the benchmark. The model goes to /dev/shm when it is there.
 # Environment: SFT_MODES (default "plain recompute") picks the dice-sft runs among plain,
 # recompute (-R), cublas (plain with DICE_ATTN_CUBLAS=1: the chunked cuBLAS attention instead
 # of the fused kernels, for comparison) and profile (plain with DICE_SFT_PROFILE=1: a backend
 # sync after each phase, the seconds per phase printed; its step times include the syncs);
-# SFT_NO_REF=1 skips the reference; SFT_MODEL=dir takes a model made before by
-# `dice-sft --init` from this script's config (with the same seed) instead of making one;
+# SFT_NO_REF=1 skips the reference (built for the same geometry); SFT_MODEL=dir takes a
+# model made before by `dice-sft --init` from this script's config (with the same seed)
+# instead of making one;
 # SFT_MAKE=dir only makes that model in dir and exits (start it early, e.g. in the background
 # while other GPU work runs: the random init runs on the CPU).
 set -eu
@@ -28,14 +31,8 @@ base=/tmp
 [ -d /dev/shm ] && base=/dev/shm
 t=$(mktemp -d "$base/sftbench.XXXXXX")
 trap 'rm -rf "$t"' EXIT
-cat > "$t/config.json" <<'J'
-{"model_type": "sdar", "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 28,
- "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
- "intermediate_size": 6144, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
- "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "block_size": 4,
- "mask_token_id": 151669, "bos_token_id": 151643, "eos_token_id": 151645,
- "pad_token_id": 151643, "torch_dtype": "float32"}
-J
+geom=${SFT_GEOM:-1.7b}
+sh bench/sdar-config.sh "$geom" > "$t/config.json"
 awk -v ns=$((steps + 1)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
 	p = "["; r = "[";
 	for (i = 0; i < 512; i++) p = p (i ? "," : "") int(rand() * 151000);
@@ -60,8 +57,16 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	cublas) e=DICE_ATTN_CUBLAS=1 ;;
 	profile) e=DICE_SFT_PROFILE=1 ;;
 	esac
-	if env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
-		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err"; then
+	: > "$t/$mode.jsonl"
+	env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
+		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err" &
+	pid=$!
+	while kill -0 $pid 2>/dev/null && [ "$(wc -l < "$t/$mode.jsonl")" -le "$steps" ]; do
+		sleep 1
+	done
+	kill -9 $pid 2>/dev/null || true
+	wait $pid 2>/dev/null || true
+	if [ "$(wc -l < "$t/$mode.jsonl")" -gt "$steps" ]; then
 		grep -E 'step|^profile:' "$t/$mode.err" | sed 's/^/# /'
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
@@ -76,7 +81,7 @@ ref=$(python3 bench/sft-ref.py "$t/config.json" --tokens "$n" --steps "$steps" 2
 [ -n "$ref" ] || [ -n "${SFT_NO_REF:-}" ] || tail -5 "$t/ref.out" | sed 's/^/# /'
 echo "# $ref"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/# GPU: /' || true
-printf '%-34s %10s %8s %8s %10s\n' "SDAR-1.7B, $n-token samples, bf16" "tokens/s" "MFU %" "step s" "mem MiB"
+printf '%-34s %10s %8s %8s %10s\n' "SDAR-$geom, $n-token samples, bf16" "tokens/s" "MFU %" "step s" "mem MiB"
 while read -r mode tps mfu mem st; do
 	printf '%-34s %10s %8s %8s %10s\n' "dice-sft ($mode)" "$tps" \
 		"$(awk -v m="$mfu" 'BEGIN { if (m == "-") print "-"; else printf "%.1f", 100 * m }')" \
