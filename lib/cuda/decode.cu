@@ -11,10 +11,10 @@
  * log2(e) / sqrt(HD) once). A sequence of S keys (cache + new rows) is split into
  * dk_split_len(S) keys per block (at least DK_SPLIT_TILES tiles, and at most DK_SPLITS splits:
  * a function of S alone, never of the batch or the grid, so a row's result is the same bits
- * alone or in any batch); when a sequence has more than one split a second kernel merges its
- * partial (max, sum, output) triples per (row, head), splits in order. DICE_DK_SPLIT=SPLITS,TILES
- * sets the two for a process (bench/: both trade batch-1 parallelism against the partials'
- * traffic at large batches). */
+ * alone or in any batch); when a sequence has more than one split its partial (max, sum,
+ * output) triples per (row, head) are merged in split order: by a second kernel here, inside
+ * the cluster of its splits in the tensor-core variant below. DICE_DK_SPLIT=SPLITS,TILES sets
+ * the two for a process (bench/: both trade batch-1 parallelism against per-block work). */
 #include <math.h>
 
 #include "common.cuh"
@@ -27,7 +27,7 @@
 #define DK_HDMAX 256
 #define DK_SPLIT_TILES 8                /* keys per split: at least 8 tiles ... */
 #define DK_SPLITS 8                     /* ... and at most 8 splits (defaults) */
-#define DK_SPLITS_MAX 64
+#define DK_SPLITS_MAX 8                 /* (a cluster of dm_kernel blocks, portable) */
 
 /* the split geometry of this process: at most sp.n splits of at least sp.tiles tiles */
 struct dk_splits {
@@ -73,6 +73,7 @@ struct dk_args {
 	float qscale;                       /* log2(e) / sqrt(HD) */
 	float *pm, *pl, *po;                /* partials ((split, row, head)[, HD]) */
 	struct dk_splits sp;
+	int nz, cl;                         /* dm_kernel: splits per place; 1: as a cluster */
 };
 
 /* element type loads: 16 bytes of the cache as fp32 into dst (8 or 4 values) */
@@ -301,14 +302,39 @@ static __global__ void __launch_bounds__(DK_THREADS) dk_kernel16(struct dk_args 
  * into a 16-bit high part and a 16-bit remainder (two products): q (scaled) against the
  * cache's exact keys, the probabilities against its exact values. Keys come from global
  * memory straight into the B fragments (16-byte loads); values go through shared memory
- * (cp.async, 16-byte chunks swizzled by key) and ldmatrix.trans. */
+ * (cp.async, 16-byte chunks swizzled by key) and ldmatrix.trans. While a warp works on a tile,
+ * the values of its next two are in flight (two buffers), the keys of the next one into the
+ * registers the scores no longer need, and those of the one after into L2; the first tile and
+ * the second's values are asked for before the q fragments are made.
+ *
+ * The splits of one (sequence, row tile, kv head) are the blocks of one thread block cluster
+ * (sm_90; blockIdx.x = its place * splits + split): each block leaves its merged triple in
+ * shared memory, and after a cluster barrier block z finishes the output elements z, z +
+ * splits, ... (in float4s) from the triples of all the sequence's splits, read in split order
+ * through distributed shared memory; a second barrier keeps every block's shared memory alive
+ * until the others are done. A sequence with one split finishes alone the same way, so a
+ * row's bits never depend on the cluster size (the batch's largest split count). Without
+ * clusters (before sm_90, or if the cluster launch is refused), a sequence with more than one
+ * split writes its triples to global memory and dk_merge_kernel merges them. */
 #define DM_ROWS 16
 #define DM_HD 128
+#ifndef DM_WARPS                        /* (-DDM_WARPS=8: a bench variant) */
 #define DM_WARPS 4
+#endif
 #define DM_KT 32
-#define DM_VBYTES (DM_KT * DM_HD * 2)               /* one warp's value tile */
+#define DM_VBYTES (DM_KT * DM_HD * 2)               /* one value tile */
+#define DM_QOFF (DM_WARPS * 2 * DM_VBYTES)          /* after (warp, stage) value tiles */
 #define DM_QBYTES (4 * 2 * 2 * 32 * 16)             /* q fragments: blk, step, hi/lo, lane */
-#define DM_SMEM (DM_WARPS * DM_VBYTES + DM_QBYTES)
+#define DM_SMEM (DM_QOFF + DM_QBYTES)
+/* after the walk, over the value tiles: the warps' triples, then the block's */
+#define DM_WST (DM_HD + 8)                          /* warp output row stride (floats) */
+#define DM_WO 0                                     /* (warp, row, DM_WST) */
+#define DM_WML (DM_WO + DM_WARPS * DM_ROWS * DM_WST * 4)    /* (warp, row, max / sum) */
+#define DM_BO (DM_WML + DM_WARPS * DM_ROWS * 2 * 4)         /* (row, HD) */
+#define DM_BML (DM_BO + DM_ROWS * DM_HD * 4)                /* (row, max / sum) */
+#if DM_BML + DM_ROWS * 2 * 4 > DM_QOFF
+#error "dm_kernel: the merge does not fit over the value tiles"
+#endif
 
 /* v = hi + lo, both 16-bit pairs */
 static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsigned *hi,
@@ -329,231 +355,362 @@ static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsig
 	*lo = gpu_pack2(a - ha, b - hb, f16);
 }
 
+/* a warp's keys s0 .. s0 + 31 (past s_end: zero) as B fragments: n-tile j holds key
+ * s0 + 8 j + g, inputs 32 blk + 8 q .. +7 */
+static __device__ __forceinline__ void dm_kload(uint4 kr[4][4], const char *kb, unsigned rowb,
+                                                int s0, int s_end, int g, int q)
+{
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		int key = s0 + 8 * j + g;
+		const char *p = kb + (unsigned)key * rowb + 16 * q;
+#pragma unroll
+		for (int blk = 0; blk < 4; blk++) {
+			kr[j][blk] = make_uint4(0, 0, 0, 0);
+			if (key < s_end)
+				kr[j][blk] = __ldg((const uint4 *)(p + 64 * blk));
+		}
+	}
+}
+
+/* the same keys into L2 (the rows' 256 bytes, lane j: key s0 + j) */
+static __device__ __forceinline__ void dm_kprefetch(const char *kb, unsigned rowb, int s0,
+                                                    int s_end, int lane)
+{
+	if (s0 + lane < s_end) {
+		const char *p = kb + (unsigned)(s0 + lane) * rowb;
+		asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p));
+		asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p + 128));
+	}
+}
+
+/* the warp's values of keys s0 .. s0 + 31 into the tile at shared address vs (cp.async, past
+ * s_end: zero): 32 keys x 16 chunks, chunk c of key r at chunk c ^ (r & 7); one commit group
+ * (empty when the tile is past the split) */
+static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, unsigned rowb,
+                                                int s0, int s_end, int lane)
+{
+	if (s0 < s_end) {
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			int c = lane + 32 * i, r = c >> 4, ch = c & 15, ok = s0 + r < s_end;
+			const char *src = ok ? vb + (unsigned)(s0 + r) * rowb + ch * 16 : vb;
+			unsigned dst = vs + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
+			asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+			             :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+		}
+	}
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* one tile of a warp, keys s0 .. s0 + 31, its keys in kr and its values at vs: the scores of
+ * the 16 rows (row g + 8 hh sees keys below lim[hh]), the online softmax (m, lsum, o), o +=
+ * P V. Once the scores are made, the next tile's keys (s0 + step, in L2 by then) go into kr
+ * and the keys of the one after into L2; at the end, that one's values into vs. */
+static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *lsum,
+                                               uint4 kr[4][4], unsigned vs, const uint4 *qf,
+                                               const int *lim, int s0, int step, int s_end,
+                                               const char *kb, const char *vb, unsigned rowb,
+                                               int f16)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	float sc[4][4];
+
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+		sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+	for (int blk = 0; blk < 4; blk++) {
+#pragma unroll
+		for (int st = 0; st < 2; st++) {
+#pragma unroll
+			for (int hl = 0; hl < 2; hl++) {
+				uint4 qa = qf[((blk * 2 + st) * 2 + hl) * 32 + lane];
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					unsigned b0 = st ? kr[j][blk].z : kr[j][blk].x;
+					unsigned b1 = st ? kr[j][blk].w : kr[j][blk].y;
+					gpu_mma16816(sc[j], qa.x, qa.y, qa.z, qa.w, b0, b1, f16);
+				}
+			}
+		}
+	}
+	dm_kload(kr, kb, rowb, s0 + step, s_end, g, q);
+	dm_kprefetch(kb, rowb, s0 + 2 * step, s_end, lane);
+	/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		float mx = -INFINITY;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float v = s0 + 8 * j + 2 * q + e < lim[hh] ? sc[j][2 * hh + e] : -INFINITY;
+				sc[j][2 * hh + e] = v;
+				mx = fmaxf(mx, v);
+			}
+		}
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+		float mnew = fmaxf(m[hh], mx);
+		float corr = mnew == -INFINITY ? 1.0f : exp2f(m[hh] - mnew), rs = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float v = sc[j][2 * hh + e];
+				float p = v == -INFINITY ? 0.0f : exp2f(v - mnew);
+				sc[j][2 * hh + e] = p;
+				rs += p;
+			}
+		}
+		rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+		rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+		lsum[hh] = lsum[hh] * corr + rs;
+		m[hh] = mnew;
+#pragma unroll
+		for (int nt = 0; nt < 16; nt++) {
+			o[nt][2 * hh] *= corr;
+			o[nt][2 * hh + 1] *= corr;
+		}
+	}
+	/* P (hi + lo) as the A fragments of keys 16 kk .. 16 kk + 15 */
+	unsigned ph[2][4], pl[2][4];
+#pragma unroll
+	for (int kk = 0; kk < 2; kk++) {
+		dm_split(sc[2 * kk][0], sc[2 * kk][1], f16, &ph[kk][0], &pl[kk][0]);
+		dm_split(sc[2 * kk][2], sc[2 * kk][3], f16, &ph[kk][1], &pl[kk][1]);
+		dm_split(sc[2 * kk + 1][0], sc[2 * kk + 1][1], f16, &ph[kk][2], &pl[kk][2]);
+		dm_split(sc[2 * kk + 1][2], sc[2 * kk + 1][3], f16, &ph[kk][3], &pl[kk][3]);
+	}
+	asm volatile("cp.async.wait_group 1;\n" ::: "memory");     /* this tile's values */
+	__syncwarp();
+#pragma unroll
+	for (int np = 0; np < 8; np++) {                /* channel n-tiles 2 np, 2 np + 1 */
+#pragma unroll
+		for (int kk = 0; kk < 2; kk++) {
+			int mi = lane >> 3, r = 16 * kk + (mi & 1) * 8 + (lane & 7);
+			int ch = 2 * np + (mi >> 1);
+			unsigned addr = vs + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
+			unsigned b0, b1, b2, b3;
+			asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr) : "memory");
+			gpu_mma16816(o[2 * np], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b0, b1, f16);
+			gpu_mma16816(o[2 * np], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b0, b1, f16);
+			gpu_mma16816(o[2 * np + 1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b2, b3,
+			             f16);
+			gpu_mma16816(o[2 * np + 1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b2, b3,
+			             f16);
+		}
+	}
+	__syncwarp();                                   /* every lane is done with the tile */
+	dm_vload(vs, vb, rowb, s0 + 2 * step, s_end, lane);
+}
+
+/* distributed shared memory (cluster launches, sm_90) */
+static __device__ __forceinline__ void dm_cluster_sync(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	__cluster_barrier_arrive();
+	__cluster_barrier_wait();
+#endif
+}
+
+static __device__ __forceinline__ const float *dm_rank(const float *p, int cl, int z)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	if (cl)
+		return (const float *)__cluster_map_shared_rank(p, (unsigned)z);
+#endif
+	return p;
+}
+
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
 	gpu_pdl_wait();
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
-	uint4 *qf = (uint4 *)(sm + DM_WARPS * DM_VBYTES);
+	uint4 *qf = (uint4 *)(sm + DM_QOFF);
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
+	int z = blockIdx.x % a.nz, place = blockIdx.x / a.nz;
+	int s = place / a.rtiles, rt = place % a.rtiles, kh = blockIdx.y;
 	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
 	int TG = T * a.group, rbase = rt * DM_ROWS, NH = a.NH;
-	int split_len = dk_split_len(S, a.sp), split = dk_nsplit(S, a.sp) > 1;
-	int s_begin = blockIdx.z * split_len, s_end = min(S, s_begin + split_len);
+	int split_len = dk_split_len(S, a.sp), ns = dk_nsplit(S, a.sp);
+	int s_begin = z * split_len, s_end = min(S, s_begin + split_len);
 	int f16 = a.b.dt == DICE_F16;
 
-	if (rbase >= TG || s_begin >= S)
+	/* a row tile past the sequence's rows: so is the whole cluster; without a cluster, a
+	 * split past the sequence's keys has nothing to do */
+	if (rbase >= TG || (!a.cl && z >= ns))
 		return;
 	int tlast = min(T, CEIL_DIV(min(TG, rbase + DM_ROWS), a.group)) - 1;
-	s_end = min(s_end, ((len + tlast) / a.block + 1) * a.block);
+	s_end = max(s_begin, min(s_end, ((len + tlast) / a.block + 1) * a.block));
 
-	/* q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g, g+8 and inputs
-	 * 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu) */
-	for (int e = threadIdx.x; e < 4 * 2 * 32; e += DM_WARPS * 32) {
-		int blk = e >> 6, st = (e >> 5) & 1, l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
-		float v[2][4];
-		for (int hh = 0; hh < 2; hh++) {
-			int row = rbase + (l >> 2) + 8 * hh;
-			float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-			if (row < TG) {
-				int t = row / a.group, h = kh * a.group + row % a.group;
-				x = *(const float4 *)(a.q + ((size_t)(r0 + t) * NH + h) * DM_HD + d0);
+	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * DM_HD;
+	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;  /* (a layer of a cache is under 4 GB) */
+	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
+	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
+	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wid * 2 * DM_VBYTES;
+	unsigned vs1 = vs0 + DM_VBYTES;
+	const int step = DM_WARPS * DM_KT;
+	int s0 = s_begin + wid * DM_KT;
+	uint4 kr[4][4];
+
+	if (s_begin < s_end) {
+		/* the warp's first tile, the values of its second and the keys of its second into
+		 * L2; then the q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g,
+		 * g+8 and inputs 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu) */
+		dm_kload(kr, kb, rowb, s0, s_end, g, q);
+		dm_vload(vs0, vb, rowb, s0, s_end, lane);
+		dm_vload(vs1, vb, rowb, s0 + step, s_end, lane);
+		dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
+#pragma unroll
+		for (int i = 0; i < 256 / (DM_WARPS * 32); i++) {
+			int e = threadIdx.x + DM_WARPS * 32 * i, blk = e >> 6, st = (e >> 5) & 1;
+			int l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
+			float4 x[2];
+#pragma unroll
+			for (int hh = 0; hh < 2; hh++) {
+				int row = rbase + (l >> 2) + 8 * hh;
+				x[hh] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				if (row < TG) {
+					int t = row / a.group, h = kh * a.group + row % a.group;
+					x[hh] = *(const float4 *)(a.q + ((size_t)(r0 + t) * NH + h) * DM_HD + d0);
+				}
 			}
-			v[hh][0] = x.x * a.qscale;
-			v[hh][1] = x.y * a.qscale;
-			v[hh][2] = x.z * a.qscale;
-			v[hh][3] = x.w * a.qscale;
+			float qs = a.qscale;
+			uint4 hi, lo;
+			dm_split(x[0].x * qs, x[0].y * qs, f16, &hi.x, &lo.x);
+			dm_split(x[1].x * qs, x[1].y * qs, f16, &hi.y, &lo.y);
+			dm_split(x[0].z * qs, x[0].w * qs, f16, &hi.z, &lo.z);
+			dm_split(x[1].z * qs, x[1].w * qs, f16, &hi.w, &lo.w);
+			qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
+			qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
 		}
-		uint4 hi, lo;
-		dm_split(v[0][0], v[0][1], f16, &hi.x, &lo.x);
-		dm_split(v[1][0], v[1][1], f16, &hi.y, &lo.y);
-		dm_split(v[0][2], v[0][3], f16, &hi.z, &lo.z);
-		dm_split(v[1][2], v[1][3], f16, &hi.w, &lo.w);
-		qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
-		qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
 	}
 	__syncthreads();
 
-	int qb[2];
+	/* row g + 8 hh sees the keys below lim[hh] (its block's end, at most the split's end) */
+	int lim[2];
+#pragma unroll
 	for (int hh = 0; hh < 2; hh++) {
 		int row = rbase + g + 8 * hh;
-		qb[hh] = row < TG ? (len + row / a.group) / a.block : -1;
+		lim[hh] = row < TG ? min(s_end, ((len + row / a.group) / a.block + 1) * a.block) : 0;
 	}
-	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * DM_HD;
-	size_t rowb = (size_t)a.NKV * DM_HD * 2;
-	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
-	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
-	char *vs = sm + wid * DM_VBYTES;
-	unsigned vs_addr = (unsigned)__cvta_generic_to_shared(vs);
 	float o[16][4], m[2] = { -INFINITY, -INFINITY }, lsum[2] = { 0.0f, 0.0f };
 
 #pragma unroll
 	for (int nt = 0; nt < 16; nt++)
 		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-	for (int s0 = s_begin + wid * DM_KT; s0 < s_end; s0 += DM_WARPS * DM_KT) {
-		/* values: 32 keys x 16 chunks, chunk c of key r at chunk c ^ (r & 7) */
-		__syncwarp();
-#pragma unroll
-		for (int i = 0; i < 16; i++) {
-			int c = lane + 32 * i, r = c >> 4, ch = c & 15, ok = s0 + r < s_end;
-			const char *src = ok ? vb + (size_t)(s0 + r) * rowb + ch * 16 : vb;
-			unsigned dst = vs_addr + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
-			asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-			             :: "r"(dst), "l"(src), "r"(ok ? 16 : 0));
-		}
-		asm volatile("cp.async.commit_group;\n" ::);
-		/* keys: n-tile j holds keys s0 + 8 j + g; inputs 32 blk + 8 q .. +7 */
-		uint4 kr[4][4];
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			int key = s0 + 8 * j + g;
-#pragma unroll
-			for (int blk = 0; blk < 4; blk++) {
-				kr[j][blk] = make_uint4(0, 0, 0, 0);
-				if (key < s_end)
-					kr[j][blk] = __ldg((const uint4 *)(kb + (size_t)key * rowb +
-					                                   (32 * blk + 8 * q) * 2));
-			}
-		}
-		float sc[4][4];
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-#pragma unroll
-		for (int blk = 0; blk < 4; blk++) {
-#pragma unroll
-			for (int st = 0; st < 2; st++) {
-#pragma unroll
-				for (int hl = 0; hl < 2; hl++) {
-					uint4 qa = qf[((blk * 2 + st) * 2 + hl) * 32 + lane];
-#pragma unroll
-					for (int j = 0; j < 4; j++) {
-						unsigned b0 = st ? kr[j][blk].z : kr[j][blk].x;
-						unsigned b1 = st ? kr[j][blk].w : kr[j][blk].y;
-						gpu_mma16816(sc[j], qa.x, qa.y, qa.z, qa.w, b0, b1, f16);
-					}
-				}
-			}
-		}
-		/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
-#pragma unroll
-		for (int hh = 0; hh < 2; hh++) {
-			float mx = -INFINITY;
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					int key = s0 + 8 * j + 2 * q + e;
-					float v = key < s_end && key / a.block <= qb[hh] ? sc[j][2 * hh + e] :
-					          -INFINITY;
-					sc[j][2 * hh + e] = v;
-					mx = fmaxf(mx, v);
-				}
-			}
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-			float mnew = fmaxf(m[hh], mx);
-			float corr = mnew == -INFINITY ? 1.0f : exp2f(m[hh] - mnew), rs = 0.0f;
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					float v = sc[j][2 * hh + e];
-					float p = v == -INFINITY ? 0.0f : exp2f(v - mnew);
-					sc[j][2 * hh + e] = p;
-					rs += p;
-				}
-			}
-			rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-			rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-			lsum[hh] = lsum[hh] * corr + rs;
-			m[hh] = mnew;
-#pragma unroll
-			for (int nt = 0; nt < 16; nt++) {
-				o[nt][2 * hh] *= corr;
-				o[nt][2 * hh + 1] *= corr;
-			}
-		}
-		/* P (hi + lo) as the A fragments of keys 16 kk .. 16 kk + 15 */
-		unsigned ph[2][4], pl[2][4];
-#pragma unroll
-		for (int kk = 0; kk < 2; kk++) {
-			dm_split(sc[2 * kk][0], sc[2 * kk][1], f16, &ph[kk][0], &pl[kk][0]);
-			dm_split(sc[2 * kk][2], sc[2 * kk][3], f16, &ph[kk][1], &pl[kk][1]);
-			dm_split(sc[2 * kk + 1][0], sc[2 * kk + 1][1], f16, &ph[kk][2], &pl[kk][2]);
-			dm_split(sc[2 * kk + 1][2], sc[2 * kk + 1][3], f16, &ph[kk][3], &pl[kk][3]);
-		}
-		asm volatile("cp.async.wait_group 0;\n" ::);
-		__syncwarp();
-#pragma unroll
-		for (int np = 0; np < 8; np++) {            /* channel n-tiles 2 np, 2 np + 1 */
-#pragma unroll
-			for (int kk = 0; kk < 2; kk++) {
-				int mi = lane >> 3, r = 16 * kk + (mi & 1) * 8 + (lane & 7);
-				int ch = 2 * np + (mi >> 1);
-				unsigned addr = vs_addr + r * (DM_HD * 2) + ((ch ^ (r & 7)) * 16);
-				unsigned b0, b1, b2, b3;
-				asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-				             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr));
-				gpu_mma16816(o[2 * np], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b0, b1, f16);
-				gpu_mma16816(o[2 * np], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b0, b1, f16);
-				gpu_mma16816(o[2 * np + 1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b2, b3,
-				             f16);
-				gpu_mma16816(o[2 * np + 1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b2, b3,
-				             f16);
-			}
-		}
+	for (; s0 < s_end; s0 += step) {
+		dm_tile(o, m, lsum, kr, vs0, qf, lim, s0, step, s_end, kb, vb, rowb, f16);
+		unsigned t = vs0;
+		vs0 = vs1;
+		vs1 = t;
 	}
-	/* merge the warps in order: (m, l) then o of each warp into shared memory */
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+	/* merge the warps in order: each warp's (m, l) and o into shared memory, then the
+	 * block's triple (rows past TG too: max -inf, sum 0) */
 	__syncthreads();                                /* every warp is done with its values */
-	float *mo = (float *)sm;                        /* (warp, row, HD) */
-	float *ml = mo + DM_WARPS * DM_ROWS * DM_HD;    /* (warp, row, 2) */
+	float *wo = (float *)(sm + DM_WO), *wml = (float *)(sm + DM_WML);
+	float *bo = (float *)(sm + DM_BO), *bml = (float *)(sm + DM_BML);
 #pragma unroll
 	for (int nt = 0; nt < 16; nt++) {
 #pragma unroll
-		for (int hh = 0; hh < 2; hh++) {
-			float *d = mo + ((size_t)wid * DM_ROWS + g + 8 * hh) * DM_HD + 8 * nt + 2 * q;
-			d[0] = o[nt][2 * hh];
-			d[1] = o[nt][2 * hh + 1];
-		}
+		for (int hh = 0; hh < 2; hh++)
+			*(float2 *)(wo + (wid * DM_ROWS + g + 8 * hh) * DM_WST + 8 * nt + 2 * q) =
+				make_float2(o[nt][2 * hh], o[nt][2 * hh + 1]);
 	}
 	if (q == 0) {
 		for (int hh = 0; hh < 2; hh++) {
-			ml[(wid * DM_ROWS + g + 8 * hh) * 2] = m[hh];
-			ml[(wid * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
+			wml[(wid * DM_ROWS + g + 8 * hh) * 2] = m[hh];
+			wml[(wid * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
 		}
 	}
 	__syncthreads();
-	for (int idx = threadIdx.x; idx < DM_ROWS * DM_HD; idx += DM_WARPS * 32) {
-		int r = idx / DM_HD, c = idx % DM_HD, row = rbase + r;
-		if (row >= TG)
-			continue;
-		float M = -INFINITY, L = 0.0f, O = 0.0f;
+	for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DM_WARPS * 32) {
+		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
+		float M = -INFINITY, L = 0.0f;
+		float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
 		for (int w = 0; w < DM_WARPS; w++)
-			M = fmaxf(M, ml[(w * DM_ROWS + r) * 2]);
+			M = fmaxf(M, wml[(w * DM_ROWS + r) * 2]);
+#pragma unroll
 		for (int w = 0; w < DM_WARPS; w++) {
-			float mw = ml[(w * DM_ROWS + r) * 2];
+			float mw = wml[(w * DM_ROWS + r) * 2];
 			if (mw == -INFINITY)
 				continue;
 			float sc = exp2f(mw - M);
-			L += ml[(w * DM_ROWS + r) * 2 + 1] * sc;
-			O += mo[((size_t)w * DM_ROWS + r) * DM_HD + c] * sc;
+			float4 x = *(const float4 *)(wo + (w * DM_ROWS + r) * DM_WST + c);
+			L += wml[(w * DM_ROWS + r) * 2 + 1] * sc;
+			O.x += x.x * sc;
+			O.y += x.y * sc;
+			O.z += x.z * sc;
+			O.w += x.w * sc;
 		}
-		int t = row / a.group, h = kh * a.group + row % a.group;
-		size_t n = (size_t)r0 + t;
-		if (!split) {
-			a.out[(n * NH + h) * DM_HD + c] = L > 0.0f ? O / L : 0.0f;
-		} else {
-			size_t pi = ((size_t)blockIdx.z * a.b.N + n) * NH + h;
-			a.po[pi * DM_HD + c] = O;
-			if (c == 0) {
-				a.pm[pi] = M;
-				a.pl[pi] = L;
-			}
+		*(float4 *)(bo + r * DM_HD + c) = O;
+		if (c == 0) {
+			bml[2 * r] = M;
+			bml[2 * r + 1] = L;
 		}
 	}
+
+	if (!a.cl && ns > 1) {                          /* the triple to dk_merge_kernel */
+		__syncthreads();
+		for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DM_WARPS * 32) {
+			int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4)), row = rbase + r;
+			if (row >= TG)
+				continue;
+			int t = row / a.group, h = kh * a.group + row % a.group;
+			size_t pi = ((size_t)z * a.b.N + r0 + t) * NH + h;
+			*(float4 *)(a.po + pi * DM_HD + c) = *(const float4 *)(bo + r * DM_HD + c);
+			if (c == 0) {
+				a.pm[pi] = bml[2 * r];
+				a.pl[pi] = bml[2 * r + 1];
+			}
+		}
+		return;
+	}
+	/* finish: this block's share of the output, from the triples of splits 0 .. ns - 1 */
+	int C = a.cl ? a.nz : 1, zc = a.cl ? z : 0;
+	if (a.cl)
+		dm_cluster_sync();                      /* every split's triple is there */
+	else
+		__syncthreads();
+	for (int e = threadIdx.x + DM_WARPS * 32 * zc; e < DM_ROWS * DM_HD / 4;
+	     e += DM_WARPS * 32 * C) {
+		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4)), row = rbase + r;
+		if (row >= TG)
+			continue;
+		float pm[DK_SPLITS_MAX], M = -INFINITY, L = 0.0f;
+		float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+		for (int j = 0; j < DK_SPLITS_MAX; j++) {
+			pm[j] = j < ns ? dm_rank(bml, a.cl, j)[2 * r] : -INFINITY;
+			M = fmaxf(M, pm[j]);
+		}
+#pragma unroll
+		for (int j = 0; j < DK_SPLITS_MAX; j++) {
+			if (pm[j] == -INFINITY)
+				continue;
+			float sc = exp2f(pm[j] - M);
+			float4 x = *(const float4 *)(dm_rank(bo, a.cl, j) + r * DM_HD + c);
+			L += dm_rank(bml, a.cl, j)[2 * r + 1] * sc;
+			O.x += x.x * sc;
+			O.y += x.y * sc;
+			O.z += x.z * sc;
+			O.w += x.w * sc;
+		}
+		int t = row / a.group, h = kh * a.group + row % a.group;
+		*(float4 *)(a.out + ((size_t)(r0 + t) * NH + h) * DM_HD + c) =
+			L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
+			           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+	if (a.cl)
+		dm_cluster_sync();                      /* the others are done reading ours */
 }
 
 /* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
@@ -760,6 +917,109 @@ int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float 
 	return 0;
 }
 
+/* the scratch for the splits' partial triples, when there is more than one split */
+static void dk_partials(struct dk_args *a, int nsplit, int NH, int HD)
+{
+	if (nsplit > 1) {
+		size_t np = (size_t)nsplit * a->b.N * NH;
+		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));
+		a->po = p;
+		a->pm = p + np * HD;
+		a->pl = a->pm + np;
+	}
+}
+
+/* dm_kernel's shared memory, once */
+static void dm_setup(void)
+{
+	static int done;
+	if (!done) {
+		CUDA_CHECK(cudaFuncSetAttribute(dm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                DM_SMEM));
+		done = 1;
+	}
+}
+
+/* 1 when dm_kernel may run as clusters of up to DK_SPLITS_MAX blocks (sm_90, a cluster of
+ * that size fits, and DICE_DK_CLUSTER is not 0; 0 for good once a cluster launch was
+ * refused), checked once */
+static int dm_cluster_ok = -1;
+
+static int dm_clusters(void)
+{
+	if (dm_cluster_ok < 0) {
+		const char *e = getenv("DICE_DK_CLUSTER");
+		int dev, major, n = 0;
+		dm_cluster_ok = 0;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		if (major >= 9 && !(e && e[0] == '0' && !e[1])) {
+			cudaLaunchConfig_t cfg;
+			cudaLaunchAttribute at[1];
+			dm_setup();
+			memset(&cfg, 0, sizeof cfg);
+			memset(at, 0, sizeof at);
+			at[0].id = cudaLaunchAttributeClusterDimension;
+			at[0].val.clusterDim.x = DK_SPLITS_MAX;
+			at[0].val.clusterDim.y = 1;
+			at[0].val.clusterDim.z = 1;
+			cfg.gridDim = dim3(DK_SPLITS_MAX, 1, 1);
+			cfg.blockDim = dim3(DM_WARPS * 32);
+			cfg.dynamicSmemBytes = DM_SMEM;
+			cfg.attrs = at;
+			cfg.numAttrs = 1;
+			if (cudaOccupancyMaxActiveClusters(&n, (const void *)dm_kernel, &cfg) != cudaSuccess)
+				(void)cudaGetLastError();
+			dm_cluster_ok = n > 0;
+		}
+	}
+	return dm_cluster_ok;
+}
+
+/* dm_kernel on grid in clusters of `cluster` blocks along x, with programmatic dependent
+ * launch when gpu_pdl() (and, should the runtime refuse the two together, without it from
+ * then on); 0, or -1 (with a warning, clusters off) when the launch was refused */
+static int dm_launch_cluster(dim3 grid, int cluster, cudaStream_t st, void **args)
+{
+	static int pdl_ok = 1;
+	cudaLaunchConfig_t cfg;
+	cudaLaunchAttribute at[2];
+	cudaError_t e;
+
+	for (;;) {
+		int n = 0, pdl = gpu_pdl() && pdl_ok;
+		memset(&cfg, 0, sizeof cfg);
+		memset(at, 0, sizeof at);
+		at[n].id = cudaLaunchAttributeClusterDimension;
+		at[n].val.clusterDim.x = (unsigned)cluster;
+		at[n].val.clusterDim.y = 1;
+		at[n++].val.clusterDim.z = 1;
+		if (pdl) {
+			at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+			at[n++].val.programmaticStreamSerializationAllowed = 1;
+		}
+		cfg.gridDim = grid;
+		cfg.blockDim = dim3(DM_WARPS * 32);
+		cfg.dynamicSmemBytes = DM_SMEM;
+		cfg.stream = st;
+		cfg.attrs = at;
+		cfg.numAttrs = n;
+		e = cudaLaunchKernelExC(&cfg, (const void *)dm_kernel, args);
+		if (e == cudaSuccess)
+			return 0;
+		(void)cudaGetLastError();
+		if (!pdl)
+			break;
+		fprintf(stderr, "dice: attention_kv: cluster launch with PDL refused (%s); "
+		        "without PDL\n", cudaGetErrorString(e));
+		pdl_ok = 0;
+	}
+	fprintf(stderr, "dice: attention_kv: cluster launch refused (%s); merging the splits "
+	        "through global memory\n", cudaGetErrorString(e));
+	dm_cluster_ok = 0;
+	return -1;
+}
+
 int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
                      int l, int NH, int NKV, int HD, int block)
 {
@@ -802,31 +1062,27 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 	a.sp = dk_splits_get();
 	int nsplit = CEIL_DIV(b->maxS, DK_KT * a.sp.tiles);
 	nsplit = nsplit < a.sp.n ? nsplit : a.sp.n;
-	if (nsplit > 1) {
-		size_t np = (size_t)nsplit * b->N * NH;
-		float *p = (float *)gpu_scratch(sizeof(float) * np * (HD + 2));
-		a.po = p;
-		a.pm = p + np * HD;
-		a.pl = a.pm + np;
-	}
-	void *args[] = { &a };
 #ifndef DICE_DK_NO_TC                           /* (defined: the fp32 kernel alone, to compare) */
 	int tc = b->dt != DICE_F32 && HD == DM_HD;
 #else
 	int tc = 0;
 #endif
+	void *args[] = { &a };
+	int cl = 0;
 	if (tc) {                                   /* the tensor-core variant */
-		static int dm_set;
-		if (!dm_set) {
-			CUDA_CHECK(cudaFuncSetAttribute(dm_kernel,
-			                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                DM_SMEM));
-			dm_set = 1;
-		}
+		dm_setup();
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
-		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
-		gpu_launch((const void *)dm_kernel, grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
+		a.nz = nsplit;
+		a.cl = cl = nsplit > 1 && dm_clusters();
+		dim3 grid(b->nseq * a.rtiles * nsplit, NKV, 1);
+		if (cl && dm_launch_cluster(grid, nsplit, st, args) != 0)
+			a.cl = cl = 0;
+		if (!cl) {
+			dk_partials(&a, nsplit, NH, HD);
+			gpu_launch((const void *)dm_kernel, grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
+		}
 	} else {
+		dk_partials(&a, nsplit, NH, HD);
 		dim3 grid(b->nseq * a.rtiles, NKV, nsplit);
 		int chunks = DK_KT * HD * es / 16;  /* 16-byte loads per matrix and tile */
 		const void *fn = chunks <= 4 * DK_THREADS && HD <= 128 ? (const void *)dk_kernel4 :
@@ -834,7 +1090,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		                 (const void *)dk_kernel16;
 		gpu_launch(fn, grid, dim3(DK_THREADS), smem, st, args);
 	}
-	if (nsplit > 1) {
+	if (nsplit > 1 && !cl) {
 		gpu_launch((const void *)dk_merge_kernel, dim3(CEIL_DIV(b->N * NH, 8)), dim3(256), 0, st,
 		           args);
 	}

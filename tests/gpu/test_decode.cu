@@ -1,7 +1,9 @@
 /* test_decode: the engine forward's cache and fused ops (attention_kv, kv_append, qkv_prep,
  * swiglu_cat, add_rmsnorm) against their CPU twins on random data: several sequences of
  * different cache lengths in one call, T = 1, 4, 8 new rows under the block-causal rule,
- * GQA groups 1..8, caches of 1 to 4K+ keys, fp32 and bf16/fp16 caches, head dims 64..256. */
+ * GQA groups 1..8, caches of 1 to 4K+ keys, fp32 and bf16/fp16 caches, head dims 64..256.
+ * On sm_90 the 16-bit HD 128 cases merge their key splits inside a thread block cluster;
+ * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. */
 #include "gpu_test.h"
 
 #define L 2                                 /* layers of every test cache */
@@ -244,6 +246,7 @@ int main(void)
 	static int T3[3] = { 4, 4, 4 }, len3[3] = { 0, 37, 515 };
 	static int T5[5] = { 8, 4, 1, 8, 4 }, len5[5] = { 3, 64, 1, 2049, 130 };  /* mid-block */
 	static int T4p[2] = { 64, 13 }, len4p[2] = { 0, 8 };   /* prefill-like: many rows */
+	static int T2s[2] = { 40, 7 }, len2s[2] = { 600, 1500 };  /* row tiles and splits */
 	int T16[16], len16[16];
 
 	for (int i = 0; i < 16; i++) {
@@ -260,6 +263,7 @@ int main(void)
 		attention_case(5, T5, len5, 32, 4, 128, 4, dt);          /* group 8 */
 		attention_case(5, T5, len5, 4, 4, 256, 4, dt);           /* group 1, HD 256 */
 		attention_case(2, T4p, len4p, 8, 2, 128, 4, dt);         /* row tiles */
+		attention_case(2, T2s, len2s, 32, 8, 128, 4, dt);        /* row tiles x splits */
 		attention_case(16, T16, len16, 32, 8, 128, 4, dt);       /* batch, no split */
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
