@@ -78,6 +78,10 @@ int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
+/* whether the tiled path may take its wgmma kernels (matmul_wgmma.cu: a compute-capability-9.0
+ * GPU, the same bits, chosen where estimated faster; on unless DICE_WGMMA is 0): 0 off, 1 on
+ * (where the GPU has them), -1 back to the environment */
+void gpu_set_wgmma(int on);
 int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int in, int out);
 /* y(N,C) = x / rms(x) * w(C); y may equal x */
