@@ -11,7 +11,7 @@
  *            converted, the tile shape it picks);
  *   fixed    the tiled path as the engine takes it (on an H100 / H200 the wgmma kernel where
  *            its cost model says faster: matmul_wgmma.cu), then on a line "wgmma" each
- *            wgmma tile shape forced, where the GPU has them;
+ *            wgmma tile shape forced, where they run (gpu_matmul_fixed_variants);
  *   and, with "sweep", every tile shape of the tiled kernel, split by segment and not.
  * A figure is the median over REPS samples, each the mean of INNER back-to-back launches
  * timed with CUDA events; data are random (never zeros). The weights of one shape are read
@@ -137,9 +137,6 @@ int main(int argc, char **argv)
 		snprintf(geoms, sizeof geoms, "%s", argv[2]);
 	if (argc > 3)
 		snprintf(ns, sizeof ns, "%s", argv[3]);
-	cudaDeviceProp pr;
-	CK(cudaGetDeviceProperties(&pr, 0));
-	int hopper = pr.major == 9 && pr.minor == 0;     /* the wgmma kernels run (DICE_WGMMA) */
 	st = gpu_stream();
 	CB(cublasCreate(&cub));
 	CB(cublasSetStream(cub, st));
@@ -182,7 +179,7 @@ int main(int argc, char **argv)
 				       "%7.1f %5.0f%% | %s%s\n", g, opn[o], N, in, out, tc, fl / tc, to, tm, fl / tm,
 				       100 * tc / tm, tf, fl / tf, 100 * tc / tf, gpu_matmul_fixed_variant_name(v),
 				       split ? " split" : "");
-				for (int wv = 0, any = 0; hopper && wv < gpu_matmul_fixed_variants(); wv++) {
+				for (int wv = 0, any = 0; wv < gpu_matmul_fixed_variants(); wv++) {
 					const char *name = gpu_matmul_fixed_variant_name(wv);
 					if (strncmp(name, "wgmma", 5))
 						continue;

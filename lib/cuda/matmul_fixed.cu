@@ -540,9 +540,10 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 	return 0;
 }
 
+/* the mma.sync tile shapes, then the wgmma ones where they run (gpu_matmul_wgmma_ok) */
 int gpu_matmul_fixed_variants(void)
 {
-	return MF_NVAR + gpu_matmul_wgmma_variants();
+	return MF_NVAR + (gpu_matmul_wgmma_ok() ? gpu_matmul_wgmma_variants() : 0);
 }
 
 const char *gpu_matmul_fixed_variant_name(int v)

@@ -4,11 +4,11 @@
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
  * another place in its tile), and the streaming and tiled kernels give the same bits; then
  * every tile shape of the tiled kernel (the wgmma ones of matmul_wgmma.cu too, on an H100 or
- * H200; elsewhere they fall back to mma.sync), split by segment or not, gives the streaming
+ * H200; they always walk the segments), split by segment or not, gives the streaming
  * kernel's bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8
  * segments, an odd number of 32-input blocks a segment); last, on the engine's shapes (SDAR
  * 1.7B / 4B / 8B, 33 to 8192 rows) and random ones, every wgmma tile shape and the path the
- * engine takes give the bits of the mma.sync kernel. */
+ * engine takes give the bits of the mma.sync kernel (on other GPUs: the path alone). */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
