@@ -51,6 +51,11 @@ lib/%.o: lib/%.c $(HDRS) config.mk
 lib/cuda/%.o: lib/cuda/%.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
 	$(NVCC) $(NVCCFLAGS) -Ilib -c -o $@ $<
 
+# Hopper's wgmma needs the sm_90a target; this file runs only on compute capability 9.0
+lib/cuda/matmul_wgmma.o: lib/cuda/matmul_wgmma.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
+	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a \
+	  -Ilib -c -o $@ $<
+
 bin/%: cmd/%.c lib/libdice.a $(BUILDCFG)
 	@mkdir -p bin
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)

@@ -7,7 +7,11 @@
  *            accumulation (CUBLAS_COMPUTE_32F, default algorithm);
  *   op       the training matmul op (gpu_matmul_cublas: x converted to bf16, then the same
  *            GEMM), the engine's product before it took matmul_fixed;
- *   fixed    gpu_matmul_fixed's tiled path (x converted, the tile shape it picks);
+ *   mma      gpu_matmul_fixed's tiled path on the mma.sync kernel only (gpu_set_wgmma(0): x
+ *            converted, the tile shape it picks);
+ *   fixed    the tiled path as the engine takes it (on an H100 / H200 the wgmma kernel where
+ *            its cost model says faster: matmul_wgmma.cu), then on a line "wgmma" each
+ *            wgmma tile shape forced, where they run (gpu_matmul_fixed_variants);
  *   and, with "sweep", every tile shape of the tiled kernel, split by segment and not.
  * A figure is the median over REPS samples, each the mean of INNER back-to-back launches
  * timed with CUDA events; data are random (never zeros). The weights of one shape are read
@@ -145,9 +149,9 @@ int main(int argc, char **argv)
 	CK(cudaGetLastError());
 	CK(cudaStreamSynchronize(st));
 
-	printf("%-5s %-5s %5s %6s %6s | %9s %7s | %9s | %9s %7s %6s | %s\n", "geom", "op", "N",
-	       "in", "out", "cublas ms", "TFLOP/s", "op ms", "fixed ms", "TFLOP/s", "/cubl",
-	       "tile shape");
+	printf("%-5s %-5s %5s %6s %6s | %9s %7s | %9s | %9s %7s %6s | %9s %7s %6s | %s\n", "geom",
+	       "op", "N", "in", "out", "cublas ms", "TFLOP/s", "op ms", "mma ms", "TFLOP/s", "/cubl",
+	       "fixed ms", "TFLOP/s", "/cubl", "tile shape");
 	for (char *g = strtok(geoms, ","); g; g = strtok(NULL, ",")) {
 		int C, QD, KVD, I;
 		if (geometry(g, &C, &QD, &KVD, &I)) {
@@ -166,11 +170,25 @@ int main(int argc, char **argv)
 				double fl = 2.0 * N * in * out * 1e-9;   /* GFLOP: / ms = TFLOP/s */
 				double tc = time_ms(CUBLAS, N, in, out, 0, 0);
 				double to = time_ms(OP, N, in, out, 0, 0);
+				gpu_set_wgmma(0);
+				double tm = time_ms(FIXED, N, in, out, 0, 0);
+				gpu_set_wgmma(-1);
 				double tf = time_ms(FIXED, N, in, out, 0, 0);
 				int v = gpu_matmul_fixed_choice(N, in, out, &split);
-				printf("%-5s %-5s %5d %6d %6d | %9.4f %7.1f | %9.4f | %9.4f %7.1f %5.0f%% | %s%s\n",
-				       g, opn[o], N, in, out, tc, fl / tc, to, tf, fl / tf, 100 * tc / tf,
-				       gpu_matmul_fixed_variant_name(v), split ? " split" : "");
+				printf("%-5s %-5s %5d %6d %6d | %9.4f %7.1f | %9.4f | %9.4f %7.1f %5.0f%% | %9.4f "
+				       "%7.1f %5.0f%% | %s%s\n", g, opn[o], N, in, out, tc, fl / tc, to, tm, fl / tm,
+				       100 * tc / tm, tf, fl / tf, 100 * tc / tf, gpu_matmul_fixed_variant_name(v),
+				       split ? " split" : "");
+				for (int wv = 0, any = 0; wv < gpu_matmul_fixed_variants(); wv++) {
+					const char *name = gpu_matmul_fixed_variant_name(wv);
+					if (strncmp(name, "wgmma", 5))
+						continue;
+					double t = time_ms(TILED, N, in, out, wv, 0);
+					printf("%s %s %.4f ms %.0f%%", any++ ? "," : "  wgmma:", name + 6, t,
+					       100 * tc / t);
+					if (wv + 1 == gpu_matmul_fixed_variants())
+						printf("\n");
+				}
 				fflush(stdout);
 				if (!sweep)
 					continue;

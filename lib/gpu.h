@@ -69,15 +69,21 @@ int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int in, int out, int kernel);
 /* the tiled kernel at one of its tile shapes (variant 0 .. gpu_matmul_fixed_variants() - 1,
- * named by gpu_matmul_fixed_variant_name; -1: the one gpu_matmul_fixed_choice picks for the
- * shape, with its split), split 1: one block per segment of the inputs and an ordered reduce,
- * 0: a block walks all segments (split anyway where the shape's 64-input stages would
- * straddle a segment); every variant and split gives the same bits. For tests and benches. */
+ * the wgmma ones last where they run, named by gpu_matmul_fixed_variant_name; -1: the one
+ * gpu_matmul_fixed_choice picks for the shape, with its split), split 1: one block per
+ * segment of the inputs and an ordered reduce, 0: a block walks all segments (split anyway
+ * where the shape's 64-input stages would straddle a segment; the wgmma ones always walk, and
+ * fall back to the mma.sync kernel where they cannot); every variant and split gives the same
+ * bits. For tests and benches. */
 int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void *w,
                            enum dice_dtype wdt, int N, int in, int out, int variant, int split);
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
+/* whether the tiled path may take its wgmma kernels (matmul_wgmma.cu: a compute-capability-9.0
+ * GPU, the same bits, chosen where estimated faster; on unless DICE_WGMMA is 0): 0 off, 1 on
+ * (where the GPU has them), -1 back to the environment */
+void gpu_set_wgmma(int on);
 int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int in, int out);
 /* y(N,C) = x / rms(x) * w(C); y may equal x */

@@ -38,6 +38,18 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 int gpu_sm_count(void);                 /* multiprocessors of the current device */
 /* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);
+/* matmul_fixed's tiled path on wgmma (matmul_wgmma.cu, sm_90a): ok when the device has
+ * compute capability 9.0 and gpu_set_wgmma / DICE_WGMMA allow; variants, their names, the
+ * estimated cycles of variant v on a shape, whether it takes segments of kseg inputs, and the
+ * product (kseg: matmul_fixed's segment length; 16-bit w, in % 8 == 0, x and w 16-byte
+ * aligned) */
+int gpu_matmul_wgmma_ok(void);
+int gpu_matmul_wgmma_variants(void);
+const char *gpu_matmul_wgmma_variant_name(int v);
+double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg);
+int gpu_matmul_wgmma_walks(int in, int kseg);
+int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
+                     int in, int out, int kseg, int v);
 
 /* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
  * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every

@@ -494,6 +494,13 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 				best = c, v = i, *split = s;
 		}
 	}
+	/* the wgmma kernels (variants MF_NVAR ..: matmul_wgmma.cu), on Hopper where cheaper */
+	int wg = gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg);
+	for (int i = 0; wg && i < gpu_matmul_wgmma_variants(); i++) {
+		double c = gpu_matmul_wgmma_cost(i, N, in, out, nseg);
+		if (c < best)
+			best = c, v = MF_NVAR + i, *split = 0;
+	}
 	return v;
 }
 
@@ -504,8 +511,12 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 {
 	int kseg, nseg = mf_segments(in, out, &kseg);
 
+	if (v >= MF_NVAR && !(gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg)))
+		v = -1;                         /* no wgmma here: the mma.sync kernel */
 	if (v < 0)
 		v = gpu_matmul_fixed_choice(N, in, out, &split);
+	if (v >= MF_NVAR)
+		return gpu_matmul_wgmma(st, y, x, w, f16, N, in, out, kseg, v - MF_NVAR);
 	struct mf_variant *vr = &mf_var[v];
 	split = nseg > 1 && (split > 0 || !mf_walks(vr, nseg, kseg));
 	mf_occupancy(vr);
@@ -529,14 +540,17 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 	return 0;
 }
 
+/* the mma.sync tile shapes, then the wgmma ones where they run (gpu_matmul_wgmma_ok) */
 int gpu_matmul_fixed_variants(void)
 {
-	return MF_NVAR;
+	return MF_NVAR + (gpu_matmul_wgmma_ok() ? gpu_matmul_wgmma_variants() : 0);
 }
 
 const char *gpu_matmul_fixed_variant_name(int v)
 {
-	return v >= 0 && v < MF_NVAR ? mf_var[v].name : "auto";
+	return v >= 0 && v < MF_NVAR ? mf_var[v].name :
+	       v >= MF_NVAR && v < gpu_matmul_fixed_variants() ?
+	       gpu_matmul_wgmma_variant_name(v - MF_NVAR) : "auto";
 }
 
 
@@ -564,8 +578,8 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void *w,
                            enum dice_dtype wdt, int N, int in, int out, int variant, int split)
 {
-	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && variant >= -1 && variant < MF_NVAR,
-	            "matmul_fixed");
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && variant >= -1 &&
+	            variant < gpu_matmul_fixed_variants(), "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
 	return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, variant, split);
 }

@@ -2,10 +2,13 @@
  * (ops_cpu's matmul) on random data, fp32/bf16/fp16 weights, both kernels of the 16-bit path
  * and the fallbacks; then batch invariance, bit for bit: rows r0 .. r0+M-1 of a 512-row
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
- * another place in its tile), and the streaming and tiled kernels give the same bits; last,
- * every tile shape of the tiled kernel, split by segment or not, gives the streaming kernel's
- * bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8 segments, an
- * odd number of 32-input blocks a segment). */
+ * another place in its tile), and the streaming and tiled kernels give the same bits; then
+ * every tile shape of the tiled kernel (the wgmma ones of matmul_wgmma.cu too, on an H100 or
+ * H200; they always walk the segments), split by segment or not, gives the streaming
+ * kernel's bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8
+ * segments, an odd number of 32-input blocks a segment); last, on the engine's shapes (SDAR
+ * 1.7B / 4B / 8B, 33 to 8192 rows) and random ones, every wgmma tile shape and the path the
+ * engine takes give the bits of the mma.sync kernel (on other GPUs: the path alone). */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -138,6 +141,32 @@ static void tiles(enum dice_dtype dt, int N, int in, int out)
 	mfd_free(&d);
 }
 
+/* the tiled path with the wgmma kernels off (the mma.sync kernel) against each wgmma tile
+ * shape and the engine's choice, bit for bit */
+static void wgmma_vs_mma(enum dice_dtype dt, int N, int in, int out)
+{
+	struct mfd d = mfd_new(dt, N, in, out);
+	char what[200];
+
+	gpu_set_wgmma(0);
+	float *ref = product(d.dx, d.dw, dt, N, in, out, 2);
+	gpu_set_wgmma(-1);
+	for (int v = -1; v < gpu_matmul_fixed_variants(); v++) {
+		const char *name = gpu_matmul_fixed_variant_name(v);
+		if (v >= 0 && strncmp(name, "wgmma", 5))
+			continue;
+		float *dy = gt_poisoned((size_t)N * out);
+		CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, dt, N, in, out, v, 0) == 0,
+		      "matmul_fixed tiled launch");
+		snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: tiled %s bitwise equal "
+		         "to the mma.sync kernel", dtname[dt], N, in, out, name);
+		same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+		G->free(dy);
+	}
+	free(ref);
+	mfd_free(&d);
+}
+
 int main(void)
 {
 	if (gt_init(17))
@@ -171,5 +200,25 @@ int main(void)
 	tiles(DICE_F16, 77, 1000, 77);
 	tiles(DICE_BF16, 99, 2056, 264);           /* 8 segments of 9 blocks: 64-input stages split */
 	tiles(DICE_F16, 45, 2080, 9000);           /* 1 segment of 65 blocks: a half last stage */
+	/* the engine's products (qkv, o, gate/up, down) of SDAR 1.7B, 4B, 8B */
+	static const int geo[3][4] = { { 2048, 2048, 1024, 6144 }, { 2560, 4096, 1024, 9728 },
+	                               { 4096, 4096, 1024, 12288 } };   /* C, QD, 2 KVD, I */
+	static const int rows[] = { 33, 517, 1000, 2048 };
+	for (int gi = 0, n = 0; gi < 3; gi++) {
+		int C = geo[gi][0], QD = geo[gi][1], KV2 = geo[gi][2], I = geo[gi][3];
+		int ins[] = { C, QD, C, I }, outs[] = { QD + KV2, C, 2 * I, C };
+		for (int o = 0; o < 4; o++, n++)
+			wgmma_vs_mma(DICE_BF16, gi == 1 && o == 0 ? 8192 : rows[n % 4], ins[o], outs[o]);
+	}
+	unsigned r = 12345;
+	for (int i = 0; i < 6; i++) {               /* random shapes, in % 8 == 0 */
+		r = r * 1103515245u + 12345u;
+		int N = 33 + (int)(r >> 8) % 3000;
+		r = r * 1103515245u + 12345u;
+		int in = 8 * (1 + (int)(r >> 8) % 700);
+		r = r * 1103515245u + 12345u;
+		int out = 1 + (int)(r >> 8) % 6000;
+		wgmma_vs_mma(i % 2 ? DICE_F16 : DICE_BF16, N, in, out);
+	}
 	return test_done();
 }

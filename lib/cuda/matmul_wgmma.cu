@@ -1,0 +1,291 @@
+/* matmul_wgmma.cu: matmul_fixed's tiled path on Hopper's warpgroup products (wgmma, built for
+ * sm_90a only, run only on a compute-capability-9.0 device): the same function and the same
+ * bits as mft_kernel in matmul_fixed.cu, whose header gives the order of the sums.
+ * bench/wgmma-probe.cu showed (H100, bench/NOTES-device.md) that a wgmma k16 step fed the
+ * same 16 inputs at the same positions gives the bits of an mma.sync m16n8k16 step, whatever
+ * N, the operand sources or the row's place. The product runs swapped, y^T = w x^T: A = w
+ * from registers (the m16n8k16 A fragment of 16 outputs: two 16-byte loads of a 32-input
+ * block are mf_step's operands of both steps), B = x from shared memory, converted beforehand
+ * to 16 bits with each 32-input block in the two steps' order (wg_xperm_kernel), so that k16
+ * step h of block b reads positions 32b + 16h .. + 15 in order. A block holds WG warpgroups
+ * of 64 outputs each by BN rows, walks all the inputs and ends each segment as mft_kernel
+ * does: y = its sum (the first) or y + its sum. */
+#include "common.cuh"
+#include "wgmma.cuh"
+
+#define MW_KB 32                /* inputs a block of two k16 steps */
+
+/* x (N, K) fp32 -> xp (N, Kp = 32 nkb) 16-bit, each 32-input block in matmul_fixed's order:
+ * position 16h + j of block b holds input 32b + 8 (j % 8 / 2) + 4h + 2 (j / 8) + j % 2
+ * (quad thread q's inputs 8q + 4h + 0, 1 at 2q, 2q + 1 and 8q + 4h + 2, 3 at 2q + 8, + 9);
+ * zeros past K. Thread i: the 16 bytes of positions 8c .. 8c + 7 (c = i % (Kp / 8)). */
+static __global__ void wg_xperm_kernel(uint4 *xp, const float *x, int N, int K, int Kp,
+                                       size_t n16, int f16)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int row = (int)(i / (Kp / 8)), c = (int)(i % (Kp / 8));
+		int k0 = (c >> 2) * MW_KB + 4 * ((c >> 1) & 1) + 2 * (c & 1);
+		const float *xr = x + (size_t)row * K;
+		unsigned p[4];
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int k = k0 + 8 * e;
+			float2 v = make_float2(0.0f, 0.0f);
+			if (k < K)
+				v = __ldg((const float2 *)(xr + k));
+			p[e] = gpu_pack2(v.x, v.y, f16);
+		}
+		xp[i] = make_uint4(p[0], p[1], p[2], p[3]);
+	}
+}
+
+/* 16 bytes global -> shared, asynchronously; zeros when !valid (src is not read then) */
+static __device__ __forceinline__ void mw_cp16(void *dst, const void *src, int valid)
+{
+	unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+	             :: "r"(s), "l"(src), "r"(valid ? 16 : 0));
+}
+
+/* A stage: 2 blocks of 32 inputs; first w, block b's BM rows of 64 bytes at b BM 64 (a warp's
+ * fragment loads cover 512 contiguous bytes), then x, BN rows of 128 bytes (the stage's 64
+ * positions), 128-byte swizzled (16-byte chunk c of row r at c ^ r % 8), 1024-aligned. */
+template <int WG, int BN, int STAGES>
+struct mw {
+	enum { BM = 64 * WG, T = 128 * WG, WBYTES = BM * 128, STAGE = WBYTES + BN * 128,
+	       SMEM = STAGES * STAGE + 1024 };
+};
+
+/* one segment's end: y = acc (first) or y + acc, for this thread's outputs o, o + 8 and rows
+ * n0 + 8j + 2q, + 1. The base and the bounds pass through an opaque move, so that the
+ * compiler computes the addresses here rather than holding all of them through the loop. */
+template <int BN>
+static __device__ __forceinline__ void mw_flush(float *y, const float *d, int o, int n0, int q,
+                                                int N, int out, int flushed)
+{
+	float *yb;
+	int rows, outs;
+	asm volatile("mov.b64 %0, %1;\n" : "=l"(yb) : "l"(y + (size_t)(n0 + 2 * q) * out + o));
+	asm volatile("mov.b32 %0, %1;\n" : "=r"(rows) : "r"(N - n0 - 2 * q));
+	asm volatile("mov.b32 %0, %1;\n" : "=r"(outs) : "r"(out - o));
+#pragma unroll
+	for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = 8 * j + (e & 1), c = 8 * (e >> 1);
+			if (r < rows && c < outs) {
+				float *p = yb + (size_t)r * out + c;
+				*p = flushed ? *p + d[4 * j + e] : d[4 * j + e];
+			}
+		}
+	}
+}
+
+template <int WG, int BN, int STAGES, int MINB, int F16>
+static __global__ void __launch_bounds__(128 * WG, MINB)
+mw_kernel(float *y, const void *xp, const void *w, int N, int K, int out, int kseg)
+{
+	typedef mw<WG, BN, STAGES> P;
+	extern __shared__ uint4 mw_smem[];
+	char *sm = (char *)(((uintptr_t)mw_smem + 1023) & ~(uintptr_t)1023);
+	const char *xc = (const char *)xp, *wc = (const char *)w;
+	int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, g = lane >> 2, q = lane & 3;
+	int nkb = CEIL_DIV(K, MW_KB), Kp = nkb * MW_KB, ntr = CEIL_DIV(N, BN);
+	int n0 = blockIdx.x % ntr * BN, o0 = blockIdx.x / ntr * P::BM;
+	int nst = CEIL_DIV(nkb, 2), segb = kseg / MW_KB;
+	int orow = 16 * wid + g, flushed = 0;
+	float d[BN / 2];
+
+	/* slot <- the stage of blocks 2s, 2s + 1. Thread tid copies rows tid / 8 + u T / 8: of w
+	 * block (tid / 4) % 2, inputs 8 (tid % 4) ..; of x 16-byte chunk tid % 8 (the same chunk
+	 * of the swizzle in every row it copies); zeros past out, N and K */
+	int lr = tid >> 3, wb = (tid >> 2) & 1, wq = tid & 3, xc8 = tid & 7;
+	const char *wsrc = wc + ((size_t)min(o0 + lr, out - 1) * K + wb * MW_KB + 8 * wq) * 2;
+	const char *xsrc = xc + ((size_t)min(n0 + lr, N - 1) * Kp + 8 * xc8) * 2;
+	unsigned wdst = wb * P::BM * 64 + lr * 64 + wq * 16;
+	unsigned xdst = P::WBYTES + lr * 128 + ((xc8 ^ (lr & 7)) << 4);
+	int wrows = out - o0 - lr, xrows = N - n0 - lr;
+	auto load = [&](int slot, int s) {
+		char *st = sm + slot * P::STAGE;
+		int kb = 2 * s, wk = (kb + wb) * MW_KB + 8 * wq < K, xk = kb + (xc8 >> 2) < nkb;
+#pragma unroll
+		for (int u = 0; u < P::BM * 8 / P::T; u++) {
+			int ok = u * (P::T / 8) < wrows && wk;
+			mw_cp16(st + wdst + u * (P::T / 8) * 64,
+			        ok ? wsrc + ((size_t)u * (P::T / 8) * K + kb * MW_KB) * 2 : wc, ok);
+		}
+#pragma unroll
+		for (int u = 0; u < BN * 8 / P::T; u++) {
+			int ok = u * (P::T / 8) < xrows && xk;
+			mw_cp16(st + xdst + u * (P::T / 8) * 128,
+			        ok ? xsrc + ((size_t)u * (P::T / 8) * Kp + kb * MW_KB) * 2 : xc, ok);
+		}
+	};
+
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++)
+		d[i] = 0.0f;
+#pragma unroll
+	for (int s = 0; s < STAGES - 1; s++) {
+		if (s < nst)
+			load(s, s);
+		asm volatile("cp.async.commit_group;\n" ::);
+	}
+	int cs = 0, ls = STAGES - 1;
+	for (int s = 0; s < nst; s++) {
+		asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+		__syncthreads();
+		if (s + STAGES - 1 < nst)
+			load(ls, s + STAGES - 1);
+		asm volatile("cp.async.commit_group;\n" ::);
+		ls = ls + 1 == STAGES ? 0 : ls + 1;
+		const char *st = sm + cs * P::STAGE;
+		cs = cs + 1 == STAGES ? 0 : cs + 1;
+		uint4 u[2], v[2];
+#pragma unroll
+		for (int b = 0; b < 2; b++) {
+			u[b] = *(const uint4 *)(st + b * P::BM * 64 + orow * 64 + q * 16);
+			v[b] = *(const uint4 *)(st + b * P::BM * 64 + (orow + 8) * 64 + q * 16);
+		}
+		const char *xs = st + P::WBYTES;
+		/* segments end at stage ends (an even number of blocks a segment, or one segment) */
+		int kb = 2 * s, two = kb + 1 < nkb, end = (kb + 2) % segb == 0 || kb + 2 >= nkb;
+		wg_fence();
+		wg_op<BN>::rs(d, make_uint4(u[0].x, v[0].x, u[0].y, v[0].y), wg_desc(xs, 16, 1024, 1), 1,
+		              F16);
+		wg_op<BN>::rs(d, make_uint4(u[0].z, v[0].z, u[0].w, v[0].w),
+		              wg_desc(xs + 32, 16, 1024, 1), 1, F16);
+		if (two) {
+			wg_op<BN>::rs(d, make_uint4(u[1].x, v[1].x, u[1].y, v[1].y),
+			              wg_desc(xs + 64, 16, 1024, 1), 1, F16);
+			wg_op<BN>::rs(d, make_uint4(u[1].z, v[1].z, u[1].w, v[1].w),
+			              wg_desc(xs + 96, 16, 1024, 1), 1, F16);
+		}
+		wg_commit();
+		wg_wait<0>();
+		if (end) {
+			mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, flushed);
+			flushed = 1;
+#pragma unroll
+			for (int i = 0; i < BN / 2; i++)
+				d[i] = 0.0f;
+		}
+	}
+	asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
+
+/* the tile shapes; rate: flop per cycle and SM with the SM full, fitted to H100 timings of the
+ * engine's 36 shapes (mw_cost, bench/NOTES-device.md) */
+static struct mw_variant {
+	const char *name;
+	mw_fn fn[2];                            /* bf16, fp16 */
+	int bm, bn, threads, smem;
+	double rate;
+	int occ;                                /* blocks per SM (0: not asked yet) */
+} mw_var[] = {
+#define MWV(name, WG, BN, S, MINB, rate) \
+	{ name, { mw_kernel<WG, BN, S, MINB, 0>, mw_kernel<WG, BN, S, MINB, 1> }, 64 * WG, BN, \
+	  128 * WG, mw<WG, BN, S>::SMEM, rate, 0 }
+	MWV("wgmma 128x256 wg2 s4", 2, 256, 4, 1, 1498.0),
+	MWV("wgmma 128x128 wg2 s3", 2, 128, 3, 2, 1859.0),
+	MWV("wgmma 128x64 wg2 s4", 2, 64, 4, 2, 1285.0),
+	MWV("wgmma 64x128 wg1 s4", 1, 128, 4, 3, 1257.0),
+#undef MWV
+};
+#define MW_NVAR ((int)(sizeof mw_var / sizeof mw_var[0]))
+
+static int mw_occupancy(struct mw_variant *v)
+{
+	if (!v->occ) {
+		for (int f = 0; f < 2; f++)
+			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f], cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                v->smem));
+		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, v->fn[0], v->threads,
+		                                                         v->smem));
+		if (v->occ < 1)
+			v->occ = 1;
+	}
+	return v->occ;
+}
+
+static int mw_on = -1, mw_cc90 = -1;
+
+void gpu_set_wgmma(int on)
+{
+	mw_on = on < 0 ? -1 : on != 0;
+}
+
+int gpu_matmul_wgmma_ok(void)
+{
+	if (mw_cc90 < 0) {
+		int dev, major, minor;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+		mw_cc90 = major == 9 && minor == 0;
+	}
+	if (mw_on < 0) {
+		const char *e = getenv("DICE_WGMMA");
+		mw_on = !(e && e[0] == '0' && !e[1]);
+	}
+	return mw_cc90 && mw_on;
+}
+
+int gpu_matmul_wgmma_variants(void)
+{
+	return MW_NVAR;
+}
+
+const char *gpu_matmul_wgmma_variant_name(int v)
+{
+	return v >= 0 && v < MW_NVAR ? mw_var[v].name : "?";
+}
+
+/* the estimated time of variant v in mf_cost's units (cycles, matmul_fixed.cu): waves of occ
+ * blocks an SM at the variant's rate, plus the read-add-writes of the later segments; times
+ * MW_MARGIN, so that the tiled path takes wgmma only where clearly faster. Fitted to H100
+ * timings of both kernels on the engine's 36 shapes (bench/NOTES-device.md): within 10% on
+ * average, 42% at worst; with the margin no shape chose a slower kernel. */
+#define MW_MARGIN 1.15
+#define MW_SEG_CYCLES_BYTE 0.00297
+
+double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg)
+{
+	struct mw_variant *vr = &mw_var[v];
+	int sms = gpu_sm_count(), occ = mw_occupancy(vr);
+	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	long waves = CEIL_DIV(tiles, (long)sms * occ);
+	double y = (double)N * out * 4;
+	return MW_MARGIN * (waves * occ * 2.0 * vr->bm * vr->bn * in / vr->rate +
+	                    MW_SEG_CYCLES_BYTE * (nseg - 1) * y);
+}
+
+/* whether the kernel takes segments of kseg inputs: its 64-input stages must not straddle them */
+int gpu_matmul_wgmma_walks(int in, int kseg)
+{
+	return kseg >= in || kseg / MW_KB % 2 == 0;
+}
+
+/* y = x w^T through variant v (kseg: matmul_fixed's segment length); 16-bit w, in % 8 == 0,
+ * x and w 16-byte aligned (the caller checks) */
+int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
+                     int in, int out, int kseg, int v)
+{
+	GPU_REQUIRE(v >= 0 && v < MW_NVAR && gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg),
+	            "matmul_wgmma");
+	struct mw_variant *vr = &mw_var[v];
+	mw_occupancy(vr);
+	int nkb = CEIL_DIV(in, MW_KB), Kp = nkb * MW_KB;
+	size_t n16 = (size_t)N * Kp / 8;
+	uint4 *xp = (uint4 *)gpu_scratch(n16 * 16);
+	int cg = (int)(CEIL_DIV(n16, (size_t)256) < 8192 ? CEIL_DIV(n16, (size_t)256) : 8192);
+	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16);
+	CUDA_CHECK_LAUNCH();
+	int grid = CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

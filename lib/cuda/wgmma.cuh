@@ -1,0 +1,172 @@
+/* wgmma.cuh: Hopper warpgroup matrix products (wgmma.mma_async, sm_90a only) for the
+ * kernels built for that target: shared-memory matrix descriptors, the fence / commit / wait
+ * steps, and wg_op<N>::ss (A and B from shared memory) and ::rs (A from registers, the
+ * mma.sync m16n8k16 A fragment of the warp's 16 rows) for m64nNk16 with fp32 accumulators,
+ * bf16 or fp16 operands. d: the N / 2 accumulators of a thread (n8 block j: d[4j], d[4j + 1]
+ * = row g, columns 8j + 2q, + 1; d[4j + 2], d[4j + 3] = row g + 8; warp w: rows 16w + ...);
+ * acc 0 ignores what d holds (D = A B), else D = A B + D. The operand lists below are spelled
+ * out per N, each extending the last (inline PTX takes only literal operand numbers). */
+#ifndef DICE_WGMMA_CUH
+#define DICE_WGMMA_CUH
+
+#include <stdint.h>
+
+/* a shared-memory matrix descriptor: start address, leading and stride byte offsets (lbo:
+ * between core matrices along K, sbo: along M or N; both multiples of 16) and 128-byte
+ * swizzle or none */
+static __device__ __forceinline__ uint64_t wg_desc(const void *smem, unsigned lbo, unsigned sbo,
+                                                   int swz128)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+	return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo & 0x3FFFF) >> 4) << 16 |
+	       (uint64_t)((sbo & 0x3FFFF) >> 4) << 32 | (swz128 ? 1ull << 62 : 0ull);
+}
+
+/* orders this thread's ordinary shared-memory writes before the tensor cores' reads */
+static __device__ __forceinline__ void wg_fence_proxy(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* before the first wgmma that reads registers written since the last one */
+static __device__ __forceinline__ void wg_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void wg_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* wait until at most n committed groups are in flight */
+template <int n>
+static __device__ __forceinline__ void wg_wait(void)
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(n) : "memory");
+}
+
+#define WG_R8 \
+	"%0, %1, %2, %3"
+#define WG_O8 \
+	"+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define WG_SSI8 ", %4, %5, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+#define WG_RSI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+
+#define WG_R16 \
+	WG_R8 ", " \
+	"%4, %5, %6, %7"
+#define WG_O16 \
+	WG_O8, \
+	"+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define WG_SSI16 ", %8, %9, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+#define WG_RSI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+
+#define WG_R32 \
+	WG_R16 ", " \
+	"%8, %9, %10, %11, %12, %13, %14, %15"
+#define WG_O32 \
+	WG_O16, \
+	"+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+	"+f"(d[14]), "+f"(d[15])
+#define WG_SSI32 ", %16, %17, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+#define WG_RSI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+
+#define WG_R64 \
+	WG_R32 ", " \
+	"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_O64 \
+	WG_O32, \
+	"+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
+	"+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+	"+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WG_SSI64 ", %32, %33, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+#define WG_RSI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+
+#define WG_R128 \
+	WG_R64 ", " \
+	"%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+	"%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_O128 \
+	WG_O64, \
+	"+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+	"+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+	"+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+	"+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+	"+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+	"+f"(d[62]), "+f"(d[63])
+#define WG_SSI128 ", %64, %65, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+#define WG_RSI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+
+#define WG_R256 \
+	WG_R128 ", " \
+	"%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+	"%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+	"%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+	"%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WG_O256 \
+	WG_O128, \
+	"+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
+	"+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
+	"+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), \
+	"+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+	"+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), \
+	"+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), \
+	"+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), \
+	"+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+	"+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), \
+	"+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), \
+	"+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_SSI256 ", %128, %129, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+#define WG_RSI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+
+template <int N>
+struct wg_op;
+
+#define WG_MMA(N, TY) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " "
+#define WG_DEF(N) \
+template <> \
+struct wg_op<N> { \
+	static __device__ __forceinline__ void ss(float *d, uint64_t da, uint64_t db, int acc, \
+	                                          int f16) \
+	{ \
+		if (f16) \
+			asm volatile(WG_SSP##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_SSI##N \
+			             : WG_O##N : "l"(da), "l"(db), "r"(acc)); \
+		else \
+			asm volatile(WG_SSP##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_SSI##N \
+			             : WG_O##N : "l"(da), "l"(db), "r"(acc)); \
+	} \
+	static __device__ __forceinline__ void rs(float *d, uint4 a, uint64_t db, int acc, int f16) \
+	{ \
+		if (f16) \
+			asm volatile(WG_RSP##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_RSI##N \
+			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
+			               "r"(acc)); \
+		else \
+			asm volatile(WG_RSP##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_RSI##N \
+			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
+			               "r"(acc)); \
+	} \
+};
+WG_DEF(8)
+WG_DEF(16)
+WG_DEF(32)
+WG_DEF(64)
+WG_DEF(128)
+WG_DEF(256)
+#undef WG_DEF
+
+#endif
