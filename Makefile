@@ -64,6 +64,12 @@ tests/bin/%: tests/lib/%.c tests/lib/test.h lib/libdice.a
 	@mkdir -p tests/bin
 	$(CC) $(CPPFLAGS) -Itests/lib $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)
 
+# the engine's model-level driver for the GPU machine (tests/gpu/run-model.sh, bench/engine.sh;
+# with CUDA on, BENCH_OPS and BENCH_MODES too)
+tests/bin/model-logits: tests/gpu/model-logits.c lib/libdice.a
+	@mkdir -p tests/bin
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)
+
 tests/bin/gpu_%: tests/gpu/test_%.cu tests/gpu/gpu_test.h tests/gpu/gt_model.h tests/lib/test.h lib/libdice.a
 	@mkdir -p tests/bin
 	$(NVCC) $(NVCCFLAGS) -Ilib -Itests/lib -DDICE_CUDA=1 -o $@ $< lib/libdice.a $(LDLIBS)

@@ -3,7 +3,7 @@
 # one GPU (a device call): random bf16 weights of SDAR geometry GEOM (1.7b, 4b, 8b; 0.6b and
 # tiny for trials), a 1K-token prompt and 1K new tokens, static top-k 1 (the eval preset),
 # block 4, steps 4, no stop ids.
-#   ours: tests/bin/model-logits bench (BIN; built from tests/gpu/model-logits.c): the copy
+#   ours: tests/bin/model-logits bench (BIN; `make tests/bin/model-logits`): the copy
 #         bandwidth (cudaMemcpyAsync device-to-device of 1 GiB x10, read+write counted), then
 #         (a) batch 1: ms per forward against the floor = weight bytes (layers + lm_head) /
 #         that bandwidth (and the same without the prompt's prefill forward, timed alone),
@@ -21,6 +21,7 @@ set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${2:-$root/tests/bin/model-logits}
+[ -x "$bin" ] || make -s -C "$root" tests/bin/model-logits || exit 1
 B=${BATCH:-128} P=${PROMPT:-1024} G=${GEN:-1024}
 GB=${GEN_BIG:-$G} RGB=${REF_GEN_BIG:-$GB}
 tmp=$(mktemp -d /tmp/engine-bench-XXXXXX)

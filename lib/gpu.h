@@ -1,4 +1,4 @@
-/* gpu: the CUDA backend of lib/ops.h (lib/cuda/*.cu), declared for C and C++.
+/* gpu: the CUDA backend of lib/ops.h (the .cu files of lib/cuda), declared for C and C++.
  *
  * gpu_ops() returns the backend table (struct ops, "cuda") or NULL when no GPU is present; it
  * is what ops_get("cuda") hands out. The table's functions run on one backend stream

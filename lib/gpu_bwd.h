@@ -1,8 +1,8 @@
-/* gpu_bwd: the training launchers of the CUDA backend (lib/cuda/*_bwd.cu, train.cu), the
- * twins of lib/ops_bwd_cpu.c, declared for C and C++. Same contract as lib/gpu.h: an
- * explicit stream, every pointer a DEVICE pointer (attn_mask arrays included), shapes
- * checked (-1 and a warning on bad shapes), launches checked, 0 on success. The ops table
- * (gpu_ops(), its training entries) calls them on gpu_stream().
+/* gpu_bwd: the training launchers of the CUDA backend (the _bwd.cu files of lib/cuda, train.cu),
+ * the twins of lib/ops_bwd_cpu.c, declared for C and C++. Same contract as lib/gpu.h: an
+ * explicit stream, every pointer a DEVICE pointer (attn_mask arrays included), shapes checked
+ * (-1 and a warning on bad shapes), launches checked, 0 on success. The ops table (gpu_ops(),
+ * its training entries) calls them on gpu_stream().
  *
  * Accumulation order differs from the CPU twin where atomics or block reductions add up
  * (dw of matmul/rmsnorm, embed_backward, sumsq): equal up to fp32 rounding, not bitwise.
