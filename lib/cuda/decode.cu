@@ -507,6 +507,20 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 	dm_vload(vs, vb, rowb, s0 + 2 * step, s_end, lane);
 }
 
+/* one (max m, sum *lp, output xp[0..3]) triple folded into the running (L, O) at the common
+ * max M: how the warps of a block, then the splits of a sequence, are merged in order */
+static __device__ __forceinline__ void dm_fold(float4 &O, float &L, float M, float m,
+                                               const float *lp, const float *xp)
+{
+	float sc = exp2f(m - M);
+	float4 x = *(const float4 *)xp;
+	L += *lp * sc;
+	O.x += x.x * sc;
+	O.y += x.y * sc;
+	O.z += x.z * sc;
+	O.w += x.w * sc;
+}
+
 /* distributed shared memory (cluster launches, sm_90) */
 static __device__ __forceinline__ void dm_cluster_sync(void)
 {
@@ -643,13 +657,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 			float mw = wml[(w * DM_ROWS + r) * 2];
 			if (mw == -INFINITY)
 				continue;
-			float sc = exp2f(mw - M);
-			float4 x = *(const float4 *)(wo + (w * DM_ROWS + r) * DM_WST + c);
-			L += wml[(w * DM_ROWS + r) * 2 + 1] * sc;
-			O.x += x.x * sc;
-			O.y += x.y * sc;
-			O.z += x.z * sc;
-			O.w += x.w * sc;
+			dm_fold(O, L, M, mw, wml + (w * DM_ROWS + r) * 2 + 1,
+			        wo + (w * DM_ROWS + r) * DM_WST + c);
 		}
 		*(float4 *)(bo + r * DM_HD + c) = O;
 		if (c == 0) {
@@ -696,13 +705,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 		for (int j = 0; j < DK_SPLITS_MAX; j++) {
 			if (pm[j] == -INFINITY)
 				continue;
-			float sc = exp2f(pm[j] - M);
-			float4 x = *(const float4 *)(dm_rank(bo, a.cl, j) + r * DM_HD + c);
-			L += dm_rank(bml, a.cl, j)[2 * r + 1] * sc;
-			O.x += x.x * sc;
-			O.y += x.y * sc;
-			O.z += x.z * sc;
-			O.w += x.w * sc;
+			dm_fold(O, L, M, pm[j], dm_rank(bml, a.cl, j) + 2 * r + 1,
+			        dm_rank(bo, a.cl, j) + r * DM_HD + c);
 		}
 		int t = row / a.group, h = kh * a.group + row % a.group;
 		*(float4 *)(a.out + ((size_t)(r0 + t) * NH + h) * DM_HD + c) =
@@ -948,12 +952,10 @@ static int dm_cluster_ok = -1;
 static int dm_clusters(void)
 {
 	if (dm_cluster_ok < 0) {
-		const char *e = getenv("DICE_DK_CLUSTER");
-		int dev, major, n = 0;
+		static int sw = -1;
+		int n = 0;
 		dm_cluster_ok = 0;
-		CUDA_CHECK(cudaGetDevice(&dev));
-		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-		if (major >= 9 && !(e && e[0] == '0' && !e[1])) {
+		if (gpu_cc() >= 90 && gpu_switch(&sw, "DICE_DK_CLUSTER")) {
 			cudaLaunchConfig_t cfg;
 			cudaLaunchAttribute at[1];
 			dm_setup();
