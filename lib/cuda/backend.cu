@@ -77,7 +77,7 @@ void *gpu_scratch(size_t bytes)
 /* each switch: -1 = from its environment variable (on unless "0") on first use */
 static int g_pdl = -1, g_graphs = -1;
 
-static int sw_get(int *sw, const char *env)
+int gpu_switch(int *sw, const char *env)
 {
 	if (*sw < 0) {
 		const char *v = getenv(env);
@@ -86,27 +86,32 @@ static int sw_get(int *sw, const char *env)
 	return *sw;
 }
 
-static int sm90(void)
+int gpu_cc(void)
 {
-	int dev, major;
-	CUDA_CHECK(cudaGetDevice(&dev));
-	CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-	return major >= 9;
+	static int cc;
+	if (!cc) {
+		int dev, major, minor;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+		cc = 10 * major + minor;
+	}
+	return cc;
 }
 
 int gpu_pdl(void)
 {
 	if (g_pdl < 0)
-		g_pdl = sw_get(&g_pdl, "DICE_PDL") && sm90();
+		g_pdl = gpu_switch(&g_pdl, "DICE_PDL") && gpu_cc() >= 90;
 	return g_pdl;
 }
 
 void gpu_set_pdl(int on)
 {
-	g_pdl = on < 0 ? -1 : on && sm90();
+	g_pdl = on < 0 ? -1 : on && gpu_cc() >= 90;
 }
 
-int gpu_graphs(void) { return sw_get(&g_graphs, "DICE_GRAPH"); }
+int gpu_graphs(void) { return gpu_switch(&g_graphs, "DICE_GRAPH"); }
 void gpu_set_graphs(int on) { g_graphs = on < 0 ? -1 : on != 0; }
 
 void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,

@@ -211,7 +211,7 @@ static int mw_occupancy(struct mw_variant *v)
 	return v->occ;
 }
 
-static int mw_on = -1, mw_cc90 = -1;
+static int mw_on = -1;
 
 void gpu_set_wgmma(int on)
 {
@@ -220,18 +220,7 @@ void gpu_set_wgmma(int on)
 
 int gpu_matmul_wgmma_ok(void)
 {
-	if (mw_cc90 < 0) {
-		int dev, major, minor;
-		CUDA_CHECK(cudaGetDevice(&dev));
-		CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-		CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-		mw_cc90 = major == 9 && minor == 0;
-	}
-	if (mw_on < 0) {
-		const char *e = getenv("DICE_WGMMA");
-		mw_on = !(e && e[0] == '0' && !e[1]);
-	}
-	return mw_cc90 && mw_on;
+	return gpu_cc() == 90 && gpu_switch(&mw_on, "DICE_WGMMA");
 }
 
 int gpu_matmul_wgmma_variants(void)
