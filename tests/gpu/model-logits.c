@@ -14,7 +14,8 @@
  *       per BATCH of the list: the largest batch up to BATCH whose KV caches fit, requests of
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
- *       BENCH_OPS=1: its time per op), at batch 1 the prefill forward alone, then one
+ *       BENCH_OPS=1: its time per op; BENCH_SKIP=1: its time with the attention, the small
+ *       ops, both, or the products left out), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward)
@@ -30,6 +31,13 @@
 #include "model.h"
 #include "sampler.h"
 #include "util.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 #ifdef DICE_CUDA
 #include "gpu.h"
@@ -159,6 +167,68 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	}
 	printf("  sum of the ops: %.3f ms per forward\n", total / reps);
 }
+
+/* BENCH_SKIP=1: the decode forward as it runs (graphs and PDL on) with classes of ops left
+ * out, to tell what each costs inside the real graph: the forward goes through a copy of the
+ * CUDA table whose left-out ops do nothing (the results are garbage: timing only), and whose
+ * replay adds the variant to the graph key, so that each variant is captured on its own. */
+static struct ops ab_table;
+static const struct ops *ab_real;
+static unsigned char ab_tag;
+
+static void ab_replay(const void *key, size_t len, void (*fn)(void *), void *arg)
+{
+	unsigned char *k = xmalloc(len + 1);
+
+	memcpy(k, key, len);
+	k[len] = ab_tag;
+	ab_real->replay(k, len + 1, fn, arg);
+	free(k);
+}
+
+static void ab_no_matmul(float *y, const float *x, const void *w, enum dice_dtype wdt, int N,
+                         int in, int out) {}
+static void ab_no_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
+                           const int *pos, const struct kv_batch *b, int l, int NH, int NKV,
+                           int HD, float eps, float theta) {}
+static void ab_no_attention(float *out, const float *q, const struct kv_batch *b, int l, int NH,
+                            int NKV, int HD, int block) {}
+static void ab_no_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
+                              float eps) {}
+static void ab_no_swiglu_cat(float *y, const float *gu, int N, int C) {}
+
+static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const char *geom, int P)
+{
+	static const char *what[] = { "nothing", "attention_kv", "the small ops (qkv_prep, "
+	                              "add_rmsnorm, swiglu_cat)", "attention_kv and the small ops",
+	                              "the products (matmul_fixed)" };
+
+	ab_real = m->ops;
+	for (int v = 0; v < 5; v++) {
+		ab_table = *ab_real;
+		ab_table.replay = ab_real->replay ? ab_replay : NULL;
+		ab_tag = (unsigned char)(0xa0 + v);
+		if (v == 1 || v == 3)
+			ab_table.attention_kv = ab_no_attention;
+		if (v == 2 || v == 3) {
+			ab_table.qkv_prep = ab_no_qkv_prep, ab_table.add_rmsnorm = ab_no_add_rmsnorm;
+			ab_table.swiglu_cat = ab_no_swiglu_cat;
+		}
+		if (v == 4)
+			ab_table.matmul_fixed = ab_no_matmul;
+		m->ops = &ab_table;
+		model_forward(m, sq, B, NULL);
+		model_forward(m, sq, B, NULL);
+		double t = now_s();
+		for (int i = 0; i < 30; i++)
+			model_forward(m, sq, B, NULL);
+		t = (now_s() - t) / 30;
+		m->ops = ab_real;
+		printf("decode-skip %s batch %d cache %d without %s: %.3f ms\n", geom, B, P, what[v],
+		       t * 1e3);
+		fflush(stdout);
+	}
+}
 #endif
 
 static void dump_step(void *arg, int req, int step, const float *lg, int rows, int V)
@@ -267,12 +337,6 @@ static int geometry(struct model_config *c, const char *g)
 	return 0;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* device-to-device copy bandwidth: 1 GiB copied 10 times with ops->copy (cudaMemcpyAsync on
  * the CUDA backend); bytes counted read + write (2 x 1 GiB per copy), as bandwidthTest does */
@@ -375,6 +439,8 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		}
 		if (getenv("BENCH_OPS") && !strcmp(m->ops->name, "cuda"))
 			ops_breakdown(m, sq, B, 10, t * 1e3);
+		if (getenv("BENCH_SKIP") && !strcmp(m->ops->name, "cuda"))
+			skip_breakdown(m, sq, B, geom, P);
 #endif
 		for (int b = 0; b < B; b++)
 			kvcache_free(&kv[b], m);
