@@ -9,9 +9,14 @@
  * to 16 bits with each 32-input block in the two steps' order (wg_xperm_kernel), so that k16
  * step h of block b reads positions 32b + 16h .. + 15 in order. A block holds WG warpgroups
  * of 64 outputs each by BN rows, walks all the inputs and ends each segment as mft_kernel
- * does: y = its sum (the first) or y + its sum. */
+ * does: y = its sum (the first) or y + its sum. Two kernels: mw_kernel (every thread copies
+ * with cp.async, each stage's products waited for before the next) and mx_kernel (TMA
+ * copies from a producer warp into an mbarrier ring of stages, two consumer warpgroups with
+ * one stage of products in flight, persistent blocks, the segments' sums kept in registers:
+ * ((s0 + s1) + s2) ... as mft_kernel adds them into y, with one write of y at the end). */
 #include "common.cuh"
 #include "wgmma.cuh"
+#include <cuda.h>                       /* CUtensorMap and its encoder's types (no -lcuda) */
 
 #define MW_KB 32                /* inputs a block of two k16 steps */
 
@@ -82,6 +87,42 @@ static __device__ __forceinline__ void mw_flush(float *y, const float *d, int o,
 	}
 }
 
+/* one stage's products, issued and committed (not waited for): w's blocks 2s, 2s + 1 (BM
+ * rows of 64 bytes each at st) from registers, this thread's rows orow, orow + 8, times x's
+ * 64 positions (BN swizzled rows of 128 bytes after w's blocks); the second block only if
+ * two (GUARD: under a guard predicate, else a branch); acc 0: the first product ignores
+ * what d holds (a segment's start). Step h of block b: w inputs 8q + 4h .. + 3 (a
+ * fragment's registers x, y or z, w of the 16-byte loads), x positions 32b + 16h .. + 15. */
+template <int BN, int F16, int GUARD>
+static __device__ __forceinline__ void mw_stage(float *d, const char *st, int BM, int orow,
+                                                int q, int two, int acc)
+{
+	uint4 u[2], v[2];
+#pragma unroll
+	for (int b = 0; b < 2; b++) {
+		u[b] = *(const uint4 *)(st + b * BM * 64 + orow * 64 + q * 16);
+		v[b] = *(const uint4 *)(st + b * BM * 64 + (orow + 8) * 64 + q * 16);
+	}
+	const char *xs = st + BM * 128;
+	wg_fence();
+	wg_op<BN>::rs(d, make_uint4(u[0].x, v[0].x, u[0].y, v[0].y), wg_desc(xs, 16, 1024, 1), acc,
+	              F16);
+	wg_op<BN>::rs(d, make_uint4(u[0].z, v[0].z, u[0].w, v[0].w), wg_desc(xs + 32, 16, 1024, 1),
+	              1, F16);
+	if (GUARD) {
+		wg_op<BN>::rs_if(d, make_uint4(u[1].x, v[1].x, u[1].y, v[1].y),
+		                 wg_desc(xs + 64, 16, 1024, 1), 1, F16, two);
+		wg_op<BN>::rs_if(d, make_uint4(u[1].z, v[1].z, u[1].w, v[1].w),
+		                 wg_desc(xs + 96, 16, 1024, 1), 1, F16, two);
+	} else if (two) {
+		wg_op<BN>::rs(d, make_uint4(u[1].x, v[1].x, u[1].y, v[1].y),
+		              wg_desc(xs + 64, 16, 1024, 1), 1, F16);
+		wg_op<BN>::rs(d, make_uint4(u[1].z, v[1].z, u[1].w, v[1].w),
+		              wg_desc(xs + 96, 16, 1024, 1), 1, F16);
+	}
+	wg_commit();
+}
+
 template <int WG, int BN, int STAGES, int MINB, int F16>
 static __global__ void __launch_bounds__(128 * WG, MINB)
 mw_kernel(float *y, const void *xp, const void *w, int N, int K, int out, int kseg)
@@ -142,27 +183,9 @@ mw_kernel(float *y, const void *xp, const void *w, int N, int K, int out, int ks
 		ls = ls + 1 == STAGES ? 0 : ls + 1;
 		const char *st = sm + cs * P::STAGE;
 		cs = cs + 1 == STAGES ? 0 : cs + 1;
-		uint4 u[2], v[2];
-#pragma unroll
-		for (int b = 0; b < 2; b++) {
-			u[b] = *(const uint4 *)(st + b * P::BM * 64 + orow * 64 + q * 16);
-			v[b] = *(const uint4 *)(st + b * P::BM * 64 + (orow + 8) * 64 + q * 16);
-		}
-		const char *xs = st + P::WBYTES;
 		/* segments end at stage ends (an even number of blocks a segment, or one segment) */
-		int kb = 2 * s, two = kb + 1 < nkb, end = (kb + 2) % segb == 0 || kb + 2 >= nkb;
-		wg_fence();
-		wg_op<BN>::rs(d, make_uint4(u[0].x, v[0].x, u[0].y, v[0].y), wg_desc(xs, 16, 1024, 1), 1,
-		              F16);
-		wg_op<BN>::rs(d, make_uint4(u[0].z, v[0].z, u[0].w, v[0].w),
-		              wg_desc(xs + 32, 16, 1024, 1), 1, F16);
-		if (two) {
-			wg_op<BN>::rs(d, make_uint4(u[1].x, v[1].x, u[1].y, v[1].y),
-			              wg_desc(xs + 64, 16, 1024, 1), 1, F16);
-			wg_op<BN>::rs(d, make_uint4(u[1].z, v[1].z, u[1].w, v[1].w),
-			              wg_desc(xs + 96, 16, 1024, 1), 1, F16);
-		}
-		wg_commit();
+		int kb = 2 * s, end = (kb + 2) % segb == 0 || kb + 2 >= nkb;
+		mw_stage<BN, F16, 0>(d, st, P::BM, orow, q, kb + 1 < nkb, 1);
 		wg_wait<0>();
 		if (end) {
 			mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, flushed);
@@ -175,35 +198,180 @@ mw_kernel(float *y, const void *xp, const void *w, int N, int K, int out, int ks
 	asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
+/* The TMA kernel: persistent blocks (at most one per tile slot of the GPU) walk the tiles
+ * t = blockIdx.x, + gridDim.x, ... (row tile fastest, as mw_kernel's blocks); warpgroup 0 is
+ * the producer (one thread: per stage, the bulk tensor copies of w's two 32-input blocks and
+ * of x's 64 positions into the next free slot of STAGES, completing on that slot's "full"
+ * barrier), warpgroups 1 .. WG the consumers (64 outputs each, by BN rows): each waits for a
+ * slot, issues its products (mw_stage), then waits for the stage before (one stage of
+ * products in flight while the next is issued) and frees that one's slot (its "empty"
+ * barrier, one arrival a consumer warp). The inputs, stages and segments are walked as in
+ * mw_kernel; at a segment's end the sum goes, with SR, into registers (tot = s0, then
+ * tot + s1, ...: y's sums in the same order, no pass over y) and only the tile's last
+ * segment writes y (tot + its sum); without SR (BN 256: too many registers) y = its sum or
+ * y + its sum as in mw_kernel. The tensor maps: tw over w (K, out), boxes of 32 inputs by
+ * BM rows (rows of 64 bytes, mw_kernel's layout); tx over the converted x (Kp, N), boxes of
+ * 64 positions by BN rows, 128-byte swizzle. The copies give zeros past K, out and N. */
+template <int WG, int BN, int STAGES>
+struct mx {
+	enum { BM = 64 * WG, T = 128 * (WG + 1), STAGE = BM * 128 + BN * 128,
+	       SMEM = STAGES * STAGE + 1024 + 16 * STAGES };
+};
 
-/* the tile shapes; rate: flop per cycle and SM with the SM full, fitted to H100 timings of the
- * engine's 36 shapes (mw_cost, bench/NOTES-device.md) */
+template <int WG, int BN, int STAGES, int MINB, int SR, int F16>
+static __global__ void __launch_bounds__(128 * (WG + 1), MINB)
+mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
+          float *y, int N, int K, int out, int kseg)
+{
+	typedef mx<WG, BN, STAGES> P;
+	/* registers a thread: the block holds T x ENTRY (the launch bounds' cap, which ptxas
+	 * allocates in full with setmaxnreg; 168 for 384 threads, 128 for 256 threads and 2
+	 * blocks) and setmaxnreg only moves them between its warpgroups: the producer keeps
+	 * PREG, the consumers get the rest, at most 232. (A setmaxnreg.inc asking for more than
+	 * the block holds waits for ever; a 4-consumer variant whose sum counted the SM's free
+	 * registers too hung at its first launch on an H100, most likely so: NOTES-device.md.) */
+	const int PREG = 40, ENTRY = 65536 / (P::T * MINB) / 8 * 8;
+	const int CREG0 = (P::T * ENTRY - 128 * PREG) / (128 * WG) / 8 * 8;
+	const int CREG = CREG0 > 232 ? 232 : CREG0;
+	extern __shared__ uint4 mw_smem[];
+	char *sm = (char *)(((uintptr_t)mw_smem + 1023) & ~(uintptr_t)1023);
+	uint64_t *full = (uint64_t *)(sm + STAGES * P::STAGE), *empty = full + STAGES;
+	int nkb = CEIL_DIV(K, MW_KB), nst = CEIL_DIV(nkb, 2), segb = kseg / MW_KB;
+	int ntr = CEIL_DIV(N, BN), ntiles = ntr * CEIL_DIV(out, P::BM);
+
+	if (threadIdx.x == 0) {
+		for (int i = 0; i < STAGES; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 4 * WG);
+		}
+		mb_fence_init();
+	}
+	__syncthreads();
+	if (threadIdx.x < 128) {
+		wg_setmaxnreg_dec<PREG>();
+		if (threadIdx.x)
+			return;
+		tma_prefetch_map(&tw);
+		tma_prefetch_map(&tx);
+		int slot = 0;
+		unsigned ph = 0;
+		for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+			int n0 = t % ntr * BN, o0 = t / ntr * P::BM;
+			for (int s = 0; s < nst; s++) {
+				char *st = sm + slot * P::STAGE;
+				int two = 2 * s + 1 < nkb;      /* else w's second block is past K: not copied */
+				mb_wait(&empty[slot], ph ^ 1);
+				mb_expect(&full[slot], P::STAGE - (two ? 0 : P::BM * 64));
+				tma_load2(st, &tw, 2 * s * MW_KB, o0, &full[slot]);
+				if (two)
+					tma_load2(st + P::BM * 64, &tw, (2 * s + 1) * MW_KB, o0, &full[slot]);
+				tma_load2(st + P::BM * 128, &tx, 2 * s * MW_KB, n0, &full[slot]);
+				if (++slot == STAGES)
+					slot = 0, ph ^= 1;
+			}
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<CREG>();
+	int ct = threadIdx.x - 128, lane = ct & 31, g = lane >> 2, q = lane & 3;
+	int orow = 16 * (ct >> 5) + g;
+	float d[BN / 2], tot[SR ? BN / 2 : 1];
+	int slot = 0;
+	unsigned ph = 0;
+	for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+		int n0 = t % ntr * BN, o0 = t / ntr * P::BM, rel = -1, first = 1, acc = 0;
+		for (int s = 0; s < nst; s++) {
+			int kb = 2 * s, end = (kb + 2) % segb == 0 || kb + 2 >= nkb;
+			mb_wait(&full[slot], ph);
+			mw_stage<BN, F16, 1>(d, sm + slot * P::STAGE, P::BM, orow, q, kb + 1 < nkb, acc);
+			acc = 1;
+			if (!end) {
+				wg_wait<1>();
+				if (lane == 0 && rel >= 0)
+					mb_arrive(&empty[rel]);
+				rel = slot;
+			} else {
+				wg_wait<0>();
+				if (lane == 0) {
+					if (rel >= 0)
+						mb_arrive(&empty[rel]);
+					mb_arrive(&empty[slot]);
+				}
+				rel = -1;
+				acc = 0;                /* the next segment starts from zero */
+				if constexpr (SR) {
+					if (kb + 2 < nkb) {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++)
+							tot[i] = first ? d[i] : tot[i] + d[i];
+					} else if (!first) {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++)
+							tot[i] += d[i];
+						mw_flush<BN>(y, tot, o0 + orow, n0, q, N, out, 0);
+					} else {
+						mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, 0);
+					}
+				} else {
+					mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, !first);
+				}
+				first = 0;
+			}
+			if (++slot == STAGES)
+				slot = 0, ph ^= 1;
+		}
+	}
+}
+
+/* the cost model's margin and cycles a byte of y for each segment after the first (its
+ * read-add-write), gpu_matmul_wgmma_cost */
+#define MW_MARGIN 1.15
+#define MW_SEG_CYCLES_BYTE 0.00297
+
+typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
+typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, int, int, int, int);
+
+/* the tile shapes, mw_kernel's then mx_kernel's (tma); rate: flop per cycle and SM with the
+ * SM full, fitted to H100 timings of the engine's 36 shapes (mw_cost, bench/NOTES-device.md);
+ * seg: cycles a byte of y for each later segment (mx_kernel with SR: none) */
 static struct mw_variant {
 	const char *name;
 	mw_fn fn[2];                            /* bf16, fp16 */
+	mx_fn fx[2];                            /* the same for the tma kernels */
 	int bm, bn, threads, smem;
-	double rate;
+	double rate, seg;
 	int occ;                                /* blocks per SM (0: not asked yet) */
 } mw_var[] = {
 #define MWV(name, WG, BN, S, MINB, rate) \
-	{ name, { mw_kernel<WG, BN, S, MINB, 0>, mw_kernel<WG, BN, S, MINB, 1> }, 64 * WG, BN, \
-	  128 * WG, mw<WG, BN, S>::SMEM, rate, 0 }
+	{ name, { mw_kernel<WG, BN, S, MINB, 0>, mw_kernel<WG, BN, S, MINB, 1> }, { NULL, NULL }, \
+	  64 * WG, BN, 128 * WG, mw<WG, BN, S>::SMEM, rate, MW_SEG_CYCLES_BYTE, 0 }
+#define MXV(name, WG, BN, S, MINB, SR, rate, seg) \
+	{ name, { NULL, NULL }, { mx_kernel<WG, BN, S, MINB, SR, 0>, mx_kernel<WG, BN, S, MINB, SR, 1> }, \
+	  64 * WG, BN, 128 * (WG + 1), mx<WG, BN, S>::SMEM, rate, seg, 0 }
 	MWV("wgmma 128x256 wg2 s4", 2, 256, 4, 1, 1498.0),
 	MWV("wgmma 128x128 wg2 s3", 2, 128, 3, 2, 1859.0),
 	MWV("wgmma 128x64 wg2 s4", 2, 64, 4, 2, 1285.0),
 	MWV("wgmma 64x128 wg1 s4", 1, 128, 4, 3, 1257.0),
+	/* the same tile sizes as the MW_NOLD before, in the same order */
+	MXV("wgmma tma 128x256 wg2 s4", 2, 256, 4, 1, 0, 2800.0, MW_SEG_CYCLES_BYTE),
+	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 2800.0, 0.0),
+	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 2400.0, 0.0),
+	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 2400.0, 0.0),
 #undef MWV
+#undef MXV
 };
 #define MW_NVAR ((int)(sizeof mw_var / sizeof mw_var[0]))
+#define MW_NOLD 4                       /* mw_kernel's variants, first */
 
 static int mw_occupancy(struct mw_variant *v)
 {
 	if (!v->occ) {
-		for (int f = 0; f < 2; f++)
-			CUDA_CHECK(cudaFuncSetAttribute(v->fn[f], cudaFuncAttributeMaxDynamicSharedMemorySize,
+		const void *f[2] = { v->fn[0] ? (const void *)v->fn[0] : (const void *)v->fx[0],
+		                     v->fn[1] ? (const void *)v->fn[1] : (const void *)v->fx[1] };
+		for (int i = 0; i < 2; i++)
+			CUDA_CHECK(cudaFuncSetAttribute(f[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                v->smem));
-		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, v->fn[0], v->threads,
+		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, f[0], v->threads,
 		                                                         v->smem));
 		if (v->occ < 1)
 			v->occ = 1;
@@ -211,7 +379,7 @@ static int mw_occupancy(struct mw_variant *v)
 	return v->occ;
 }
 
-static int mw_on = -1;
+static int mw_on = -1, mx_on = -1;
 
 void gpu_set_wgmma(int on)
 {
@@ -233,23 +401,68 @@ const char *gpu_matmul_wgmma_variant_name(int v)
 	return v >= 0 && v < MW_NVAR ? mw_var[v].name : "?";
 }
 
-/* the estimated time of variant v in mf_cost's units (cycles, matmul_fixed.cu): waves of occ
- * blocks an SM at the variant's rate, plus the read-add-writes of the later segments; times
- * MW_MARGIN, so that the tiled path takes wgmma only where clearly faster. Fitted to H100
- * timings of both kernels on the engine's 36 shapes (bench/NOTES-device.md): within 10% on
- * average, 42% at worst; with the margin no shape chose a slower kernel. */
-#define MW_MARGIN 1.15
-#define MW_SEG_CYCLES_BYTE 0.00297
+/* the driver's tensor-map encoder, through the runtime (no -lcuda); NULL where the driver
+ * has none (the tma variants are not taken then) */
+typedef CUresult (*mx_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                 const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                 const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
+static mx_encode_fn mx_encoder(void)
+{
+	static int asked;
+	static mx_encode_fn fn;
+	if (!asked) {
+		void *p = NULL;
+		cudaDriverEntryPointQueryResult r;
+		asked = 1;
+		if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+		                                     cudaEnableDefault, &r) == cudaSuccess &&
+		    r == cudaDriverEntryPointSuccess)
+			fn = (mx_encode_fn)p;
+		cudaGetLastError();
+	}
+	return fn;
+}
+
+/* a 2-d tensor map over 16-bit rows (cols, rows; rows of cols elements, contiguous): boxes of
+ * bc x br, 128-byte swizzle or none, zeros outside */
+static int mx_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                  int swz)
+{
+	cuuint64_t dim[2] = { (cuuint64_t)cols, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)cols * 2 };
+	cuuint32_t box[2] = { (cuuint32_t)bc, (cuuint32_t)br }, es[2] = { 1, 1 };
+	CUresult r = mx_encoder()(m, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 :
+	                          CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dim, stride, box, es,
+	                          CU_TENSOR_MAP_INTERLEAVE_NONE,
+	                          swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+	                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	GPU_REQUIRE(r == CUDA_SUCCESS, "matmul_wgmma tensor map");
+	return 0;
+}
+
+/* whether mx_kernel runs: the driver has the tensor-map encoder and DICE_WGMMA_TMA is not 0 */
+static int mx_ok(void)
+{
+	return gpu_switch(&mx_on, "DICE_WGMMA_TMA") && mx_encoder();
+}
+
+/* the estimated time of variant v in mf_cost's units (cycles, matmul_fixed.cu): waves of occ
+ * blocks an SM at the variant's rate, plus the read-add-writes of the later segments (none
+ * for the tma kernels that keep the segments' sums in registers); times MW_MARGIN, so that
+ * the tiled path takes wgmma only where clearly faster. Fitted to H100 timings of both
+ * kernels on the engine's 36 shapes (bench/NOTES-device.md). */
 double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg)
 {
 	struct mw_variant *vr = &mw_var[v];
+	if (vr->fx[0] && !mx_ok())
+		return 1e30;
 	int sms = gpu_sm_count(), occ = mw_occupancy(vr);
 	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
 	long waves = CEIL_DIV(tiles, (long)sms * occ);
 	double y = (double)N * out * 4;
 	return MW_MARGIN * (waves * occ * 2.0 * vr->bm * vr->bn * in / vr->rate +
-	                    MW_SEG_CYCLES_BYTE * (nseg - 1) * y);
+	                    vr->seg * (nseg - 1) * y);
 }
 
 /* whether the kernel takes segments of kseg inputs: its 64-input stages must not straddle them */
@@ -259,14 +472,17 @@ int gpu_matmul_wgmma_walks(int in, int kseg)
 }
 
 /* y = x w^T through variant v (kseg: matmul_fixed's segment length); 16-bit w, in % 8 == 0,
- * x and w 16-byte aligned (the caller checks) */
+ * x and w 16-byte aligned (the caller checks); a tma variant where mx_kernel does not run
+ * (mx_ok) takes mw_kernel's tile of the same size */
 int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
                      int in, int out, int kseg, int v)
 {
 	GPU_REQUIRE(v >= 0 && v < MW_NVAR && gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg),
 	            "matmul_wgmma");
 	struct mw_variant *vr = &mw_var[v];
-	mw_occupancy(vr);
+	if (vr->fx[0] && !mx_ok())
+		vr = &mw_var[v - MW_NOLD];
+	int occ = mw_occupancy(vr);
 	int nkb = CEIL_DIV(in, MW_KB), Kp = nkb * MW_KB;
 	size_t n16 = (size_t)N * Kp / 8;
 	uint4 *xp = (uint4 *)gpu_scratch(n16 * 16);
@@ -274,7 +490,17 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16);
 	CUDA_CHECK_LAUNCH();
 	int grid = CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
-	vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
+	if (vr->fx[0]) {
+		CUtensorMap tw, tx;
+		if (mx_map(&tw, w, f16, in, out, MW_KB, vr->bm, 0) ||
+		    mx_map(&tx, xp, f16, Kp, N, 2 * MW_KB, vr->bn, 1))
+			return -1;
+		if (grid > gpu_sm_count() * occ)
+			grid = gpu_sm_count() * occ;
+		vr->fx[f16]<<<grid, vr->threads, vr->smem, st>>>(tw, tx, y, N, in, out, kseg);
+	} else {
+		vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
+	}
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

@@ -4,12 +4,22 @@
  * mma.sync m16n8k16 A fragment of the warp's 16 rows) for m64nNk16 with fp32 accumulators,
  * bf16 or fp16 operands. d: the N / 2 accumulators of a thread (n8 block j: d[4j], d[4j + 1]
  * = row g, columns 8j + 2q, + 1; d[4j + 2], d[4j + 3] = row g + 8; warp w: rows 16w + ...);
- * acc 0 ignores what d holds (D = A B), else D = A B + D. The operand lists below are spelled
- * out per N, each extending the last (inline PTX takes only literal operand numbers). */
+ * acc 0 ignores what d holds (D = A B), else D = A B + D; ::rs_if is ::rs under a guard, on 0
+ * skipping the product (the same in the whole warpgroup: no branch around the asm, whose
+ * copies of d would make ptxas wait for the products in flight). The operand lists below are spelled
+ * out per N, each extending the last (inline PTX takes only literal operand numbers). Then
+ * the pieces of a TMA pipeline: mbarriers (init, arrive, arrive with expected bytes, wait on
+ * a phase's parity), the 2-d bulk tensor copy that completes on one, setmaxnreg. */
 #ifndef DICE_WGMMA_CUH
 #define DICE_WGMMA_CUH
 
 #include <stdint.h>
+
+/* a shared-memory address */
+static __device__ __forceinline__ unsigned wg_smem(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
+}
 
 /* a shared-memory matrix descriptor: start address, leading and stride byte offsets (lbo:
  * between core matrices along K, sbo: along M or N; both multiples of 16) and 128-byte
@@ -17,7 +27,7 @@
 static __device__ __forceinline__ uint64_t wg_desc(const void *smem, unsigned lbo, unsigned sbo,
                                                    int swz128)
 {
-	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+	unsigned a = wg_smem(smem);
 	return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo & 0x3FFFF) >> 4) << 16 |
 	       (uint64_t)((sbo & 0x3FFFF) >> 4) << 32 | (swz128 ? 1ull << 62 : 0ull);
 }
@@ -54,6 +64,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
 #define WG_RSI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+#define WG_RSG8 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %9, 0;\nsetp.ne.b32 g, %10, 0;\n@g "
 
 #define WG_R16 \
 	WG_R8 ", " \
@@ -65,6 +76,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
 #define WG_RSI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+#define WG_RSG16 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %13, 0;\nsetp.ne.b32 g, %14, 0;\n@g "
 
 #define WG_R32 \
 	WG_R16 ", " \
@@ -77,6 +89,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
 #define WG_RSI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+#define WG_RSG32 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %21, 0;\nsetp.ne.b32 g, %22, 0;\n@g "
 
 #define WG_R64 \
 	WG_R32 ", " \
@@ -90,6 +103,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
 #define WG_RSI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+#define WG_RSG64 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %37, 0;\nsetp.ne.b32 g, %38, 0;\n@g "
 
 #define WG_R128 \
 	WG_R64 ", " \
@@ -107,6 +121,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
 #define WG_RSI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+#define WG_RSG128 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %69, 0;\nsetp.ne.b32 g, %70, 0;\n@g "
 
 #define WG_R256 \
 	WG_R128 ", " \
@@ -131,6 +146,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_SSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
 #define WG_RSI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+#define WG_RSG256 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %133, 0;\nsetp.ne.b32 g, %134, 0;\n@g "
 
 template <int N>
 struct wg_op;
@@ -160,6 +176,18 @@ struct wg_op<N> { \
 			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
 			               "r"(acc)); \
 	} \
+	static __device__ __forceinline__ void rs_if(float *d, uint4 a, uint64_t db, int acc, \
+	                                             int f16, int on) \
+	{ \
+		if (f16) \
+			asm volatile(WG_RSG##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_RSI##N \
+			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
+			               "r"(acc), "r"(on)); \
+		else \
+			asm volatile(WG_RSG##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_RSI##N \
+			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
+			               "r"(acc), "r"(on)); \
+	} \
 };
 WG_DEF(8)
 WG_DEF(16)
@@ -168,5 +196,69 @@ WG_DEF(64)
 WG_DEF(128)
 WG_DEF(256)
 #undef WG_DEF
+
+/* mbarriers in shared memory and the bulk tensor copy (TMA) that completes on one */
+static __device__ __forceinline__ void mb_init(uint64_t *b, unsigned count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(wg_smem(b)), "r"(count)
+	             : "memory");
+}
+
+/* makes the barriers just initialised visible to the copy engine */
+static __device__ __forceinline__ void mb_fence_init(void)
+{
+	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* this thread's arrival, announcing bytes the copies will bring before the phase ends */
+static __device__ __forceinline__ void mb_expect(uint64_t *b, unsigned bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+	             :: "r"(wg_smem(b)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(wg_smem(b)) : "memory");
+}
+
+/* until the phase of this parity has completed (a fresh barrier: parity 1 passes at once) */
+static __device__ __forceinline__ void mb_wait(uint64_t *b, unsigned parity)
+{
+	unsigned ok;
+	do {
+		asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+		             "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(ok) : "r"(wg_smem(b)), "r"(parity)
+		             : "memory");
+	} while (!ok);
+}
+
+/* the box at (c0 innermost, c1) of the tensor map m (a __grid_constant__ parameter) into
+ * shared memory at dst, completing on bar; zeros where the box leaves the tensor */
+static __device__ __forceinline__ void tma_load2(void *dst, const void *m, int c0, int c1,
+                                                 uint64_t *bar)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+	             " [%0], [%1, {%2, %3}], [%4];\n"
+	             :: "r"(wg_smem(dst)), "l"(m), "r"(c0), "r"(c1), "r"(wg_smem(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void tma_prefetch_map(const void *m)
+{
+	asm volatile("prefetch.tensormap [%0];\n" :: "l"(m) : "memory");
+}
+
+/* a warpgroup's register budget (sm_90a; the kernel needs a register cap at entry) */
+template <int R>
+static __device__ __forceinline__ void wg_setmaxnreg_dec(void)
+{
+	asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R));
+}
+
+template <int R>
+static __device__ __forceinline__ void wg_setmaxnreg_inc(void)
+{
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R));
+}
 
 #endif

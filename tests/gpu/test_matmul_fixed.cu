@@ -4,11 +4,13 @@
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
  * another place in its tile), and the streaming and tiled kernels give the same bits; then
  * every tile shape of the tiled kernel (the wgmma ones of matmul_wgmma.cu too, on an H100 or
- * H200; they always walk the segments), split by segment or not, gives the streaming
- * kernel's bits (odd N, out not a multiple of any tile, in not a multiple of 32, 1 to 8
- * segments, an odd number of 32-input blocks a segment); last, on the engine's shapes (SDAR
- * 1.7B / 4B / 8B, 33 to 8192 rows) and random ones, every wgmma tile shape and the path the
- * engine takes give the bits of the mma.sync kernel (on other GPUs: the path alone). */
+ * H200: its cp.async kernel's and its TMA kernel's; they always walk the segments), split by
+ * segment or not, gives the streaming kernel's bits (odd N, out not a multiple of any tile,
+ * in not a multiple of 32, 1 to 8 segments, an odd number of 32-input blocks a segment);
+ * last, on the engine's shapes (SDAR 1.7B / 4B / 8B, 33 to 8192 rows), random ones and one
+ * with more tiles than the GPU holds at once and a half last stage (the TMA kernel's blocks
+ * walk several tiles), every wgmma tile shape and the path the engine takes give the bits
+ * of the mma.sync kernel (on other GPUs: the path alone). */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -210,6 +212,7 @@ int main(void)
 		for (int o = 0; o < 4; o++, n++)
 			wgmma_vs_mma(DICE_BF16, gi == 1 && o == 0 ? 8192 : rows[n % 4], ins[o], outs[o]);
 	}
+	wgmma_vs_mma(DICE_F16, 1100, 2080, 9000);  /* 639 tiles of 128 x 128, 65 blocks */
 	unsigned r = 12345;
 	for (int i = 0; i < 6; i++) {               /* random shapes, in % 8 == 0 */
 		r = r * 1103515245u + 12345u;
