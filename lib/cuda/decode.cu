@@ -1158,8 +1158,14 @@ static void dm_setup(void)
 }
 
 /* the unit variant: taken for a launch of at least du_min (sequence, row tile, kv head)
- * units (DICE_DK_UNIT=N or gpu_set_dk_unit; 0: never; by default twice the GPU's
- * multiprocessors), where its shared memory can be had (sm_90); 1 when it may run */
+ * units (DICE_DK_UNIT=N or gpu_set_dk_unit; 0: never), or by default (du_min -2) of at least
+ * 3/4 of the GPU's multiprocessors' number of units where no sequence has more than
+ * DU_MAXS keys, and where its shared memory can be had (sm_90). The default is the H100's
+ * (bench/attention-kv.cu, bench/NOTES-device.md, session 6): at 1K keys the unit kernel was
+ * faster from 128 units (batch 16 of SDAR-4B) on and slower at 64, at 4K keys slower at 1024
+ * units (its one block an SM leaves each unit's start and end exposed; the cluster kernel's
+ * longer splits hide them). Either gives the same bits. */
+#define DU_MAXS 2048
 static int du_min = -1, du_can = -1;
 
 void gpu_set_dk_unit(int min_units)
@@ -1167,26 +1173,21 @@ void gpu_set_dk_unit(int min_units)
 	du_min = min_units < 0 ? -1 : min_units;
 }
 
-static int du_units_min(void)
+static int du_ok(int units, int maxS)
 {
-	if (du_min < 0) {
+	if (du_min == -1) {
 		const char *e = getenv("DICE_DK_UNIT");
 		char *end;
-		long v = e ? strtol(e, &end, 10) : -1;
+		long v = e ? strtol(e, &end, 10) : -2;
 		if (e && (end == e || *end || v < 0 || v > 1 << 30)) {
 			fprintf(stderr, "dice: DICE_DK_UNIT=%s: want a number of units (0: off); "
 			        "using the default\n", e);
-			v = -1;
+			v = -2;
 		}
-		du_min = v >= 0 ? (int)v : 2 * gpu_sm_count();
+		du_min = (int)v;
 	}
-	return du_min;
-}
-
-static int du_ok(int units)
-{
-	int least = du_units_min();
-	if (!least || units < least)
+	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4) ||
+	    (du_min < 0 && maxS > DU_MAXS))
 		return 0;
 	if (du_can < 0) {
 		du_can = gpu_cc() >= 90 &&
@@ -1328,7 +1329,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		dm_setup();
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		a.nz = nsplit;
-		if (du_ok(b->nseq * a.rtiles * NKV)) {
+		if (du_ok(b->nseq * a.rtiles * NKV, b->maxS)) {
 			gpu_launch((const void *)du_kernel, dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
 			return 0;
