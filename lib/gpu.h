@@ -115,6 +115,12 @@ int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float 
                   const float *v, int NKV, int HD);
 int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
                      int l, int NH, int NKV, int HD, int block);
+/* attention_kv's unit kernel (a block walks all key splits of one (sequence, row tile, kv
+ * head); 16-bit caches, HD 128, sm_90; the same bits as the cluster kernel): taken for
+ * launches of at least min_units units; 0 never, 1 always (where it runs), -1 back to
+ * DICE_DK_UNIT or the default (3/4 of the multiprocessors' number of units, up to 2048 keys
+ * a sequence). For tests and benches. */
+void gpu_set_dk_unit(int min_units);
 int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
                  const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
                  float eps, float theta);

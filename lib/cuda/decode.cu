@@ -405,13 +405,14 @@ static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, uns
 
 /* one tile of a warp, keys s0 .. s0 + 31, its keys in kr and its values at vs: the scores of
  * the 16 rows (row g + 8 hh sees keys below lim[hh]), the online softmax (m, lsum, o), o +=
- * P V. Once the scores are made, the next tile's keys (s0 + step, in L2 by then) go into kr
- * and the keys of the one after into L2; at the end, that one's values into vs. */
+ * P V. Once the scores are made, the warp's next tile's keys (s1 .., up to e1; in L2 by then)
+ * go into kr and the keys of the one after (s2 .., up to e2) into L2; at the end, that one's
+ * values into vs. */
 static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *lsum,
                                                uint4 kr[4][4], unsigned vs, const uint4 *qf,
-                                               const int *lim, int s0, int step, int s_end,
-                                               const char *kb, const char *vb, unsigned rowb,
-                                               int f16)
+                                               const int *lim, int s0, int s1, int e1, int s2,
+                                               int e2, const char *kb, const char *vb,
+                                               unsigned rowb, int f16)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	float sc[4][4];
@@ -435,8 +436,8 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 			}
 		}
 	}
-	dm_kload(kr, kb, rowb, s0 + step, s_end, g, q);
-	dm_kprefetch(kb, rowb, s0 + 2 * step, s_end, lane);
+	dm_kload(kr, kb, rowb, s1, e1, g, q);
+	dm_kprefetch(kb, rowb, s2, e2, lane);
 	/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
 #pragma unroll
 	for (int hh = 0; hh < 2; hh++) {
@@ -504,7 +505,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 		}
 	}
 	__syncwarp();                                   /* every lane is done with the tile */
-	dm_vload(vs, vb, rowb, s0 + 2 * step, s_end, lane);
+	dm_vload(vs, vb, rowb, s2, e2, lane);
 }
 
 /* one (max m, sum *lp, output xp[0..3]) triple folded into the running (L, O) at the common
@@ -537,6 +538,85 @@ static __device__ __forceinline__ const float *dm_rank(const float *p, int cl, i
 		return (const float *)__cluster_map_shared_rank(p, (unsigned)z);
 #endif
 	return p;
+}
+
+/* the q fragments of rows rbase .. rbase + 15 (kv head kh), scaled, hi and lo, by a block of
+ * THREADS / 32 warps: entry (blk, step, lane) holds rows g, g+8 and inputs 32 blk + 8 q + 4
+ * step .. +3 (the permutation of matmul_fixed.cu) */
+template <int WARPS>
+static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args &a, int r0,
+                                                 int rbase, int TG, int kh, int f16)
+{
+#pragma unroll
+	for (int i = 0; i < 256 / (WARPS * 32); i++) {
+		int e = threadIdx.x + WARPS * 32 * i, blk = e >> 6, st = (e >> 5) & 1;
+		int l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
+		float4 x[2];
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			int row = rbase + (l >> 2) + 8 * hh;
+			x[hh] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			if (row < TG) {
+				int t = row / a.group, h = kh * a.group + row % a.group;
+				x[hh] = *(const float4 *)(a.q + ((size_t)(r0 + t) * a.NH + h) * DM_HD + d0);
+			}
+		}
+		float qs = a.qscale;
+		uint4 hi, lo;
+		dm_split(x[0].x * qs, x[0].y * qs, f16, &hi.x, &lo.x);
+		dm_split(x[1].x * qs, x[1].y * qs, f16, &hi.y, &lo.y);
+		dm_split(x[0].z * qs, x[0].w * qs, f16, &hi.z, &lo.z);
+		dm_split(x[1].z * qs, x[1].w * qs, f16, &hi.w, &lo.w);
+		qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
+		qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
+	}
+}
+
+/* output channels c .. c + 3 of row rbase + r of a tile: the triples of splits 0 .. ns - 1
+ * folded in split order. Split j's: maxima and sums at dm_rank(ml, cl, j) + j * mlz (row r's
+ * at 2 r, 2 r + 1), outputs at dm_rank(ob, cl, j) + j * oz (row r's at r * ost). */
+static __device__ __forceinline__ void dm_finish(const struct dk_args &a, const float *ml,
+                                                 const float *ob, int cl, int mlz, int oz,
+                                                 int ost, int ns, int r0, int kh, int rbase,
+                                                 int r, int c)
+{
+	float pm[DK_SPLITS_MAX], M = -INFINITY, L = 0.0f;
+	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+	for (int j = 0; j < DK_SPLITS_MAX; j++) {
+		pm[j] = j < ns ? (dm_rank(ml, cl, j) + j * mlz)[2 * r] : -INFINITY;
+		M = fmaxf(M, pm[j]);
+	}
+#pragma unroll
+	for (int j = 0; j < DK_SPLITS_MAX; j++) {
+		if (pm[j] == -INFINITY)
+			continue;
+		dm_fold(O, L, M, pm[j], dm_rank(ml, cl, j) + j * mlz + 2 * r + 1,
+		        dm_rank(ob, cl, j) + j * oz + r * ost + c);
+	}
+	int row = rbase + r, t = row / a.group, h = kh * a.group + row % a.group;
+	*(float4 *)(a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c) =
+		L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
+		           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* the start of a split [.., e) for the rows g, g + 8 of the tile at rbase: their key limits
+ * (a row sees the keys below its block's end, at most e) and empty (o, m, lsum) */
+static __device__ __forceinline__ void dm_begin(const struct dk_args &a, int rbase, int TG,
+                                                int len, int e, int lim[2], float o[16][4],
+                                                float m[2], float lsum[2])
+{
+	int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		int row = rbase + g + 8 * hh;
+		lim[hh] = row < TG ? min(e, ((len + row / a.group) / a.block + 1) * a.block) : 0;
+		m[hh] = -INFINITY;
+		lsum[hh] = 0.0f;
+	}
+#pragma unroll
+	for (int nt = 0; nt < 16; nt++)
+		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 }
 
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
@@ -580,46 +660,16 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 		dm_vload(vs0, vb, rowb, s0, s_end, lane);
 		dm_vload(vs1, vb, rowb, s0 + step, s_end, lane);
 		dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
-#pragma unroll
-		for (int i = 0; i < 256 / (DM_WARPS * 32); i++) {
-			int e = threadIdx.x + DM_WARPS * 32 * i, blk = e >> 6, st = (e >> 5) & 1;
-			int l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
-			float4 x[2];
-#pragma unroll
-			for (int hh = 0; hh < 2; hh++) {
-				int row = rbase + (l >> 2) + 8 * hh;
-				x[hh] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-				if (row < TG) {
-					int t = row / a.group, h = kh * a.group + row % a.group;
-					x[hh] = *(const float4 *)(a.q + ((size_t)(r0 + t) * NH + h) * DM_HD + d0);
-				}
-			}
-			float qs = a.qscale;
-			uint4 hi, lo;
-			dm_split(x[0].x * qs, x[0].y * qs, f16, &hi.x, &lo.x);
-			dm_split(x[1].x * qs, x[1].y * qs, f16, &hi.y, &lo.y);
-			dm_split(x[0].z * qs, x[0].w * qs, f16, &hi.z, &lo.z);
-			dm_split(x[1].z * qs, x[1].w * qs, f16, &hi.w, &lo.w);
-			qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
-			qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
-		}
+		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
 	}
 	__syncthreads();
 
-	/* row g + 8 hh sees the keys below lim[hh] (its block's end, at most the split's end) */
 	int lim[2];
-#pragma unroll
-	for (int hh = 0; hh < 2; hh++) {
-		int row = rbase + g + 8 * hh;
-		lim[hh] = row < TG ? min(s_end, ((len + row / a.group) / a.block + 1) * a.block) : 0;
-	}
-	float o[16][4], m[2] = { -INFINITY, -INFINITY }, lsum[2] = { 0.0f, 0.0f };
-
-#pragma unroll
-	for (int nt = 0; nt < 16; nt++)
-		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+	float o[16][4], m[2], lsum[2];
+	dm_begin(a, rbase, TG, len, s_end, lim, o, m, lsum);
 	for (; s0 < s_end; s0 += step) {
-		dm_tile(o, m, lsum, kr, vs0, qf, lim, s0, step, s_end, kb, vb, rowb, f16);
+		dm_tile(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step, s_end, kb,
+		        vb, rowb, f16);
 		unsigned t = vs0;
 		vs0 = vs1;
 		vs1 = t;
@@ -691,30 +741,193 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 		__syncthreads();
 	for (int e = threadIdx.x + DM_WARPS * 32 * zc; e < DM_ROWS * DM_HD / 4;
 	     e += DM_WARPS * 32 * C) {
-		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4)), row = rbase + r;
-		if (row >= TG)
-			continue;
-		float pm[DK_SPLITS_MAX], M = -INFINITY, L = 0.0f;
-		float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-		for (int j = 0; j < DK_SPLITS_MAX; j++) {
-			pm[j] = j < ns ? dm_rank(bml, a.cl, j)[2 * r] : -INFINITY;
-			M = fmaxf(M, pm[j]);
-		}
-#pragma unroll
-		for (int j = 0; j < DK_SPLITS_MAX; j++) {
-			if (pm[j] == -INFINITY)
-				continue;
-			dm_fold(O, L, M, pm[j], dm_rank(bml, a.cl, j) + 2 * r + 1,
-			        dm_rank(bo, a.cl, j) + r * DM_HD + c);
-		}
-		int t = row / a.group, h = kh * a.group + row % a.group;
-		*(float4 *)(a.out + ((size_t)(r0 + t) * NH + h) * DM_HD + c) =
-			L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
-			           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
+		if (rbase + r < TG)
+			dm_finish(a, bml, bo, a.cl, 0, 0, DM_HD, ns, r0, kh, rbase, r, c);
 	}
 	if (a.cl)
 		dm_cluster_sync();                      /* the others are done reading ours */
+}
+
+/* ---------------------------------------------------------------- the unit variant
+ * For large batches (many (sequence, row tile, kv head) units): one block per unit walks all
+ * of the unit's key splits, so a unit's keys and values stream through one block without a
+ * restart at each split, with no cluster and no second kernel. The block has DU_GROUPS groups
+ * of DM_WARPS warps; group G takes the splits G, G + DU_GROUPS, ... and does each exactly as
+ * a dm_kernel block does (warp w of the group: the split's tiles w, w + DM_WARPS, ...; the
+ * warps' triples folded in warp order), keeping the split's merged triple in shared memory;
+ * at the end the block folds the triples in split order as dm_kernel's finish does. Same
+ * arithmetic in the same order: the same bits as dm_kernel (tests/gpu/test_decode.cu checks
+ * it), so which of the two runs may depend on the batch. A warp's tiles run on across its
+ * group's splits: the loads of its next tiles are in flight while the group merges a split.
+ * The warps' fold: each warp's maxima and sums through shared memory, then the warps in turn
+ * add their share into the split's slot (a named barrier of the group between turns). */
+#define DU_GROUPS 2
+#define DU_WARPS (DU_GROUPS * DM_WARPS)
+#define DU_SST (DM_HD + 8)                          /* slot row stride (floats) */
+#define DU_QOFF (DU_WARPS * 2 * DM_VBYTES)          /* after (warp, stage) value tiles */
+#define DU_SO (DU_QOFF + DM_QBYTES)                 /* (split, row, DU_SST) outputs */
+#define DU_SML (DU_SO + DK_SPLITS_MAX * DM_ROWS * DU_SST * 4)   /* (split, row, max / sum) */
+#define DU_WML (DU_SML + DK_SPLITS_MAX * DM_ROWS * 2 * 4)      /* (warp, row, max / sum) */
+#define DU_SMEM (DU_WML + DU_WARPS * DM_ROWS * 2 * 4)
+
+/* the keys of split z of a unit: [*b, *e) (dm_kernel's range) */
+static __device__ __forceinline__ void du_range(int z, int split_len, int S, int kend, int *b,
+                                                int *e)
+{
+	*b = z * split_len;
+	*e = max(*b, min(min(S, *b + split_len), kend));
+}
+
+/* a warp's tile (split z, keys s0 .. up to e): the next one of its group (splits z, z +
+ * DU_GROUPS, ...; warp wl of DM_WARPS): the split's next, else the first of a later split
+ * that has one for this warp; past the last: z >= ns, e = 0 */
+struct du_tile {
+	int z, s0, e;
+};
+
+static __device__ __forceinline__ struct du_tile du_next(struct du_tile t, int wl, int ns,
+                                                         int split_len, int S, int kend)
+{
+	t.s0 += DM_WARPS * DM_KT;
+	while (t.z < ns && t.s0 >= t.e) {
+		t.z += DU_GROUPS;
+		int b;
+		du_range(t.z, split_len, S, kend, &b, &t.e);
+		t.s0 = b + wl * DM_KT;
+		if (t.z >= ns)
+			t.e = 0;
+	}
+	return t;
+}
+
+static __device__ __forceinline__ void du_bar(int id)
+{
+	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(DM_WARPS * 32) : "memory");
+}
+
+static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_args a)
+{
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
+	extern __shared__ float4 dk_smem[];
+	char *sm = (char *)dk_smem;
+	uint4 *qf = (uint4 *)(sm + DU_QOFF);
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+	int grp = wid / DM_WARPS, wl = wid % DM_WARPS;
+	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
+	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
+	int TG = T * a.group, rbase = rt * DM_ROWS;
+	int split_len = dk_split_len(S, a.sp), ns = dk_nsplit(S, a.sp);
+	int f16 = a.b.dt == DICE_F16;
+
+	if (rbase >= TG)
+		return;
+	int tlast = min(T, CEIL_DIV(min(TG, rbase + DM_ROWS), a.group)) - 1;
+	int kend = ((len + tlast) / a.block + 1) * a.block;
+
+	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * DM_HD;
+	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
+	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
+	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
+	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wid * 2 * DM_VBYTES;
+	unsigned vs1 = vs0 + DM_VBYTES;
+	float *so = (float *)(sm + DU_SO), *sml = (float *)(sm + DU_SML);
+	float *wml = (float *)(sm + DU_WML) + grp * DM_WARPS * DM_ROWS * 2;
+	struct du_tile cur = { grp - DU_GROUPS, 0, 0 }, n1, n2;
+	uint4 kr[4][4];
+
+	/* the warp's first tile: as if after the last of a split before its group's first */
+	cur.s0 = -DM_WARPS * DM_KT;
+	cur = du_next(cur, wl, ns, split_len, S, kend);
+	n1 = du_next(cur, wl, ns, split_len, S, kend);
+	n2 = du_next(n1, wl, ns, split_len, S, kend);
+	dm_kload(kr, kb, rowb, cur.s0, cur.e, g, q);
+	dm_vload(vs0, vb, rowb, cur.s0, cur.e, lane);
+	dm_vload(vs1, vb, rowb, n1.s0, n1.e, lane);
+	dm_kprefetch(kb, rowb, n1.s0, n1.e, lane);
+	dm_qfrags<DU_WARPS>(qf, a, r0, rbase, TG, kh, f16);
+	__syncthreads();
+
+	for (int z = grp; z < ns; z += DU_GROUPS) {
+		int b, e, lim[2];
+		float o[16][4], m[2], lsum[2];
+		du_range(z, split_len, S, kend, &b, &e);
+		dm_begin(a, rbase, TG, len, e, lim, o, m, lsum);
+		while (cur.z == z) {
+			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, kb, vb,
+			        rowb, f16);
+			unsigned t = vs0;
+			vs0 = vs1;
+			vs1 = t;
+			cur = n1;
+			n1 = n2;
+			n2 = du_next(n2, wl, ns, split_len, S, kend);
+		}
+
+		/* the group's fold of split z (dm_kernel's warp merge): maxima and sums first */
+		if (q == 0) {
+			for (int hh = 0; hh < 2; hh++) {
+				wml[(wl * DM_ROWS + g + 8 * hh) * 2] = m[hh];
+				wml[(wl * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
+			}
+		}
+		du_bar(1 + grp);
+		float M[2];
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			int r = g + 8 * hh;
+			M[hh] = -INFINITY;
+#pragma unroll
+			for (int w = 0; w < DM_WARPS; w++)
+				M[hh] = fmaxf(M[hh], wml[(w * DM_ROWS + r) * 2]);
+			if (wl == 0 && q == 0) {
+				float L = 0.0f;
+#pragma unroll
+				for (int w = 0; w < DM_WARPS; w++) {
+					float mw = wml[(w * DM_ROWS + r) * 2];
+					if (mw == -INFINITY)
+						continue;
+					L += wml[(w * DM_ROWS + r) * 2 + 1] * exp2f(mw - M[hh]);
+				}
+				sml[(z * DM_ROWS + r) * 2] = M[hh];
+				sml[(z * DM_ROWS + r) * 2 + 1] = L;
+			}
+		}
+		/* then the outputs, warp by warp in order (each reads what the one before wrote) */
+		float *zo = so + z * DM_ROWS * DU_SST;
+#pragma unroll
+		for (int w = 0; w < DM_WARPS; w++) {
+			if (wl == w) {
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					int r = g + 8 * hh;
+					float sc = exp2f(m[hh] - M[hh]);
+#pragma unroll
+					for (int nt = 0; nt < 16; nt++) {
+						float2 *p = (float2 *)(zo + r * DU_SST + 8 * nt + 2 * q);
+						float2 O = w == 0 ? make_float2(0.0f, 0.0f) : *p;
+						if (m[hh] != -INFINITY) {
+							O.x += o[nt][2 * hh] * sc;
+							O.y += o[nt][2 * hh + 1] * sc;
+						}
+						*p = O;
+					}
+				}
+			}
+			du_bar(1 + grp);
+		}
+	}
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+	__syncthreads();                                /* every split's triple is there */
+
+	/* finish: dm_kernel's, from the slots */
+	for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DU_WARPS * 32) {
+		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
+		if (rbase + r < TG)
+			dm_finish(a, sml, so, 0, DM_ROWS * 2, DM_ROWS * DU_SST, DU_SST, ns, r0, kh, rbase,
+			          r, c);
+	}
 }
 
 /* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
@@ -944,6 +1157,47 @@ static void dm_setup(void)
 	}
 }
 
+/* the unit variant: taken for a launch of at least du_min (sequence, row tile, kv head)
+ * units (DICE_DK_UNIT=N or gpu_set_dk_unit; 0: never), or by default (du_min -2) of at least
+ * 3/4 of the GPU's multiprocessors' number of units where no sequence has more than
+ * DU_MAXS keys, and where its shared memory can be had (sm_90). The default is the H100's
+ * (bench/attention-kv.cu, bench/NOTES-device.md, session 6): at 1K keys the unit kernel was
+ * faster from 128 units (batch 16 of SDAR-4B) on and slower at 64, at 4K keys slower at 1024
+ * units (its one block an SM leaves each unit's start and end exposed; the cluster kernel's
+ * longer splits hide them). Either gives the same bits. */
+#define DU_MAXS 2048
+static int du_min = -1, du_can = -1;
+
+void gpu_set_dk_unit(int min_units)
+{
+	du_min = min_units < 0 ? -1 : min_units;
+}
+
+static int du_ok(int units, int maxS)
+{
+	if (du_min == -1) {
+		const char *e = getenv("DICE_DK_UNIT");
+		char *end;
+		long v = e ? strtol(e, &end, 10) : -2;
+		if (e && (end == e || *end || v < 0 || v > 1 << 30)) {
+			fprintf(stderr, "dice: DICE_DK_UNIT=%s: want a number of units (0: off); "
+			        "using the default\n", e);
+			v = -2;
+		}
+		du_min = (int)v;
+	}
+	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4) ||
+	    (du_min < 0 && maxS > DU_MAXS))
+		return 0;
+	if (du_can < 0) {
+		du_can = gpu_cc() >= 90 &&
+		         cudaFuncSetAttribute(du_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                              DU_SMEM) == cudaSuccess;
+		(void)cudaGetLastError();
+	}
+	return du_can;
+}
+
 /* 1 when dm_kernel may run as clusters of up to DK_SPLITS_MAX blocks (sm_90, a cluster of
  * that size fits, and DICE_DK_CLUSTER is not 0; 0 for good once a cluster launch was
  * refused), checked once */
@@ -1075,6 +1329,11 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		dm_setup();
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		a.nz = nsplit;
+		if (du_ok(b->nseq * a.rtiles * NKV, b->maxS)) {
+			gpu_launch((const void *)du_kernel, dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
+			           DU_SMEM, st, args);
+			return 0;
+		}
 		a.cl = cl = nsplit > 1 && dm_clusters();
 		dim3 grid(b->nseq * a.rtiles * nsplit, NKV, 1);
 		if (cl && dm_launch_cluster(grid, nsplit, st, args) != 0)

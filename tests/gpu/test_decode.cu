@@ -3,7 +3,9 @@
  * different cache lengths in one call, T = 1, 4, 8 new rows under the block-causal rule,
  * GQA groups 1..8, caches of 1 to 4K+ keys, fp32 and bf16/fp16 caches, head dims 64..256.
  * On sm_90 the 16-bit HD 128 cases merge their key splits inside a thread block cluster;
- * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. */
+ * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. Those
+ * cases also run on the unit kernel (gpu_set_dk_unit: one block walks a unit's splits) and
+ * must give the cluster kernel's bits, and the invariance cases batch on either kernel. */
 #include "gpu_test.h"
 
 #define L 2                                 /* layers of every test cache */
@@ -117,6 +119,23 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d HD=%d",
 	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
+	if (dt != DICE_F32 && HD == 128) {          /* the unit kernel and the cluster one */
+		float *got[2];
+		for (int u = 0; u < 2; u++) {
+			gpu_set_dk_unit(u);
+			float *d = gt_poisoned(qn);
+			G->attention_kv(d, dq, &b.d, 1, NH, NKV, HD, block);
+			got[u] = gt_down(d, qn);
+			G->free(d);
+		}
+		gpu_set_dk_unit(-1);
+		snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d: "
+		         "unit kernel bitwise equal to the cluster kernel and to the default",
+		         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV);
+		CHECK(memcmp(got[0], got[1], qn * sizeof(float)) == 0 &&
+		      memcmp(got[0], out, qn * sizeof(float)) == 0, what);
+		free(got[0]); free(got[1]);
+	}
 	free(q); free(ref); free(out);
 	G->free(dq); G->free(dout);
 	batch_free(&b);
@@ -125,7 +144,8 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 /* batch invariance: the out rows of one sequence (T new rows after len) computed alone, then
  * with the sequence at place `at` among nb sequences of other lengths (and T 1..8): the same
  * bits (the keys' split must depend on the sequence alone, never on the batch) */
-static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_dtype dt)
+static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_dtype dt,
+                            int unit)
 {
 	struct batch one;
 	int T1[1] = { T }, len1[1] = { len };
@@ -135,10 +155,12 @@ static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_d
 	size_t qn = (size_t)T * NH * HD;
 	float *q = gt_rand(qn, -2, 2), *dq = (float *)gt_up(q, qn * sizeof(float));
 	float *dout = gt_poisoned(qn);
+	gpu_set_dk_unit(0);                         /* alone: the cluster kernel */
 	G->attention_kv(dout, dq, &one.d, 1, NH, NKV, HD, 4);
+	gpu_set_dk_unit(unit);                      /* batched: the one asked for */
 	float *alone = gt_down(dout, qn);
 	G->free(dq); G->free(dout);
-	for (int nb = 1; nb <= 16; nb++) {
+	for (int nb = 1; nb <= 16; nb += unit ? 7 : 1) {  /* (the unit kernel: 1, 8, 15) */
 		int Ts[16], lens[16], at = nb / 2;
 		struct batch b;
 		for (int s = 0; s < nb; s++) {
@@ -155,13 +177,14 @@ static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_d
 		G->attention_kv(dbo, dbq, &b.d, 1, NH, NKV, HD, 4);
 		float *got = gt_down(dbo, bn);
 		snprintf(what, sizeof what, "attention_kv %s T=%d len=%d NH=%d NKV=%d: alone bitwise "
-		         "equal to place %d of %d sequences (maxS %d)", dtname(dt), T, len, NH, NKV, at,
-		         nb, b.h.maxS);
+		         "equal to place %d of %d sequences (maxS %d, unit kernel %d)", dtname(dt), T,
+		         len, NH, NKV, at, nb, b.h.maxS, unit);
 		CHECK(memcmp(got + off, alone, qn * sizeof(float)) == 0, what);
 		free(bq); free(got);
 		G->free(dbq); G->free(dbo);
 		batch_free(&b);
 	}
+	gpu_set_dk_unit(-1);
 	free(q); free(alone);
 	batch_free(&one);
 }
@@ -247,11 +270,15 @@ int main(void)
 	static int T5[5] = { 8, 4, 1, 8, 4 }, len5[5] = { 3, 64, 1, 2049, 130 };  /* mid-block */
 	static int T4p[2] = { 64, 13 }, len4p[2] = { 0, 8 };   /* prefill-like: many rows */
 	static int T2s[2] = { 40, 7 }, len2s[2] = { 600, 1500 };  /* row tiles and splits */
-	int T16[16], len16[16];
+	int T16[16], len16[16], T40[40], len40[40];
 
 	for (int i = 0; i < 16; i++) {
 		T16[i] = 4;
 		len16[i] = 200 + 97 * i;
+	}
+	for (int i = 0; i < 40; i++) {              /* 320 units: the unit kernel by default */
+		T40[i] = i % 7 ? 4 : 1 + i % 8;
+		len40[i] = i % 5 ? (i * 131) % 1300 : 1024;
 	}
 	for (int d = 0; d < 3; d++) {
 		enum dice_dtype dt = dts[d];
@@ -265,13 +292,18 @@ int main(void)
 		attention_case(2, T4p, len4p, 8, 2, 128, 4, dt);         /* row tiles */
 		attention_case(2, T2s, len2s, 32, 8, 128, 4, dt);        /* row tiles x splits */
 		attention_case(16, T16, len16, 32, 8, 128, 4, dt);       /* batch, no split */
+		if (dt != DICE_F32)
+			attention_case(40, T40, len40, 32, 8, 128, 4, dt);   /* large batch, 1..6 splits */
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
-	invariance_case(4, 1020, 32, 8, 128, DICE_BF16);             /* 4B, 4 splits */
-	invariance_case(4, 300, 16, 8, 128, DICE_BF16);              /* 1.7B, 2 splits */
-	invariance_case(4, 2500, 32, 8, 128, DICE_F16);              /* past 2K keys: 8 */
-	invariance_case(8, 61, 8, 2, 64, DICE_F32);                  /* one split */
+	for (int unit = 0; unit < 2; unit++) {     /* batched on the cluster / unit kernel */
+		invariance_case(4, 1020, 32, 8, 128, DICE_BF16, unit);  /* 4B, 4 splits */
+		invariance_case(4, 300, 16, 8, 128, DICE_BF16, unit);   /* 1.7B, 2 splits */
+		invariance_case(4, 2500, 32, 8, 128, DICE_F16, unit);   /* past 2K keys: 8 */
+		invariance_case(1, 1, 32, 8, 128, DICE_BF16, unit);     /* S = 2 */
+	}
+	invariance_case(8, 61, 8, 2, 64, DICE_F32, 0);               /* one split */
 	elementwise_cases(5, 2048);
 	elementwise_cases(3, 100);
 	return test_done();

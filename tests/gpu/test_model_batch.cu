@@ -2,7 +2,9 @@
  * a small random SDAR-shaped model in bf16 and in fp32; 12 sequences of ragged prompts (20
  * to 603 tokens) are prefilled and then decoded two blocks of 4 rows, once each sequence
  * alone and once all of them in one forward per step; every sequence's logits (the last 4
- * prompt rows, then each block's rows) must be the same bits both ways. */
+ * prompt rows, then each block's rows) must be the same bits both ways; in bf16 also with the
+ * batch's attention on attention_kv's unit kernel and the sequences alone on its cluster
+ * kernel. */
 #include "gpu_test.h"
 #include "gt_model.h"
 
@@ -35,7 +37,10 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 			CHECK(0, "forward of one sequence");
 }
 
-static void run(enum dice_dtype dt)
+/* unit: the batched forwards' attention on attention_kv's unit kernel, the sequences alone
+ * on its cluster kernel (gpu_set_dk_unit; bf16 on sm_90: the engine's choice at a large
+ * batch and at batch 1); 0: the default choice for both */
+static void run(enum dice_dtype dt, int unit)
 {
 	struct model m;
 	struct kvcache alone[NSEQ], batch[NSEQ];
@@ -54,8 +59,13 @@ static void run(enum dice_dtype dt)
 	float *la = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
 	float *lb = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
 	for (int step = 0; step < 3; step++) {
+		if (unit)
+			gpu_set_dk_unit(0);
 		forward_step(&m, alone, ids, step, 0, la);
+		if (unit)
+			gpu_set_dk_unit(1);
 		forward_step(&m, batch, ids, step, 1, lb);
+		gpu_set_dk_unit(-1);
 		int bad = 0;
 		for (int s = 0; s < NSEQ; s++)
 			bad += memcmp(la + (size_t)s * 4 * V, lb + (size_t)s * 4 * V,
@@ -63,8 +73,9 @@ static void run(enum dice_dtype dt)
 		if (bad)
 			printf("#   %d of %d sequences differ\n", bad, NSEQ);
 		snprintf(what, sizeof what, "model forward %s, %s: logits alone bitwise equal to "
-		         "the batch of %d", dt == DICE_BF16 ? "bf16" : "fp32",
-		         step ? "decode block" : "prefill", NSEQ);
+		         "the batch of %d%s", dt == DICE_BF16 ? "bf16" : "fp32",
+		         step ? "decode block" : "prefill", NSEQ,
+		         unit ? " (batch on the unit kernel, alone on the cluster kernel)" : "");
 		CHECK(bad == 0, what);
 	}
 	for (int s = 0; s < NSEQ; s++) {
@@ -81,7 +92,8 @@ int main(void)
 {
 	if (gt_init(23))
 		return 0;
-	run(DICE_BF16);
-	run(DICE_F32);
+	run(DICE_BF16, 0);
+	run(DICE_BF16, 1);
+	run(DICE_F32, 0);
 	return test_done();
 }
