@@ -861,8 +861,8 @@ fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 
 /* ---------------------------------------------------------------- fused path, version 2
  *
- * The same passes and rounding with larger blocks (the default; DICE_FA=1 in the environment
- * takes version 1 above, read at every call):
+ * The same passes and rounding with larger blocks (the default but for the forward at HD 64;
+ * DICE_FA in the environment picks, read at every call: fa_version):
  *   map      one warp per 64 x 64 tile, the rows' facts staged in shared memory once per block
  *            (version 1 evaluates them again for every pair)
  *   order    blocks start heaviest first (by their count of visible tiles in the map, a
@@ -1129,16 +1129,18 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 
 #define FA_RND(x) (((x) + 255) / 256 * 256)
 
-/* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1): 2 unless
- * DICE_FA in the environment says otherwise: "1" or "2" for both ops, two digits for the
- * forward's and the backward's ("12": version 1 forward, version 2 backward). Read at every
- * call, so that a bench can time the versions in one process. */
-static int fa_version(int bwd)
+/* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
+ * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
+ * against 0.85 at the SFT shape, bench/NOTES-device.md session 6); DICE_FA in the environment
+ * overrides: "1" or "2" for both ops, two digits for the forward's and the backward's ("12":
+ * version 1 forward, version 2 backward). Read at every call, so that a bench can time the
+ * versions in one process. */
+static int fa_version(int bwd, int HD)
 {
 	const char *e = getenv("DICE_FA");
 	int c;
 	if (!e || !*e)
-		return 2;
+		return HD == 64 && !bwd ? 1 : 2;
 	c = e[1] && bwd ? e[1] : e[0];
 	return c == '1' ? 1 : 2;
 }
@@ -1247,15 +1249,16 @@ static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 	return o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
 }
 
-/* the tile map and, for version 2, the order of the forward's units (and with bwd the
- * backward's) */
+/* the tile map and, for version 2, the order of the forward's units (with fwd) and of the
+ * backward's (with bwd) */
 static void fa_prepare(cudaStream_t st, int ver, const struct fa_head *hd, int T, int S,
-                       const struct attn_mask *m, int bwd)
+                       const struct attn_mask *m, int fwd, int bwd)
 {
 	fa_map(st, ver, hd->map, T, S, m);
 	if (ver == 1)
 		return;
-	fb_order(st, hd->ordf, hd->work, hd->map, T, S, 1);
+	if (fwd)
+		fb_order(st, hd->ordf, hd->work, hd->map, T, S, 1);
 	if (bwd)
 		fb_order(st, hd->ordb, hd->work, hd->map, T, S, 0);
 }
@@ -1294,7 +1297,7 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const 
 	cast(st, qb, q, nq);
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
-	fa_prepare(st, ver, &hd, T, S, m, 0);
+	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
 	fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 	return 0;
 }
@@ -1325,7 +1328,7 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out, rows,
 	                                                                      HD);
 	CUDA_CHECK_LAUNCH();
-	fa_prepare(st, ver, &hd, T, S, m, 1);
+	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
 	else
@@ -1460,7 +1463,7 @@ int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float 
 	gpu_zero(st, out, nq * sizeof(float));
 	if (S == 0)
 		return 0;
-	int ver = fa_version(0);
+	int ver = fa_version(0, HD);
 	if (fa_ok(ver, T, S, HD))
 		return fa_attention(st, ver, out, stat, q, k, v, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
@@ -1520,7 +1523,7 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
-	int ver = fa_version(1);
+	int ver = fa_version(1, HD);
 	if (fa_ok(ver, T, S, HD))
 		return fa_attention_backward(st, ver, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH,
 		                             NKV, HD, m);

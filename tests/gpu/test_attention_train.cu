@@ -6,10 +6,10 @@
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
  * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
- * fused kernels (version 2; DICE_FA=1 in the environment: version 1); run it again with
- * DICE_ATTN_CUBLAS=1 in the environment for the chunked cuBLAS path. The twin gets q, k, v,
- * dout rounded to bf16 (the kernel's operands), so what remains is the bf16 rounding of P and
- * dS: tolerance 1e-2 + 2e-2 |ref|. */
+ * fused kernels (the default versions; DICE_FA=1 or 2 in the environment: that version for
+ * both passes); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
+ * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
 
 static float *rand_bf16(size_t n, float lo, float hi)
