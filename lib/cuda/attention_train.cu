@@ -376,17 +376,21 @@ static __global__ void fa_map_kernel(unsigned char *map, int T, int S, struct at
 		map[(size_t)qt * gridDim.x + kt] = any ? (all ? 2 : 1) : 0;
 }
 
-/* list[] = 4 j + code for every j < n with code = map[j stride] != 0, in order; returns the
- * count to every thread (warp 0 builds it; ends with a barrier) */
-static __device__ int fa_list(int *list, int *cnt, const unsigned char *map, int n, int stride)
+/* list[] = (j << sh) + code for every j < n with code = map[j stride] + (two ? 4 map[j stride
+ * + off2] : 0) != 0, in order; returns the count to every thread (warp 0 builds it; ends with
+ * a barrier) */
+static __device__ int fb_list(int *list, int *cnt, const unsigned char *map, int n, int stride,
+                              int off2, int two, int sh)
 {
 	if (threadIdx.x < 32) {
 		int lane = threadIdx.x, c = 0;
 		for (int b = 0; b < n; b += 32) {
-			int j = b + lane, code = j < n ? map[(size_t)j * stride] : 0;
+			int j = b + lane, code = 0;
+			if (j < n)
+				code = map[(size_t)j * stride] + (two ? 4 * map[(size_t)j * stride + off2] : 0);
 			unsigned bal = __ballot_sync(0xffffffffu, code != 0);
 			if (code)
-				list[c + __popc(bal & ((1u << lane) - 1))] = 4 * j + code;
+				list[c + __popc(bal & ((1u << lane) - 1))] = (j << sh) + code;
 			c += __popc(bal);
 		}
 		if (lane == 0)
@@ -396,18 +400,126 @@ static __device__ int fa_list(int *list, int *cnt, const unsigned char *map, int
 	return *cnt;
 }
 
-/* rows r0 .. r0+63 (those < n; zeros past it) of a bf16 array with row stride ld, HD wide, into
- * shared memory with row stride HD + FA_PAD, by cp.async */
-static __device__ __forceinline__ void fa_load(bf16 *dst, const bf16 *src, size_t ld, int r0,
+/* list[] = 4 j + map[j stride] for the j < n with a visible pair (fb_list of one line) */
+static __device__ int fa_list(int *list, int *cnt, const unsigned char *map, int n, int stride)
+{
+	return fb_list(list, cnt, map, n, stride, 0, 0, 2);
+}
+
+/* rows r0 .. r0+R-1 (those < n; zeros past it) of a bf16 array with row stride ld, HD wide,
+ * into shared memory with row stride HD + FA_PAD, by cp.async from the block's NTHR threads */
+template <int R, int NTHR>
+static __device__ __forceinline__ void fb_load(bf16 *dst, const bf16 *src, size_t ld, int r0,
                                                int n, const int HD)
 {
 	const int ch = HD / 8;
 
-	for (int c = threadIdx.x; c < FA_T * ch; c += FA_THREADS) {
+	for (int c = threadIdx.x; c < R * ch; c += NTHR) {
 		int r = c / ch, x = c % ch, ok = r0 + r < n;
 		cp_async16(dst + r * (HD + FA_PAD) + x * 8, src + (size_t)(ok ? r0 + r : 0) * ld + x * 8,
 		           ok ? 16 : 0);
 	}
+}
+
+/* 64 rows by the FA_THREADS of a version-1 block */
+static __device__ __forceinline__ void fa_load(bf16 *dst, const bf16 *src, size_t ld, int r0,
+                                               int n, const int HD)
+{
+	fb_load<FA_T, FA_THREADS>(dst, src, ld, r0, n, HD);
+}
+
+/* the online softmax of one m16 tile of scores s (8 tiles of 8 keys) against the keys' facts
+ * KB, KF (64) for the rows' facts qb, qf (rows g, g + 8 of the tile at qb[0], qb[qs]; the
+ * same for qf): s becomes P (unnormalised,
+ * exp2 units: sl2 = log2(e) / sqrt(HD)), the running max mrow and sum lrow move on and the
+ * output accumulators o (NT tiles) are rescaled; code 1: the mask per score, 2: none */
+static __device__ __forceinline__ void fa_softmax(float (*s)[4], float (*o)[4], const int NT,
+                                                  float *mrow, float *lrow, const int *qb,
+                                                  const int *qf, const int qs, const int *KB,
+                                                  const int *KF, int code, float sl2)
+{
+	int t4 = threadIdx.x & 3;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float mx = -INFINITY, mu, alpha, sum = 0.0f;
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				int c = n * 8 + 2 * t4 + e;
+				float x = s[n][2 * r + e] * sl2;
+				if (code == 1 && !fa_sees(qb[r * qs], qf[r * qs], KB[c], KF[c]))
+					x = -INFINITY;
+				s[n][2 * r + e] = x;
+				mx = fmaxf(mx, x);
+			}
+		}
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+		mx = fmaxf(mx, mrow[r]);
+		mu = mx == -INFINITY ? 0.0f : mx;
+		alpha = exp2f(mrow[r] - mu);
+		mrow[r] = mx;
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float p = exp2f(s[n][2 * r + e] - mu);
+				s[n][2 * r + e] = p;
+				sum += p;
+			}
+		}
+		lrow[r] = lrow[r] * alpha + sum;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			o[n][2 * r] *= alpha;
+			o[n][2 * r + 1] *= alpha;
+		}
+	}
+}
+
+/* the forward's end for one m16 tile whose row g is i: out = o / l (rows < T), lse (log2
+ * units, INFINITY for a row without a visible key) */
+static __device__ __forceinline__ void fa_fwd_store(float *out, float *lse, float (*o)[4],
+                                                    const int NT, const float *mrow,
+                                                    const float *lrow, int i, int T, int NH,
+                                                    int h, const int HD)
+{
+	int t4 = threadIdx.x & 3;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float l = lrow[r], inv;
+		int row = i + 8 * r;
+		l += __shfl_xor_sync(0xffffffffu, l, 1);
+		l += __shfl_xor_sync(0xffffffffu, l, 2);
+		inv = l > 0.0f ? 1.0f / l : 0.0f;
+		if (row >= T)
+			continue;
+		if (lse && t4 == 0)
+			lse[(size_t)row * NH + h] = l > 0.0f ? mrow[r] + log2f(l) : INFINITY;
+		if (!out)
+			continue;
+		float *orow = out + (size_t)row * NH * HD + (size_t)h * HD + 2 * t4;
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+			*(float2 *)(orow + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+	}
+}
+
+/* key tile kt of the forward into one stage (K rows at sk, V rows at sv when withv, the
+ * keys' facts at skb, skf), by the block's first FA_THREADS threads */
+static __device__ __forceinline__ void fa_kv_stage(bf16 *sk, bf16 *sv, int *skb, int *skf,
+                                                   const bf16 *kh, const bf16 *vh, size_t KVD,
+                                                   int kt, int S, const int HD, int withv,
+                                                   const struct attn_mask &m, int nz, int sg)
+{
+	int tid = threadIdx.x;
+
+	fa_load(sk, kh, KVD, kt * FA_T, S, HD);
+	if (withv)
+		fa_load(sv, vh, KVD, kt * FA_T, S, HD);
+	if (tid < FA_T)
+		fa_facts(m, nz, sg, 0, kt * FA_T + tid, S, &skb[tid], &skf[tid]);
 }
 
 static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const bf16 *q,
@@ -423,7 +535,7 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 	int *list = cnt + 4;
 	int qt = blockIdx.x, h = blockIdx.y, hk = h / (NH / NKV), nkt = CEIL_DIV(S, FA_T);
 	int QD = NH * HD, KVD = NKV * HD, i0 = qt * FA_T;
-	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2;
 	int nl = fa_list(list, cnt, map + (size_t)qt * nkt, nkt, 1);
 	const bf16 *kh = k + (size_t)hk * HD, *vh = v + (size_t)hk * HD;
 	int qb[2], qf[2];
@@ -431,14 +543,9 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 	unsigned qa[8][4];
 
 	fa_load(sq, q + (size_t)h * HD, QD, i0, T, HD);
-	if (nl) {
-		int kt = list[0] >> 2;
-		fa_load(sk, kh, KVD, kt * FA_T, S, HD);
-		if (out)
-			fa_load(sv, vh, KVD, kt * FA_T, S, HD);
-		if (tid < FA_T)
-			fa_facts(m, nz, sg, 0, kt * FA_T + tid, S, &skb[tid], &skf[tid]);
-	}
+	if (nl)
+		fa_kv_stage(sk, sv, skb, skf, kh, vh, KVD, list[0] >> 2, S, HD, out != NULL, m, nz,
+		            sg);
 	cp_commit();
 	for (int r = 0; r < 2; r++)
 		fa_facts(m, nz, sg, 1, i0 + w * 16 + g + 8 * r, T, &qb[r], &qf[r]);
@@ -458,13 +565,10 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 				frag_a(qa[kk], sq + w * 16 * LD, LD, kk * 16);
 		}
 		if (it + 1 < nl) {
-			int kt = list[it + 1] >> 2, ns = st ^ 1;
-			fa_load(sk + ns * FA_T * LD, kh, KVD, kt * FA_T, S, HD);
-			if (out)
-				fa_load(sv + ns * FA_T * LD, vh, KVD, kt * FA_T, S, HD);
-			if (tid < FA_T)
-				fa_facts(m, nz, sg, 0, kt * FA_T + tid, S, &skb[ns * FA_T + tid],
-				         &skf[ns * FA_T + tid]);
+			int ns = st ^ 1;
+			fa_kv_stage(sk + ns * FA_T * LD, sv + ns * FA_T * LD, skb + ns * FA_T,
+			            skf + ns * FA_T, kh, vh, KVD, list[it + 1] >> 2, S, HD, out != NULL,
+			            m, nz, sg);
 		}
 		cp_commit();
 #pragma unroll
@@ -473,43 +577,7 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 #pragma unroll
 		for (int kk = 0; kk < HD / 16; kk++)
 			mma_nk64(s, qa[kk], K, LD, kk * 16);
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			float mx = -INFINITY, mu, alpha, sum = 0.0f;
-#pragma unroll
-			for (int n = 0; n < 8; n++) {
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					int c = st * FA_T + n * 8 + 2 * t4 + e;
-					float x = s[n][2 * r + e] * sl2;
-					if (code == 1 && !fa_sees(qb[r], qf[r], skb[c], skf[c]))
-						x = -INFINITY;
-					s[n][2 * r + e] = x;
-					mx = fmaxf(mx, x);
-				}
-			}
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-			mx = fmaxf(mx, mrow[r]);
-			mu = mx == -INFINITY ? 0.0f : mx;
-			alpha = exp2f(mrow[r] - mu);
-			mrow[r] = mx;
-#pragma unroll
-			for (int n = 0; n < 8; n++) {
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					float p = exp2f(s[n][2 * r + e] - mu);
-					s[n][2 * r + e] = p;
-					sum += p;
-				}
-			}
-			lrow[r] = lrow[r] * alpha + sum;
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				o[n][2 * r] *= alpha;
-				o[n][2 * r + 1] *= alpha;
-			}
-		}
+		fa_softmax(s, o, NT, mrow, lrow, qb, qf, 1, skb + st * FA_T, skf + st * FA_T, code, sl2);
 		if (!out)
 			continue;
 #pragma unroll
@@ -519,24 +587,7 @@ static __device__ __forceinline__ void fa_fwd_body(float *out, float *lse, const
 			mma_kn(o, pa, V, LD, 0, kk * 16, NT);
 		}
 	}
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		float l = lrow[r], inv;
-		int i = i0 + w * 16 + g + 8 * r;
-		l += __shfl_xor_sync(0xffffffffu, l, 1);
-		l += __shfl_xor_sync(0xffffffffu, l, 2);
-		inv = l > 0.0f ? 1.0f / l : 0.0f;
-		if (i >= T)
-			continue;
-		if (lse && t4 == 0)
-			lse[(size_t)i * NH + h] = l > 0.0f ? mrow[r] + log2f(l) : INFINITY;
-		if (!out)
-			continue;
-		float *orow = out + (size_t)i * QD + (size_t)h * HD + 2 * t4;
-#pragma unroll
-		for (int n = 0; n < NT; n++)
-			*(float2 *)(orow + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-	}
+	fa_fwd_store(out, lse, o, NT, mrow, lrow, i0 + w * 16 + g, T, NH, h, HD);
 }
 
 /* out (NULL: only lse) and/or lse (NULL: only out); grid (query tiles, NH); HD 64 or 128 */
@@ -562,21 +613,156 @@ static __device__ __forceinline__ void atomic_add4(float *p, float a, float b, f
 #endif
 }
 
-/* the query-side rows of a backward step into one stage: the Q tile of head h, lse, D, facts
- * (the dO tile goes to its single buffer separately) */
+/* p[0..1] += a, b (8-byte aligned global memory) */
+static __device__ __forceinline__ void atomic_add2(float *p, float a, float b)
+{
+#if __CUDA_ARCH__ >= 900
+	atomicAdd((float2 *)p, make_float2(a, b));
+#else
+	atomicAdd(p, a);
+	atomicAdd(p + 1, b);
+#endif
+}
+
+/* the query-side rows of a backward step into one stage, by the block's NTHR threads: the Q
+ * tile of head h, lse, D, facts (the dO tile goes to its buffer separately) */
+template <int NTHR>
+static __device__ __forceinline__ void fb_stage(bf16 *sq, float *slse, float *sd, int *sqb,
+                                                int *sqf, const bf16 *q, const float *lse,
+                                                const float *d, int qt, int h, int T, int NH,
+                                                const int HD, const struct attn_mask &m, int nz,
+                                                int sg)
+{
+	int i = qt * FA_T + threadIdx.x;
+
+	fb_load<FA_T, NTHR>(sq, q + (size_t)h * HD, (size_t)NH * HD, qt * FA_T, T, HD);
+	if (threadIdx.x < FA_T) {
+		slse[threadIdx.x] = i < T ? lse[(size_t)i * NH + h] : INFINITY;
+		sd[threadIdx.x] = i < T ? d[(size_t)i * NH + h] : 0.0f;
+		fa_facts(m, nz, sg, 1, i, T, &sqb[threadIdx.x], &sqf[threadIdx.x]);
+	}
+}
+
 static __device__ __forceinline__ void fa_bwd_stage(bf16 *sq, float *slse, float *sd, int *sqb,
                                                     int *sqf, const bf16 *q, const float *lse,
                                                     const float *d, int qt, int h, int T,
                                                     int NH, const int HD,
                                                     const struct attn_mask &m, int nz, int sg)
 {
-	int i = qt * FA_T + threadIdx.x;
+	fb_stage<FA_THREADS>(sq, slse, sd, sqb, sqf, q, lse, d, qt, h, T, NH, HD, m, nz, sg);
+}
 
-	fa_load(sq, q + (size_t)h * HD, (size_t)NH * HD, qt * FA_T, T, HD);
-	if (threadIdx.x < FA_T) {
-		slse[threadIdx.x] = i < T ? lse[(size_t)i * NH + h] : INFINITY;
-		sd[threadIdx.x] = i < T ? d[(size_t)i * NH + h] : 0.0f;
-		fa_facts(m, nz, sg, 1, i, T, &sqb[threadIdx.x], &sqf[threadIdx.x]);
+/* one backward step of a warp's 16 keys (rows Kw, Vw in shared memory; facts of its rows g,
+ * g + 8 at kb[0], kb[ks] and kf[0], kf[ks]) against a 64-query tile (Q, DO in shared memory, their lse L, D Dd and facts
+ * QB, QF): S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D) into the warp's 16 rows
+ * dsw of the bf16 dS^T array (row stride FA_DS_LD); dva += P^T dO, dka += dS^T Q */
+static __device__ __forceinline__ void fa_bwd_step(float (*dka)[4], float (*dva)[4],
+                                                   const int HD, const bf16 *Kw,
+                                                   const bf16 *Vw, const bf16 *Q,
+                                                   const bf16 *DO, const float *L,
+                                                   const float *Dd, const int *QB,
+                                                   const int *QF, const int *kb, const int *kf,
+                                                   const int ks, int code, float sl2, bf16 *dsw)
+{
+	const int LD = HD + FA_PAD, NT = HD / 8;
+	int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+	float s[8][4], dp[8][4];
+
+#pragma unroll
+	for (int n = 0; n < 8; n++) {
+		s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+		dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+	}
+#pragma unroll
+	for (int kk = 0; kk < HD / 16; kk++) {
+		unsigned ka[4], va[4];
+		frag_a(ka, Kw, LD, kk * 16);
+		frag_a(va, Vw, LD, kk * 16);
+		mma_nk64(s, ka, Q, LD, kk * 16);
+		mma_nk64(dp, va, DO, LD, kk * 16);
+	}
+	/* P^T and dS^T (rows: this warp's keys, columns: the tile's queries) */
+#pragma unroll
+	for (int n = 0; n < 8; n++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int c = n * 8 + 2 * t4 + (e & 1), r = e >> 1;
+			float p = exp2f(s[n][e] * sl2 - L[c]);
+			if (code == 1 && !fa_sees(QB[c], QF[c], kb[r * ks], kf[r * ks]))
+				p = 0.0f;
+			s[n][e] = p;
+			dp[n][e] = p * (dp[n][e] - Dd[c]);
+		}
+	}
+#pragma unroll
+	for (int n = 0; n < 8; n++) {
+#pragma unroll
+		for (int r = 0; r < 2; r++)
+			*(unsigned *)(dsw + (g + 8 * r) * FA_DS_LD + n * 8 + 2 * t4) =
+				pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+	}
+#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		unsigned pa[4], da[4];
+		frag_c2a(pa, s, kk);
+		frag_c2a(da, dp, kk);
+		mma_kn(dva, pa, DO, LD, 0, kk * 16, NT);
+		mma_kn(dka, da, Q, LD, 0, kk * 16, NT);
+	}
+}
+
+/* dq rows i and i + 8 (i: an m16 tile's first row + g), columns c0 + 8 n + 2 t4 + (0, 1)
+ * (the C layout of nt 8-column tiles acc) += scale acc, rows past T left out; lane pairs swap
+ * halves: the even lane adds 4 columns of row i, the odd one 4 columns of row i + 8 (one
+ * 16-byte atomic each) */
+static __device__ __forceinline__ void fa_dq_add(float *dq, float (*acc)[4], const int nt, int i,
+                                                 int T, size_t QD, size_t c0, float scale)
+{
+	int t4 = threadIdx.x & 3, odd = t4 & 1, row = i + 8 * odd;
+	float *dst = dq + (size_t)row * QD + c0 + 2 * (t4 & ~1);
+#pragma unroll
+	for (int n = 0; n < nt; n++) {
+		float s0 = odd ? acc[n][0] : acc[n][2], s1 = odd ? acc[n][1] : acc[n][3];
+		float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+		float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+		if (row >= T)
+			continue;
+		if (odd)
+			atomic_add4(dst + n * 8, scale * r0, scale * r1, scale * acc[n][2],
+			            scale * acc[n][3]);
+		else
+			atomic_add4(dst + n * 8, scale * acc[n][0], scale * acc[n][1], scale * r0,
+			            scale * r1);
+	}
+}
+
+/* the end of a backward block: dk, dv rows j and j + 8 (j: a warp's first key + g), columns
+ * c0 + 8 n + 2 t4 + (0, 1) = scale dka, dva (the C layout of NT 8-column tiles), keys past S
+ * left out; stored, or added (atomic) where several blocks sum into the rows */
+static __device__ __forceinline__ void fa_dkv_store(float *dk, float *dv, float (*dka)[4],
+                                                    float (*dva)[4], const int NT, int j, int S,
+                                                    size_t KVD, size_t c0, float scale,
+                                                    int atomic)
+{
+	int t4 = threadIdx.x & 3;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		int row = j + 8 * r;
+		if (row >= S)
+			continue;
+		float *kr = dk + (size_t)row * KVD + c0 + 2 * t4;
+		float *vr = dv + (size_t)row * KVD + c0 + 2 * t4;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			float k0 = scale * dka[n][2 * r], k1 = scale * dka[n][2 * r + 1];
+			if (atomic) {
+				atomic_add2(kr + n * 8, k0, k1);
+				atomic_add2(vr + n * 8, dva[n][2 * r], dva[n][2 * r + 1]);
+			} else {
+				*(float2 *)(kr + n * 8) = make_float2(k0, k1);
+				*(float2 *)(vr + n * 8) = make_float2(dva[n][2 * r], dva[n][2 * r + 1]);
+			}
+		}
 	}
 }
 
@@ -597,7 +783,7 @@ static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *
 	int *list = cnt + 4;
 	int kt = blockIdx.x, hk = blockIdx.y, group = NH / NKV, nkt = gridDim.x;
 	int nqt = CEIL_DIV(T, FA_T), QD = NH * HD, KVD = NKV * HD, j0 = kt * FA_T;
-	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2;
 	int nl = fa_list(list, cnt, map + kt, nqt, nkt), nit = nl * group;
 	int kb[2], kf[2];
 	float dka[16][4], dva[16][4];
@@ -623,7 +809,6 @@ static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *
 		const bf16 *Q = sq + st * FA_T * LD, *DO = sdo;
 		const float *L = slse + st * FA_T, *Dd = sd + st * FA_T;
 		const int *QB = sqb + st * FA_T, *QF = sqf + st * FA_T;
-		float s[8][4], dp[8][4];
 
 		cp_wait_all();
 		__syncthreads();
@@ -635,47 +820,8 @@ static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *
 			             nz, sg);
 		}
 		cp_commit();
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-			s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-			dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-		}
-#pragma unroll
-		for (int kk = 0; kk < HD / 16; kk++) {
-			unsigned ka[4], va[4];
-			frag_a(ka, sk + w * 16 * LD, LD, kk * 16);
-			frag_a(va, sv + w * 16 * LD, LD, kk * 16);
-			mma_nk64(s, ka, Q, LD, kk * 16);
-			mma_nk64(dp, va, DO, LD, kk * 16);
-		}
-		/* P^T and dS^T (rows: this warp's keys, columns: the tile's queries) */
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int c = n * 8 + 2 * t4 + (e & 1), r = e >> 1;
-				float p = exp2f(s[n][e] * sl2 - L[c]);
-				if (code == 1 && !fa_sees(QB[c], QF[c], kb[r], kf[r]))
-					p = 0.0f;
-				s[n][e] = p;
-				dp[n][e] = p * (dp[n][e] - Dd[c]);
-			}
-		}
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-#pragma unroll
-			for (int r = 0; r < 2; r++)
-				*(unsigned *)(sds + (w * 16 + g + 8 * r) * FA_DS_LD + n * 8 + 2 * t4) =
-					pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
-		}
-#pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
-			unsigned pa[4], da[4];
-			frag_c2a(pa, s, kk);
-			frag_c2a(da, dp, kk);
-			mma_kn(dva, pa, DO, LD, 0, kk * 16, NT);
-			mma_kn(dka, da, Q, LD, 0, kk * 16, NT);
-		}
+		fa_bwd_step(dka, dva, HD, sk + w * 16 * LD, sv + w * 16 * LD, Q, DO, L, Dd, QB, QF, kb,
+		            kf, 1, code, sl2, sds + w * 16 * FA_DS_LD);
 		__syncthreads();
 		/* dO is read no more in this step: the next step's tile into its buffer */
 		if (it + 1 < nit)
@@ -696,40 +842,10 @@ static __device__ __forceinline__ void fa_bwd_body(float *dq, float *dk, float *
 				frag_a_km(a, sds, FA_DS_LD, w * 16, kk * 16);
 				mma_kn(acc, a, sk, LD, half * 64, kk * 16, 8);
 			}
-			/* lane pairs swap halves: the even lane adds 4 columns of row g, the odd
-			 * one 4 columns of row g + 8 (one 16-byte atomic each) */
-			int odd = t4 & 1, row = i + 8 * odd;
-			float *dst = dq + (size_t)row * QD + (size_t)h * HD + half * 64 + 2 * (t4 & ~1);
-#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				float s0 = odd ? acc[n][0] : acc[n][2], s1 = odd ? acc[n][1] : acc[n][3];
-				float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-				float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-				if (row >= T)
-					continue;
-				if (odd)
-					atomic_add4(dst + n * 8, scale * r0, scale * r1, scale * acc[n][2],
-					            scale * acc[n][3]);
-				else
-					atomic_add4(dst + n * 8, scale * acc[n][0], scale * acc[n][1],
-					            scale * r0, scale * r1);
-			}
+			fa_dq_add(dq, acc, 8, i, T, QD, (size_t)h * HD + half * 64, scale);
 		}
 	}
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		int j = j0 + w * 16 + g + 8 * r;
-		if (j >= S)
-			continue;
-		float *kr = dk + (size_t)j * KVD + (size_t)hk * HD + 2 * t4;
-		float *vr = dv + (size_t)j * KVD + (size_t)hk * HD + 2 * t4;
-#pragma unroll
-		for (int n = 0; n < NT; n++) {
-			*(float2 *)(kr + n * 8) = make_float2(scale * dka[n][2 * r],
-			                                      scale * dka[n][2 * r + 1]);
-			*(float2 *)(vr + n * 8) = make_float2(dva[n][2 * r], dva[n][2 * r + 1]);
-		}
-	}
+	fa_dkv_store(dk, dv, dka, dva, NT, j0 + w * 16 + g, S, KVD, (size_t)hk * HD, scale, 0);
 }
 
 /* grid (key tiles, NKV); HD 64 or 128 */
@@ -743,19 +859,306 @@ fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 	            scale);
 }
 
+/* ---------------------------------------------------------------- fused path, version 2
+ *
+ * The same passes and rounding with larger blocks (the default but for the forward at HD 64;
+ * DICE_FA in the environment picks, read at every call: fa_version):
+ *   map      one warp per 64 x 64 tile, the rows' facts staged in shared memory once per block
+ *            (version 1 evaluates them again for every pair)
+ *   order    blocks start heaviest first (by their count of visible tiles in the map, a
+ *            ranking on the device), so that the long blocks of a causal mask do not run last
+ *   forward  one block per (128 query rows, head), 4 warps x 32 rows: every K and V fragment
+ *            from shared memory feeds two m16 tiles; a warp skips a key tile its 64-row half
+ *            does not see
+ *   backward one block per (128 keys, query head), 8 warps x 16 keys, over the visible query
+ *            tiles: dQ of a tile is summed over 128 keys before its atomics (half of version
+ *            1's per FLOP); Q and dO double-buffered; dK, dV stored, or added atomically
+ *            (the caller zeroed them) when a kv head serves several query heads */
+
+#define FB_M 128                /* query rows of a forward block, keys of a backward block */
+#define FB_BT 256               /* backward threads: 8 warps x 16 keys */
+#define FB_MAPW 8               /* key tiles (one a warp) of a map block */
+
+/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles) */
+static __global__ void __launch_bounds__(32 * FB_MAPW)
+fb_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
+{
+	__shared__ int sqb[FA_T], sqf[FA_T], skb[FB_MAPW * FA_T], skf[FB_MAPW * FA_T];
+	int qt = blockIdx.y, kt0 = blockIdx.x * FB_MAPW, nkt = CEIL_DIV(S, FA_T);
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kt = kt0 + w, any = 0, all = 1;
+
+	if (threadIdx.x < FA_T)
+		fa_facts(m, nz, sg, 1, qt * FA_T + threadIdx.x, T, &sqb[threadIdx.x],
+		         &sqf[threadIdx.x]);
+	for (int j = threadIdx.x; j < FB_MAPW * FA_T; j += blockDim.x)
+		fa_facts(m, nz, sg, 0, kt0 * FA_T + j, S, &skb[j], &skf[j]);
+	__syncthreads();
+	if (kt >= nkt)
+		return;
+	for (int e = lane; e < FA_T * FA_T; e += 32) {
+		int r = e / FA_T, c = w * FA_T + e % FA_T;
+		int v = fa_sees(sqb[r], sqf[r], skb[c], skf[c]);
+		any |= v;
+		all &= v;
+	}
+	any = __any_sync(0xffffffffu, any);
+	all = __all_sync(0xffffffffu, all);
+	if (lane == 0)
+		map[(size_t)qt * nkt + kt] = any ? (all ? 2 : 1) : 0;
+}
+
+/* work[u] (one thread each) = the tiles with a visible pair among map lines 2u and 2u + 1:
+ * rows (byrow: query tiles, the forward's blocks) or columns (key tiles, the backward's) */
+static __global__ void fb_work_kernel(int *work, const unsigned char *map, int nqt, int nkt,
+                                      int byrow)
+{
+	int u = blockIdx.x * blockDim.x + threadIdx.x, nline = byrow ? nqt : nkt;
+	int len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
+
+	if (a >= nline)
+		return;
+	for (int x = 0; x < len; x++) {
+		size_t ia = byrow ? (size_t)a * nkt + x : (size_t)x * nkt + a;
+		size_t ib = byrow ? (size_t)b * nkt + x : (size_t)x * nkt + b;
+		c += (map[ia] | (b < nline ? map[ib] : 0)) != 0;
+	}
+	work[u] = c;
+}
+
+/* order[rank] = u for the nu units by falling work (ties: the lower u first) */
+static __global__ void fb_rank_kernel(int *order, const int *work, int nu)
+{
+	int u = blockIdx.x * blockDim.x + threadIdx.x, r = 0;
+
+	if (u >= nu)
+		return;
+	for (int x = 0; x < nu; x++)
+		r += work[x] > work[u] || (work[x] == work[u] && x < u);
+	order[r] = u;
+}
+
+/* out (NULL: only lse) and/or lse (NULL: only out); grid (query units x NH): block b takes
+ * the 128 rows of unit order[b / NH] and head b % NH; HD 64 or 128 */
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS, 2)
+fb_fwd(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+       const unsigned char *map, const int *order, int T, int S, int NH, int NKV,
+       struct attn_mask m, int nz, int sg, float sl2)
+{
+	extern __shared__ __align__(16) unsigned char fa_smem[];
+	const int LD = HD + FA_PAD, NT = HD / 8;
+	bf16 *sq = (bf16 *)fa_smem, *sk = sq + FB_M * LD, *sv = sk + 2 * FA_T * LD;
+	int *skb = (int *)(sv + 2 * FA_T * LD), *skf = skb + 2 * FA_T, *sqb = skf + 2 * FA_T;
+	int *sqf = sqb + FB_M, *cnt = sqf + FB_M, *list = cnt + 4;
+	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, hk = h / (NH / NKV);
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T);
+	int QD = NH * HD, KVD = NKV * HD, i0 = u * FB_M;
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2;
+	int sh = 2 * (w >> 1);          /* the bits of this warp's 64-row half in a list entry */
+	int nl = fb_list(list, cnt, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt, 4);
+	const bf16 *kh = k + (size_t)hk * HD, *vh = v + (size_t)hk * HD;
+	const bf16 *qw = sq + w * 32 * LD;
+	float o[2][NT][4], mrow[2][2], lrow[2][2];
+
+	fb_load<FB_M, FA_THREADS>(sq, q + (size_t)h * HD, QD, i0, T, HD);
+	if (nl)
+		fa_kv_stage(sk, sv, skb, skf, kh, vh, KVD, list[0] >> 4, S, HD, out != NULL, m, nz,
+		            sg);
+	cp_commit();
+	fa_facts(m, nz, sg, 1, i0 + tid, T, &sqb[tid], &sqf[tid]);   /* FA_THREADS == FB_M */
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			mrow[mt][r] = -INFINITY;
+			lrow[mt][r] = 0.0f;
+		}
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+			o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+	}
+	for (int it = 0; it < nl; it++) {
+		int st = it & 1, code = (list[it] >> sh) & 3;
+		const bf16 *K = sk + st * FA_T * LD, *V = sv + st * FA_T * LD;
+		float s[2][8][4];
+
+		cp_wait_all();
+		__syncthreads();
+		if (it + 1 < nl) {
+			int ns = st ^ 1;
+			fa_kv_stage(sk + ns * FA_T * LD, sv + ns * FA_T * LD, skb + ns * FA_T,
+			            skf + ns * FA_T, kh, vh, KVD, list[it + 1] >> 4, S, HD, out != NULL,
+			            m, nz, sg);
+		}
+		cp_commit();
+		if (!code)
+			continue;               /* (warp-uniform) nothing of this tile is visible */
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+			for (int n = 0; n < 8; n++)
+				s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+		}
+#pragma unroll
+		for (int kk = 0; kk < HD / 16; kk++) {
+			unsigned a0[4], a1[4];
+			frag_a(a0, qw, LD, kk * 16);
+			frag_a(a1, qw + 16 * LD, LD, kk * 16);
+#pragma unroll
+			for (int np = 0; np < 4; np++) {
+				unsigned f[4];
+				frag_b_nk(f, K, LD, np * 16, kk * 16);
+				mma16816(s[0][2 * np], a0, f[0], f[1]);
+				mma16816(s[0][2 * np + 1], a0, f[2], f[3]);
+				mma16816(s[1][2 * np], a1, f[0], f[1]);
+				mma16816(s[1][2 * np + 1], a1, f[2], f[3]);
+			}
+		}
+		unsigned pa[2][4][4];       /* P in bf16, the A fragments of the P V products */
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+			int r0 = w * 32 + mt * 16 + g;
+			fa_softmax(s[mt], o[mt], NT, mrow[mt], lrow[mt], sqb + r0, sqf + r0, 8,
+			           skb + st * FA_T, skf + st * FA_T, code, sl2);
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[mt][kk], s[mt], kk);
+		}
+		if (!out)
+			continue;
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+			for (int np = 0; np < NT / 2; np++) {
+				unsigned f[4];
+				frag_b_kn(f, V, LD, np * 16, kk * 16);
+				mma16816(o[0][2 * np], pa[0][kk], f[0], f[1]);
+				mma16816(o[0][2 * np + 1], pa[0][kk], f[2], f[3]);
+				mma16816(o[1][2 * np], pa[1][kk], f[0], f[1]);
+				mma16816(o[1][2 * np + 1], pa[1][kk], f[2], f[3]);
+			}
+		}
+	}
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+		fa_fwd_store(out, lse, o[mt], NT, mrow[mt], lrow[mt], i0 + w * 32 + mt * 16 + g, T,
+		             NH, h, HD);
+}
+
+/* grid (key units x NH): block b takes the 128 keys of unit order[b / NH] against query
+ * head b % NH; HD 64 or 128 */
+template <int HD>
+static __global__ void __launch_bounds__(FB_BT, 1)
+fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+       const bf16 *dout, const float *lse, const float *d, const unsigned char *map,
+       const int *order, int T, int S, int NH, int NKV, struct attn_mask m, int nz, int sg,
+       float sl2, float scale)
+{
+	extern __shared__ __align__(16) unsigned char fa_smem[];
+	const int LD = HD + FA_PAD, NT = HD / 8, DC = HD / 2;  /* DC: dQ columns of a warp */
+	bf16 *sk = (bf16 *)fa_smem, *sv = sk + FB_M * LD, *sq = sv + FB_M * LD;
+	bf16 *sdo = sq + 2 * FA_T * LD, *sds = sdo + 2 * FA_T * LD;
+	float *slse = (float *)(sds + FB_M * FA_DS_LD), *sd = slse + 2 * FA_T;
+	int *sqb = (int *)(sd + 2 * FA_T), *sqf = sqb + 2 * FA_T, *skb = sqf + 2 * FA_T;
+	int *skf = skb + FB_M, *cnt = skf + FB_M, *list = cnt + 4;
+	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, group = NH / NKV, hk = h / group;
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), QD = NH * HD, KVD = NKV * HD;
+	int j0 = u * FB_M, tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2;
+	int sh = 2 * (w >> 2);          /* the bits of this warp's 64-key half in a list entry */
+	int nl = fb_list(list, cnt, map + 2 * u, nqt, nkt, 1, 2 * u + 1 < nkt, 4);
+	const bf16 *doh = dout + (size_t)h * HD;
+	float dka[NT][4], dva[NT][4];
+
+	if (tid < FB_M)
+		fa_facts(m, nz, sg, 0, j0 + tid, S, &skb[tid], &skf[tid]);
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.0f;
+		dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
+	}
+	fb_load<FB_M, FB_BT>(sk, k + (size_t)hk * HD, KVD, j0, S, HD);
+	fb_load<FB_M, FB_BT>(sv, v + (size_t)hk * HD, KVD, j0, S, HD);
+	if (nl) {
+		int qt = list[0] >> 4;
+		fb_stage<FB_BT>(sq, slse, sd, sqb, sqf, q, lse, d, qt, h, T, NH, HD, m, nz, sg);
+		fb_load<FA_T, FB_BT>(sdo, doh, QD, qt * FA_T, T, HD);
+	}
+	cp_commit();
+	for (int it = 0; it < nl; it++) {
+		int st = it & 1, e = list[it], qt = e >> 4, code = (e >> sh) & 3;
+
+		cp_wait_all();
+		__syncthreads();
+		if (it + 1 < nl) {
+			int ns = st ^ 1, nq = list[it + 1] >> 4;
+			fb_stage<FB_BT>(sq + ns * FA_T * LD, slse + ns * FA_T, sd + ns * FA_T,
+			                sqb + ns * FA_T, sqf + ns * FA_T, q, lse, d, nq, h, T, NH, HD, m,
+			                nz, sg);
+			fb_load<FA_T, FB_BT>(sdo + ns * FA_T * LD, doh, QD, nq * FA_T, T, HD);
+		}
+		cp_commit();
+		if (code)                       /* warp-uniform */
+			fa_bwd_step(dka, dva, HD, sk + w * 16 * LD, sv + w * 16 * LD,
+			            sq + st * FA_T * LD, sdo + st * FA_T * LD, slse + st * FA_T,
+			            sd + st * FA_T, sqb + st * FA_T, sqf + st * FA_T,
+			            skb + w * 16 + g, skf + w * 16 + g, 8, code, sl2,
+			            sds + w * 16 * FA_DS_LD);
+		__syncthreads();
+		/* dQ of queries 16 (w & 3) .. + 15, columns DC (w >> 2) .. + DC - 1, += scale dS K
+		 * over the keys of the halves with a visible pair (the others wrote no dS) */
+		float acc[DC / 8][4];
+#pragma unroll
+		for (int n = 0; n < DC / 8; n++)
+			acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < FB_M / 16; kk++) {
+			unsigned a[4];
+			if (!((e >> (2 * (kk / 4))) & 3))
+				continue;
+			frag_a_km(a, sds, FA_DS_LD, (w & 3) * 16, kk * 16);
+			mma_kn(acc, a, sk, LD, (w >> 2) * DC, kk * 16, DC / 8);
+		}
+		fa_dq_add(dq, acc, DC / 8, qt * FA_T + (w & 3) * 16 + g, T, QD,
+		          (size_t)h * HD + (w >> 2) * DC, scale);
+	}
+	fa_dkv_store(dk, dv, dka, dva, NT, j0 + w * 16 + g, S, KVD, (size_t)hk * HD, scale,
+	             group > 1);
+}
+
 /* ---------------------------------------------------------------- fused path launchers */
 
 #define FA_RND(x) (((x) + 255) / 256 * 256)
 
-static size_t fa_fwd_smem(int HD, int nkt)
+/* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
+ * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
+ * against 0.85 at the SFT shape, bench/NOTES-device.md session 6); DICE_FA in the environment
+ * overrides: "1" or "2" for both ops, two digits for the forward's and the backward's ("12":
+ * version 1 forward, version 2 backward). Read at every call, so that a bench can time the
+ * versions in one process. */
+static int fa_version(int bwd, int HD)
 {
-	return (size_t)5 * FA_T * (HD + FA_PAD) * 2 + 4 * FA_T * 4 + 16 + (size_t)nkt * 4;
+	const char *e = getenv("DICE_FA");
+	int c;
+	if (!e || !*e)
+		return HD == 64 && !bwd ? 1 : 2;
+	c = e[1] && bwd ? e[1] : e[0];
+	return c == '1' ? 1 : 2;
 }
 
-static size_t fa_bwd_smem(int HD, int nqt)
+/* dynamic shared memory of the forward (nkt key tiles) and the backward (nqt query tiles) */
+static size_t fa_fwd_smem(int ver, int HD, int nkt)
 {
-	return (size_t)5 * FA_T * (HD + FA_PAD) * 2 + FA_T * FA_DS_LD * 2 + 8 * FA_T * 4 + 16 +
-	       (size_t)nqt * 4;
+	size_t rows = ver == 1 ? 5 * FA_T : FB_M + 4 * FA_T;
+	return rows * (HD + FA_PAD) * 2 + 4 * FA_T * 4 + (ver == 1 ? 0 : 2 * FB_M * 4) + 16 +
+	       (size_t)nkt * 4;
+}
+
+static size_t fa_bwd_smem(int ver, int HD, int nqt)
+{
+	size_t rows = ver == 1 ? 5 * FA_T : 2 * FB_M + 4 * FA_T;
+	size_t dsr = ver == 1 ? FA_T : FB_M;
+	return rows * (HD + FA_PAD) * 2 + dsr * FA_DS_LD * 2 + 8 * FA_T * 4 +
+	       (ver == 1 ? 0 : 2 * FB_M * 4) + 16 + (size_t)nqt * 4;
 }
 
 /* the dynamic shared memory the fused kernels may take: the device's opt-in limit (capped),
@@ -769,17 +1172,19 @@ static size_t fa_smem_cap(void)
 		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 		cap = optin < FA_SMEM_MAX ? optin : FA_SMEM_MAX;
 		const void *fns[] = { (const void *)fa_fwd<128>, (const void *)fa_fwd<64>,
-		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64> };
-		for (int i = 0; i < 4; i++)
+		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
+		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
+		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64> };
+		for (int i = 0; i < 8; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
 	return (size_t)cap;
 }
 
-/* whether the fused kernels take this shape (DICE_ATTN_CUBLAS=1 in the environment: never,
- * the chunked cuBLAS path for comparison) */
-static int fa_ok(int T, int S, int HD)
+/* whether the fused kernels (version ver) take this shape (DICE_ATTN_CUBLAS=1 in the
+ * environment: never, the chunked cuBLAS path for comparison) */
+static int fa_ok(int ver, int T, int S, int HD)
 {
 	static int off = -1;
 	if (off < 0) {
@@ -787,83 +1192,155 @@ static int fa_ok(int T, int S, int HD)
 		off = e && *e && *e != '0';
 	}
 	return !off && (HD == 64 || HD == 128) &&
-	       fa_fwd_smem(HD, CEIL_DIV(S, FA_T)) <= fa_smem_cap() &&
-	       fa_bwd_smem(HD, CEIL_DIV(T, FA_T)) <= fa_smem_cap();
+	       fa_fwd_smem(ver, HD, CEIL_DIV(S, FA_T)) <= fa_smem_cap() &&
+	       fa_bwd_smem(ver, HD, CEIL_DIV(T, FA_T)) <= fa_smem_cap();
 }
 
 /* the tile map (nqt x nkt bytes) of the mask */
-static void fa_map(cudaStream_t st, unsigned char *map, int T, int S, const struct attn_mask *m)
+static void fa_map(cudaStream_t st, int ver, unsigned char *map, int T, int S,
+                   const struct attn_mask *m)
 {
-	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
-	fa_map_kernel<<<dim3(CEIL_DIV(S, FA_T), CEIL_DIV(T, FA_T)), 256, 0, st>>>(map, T, S, *m,
-	                                                                         nz, sg);
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	if (ver == 1)
+		fa_map_kernel<<<dim3(nkt, CEIL_DIV(T, FA_T)), 256, 0, st>>>(map, T, S, *m, nz, sg);
+	else
+		fb_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0,
+		                st>>>(map, T, S, *m, nz, sg);
 	CUDA_CHECK_LAUNCH();
 }
 
-static void fa_forward(cudaStream_t st, float *out, float *lse, const bf16 *q, const bf16 *k,
-                       const bf16 *v, const unsigned char *map, int T, int S, int NH, int NKV,
-                       int HD, const struct attn_mask *m)
+/* units (pairs of map lines) of version 2's blocks: query units (byrow) or key units */
+static int fb_units(int T, int S, int byrow)
+{
+	return CEIL_DIV(CEIL_DIV(byrow ? T : S, FA_T), 2);
+}
+
+/* order (fb_units ints) = version 2's units by falling work; work: as many ints of scratch */
+static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char *map, int T,
+                     int S, int byrow)
+{
+	int nu = fb_units(T, S, byrow);
+	fb_work_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
+	                                                   CEIL_DIV(S, FA_T), byrow);
+	CUDA_CHECK_LAUNCH();
+	fb_rank_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(order, work, nu);
+	CUDA_CHECK_LAUNCH();
+}
+
+/* the head of the fused path's scratch: the tile map, then version 2's forward and backward
+ * unit orders and the work array that ranks them */
+struct fa_head {
+	unsigned char *map;
+	int *ordf, *ordb, *work;
+};
+
+static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
+{
+	int nf = fb_units(T, S, 1), nb = fb_units(T, S, 0);
+	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
+	size_t o1 = FA_RND(nmap), o2 = o1 + FA_RND((size_t)nf * 4), o3 = o2 + FA_RND((size_t)nb * 4);
+
+	if (hd) {
+		hd->map = (unsigned char *)sc;
+		hd->ordf = (int *)(sc + o1);
+		hd->ordb = (int *)(sc + o2);
+		hd->work = (int *)(sc + o3);
+	}
+	return o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
+}
+
+/* the tile map and, for version 2, the order of the forward's units (with fwd) and of the
+ * backward's (with bwd) */
+static void fa_prepare(cudaStream_t st, int ver, const struct fa_head *hd, int T, int S,
+                       const struct attn_mask *m, int fwd, int bwd)
+{
+	fa_map(st, ver, hd->map, T, S, m);
+	if (ver == 1)
+		return;
+	if (fwd)
+		fb_order(st, hd->ordf, hd->work, hd->map, T, S, 1);
+	if (bwd)
+		fb_order(st, hd->ordb, hd->work, hd->map, T, S, 0);
+}
+
+static void fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf16 *q,
+                       const bf16 *k, const bf16 *v, const struct fa_head *hd, int T, int S,
+                       int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
 	float sl2 = 1.4426950408889634f / sqrtf((float)HD);
-	dim3 grid(CEIL_DIV(T, FA_T), NH);
-	size_t sm = fa_fwd_smem(HD, nkt);
+	size_t sm = fa_fwd_smem(ver, HD, nkt);
 
-	(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<grid, FA_THREADS, sm, st>>>(
-		out, lse, q, k, v, map, T, S, NH, NKV, *m, nz, sg, sl2);
+	if (ver == 1)
+		(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<dim3(CEIL_DIV(T, FA_T), NH), FA_THREADS, sm,
+		                                         st>>>(out, lse, q, k, v, hd->map, T, S, NH,
+		                                               NKV, *m, nz, sg, sl2);
+	else
+		(HD == 128 ? fb_fwd<128> : fb_fwd<64>)<<<fb_units(T, S, 1) * NH, FA_THREADS, sm,
+		                                         st>>>(out, lse, q, k, v, hd->map, hd->ordf,
+		                                               T, S, NH, NKV, *m, nz, sg, sl2);
 	CUDA_CHECK_LAUNCH();
 }
 
 /* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
-static int fa_attention(cudaStream_t st, float *out, float *lse, const float *q, const float *k,
-                        const float *v, int T, int S, int NH, int NKV, int HD,
+static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const float *q,
+                        const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
                         const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
-	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
-	char *sc = (char *)gpu_scratch(FA_RND(nmap) + (nq + 2 * nk) * 2);
-	unsigned char *map = (unsigned char *)sc;
-	bf16 *qb = (bf16 *)(sc + FA_RND(nmap)), *kb = qb + nq, *vb = kb + nk;
+	size_t nh = fa_head_carve(NULL, NULL, T, S);
+	char *sc = (char *)gpu_scratch(nh + (nq + 2 * nk) * 2);
+	struct fa_head hd;
+	bf16 *qb = (bf16 *)(sc + nh), *kb = qb + nq, *vb = kb + nk;
 
+	fa_head_carve(&hd, sc, T, S);
 	cast(st, qb, q, nq);
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
-	fa_map(st, map, T, S, m);
-	fa_forward(st, out, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
+	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
+	fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 	return 0;
 }
 
 /* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
-static int fa_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv,
+static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk, float *dv,
                                  const float *dout, const float *q, const float *k,
                                  const float *v, const float *out, const float *stat, int T,
                                  int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
-	size_t nmap = (size_t)nqt * nkt, nr = FA_RND((size_t)rows * 4);
-	char *sc = (char *)gpu_scratch(FA_RND(nmap) + 2 * nr + (2 * nq + 2 * nk) * 2);
-	unsigned char *map = (unsigned char *)sc;
-	float *lse = (float *)(sc + FA_RND(nmap)), *d = (float *)((char *)lse + nr);
+	size_t nr = FA_RND((size_t)rows * 4);
+	char *sc = (char *)gpu_scratch(nh + 2 * nr + (2 * nq + 2 * nk) * 2);
+	struct fa_head hd;
+	float *lse = (float *)(sc + nh), *d = (float *)((char *)lse + nr);
 	bf16 *qb = (bf16 *)((char *)d + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
-	size_t sm = fa_bwd_smem(HD, nqt);
+	size_t sm = fa_bwd_smem(ver, HD, nqt);
 
-	cast(st, qb, q, nq);          /* dq is zero already (the caller's gpu_zero) */
+	fa_head_carve(&hd, sc, T, S);
+	cast(st, qb, q, nq);          /* dq, dk, dv are zero already (the caller's gpu_zero) */
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
 	cast(st, dob, dout, nq);
 	rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out, rows,
 	                                                                      HD);
 	CUDA_CHECK_LAUNCH();
-	fa_map(st, map, T, S, m);
+	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
 	else
-		fa_forward(st, NULL, lse, qb, kb, vb, map, T, S, NH, NKV, HD, m);
-	(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
-		dq, dk, dv, qb, kb, vb, dob, lse, d, map, T, S, NH, NKV, *m, nz, sg, sl2, scale);
+		fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
+	if (ver == 1)
+		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
+			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
+			scale);
+	else
+		(HD == 128 ? fb_bwd<128> : fb_bwd<64>)<<<fb_units(T, S, 0) * NH, FB_BT, sm, st>>>(
+			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, hd.ordb, T, S, NH, NKV, *m, nz, sg,
+			sl2, scale);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -986,8 +1463,9 @@ int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float 
 	gpu_zero(st, out, nq * sizeof(float));
 	if (S == 0)
 		return 0;
-	if (fa_ok(T, S, HD))
-		return fa_attention(st, out, stat, q, k, v, T, S, NH, NKV, HD, m);
+	int ver = fa_version(0, HD);
+	if (fa_ok(ver, T, S, HD))
+		return fa_attention(st, ver, out, stat, q, k, v, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
@@ -1045,9 +1523,10 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
-	if (fa_ok(T, S, HD))
-		return fa_attention_backward(st, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH, NKV,
-		                             HD, m);
+	int ver = fa_version(1, HD);
+	if (fa_ok(ver, T, S, HD))
+		return fa_attention_backward(st, ver, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH,
+		                             NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);

@@ -3,12 +3,13 @@
  * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
  * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
  * several query chunks (each with its own key range), packed samples over several 64-row
- * tiles with a partial last tile; the same through attention_tc_stat and
- * attention_tc_backward_stat (the forward's statistics kept for the backward); and
- * cast_bf16 against its twin (bitwise). Head dims 64 and
- * 128 take the fused kernels; run it again with DICE_ATTN_CUBLAS=1 in the environment for the
- * chunked cuBLAS path. The twin gets q, k, v, dout rounded to bf16 (the kernel's
- * operands), so what remains is the bf16 rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
+ * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
+ * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
+ * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
+ * fused kernels (the default versions; DICE_FA=1 or 2 in the environment: that version for
+ * both passes); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
+ * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
 
 static float *rand_bf16(size_t n, float lo, float hi)
@@ -161,6 +162,30 @@ int main(void)
 	struct gt_acase s3 = { "sft noisy packed, many tiles", n3, n3, 4, 2, 128, 4, pos3, pos3, seg3,
 	                    seg3, nz3, nz3 };
 	run(&s3);
+
+	/* version 2's 128-row and 128-key blocks: an odd count of 64-row tiles (the last block
+	 * half empty), GQA 4, segments, HD 64 */
+	int lg[2] = { 150, 50 }, n4 = 2 * (150 + 50);
+	int *pos4 = (int *)xmalloc(n4 * sizeof(int)), *seg4 = (int *)xmalloc(n4 * sizeof(int));
+	uint8_t *nz4 = (uint8_t *)xmalloc(n4);
+	sft_layout(2, lg, pos4, seg4, nz4);
+	struct gt_acase s4 = { "sft noisy packed, GQA 4, odd tile count", n4, n4, 8, 2, 64, 4, pos4,
+	                    pos4, seg4, seg4, nz4, nz4 };
+	run(&s4);
+
+	/* T != S (queries at the end of the keys), GQA 3 (dK, dV summed over three heads) */
+	int *kp5 = gt_iota(330, 0), *qp5 = gt_iota(200, 130);
+	struct gt_acase s5 = { "block-causal T < S, GQA 3", 200, 330, 6, 2, 128, 4, qp5, kp5, NULL,
+	                    NULL, NULL, NULL };
+	run(&s5);
+
+	/* the first 70 queries see no key, over several tiles; one head per kv head */
+	int *qp6 = (int *)xmalloc(150 * sizeof(int)), *kp6 = gt_iota(200, 100);
+	for (int i = 0; i < 150; i++)
+		qp6[i] = i < 70 ? i : 100 + 2 * i;
+	struct gt_acase s6 = { "queries with no visible key, several tiles", 150, 200, 4, 4, 64, 4,
+	                    qp6, kp6, NULL, NULL, NULL, NULL };
+	run(&s6);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = gt_iota(16, 4);
