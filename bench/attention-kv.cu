@@ -4,18 +4,22 @@
  * 4), for each B of BATCHES. In one process, for each B:
  *   cluster  the cluster kernel (gpu_set_dk_unit(0): a thread block cluster per (sequence,
  *            kv head), a block per key split);
- *   unit     the unit kernel (gpu_set_dk_unit(1): a block per (sequence, kv head) walks
- *            all its splits), where it runs (sm_90);
- *   default  what the engine takes (gpu_set_dk_unit(-1): without DICE_DK_UNIT, the unit
- *            kernel from twice the multiprocessors' number of units on).
+ *   unit1    unit kernel 1 (gpu_set_dk_unit(1), gpu_set_dk_unit_v(1, 0): du_kernel, a
+ *            block per (sequence, kv head) walks all its splits), where it runs (sm_90);
+ *   unit2    unit kernel 2 (gpu_set_dk_unit_v(2, 0): dv_kernel, persistent blocks, two an
+ *            SM, each walking units in turn);
+ *   default  what the engine takes (gpu_set_dk_unit(-1): without DICE_DK_UNIT and
+ *            DICE_DK_UNIT_V, where a sequence has at most 2048 keys, unit kernel 2 from
+ *            3/4 of twice the multiprocessors' number of units on, unit kernel 1 from 3/4 of
+ *            their number, else the cluster kernel).
  * A figure is the median over REPS samples, each the mean of INNER back-to-back launches
  * timed with CUDA events (programmatic dependent launch as in the engine, graphs off); each
  * launch reads the next of LAYERS cache layers (enough for 512 MB of keys and values, so
  * that small batches are not timed from the L2 cache); data are random, never zeros. The
  * floor is the keys and values read (B x S x 8 x 128 x 2 bytes x 2) over the device copy
  * bandwidth measured first (1 GiB device-to-device x 10, read + write counted); q in and out
- * (B x 4 x 32 x 128 x 4 bytes each) are not counted. The two kernels' outputs are compared
- * bit for bit. Usage: attention-kv [REPS [BATCHES [LEN]]] (defaults 15, 1,16,32,64,128,
+ * (B x 4 x 32 x 128 x 4 bytes each) are not counted. The kernels' outputs are compared bit
+ * for bit. Usage: attention-kv [REPS [BATCHES [LEN]]] (defaults 15, 1,16,32,64,128,
  * 1024). Run by bench/attention-kv.sh. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,9 +161,9 @@ int main(int argc, char **argv)
 	double bw = copy_bandwidth();
 	printf("copy bandwidth (1 GiB device-to-device x10, read+write counted): %.1f GB/s\n",
 	       bw * 1e-9);
-	printf("%5s %6s %7s %9s %8s | %9s %6s | %9s %6s | %9s %-7s | %s\n", "batch", "units",
-	       "layers", "KV MB", "floor us", "cluster", "floor", "unit", "floor", "default",
-	       "(takes)", "bits: unit = cluster = default");
+	printf("%5s %6s %7s %9s %8s | %9s %6s | %9s %6s | %9s %6s | %9s %-9s | %s\n", "batch",
+	       "units", "layers", "KV MB", "floor us", "cluster", "floor", "unit1", "floor", "unit2",
+	       "floor", "default", "(takes)", "bits: unit1 = unit2 = cluster = default");
 	for (char *tok = strtok(batches, ","); tok; tok = strtok(NULL, ",")) {
 		int B = atoi(tok), S = len + TNEW, cap = S + 4;
 		if (B < 1)
@@ -213,19 +217,28 @@ int main(int argc, char **argv)
 		float *o0 = output(&su, qn);
 		double tc = time_us(&su, reps);
 		gpu_set_dk_unit(1);
+		gpu_set_dk_unit_v(1, 0);
 		float *o1 = output(&su, qn);
 		double tu = time_us(&su, reps);
+		gpu_set_dk_unit_v(2, 0);
+		float *o2 = output(&su, qn);
+		double tv = time_us(&su, reps);
 		gpu_set_dk_unit(-1);
+		gpu_set_dk_unit_v(0, 0);
 		float *od = output(&su, qn);
 		double td = time_us(&su, reps);
-		int same = !memcmp(o0, o1, qn * 4) && !memcmp(o0, od, qn * 4);
+		int same = !memcmp(o0, o1, qn * 4) && !memcmp(o0, o2, qn * 4) &&
+		           !memcmp(o0, od, qn * 4);
 		double floor_us = kvb / bw * 1e6;
-		printf("%5d %6d %7d %9.1f %8.2f | %9.2f %5.1f%% | %9.2f %5.1f%% | %9.2f %-7s | %s\n", B,
-		       B * NKV, layers, kvb * 1e-6, floor_us, tc, 100 * floor_us / tc, tu,
-		       100 * floor_us / tu, td, B * NKV >= 2 * sms ? "(unit)" : "(cluster)",
+		int du_default = B * NKV < 3 * sms / 4 || S > 2048 ? 0 : B * NKV >= 3 * sms / 2 ? 2 : 1;
+		printf("%5d %6d %7d %9.1f %8.2f | %9.2f %5.1f%% | %9.2f %5.1f%% | %9.2f %5.1f%% | "
+		       "%9.2f %-9s | %s\n", B, B * NKV, layers, kvb * 1e-6, floor_us, tc,
+		       100 * floor_us / tc, tu, 100 * floor_us / tu, tv, 100 * floor_us / tv, td,
+		       getenv("DICE_DK_UNIT") || getenv("DICE_DK_UNIT_V") ? "(env)" :
+		       du_default == 2 ? "(unit2)" : du_default ? "(unit1)" : "(cluster)",
 		       same ? "yes" : "NO");
 		fflush(stdout);
-		free(o0); free(o1); free(od);
+		free(o0); free(o1); free(o2); free(od);
 		free(row0); free(lens); free(caps); free(rowseq); free(kp); free(vp);
 		CK(cudaFree((void *)su.b.row0)); CK(cudaFree((void *)su.b.len));
 		CK(cudaFree((void *)su.b.cap)); CK(cudaFree((void *)su.b.rowseq));

@@ -780,18 +780,19 @@ static __device__ __forceinline__ void du_range(int z, int split_len, int S, int
 }
 
 /* a warp's tile (split z, keys s0 .. up to e): the next one of its group (splits z, z +
- * DU_GROUPS, ...; warp wl of DM_WARPS): the split's next, else the first of a later split
- * that has one for this warp; past the last: z >= ns, e = 0 */
+ * GROUPS, ...; warp wl of DM_WARPS): the split's next, else the first of a later split that
+ * has one for this warp; past the last: z >= ns, e = 0 */
 struct du_tile {
 	int z, s0, e;
 };
 
+template <int GROUPS>
 static __device__ __forceinline__ struct du_tile du_next(struct du_tile t, int wl, int ns,
                                                          int split_len, int S, int kend)
 {
 	t.s0 += DM_WARPS * DM_KT;
 	while (t.z < ns && t.s0 >= t.e) {
-		t.z += DU_GROUPS;
+		t.z += GROUPS;
 		int b;
 		du_range(t.z, split_len, S, kend, &b, &t.e);
 		t.s0 = b + wl * DM_KT;
@@ -806,63 +807,84 @@ static __device__ __forceinline__ void du_bar(int id)
 	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(DM_WARPS * 32) : "memory");
 }
 
-static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_args a)
+/* one unit: (sequence, row tile rt, kv head kh) and what its walk needs */
+struct du_unit {
+	int ok, r0, len, S, TG, rbase, kh, ns, split_len, kend;
+	const char *kb, *vb;
+};
+
+static __device__ __forceinline__ struct du_unit du_get(const struct dk_args &a, int place,
+                                                        int kh)
 {
-	gpu_pdl_trigger();
-	gpu_pdl_wait();
-	extern __shared__ float4 dk_smem[];
-	char *sm = (char *)dk_smem;
-	uint4 *qf = (uint4 *)(sm + DU_QOFF);
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int grp = wid / DM_WARPS, wl = wid % DM_WARPS;
-	int s = blockIdx.x / a.rtiles, rt = blockIdx.x % a.rtiles, kh = blockIdx.y;
-	int r0 = a.b.row0[s], T = a.b.row0[s + 1] - r0, len = a.b.len[s], S = len + T;
-	int TG = T * a.group, rbase = rt * DM_ROWS;
-	int split_len = dk_split_len(S, a.sp), ns = dk_nsplit(S, a.sp);
-	int f16 = a.b.dt == DICE_F16;
-
-	if (rbase >= TG)
-		return;
-	int tlast = min(T, CEIL_DIV(min(TG, rbase + DM_ROWS), a.group)) - 1;
-	int kend = ((len + tlast) / a.block + 1) * a.block;
-
+	struct du_unit x;
+	int s = place / a.rtiles, rt = place % a.rtiles;
+	int T = a.b.row0[s + 1] - (x.r0 = a.b.row0[s]);
+	x.len = a.b.len[s];
+	x.S = x.len + T;
+	x.TG = T * a.group;
+	x.rbase = rt * DM_ROWS;
+	x.kh = kh;
+	x.ok = x.rbase < x.TG;
+	x.split_len = dk_split_len(x.S, a.sp);
+	x.ns = dk_nsplit(x.S, a.sp);
+	int tlast = min(T, CEIL_DIV(min(x.TG, x.rbase + DM_ROWS), a.group)) - 1;
+	x.kend = ((x.len + tlast) / a.block + 1) * a.block;
 	size_t lay = (size_t)a.l * a.b.cap[s] * a.NKV * DM_HD;
-	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
-	const char *kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
-	const char *vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
-	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wid * 2 * DM_VBYTES;
-	unsigned vs1 = vs0 + DM_VBYTES;
-	float *so = (float *)(sm + DU_SO), *sml = (float *)(sm + DU_SML);
-	float *wml = (float *)(sm + DU_WML) + grp * DM_WARPS * DM_ROWS * 2;
-	struct du_tile cur = { grp - DU_GROUPS, 0, 0 }, n1, n2;
-	uint4 kr[4][4];
+	x.kb = (const char *)a.b.k[s] + (lay + (size_t)kh * DM_HD) * 2;
+	x.vb = (const char *)a.b.v[s] + (lay + (size_t)kh * DM_HD) * 2;
+	return x;
+}
 
-	/* the warp's first tile: as if after the last of a split before its group's first */
+/* a warp's first tiles of unit x (group grp of GROUPS): its first tile's keys into kr and
+ * values into vs0, the second's values into vs1 and keys into L2; cur, n1, n2 its first three */
+template <int GROUPS>
+static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp, int wl,
+                                                struct du_tile &cur, struct du_tile &n1,
+                                                struct du_tile &n2, uint4 kr[4][4],
+                                                unsigned vs0, unsigned vs1, unsigned rowb)
+{
+	int lane = threadIdx.x & 31;
+	/* as if after the last tile of a split before the group's first */
+	cur.z = grp - GROUPS;
 	cur.s0 = -DM_WARPS * DM_KT;
-	cur = du_next(cur, wl, ns, split_len, S, kend);
-	n1 = du_next(cur, wl, ns, split_len, S, kend);
-	n2 = du_next(n1, wl, ns, split_len, S, kend);
-	dm_kload(kr, kb, rowb, cur.s0, cur.e, g, q);
-	dm_vload(vs0, vb, rowb, cur.s0, cur.e, lane);
-	dm_vload(vs1, vb, rowb, n1.s0, n1.e, lane);
-	dm_kprefetch(kb, rowb, n1.s0, n1.e, lane);
-	dm_qfrags<DU_WARPS>(qf, a, r0, rbase, TG, kh, f16);
-	__syncthreads();
+	cur.e = 0;
+	cur = du_next<GROUPS>(cur, wl, x.ns, x.split_len, x.S, x.kend);
+	n1 = du_next<GROUPS>(cur, wl, x.ns, x.split_len, x.S, x.kend);
+	n2 = du_next<GROUPS>(n1, wl, x.ns, x.split_len, x.S, x.kend);
+	dm_kload(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
+	dm_vload(vs0, x.vb, rowb, cur.s0, cur.e, lane);
+	dm_vload(vs1, x.vb, rowb, n1.s0, n1.e, lane);
+	dm_kprefetch(x.kb, rowb, n1.s0, n1.e, lane);
+}
 
-	for (int z = grp; z < ns; z += DU_GROUPS) {
+/* a group's walk of unit x: its splits grp, grp + GROUPS, ..., each as a dm_kernel block
+ * does it, then the group's fold of the split (dm_kernel's warp merge, warp by warp in order,
+ * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
+ * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
+ * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
+template <int GROUPS>
+static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
+                                               int grp, int wl, struct du_tile &cur,
+                                               struct du_tile &n1, struct du_tile &n2,
+                                               uint4 kr[4][4], unsigned &vs0, unsigned &vs1,
+                                               const uint4 *qf, float *wml, float *sml,
+                                               float *so, float *gso, unsigned rowb, int f16)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	for (int z = grp; z < x.ns; z += GROUPS) {
 		int b, e, lim[2];
 		float o[16][4], m[2], lsum[2];
-		du_range(z, split_len, S, kend, &b, &e);
-		dm_begin(a, rbase, TG, len, e, lim, o, m, lsum);
+		du_range(z, x.split_len, x.S, x.kend, &b, &e);
+		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
-			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, kb, vb,
+			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, x.kb, x.vb,
 			        rowb, f16);
 			unsigned t = vs0;
 			vs0 = vs1;
 			vs1 = t;
 			cur = n1;
 			n1 = n2;
-			n2 = du_next(n2, wl, ns, split_len, S, kend);
+			n2 = du_next<GROUPS>(n2, wl, x.ns, x.split_len, x.S, x.kend);
 		}
 
 		/* the group's fold of split z (dm_kernel's warp merge): maxima and sums first */
@@ -895,7 +917,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 			}
 		}
 		/* then the outputs, warp by warp in order (each reads what the one before wrote) */
-		float *zo = so + z * DM_ROWS * DU_SST;
+		float *zo = gso ? so : so + z * DM_ROWS * DU_SST;
 #pragma unroll
 		for (int w = 0; w < DM_WARPS; w++) {
 			if (wl == w) {
@@ -917,17 +939,128 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 			}
 			du_bar(1 + grp);
 		}
+		if (gso) {              /* (the next fold writes so after its first barrier) */
+			for (int i = threadIdx.x; i < DM_ROWS * DM_HD / 4; i += DM_WARPS * 32) {
+				int r = i / (DM_HD / 4), c = 4 * (i % (DM_HD / 4));
+				*(float4 *)(gso + (z * DM_ROWS + r) * DM_HD + c) =
+					*(const float4 *)(zo + r * DU_SST + c);
+			}
+		}
 	}
+}
+
+static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_args a)
+{
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
+	extern __shared__ float4 dk_smem[];
+	char *sm = (char *)dk_smem;
+	uint4 *qf = (uint4 *)(sm + DU_QOFF);
+	int wid = threadIdx.x >> 5, grp = wid / DM_WARPS, wl = wid % DM_WARPS;
+	struct du_unit x = du_get(a, blockIdx.x, blockIdx.y);
+	int f16 = a.b.dt == DICE_F16;
+
+	if (!x.ok)
+		return;
+	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
+	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wid * 2 * DM_VBYTES;
+	unsigned vs1 = vs0 + DM_VBYTES;
+	float *so = (float *)(sm + DU_SO), *sml = (float *)(sm + DU_SML);
+	float *wml = (float *)(sm + DU_WML) + grp * DM_WARPS * DM_ROWS * 2;
+	struct du_tile cur, n1, n2;
+	uint4 kr[4][4];
+
+	du_start<DU_GROUPS>(x, grp, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+	dm_qfrags<DU_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
+	__syncthreads();
+	du_walk<DU_GROUPS>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, NULL, rowb,
+	                   f16);
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 	__syncthreads();                                /* every split's triple is there */
 
 	/* finish: dm_kernel's, from the slots */
 	for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DU_WARPS * 32) {
 		int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
-		if (rbase + r < TG)
-			dm_finish(a, sml, so, 0, DM_ROWS * 2, DM_ROWS * DU_SST, DU_SST, ns, r0, kh, rbase,
-			          r, c);
+		if (x.rbase + r < x.TG)
+			dm_finish(a, sml, so, 0, DM_ROWS * 2, DM_ROWS * DU_SST, DU_SST, x.ns, x.r0, x.kh,
+			          x.rbase, r, c);
 	}
+}
+
+/* ---------------------------------------------------------------- the persistent unit variant
+ * Version 2 of the unit kernel (dv_kernel): blocks of one group (DM_WARPS warps, 82 KB of
+ * shared memory, two blocks an SM) on as many blocks as fit at once; block i takes the units
+ * i, i + gridDim.x, ... (unit u: kv head u % NKV, place u / NKV). A unit is walked as one
+ * du_kernel group walks it (each split as a dm_kernel block, the warps' fold in turns), the
+ * fold into one shared slot, copied to the block's slots in global memory (a.po, DV_SLOT
+ * floats a block; they stay in L2); once the unit's last split is folded, the warps ask for
+ * the next unit's first tiles before the finish (dm_kernel's, from the slots in split order)
+ * and the next q fragments, so the next unit's loads are in flight while the block finishes
+ * the current one; the other block on the SM covers the rest. Same arithmetic in the same
+ * order: the same bits as dm_kernel and du_kernel. */
+#define DV_QOFF (DM_WARPS * 2 * DM_VBYTES)          /* after (warp, stage) value tiles */
+#define DV_SO (DV_QOFF + DM_QBYTES)                 /* one split's (row, DU_SST) outputs */
+#define DV_SML (DV_SO + DM_ROWS * DU_SST * 4)       /* (split, row, max / sum) */
+#define DV_WML (DV_SML + DK_SPLITS_MAX * DM_ROWS * 2 * 4)      /* (warp, row, max / sum) */
+#define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
+#define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
+
+static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
+{
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
+	extern __shared__ float4 dk_smem[];
+	char *sm = (char *)dk_smem;
+	uint4 *qf = (uint4 *)(sm + DV_QOFF);
+	int wl = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = a.b.dt == DICE_F16;
+	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
+	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wl * 2 * DM_VBYTES;
+	unsigned vs1 = vs0 + DM_VBYTES;
+	float *so = (float *)(sm + DV_SO), *sml = (float *)(sm + DV_SML);
+	float *wml = (float *)(sm + DV_WML), *gso = a.po + (size_t)blockIdx.x * DV_SLOT;
+	struct du_tile cur, n1, n2;
+	uint4 kr[4][4];
+	int u = blockIdx.x;
+	struct du_unit x;
+
+	if (u >= nu)
+		return;
+	x = du_get(a, u / a.NKV, u % a.NKV);
+	if (x.ok) {
+		du_start<1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
+	}
+	__syncthreads();
+	for (;;) {
+		if (x.ok)
+			du_walk<1>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
+			           f16);
+		int un = u + gridDim.x;
+		struct du_unit y;
+		y.ok = 0;
+		if (un < nu) {
+			y = du_get(a, un / a.NKV, un % a.NKV);
+			if (y.ok)                   /* (each warp is done with its value tiles) */
+				du_start<1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		}
+		__syncthreads();                        /* the slots are there; qf is free */
+		if (x.ok) {
+			for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DM_WARPS * 32) {
+				int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
+				if (x.rbase + r < x.TG)
+					dm_finish(a, sml, gso, 0, DM_ROWS * 2, DM_ROWS * DM_HD, DM_HD, x.ns, x.r0,
+					          x.kh, x.rbase, r, c);
+			}
+		}
+		if (un >= nu)
+			break;
+		if (y.ok)
+			dm_qfrags<DM_WARPS>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
+		__syncthreads();                        /* qf is there; the slots were read */
+		u = un;
+		x = y;
+	}
+	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* one warp per (row n, head h): merge the splits of n's sequence, if it has more than one */
@@ -1157,22 +1290,34 @@ static void dm_setup(void)
 	}
 }
 
-/* the unit variant: taken for a launch of at least du_min (sequence, row tile, kv head)
+/* the unit variants: taken for a launch of at least du_min (sequence, row tile, kv head)
  * units (DICE_DK_UNIT=N or gpu_set_dk_unit; 0: never), or by default (du_min -2) of at least
  * 3/4 of the GPU's multiprocessors' number of units where no sequence has more than
  * DU_MAXS keys, and where its shared memory can be had (sm_90). The default is the H100's
- * (bench/attention-kv.cu, bench/NOTES-device.md, session 6): at 1K keys the unit kernel was
+ * (bench/attention-kv.cu, bench/NOTES-device.md, session 6): at 1K keys du_kernel was
  * faster from 128 units (batch 16 of SDAR-4B) on and slower at 64, at 4K keys slower at 1024
  * units (its one block an SM leaves each unit's start and end exposed; the cluster kernel's
- * longer splits hide them). Either gives the same bits. */
+ * longer splits hide them). Which unit kernel: du_v (DICE_DK_UNIT_V=1: du_kernel, 2:
+ * dv_kernel; gpu_set_dk_unit_v), by default (0) dv_kernel from 3/4 of the number of its
+ * blocks that fit at once (198 units on an H100, 4 warps a block, two an SM), du_kernel
+ * below (8 warps a unit; a guess, not measured); dv_kernel on at most dv_grid blocks (0: as
+ * many as fit at once). All give the same bits. */
 #define DU_MAXS 2048
-static int du_min = -1, du_can = -1;
+static int du_min = -1, du_can = -1, du_v = -1, dv_can = -1, dv_grid, dv_fit;
 
 void gpu_set_dk_unit(int min_units)
 {
 	du_min = min_units < 0 ? -1 : min_units;
 }
 
+void gpu_set_dk_unit_v(int version, int grid)
+{
+	du_v = version == 1 || version == 2 ? version : -1;
+	dv_grid = grid > 0 ? grid : 0;
+}
+
+/* the unit kernel to take for a launch of `units` units, the longest sequence maxS keys:
+ * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel */
 static int du_ok(int units, int maxS)
 {
 	if (du_min == -1) {
@@ -1186,9 +1331,28 @@ static int du_ok(int units, int maxS)
 		}
 		du_min = (int)v;
 	}
+	if (du_v == -1) {
+		const char *e = getenv("DICE_DK_UNIT_V");
+		du_v = 0;
+		if (e && (!strcmp(e, "1") || !strcmp(e, "2")))
+			du_v = *e - '0';
+		else if (e)
+			fprintf(stderr, "dice: DICE_DK_UNIT_V=%s: want 1 or 2; using the default\n", e);
+	}
 	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4) ||
 	    (du_min < 0 && maxS > DU_MAXS))
 		return 0;
+	if (dv_can < 0) {
+		dv_can = gpu_cc() >= 90 &&
+		         cudaFuncSetAttribute(dv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                              DV_SMEM) == cudaSuccess &&
+		         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dv_fit, dv_kernel, DM_WARPS * 32,
+		                                                       DV_SMEM) == cudaSuccess &&
+		         dv_fit > 0;
+		(void)cudaGetLastError();
+	}
+	if (du_v == 2 || (du_v == 0 && dv_can && units >= 3 * dv_fit * gpu_sm_count() / 4))
+		return dv_can ? 2 : 0;
 	if (du_can < 0) {
 		du_can = gpu_cc() >= 90 &&
 		         cudaFuncSetAttribute(du_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1329,9 +1493,19 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		dm_setup();
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		a.nz = nsplit;
-		if (du_ok(b->nseq * a.rtiles * NKV, b->maxS)) {
+		int units = b->nseq * a.rtiles * NKV, v = du_ok(units, b->maxS);
+		if (v == 1) {
 			gpu_launch((const void *)du_kernel, dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
+			return 0;
+		}
+		if (v == 2) {                           /* persistent: the blocks that fit at once */
+			int grid = dv_fit * gpu_sm_count();
+			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
+			grid = units < grid ? units : grid;
+			a.po = (float *)gpu_scratch(sizeof(float) * DV_SLOT * grid);
+			gpu_launch((const void *)dv_kernel, dim3(grid), dim3(DM_WARPS * 32), DV_SMEM, st,
+			           args);
 			return 0;
 		}
 		a.cl = cl = nsplit > 1 && dm_clusters();

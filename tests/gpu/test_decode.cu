@@ -4,8 +4,10 @@
  * GQA groups 1..8, caches of 1 to 4K+ keys, fp32 and bf16/fp16 caches, head dims 64..256.
  * On sm_90 the 16-bit HD 128 cases merge their key splits inside a thread block cluster;
  * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. Those
- * cases also run on the unit kernel (gpu_set_dk_unit: one block walks a unit's splits) and
- * must give the cluster kernel's bits, and the invariance cases batch on either kernel. */
+ * cases also run on the unit kernels (gpu_set_dk_unit: one block walks a unit's splits;
+ * gpu_set_dk_unit_v: version 1, du_kernel, and 2, the persistent dv_kernel, also on 3 blocks
+ * so that each walks many units of different lengths) and must give the cluster kernel's
+ * bits, and the invariance cases batch on the cluster kernel or dv_kernel. */
 #include "gpu_test.h"
 
 #define L 2                                 /* layers of every test cache */
@@ -119,22 +121,29 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d HD=%d",
 	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
-	if (dt != DICE_F32 && HD == 128) {          /* the unit kernel and the cluster one */
-		float *got[2];
-		for (int u = 0; u < 2; u++) {
-			gpu_set_dk_unit(u);
+	if (dt != DICE_F32 && HD == 128) {          /* the unit kernels and the cluster one */
+		static const int ver[4] = { 0, 1, 2, 2 }, grid[4] = { 0, 0, 0, 3 };
+		float *got[4];
+		for (int u = 0; u < 4; u++) {
+			gpu_set_dk_unit(u > 0);
+			gpu_set_dk_unit_v(ver[u], grid[u]);
 			float *d = gt_poisoned(qn);
 			G->attention_kv(d, dq, &b.d, 1, NH, NKV, HD, block);
 			got[u] = gt_down(d, qn);
 			G->free(d);
 		}
 		gpu_set_dk_unit(-1);
-		snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d: "
-		         "unit kernel bitwise equal to the cluster kernel and to the default",
-		         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV);
-		CHECK(memcmp(got[0], got[1], qn * sizeof(float)) == 0 &&
-		      memcmp(got[0], out, qn * sizeof(float)) == 0, what);
-		free(got[0]); free(got[1]);
+		gpu_set_dk_unit_v(0, 0);
+		for (int u = 1; u < 4; u++) {
+			snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d: "
+			         "unit kernel %d%s bitwise equal to the cluster kernel and to the default",
+			         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, ver[u],
+			         grid[u] ? " on 3 blocks" : "");
+			CHECK(memcmp(got[0], got[u], qn * sizeof(float)) == 0 &&
+			      memcmp(got[0], out, qn * sizeof(float)) == 0, what);
+		}
+		for (int u = 0; u < 4; u++)
+			free(got[u]);
 	}
 	free(q); free(ref); free(out);
 	G->free(dq); G->free(dout);
@@ -158,9 +167,10 @@ static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_d
 	gpu_set_dk_unit(0);                         /* alone: the cluster kernel */
 	G->attention_kv(dout, dq, &one.d, 1, NH, NKV, HD, 4);
 	gpu_set_dk_unit(unit);                      /* batched: the one asked for */
+	gpu_set_dk_unit_v(2, 5);                    /* (version 2 on 5 blocks) */
 	float *alone = gt_down(dout, qn);
 	G->free(dq); G->free(dout);
-	for (int nb = 1; nb <= 16; nb += unit ? 7 : 1) {  /* (the unit kernel: 1, 8, 15) */
+	for (int nb = 1; nb <= 16; nb += unit ? 7 : 3) {  /* 1, 4, .. 16; unit: 1, 8, 15 */
 		int Ts[16], lens[16], at = nb / 2;
 		struct batch b;
 		for (int s = 0; s < nb; s++) {
@@ -185,6 +195,7 @@ static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_d
 		batch_free(&b);
 	}
 	gpu_set_dk_unit(-1);
+	gpu_set_dk_unit_v(0, 0);
 	free(q); free(alone);
 	batch_free(&one);
 }
@@ -297,7 +308,7 @@ int main(void)
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
-	for (int unit = 0; unit < 2; unit++) {     /* batched on the cluster / unit kernel */
+	for (int unit = 0; unit < 2; unit++) {     /* batched on the cluster / unit kernel 2 */
 		invariance_case(4, 1020, 32, 8, 128, DICE_BF16, unit);  /* 4B, 4 splits */
 		invariance_case(4, 300, 16, 8, 128, DICE_BF16, unit);   /* 1.7B, 2 splits */
 		invariance_case(4, 2500, 32, 8, 128, DICE_F16, unit);   /* past 2K keys: 8 */

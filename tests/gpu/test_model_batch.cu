@@ -37,9 +37,10 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 			CHECK(0, "forward of one sequence");
 }
 
-/* unit: the batched forwards' attention on attention_kv's unit kernel, the sequences alone
- * on its cluster kernel (gpu_set_dk_unit; bf16 on sm_90: the engine's choice at a large
- * batch and at batch 1); 0: the default choice for both */
+/* unit: the batched forwards' attention on attention_kv's unit kernel, version `unit` (1:
+ * du_kernel, 2: dv_kernel on 3 persistent blocks, so that each walks many units of different
+ * lengths), the sequences alone on its cluster kernel (gpu_set_dk_unit; bf16 on sm_90: the
+ * engine's choice at a large batch and at batch 1); 0: the default choice for both */
 static void run(enum dice_dtype dt, int unit)
 {
 	struct model m;
@@ -62,10 +63,13 @@ static void run(enum dice_dtype dt, int unit)
 		if (unit)
 			gpu_set_dk_unit(0);
 		forward_step(&m, alone, ids, step, 0, la);
-		if (unit)
+		if (unit) {
 			gpu_set_dk_unit(1);
+			gpu_set_dk_unit_v(unit, unit == 2 ? 3 : 0);
+		}
 		forward_step(&m, batch, ids, step, 1, lb);
 		gpu_set_dk_unit(-1);
+		gpu_set_dk_unit_v(0, 0);
 		int bad = 0;
 		for (int s = 0; s < NSEQ; s++)
 			bad += memcmp(la + (size_t)s * 4 * V, lb + (size_t)s * 4 * V,
@@ -75,7 +79,9 @@ static void run(enum dice_dtype dt, int unit)
 		snprintf(what, sizeof what, "model forward %s, %s: logits alone bitwise equal to "
 		         "the batch of %d%s", dt == DICE_BF16 ? "bf16" : "fp32",
 		         step ? "decode block" : "prefill", NSEQ,
-		         unit ? " (batch on the unit kernel, alone on the cluster kernel)" : "");
+		         unit == 1 ? " (batch on unit kernel 1, alone on the cluster kernel)" :
+		         unit == 2 ? " (batch on unit kernel 2 on 3 blocks, alone on the cluster "
+		                     "kernel)" : "");
 		CHECK(bad == 0, what);
 	}
 	for (int s = 0; s < NSEQ; s++) {
@@ -94,6 +100,7 @@ int main(void)
 		return 0;
 	run(DICE_BF16, 0);
 	run(DICE_BF16, 1);
+	run(DICE_BF16, 2);
 	run(DICE_F32, 0);
 	return test_done();
 }
