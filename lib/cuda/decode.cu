@@ -1292,16 +1292,17 @@ static void dm_setup(void)
 
 /* the unit variants: taken for a launch of at least du_min (sequence, row tile, kv head)
  * units (DICE_DK_UNIT=N or gpu_set_dk_unit; 0: never), or by default (du_min -2) of at least
- * 3/4 of the GPU's multiprocessors' number of units where no sequence has more than
- * DU_MAXS keys, and where its shared memory can be had (sm_90). The default is the H100's
- * (bench/attention-kv.cu, bench/NOTES-device.md, session 6): at 1K keys du_kernel was
- * faster from 128 units (batch 16 of SDAR-4B) on and slower at 64, at 4K keys slower at 1024
- * units (its one block an SM leaves each unit's start and end exposed; the cluster kernel's
- * longer splits hide them). Which unit kernel: du_v (DICE_DK_UNIT_V=1: du_kernel, 2:
- * dv_kernel; gpu_set_dk_unit_v), by default (0) dv_kernel from 3/4 of the number of its
- * blocks that fit at once (198 units on an H100, 4 warps a block, two an SM), du_kernel
- * below (8 warps a unit; a guess, not measured); dv_kernel on at most dv_grid blocks (0: as
- * many as fit at once). All give the same bits. */
+ * 3/4 of the GPU's multiprocessors' number of units, and where its shared memory can be had
+ * (sm_90). Which unit kernel: du_v (DICE_DK_UNIT_V=1: du_kernel, 2: dv_kernel;
+ * gpu_set_dk_unit_v), by default (0) dv_kernel from 3/4 of the number of its blocks that fit
+ * at once (198 units on an H100 / H200, 4 warps a block, two an SM), whatever the keys, and
+ * du_kernel below that where no sequence has more than DU_MAXS keys; dv_kernel on at most
+ * dv_grid blocks (0: as many as fit at once). All give the same bits. The defaults come
+ * from bench/attention-kv.cu (bench/NOTES-device.md, session 6), SDAR-4B's shape: on an
+ * H100 du_kernel was faster than the cluster kernel from 128 units (batch 16) at 1K keys
+ * and slower at 64, and slower at 4K keys x 1024 units; on an H200 dv_kernel took 206 us
+ * against 269 (du_kernel) and 282 (cluster) at 1024 units x 1K keys, 645 against 774 and 784
+ * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units. */
 #define DU_MAXS 2048
 static int du_min = -1, du_can = -1, du_v = -1, dv_can = -1, dv_grid, dv_fit;
 
@@ -1339,8 +1340,7 @@ static int du_ok(int units, int maxS)
 		else if (e)
 			fprintf(stderr, "dice: DICE_DK_UNIT_V=%s: want 1 or 2; using the default\n", e);
 	}
-	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4) ||
-	    (du_min < 0 && maxS > DU_MAXS))
+	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4))
 		return 0;
 	if (dv_can < 0) {
 		dv_can = gpu_cc() >= 90 &&
@@ -1353,6 +1353,8 @@ static int du_ok(int units, int maxS)
 	}
 	if (du_v == 2 || (du_v == 0 && dv_can && units >= 3 * dv_fit * gpu_sm_count() / 4))
 		return dv_can ? 2 : 0;
+	if (du_min < 0 && maxS > DU_MAXS)       /* du_kernel by default only up to DU_MAXS */
+		return 0;
 	if (du_can < 0) {
 		du_can = gpu_cc() >= 90 &&
 		         cudaFuncSetAttribute(du_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
