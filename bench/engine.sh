@@ -18,7 +18,8 @@
 # 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
 # BENCH_OPS (unset; 1: the decode forward's time per op, plain launches), BENCH_SKIP (unset; 1:
 # the decode forward as it runs with the attention, the small ops, both, or the products
-# left out: timing only).
+# left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
+# the sample op and the host work, CUDA graphs off).
 set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)

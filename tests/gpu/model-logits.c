@@ -18,7 +18,8 @@
  *       ops, both, or the products left out), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
- *       without the prefill forward)
+ *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
+ *       size, the sample op and the host work, CUDA graphs off)
  */
 #include <math.h>
 #include <stdio.h>
@@ -376,6 +377,89 @@ static int fit_batch(const struct model *m, int want, int cap)
 	return n;
 }
 
+/* BENCH_TRACE=1: where the sampler workload's time goes, by forward size. The sampler runs
+ * through a copy of the backend table (CUDA graphs off: every forward launches eagerly)
+ * whose embed op, the first op of a forward, opens a forward of N rows and closes the one
+ * before, and whose sample op closes the forward before it and is timed on its own (a sync
+ * before and after); a forward's time runs from its embed to the sample or the next embed
+ * (its model_forward ends with a sync). What is left of the run is the sampler's host work. */
+#define TR_PREFILL 2048                 /* forwards of more rows count as one bin */
+static struct ops tr_table;
+static const struct ops *tr_real;
+static struct tr_bin { int rows, n; double s; } tr_bins[64];
+static int tr_nb, tr_rows, tr_ns;
+static double tr_t0, tr_sample_s;
+
+static void tr_close(double t)
+{
+	int rows = tr_rows > TR_PREFILL ? TR_PREFILL + 1 : tr_rows, i;
+
+	if (!tr_rows)
+		return;
+	for (i = 0; i < tr_nb && tr_bins[i].rows != rows; i++)
+		;
+	if (i == tr_nb && tr_nb < 64)
+		tr_bins[tr_nb++] = (struct tr_bin){ rows, 0, 0 };
+	if (i < tr_nb)
+		tr_bins[i].n++, tr_bins[i].s += t - tr_t0;
+	tr_rows = 0;
+}
+
+static void tr_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
+{
+	double t = now_s();
+
+	tr_close(t);
+	tr_t0 = t, tr_rows = N;
+	tr_real->embed(y, ids, w, wdt, N, C);
+}
+
+static void tr_sample(int *tok, float *prob, const float *logits, const int *rows,
+                      const double *u, int R, int V, float temperature, int top_k, float top_p)
+{
+	double t = now_s();
+
+	tr_close(t);
+	tr_real->sample(tok, prob, logits, rows, u, R, V, temperature, top_k, top_p);
+	tr_real->sync();
+	tr_sample_s += now_s() - t, tr_ns++;
+}
+
+static int tr_cmp(const void *a, const void *b)
+{
+	return ((const struct tr_bin *)a)->rows - ((const struct tr_bin *)b)->rows;
+}
+
+/* install the tracing table on m (on = 1), or take it away and print what it saw over a run
+ * of total_s seconds (on = 0) */
+static void tr_trace(struct model *m, int on, double total_s)
+{
+	double fs = 0;
+
+	if (on) {
+		tr_real = m->ops, tr_table = *m->ops;
+		tr_table.embed = tr_embed, tr_table.sample = tr_sample, tr_table.replay = NULL;
+		tr_nb = tr_rows = tr_ns = 0, tr_sample_s = 0;
+		m->ops = &tr_table;
+		return;
+	}
+	tr_close(now_s());
+	m->ops = tr_real;
+	qsort(tr_bins, (size_t)tr_nb, sizeof *tr_bins, tr_cmp);
+	printf("trace of the run (%.3f s; CUDA graphs off): forwards by rows\n", total_s);
+	for (int i = 0; i < tr_nb; i++) {
+		fs += tr_bins[i].s;
+		if (tr_bins[i].rows > TR_PREFILL)
+			printf("  rows > %d: %d forwards, %.3f s, %.3f ms each\n", TR_PREFILL, tr_bins[i].n,
+			       tr_bins[i].s, tr_bins[i].s * 1e3 / tr_bins[i].n);
+		else
+			printf("  rows %d: %d forwards, %.3f s, %.3f ms each\n", tr_bins[i].rows,
+			       tr_bins[i].n, tr_bins[i].s, tr_bins[i].s * 1e3 / tr_bins[i].n);
+	}
+	printf("  sample op: %d calls, %.3f s; host work between: %.3f s\n", tr_ns, tr_sample_s,
+	       total_s - fs - tr_sample_s);
+}
+
 /* one workload: up to B requests of P prompt tokens and G new ones, decoded together */
 static void bench_one(struct model *m, const char *preset, int B, int P, int G, double bw,
                       const char *geom, const char *dtn)
@@ -464,10 +548,15 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		kvcache_free(&kv, m);
 		printf("prefill-forward %s P %d: %.3f ms\n", geom, sq.T, pre * 1e3);
 	}
+	int trace = getenv("BENCH_TRACE") != NULL;
+	if (trace)
+		tr_trace(m, 1, 0);
 	t = now_s();
 	if (sampler_run(m, &o, rq, B, r, NULL, NULL) < 0)
 		die("sampling failed");
 	t = now_s() - t;
+	if (trace)
+		tr_trace(m, 0, t);
 	for (int b = 0; b < B; b++) {
 		ntok += r[b].n;
 		if (r[b].forwards > fw)
