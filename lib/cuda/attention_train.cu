@@ -1137,12 +1137,23 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
  * versions in one process. */
 static int fa_version(int bwd, int HD)
 {
+	static int warned;
 	const char *e = getenv("DICE_FA");
-	int c;
+	int ok, c;
+	if (e && *e) {
+		ok = (e[0] == '1' || e[0] == '2') &&
+		     (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]));
+		if (!ok) {
+			if (!warned++)
+				fprintf(stderr, "dice: DICE_FA=%s: want 1, 2 or two of those digits; "
+				        "using the default\n", e);
+			e = NULL;
+		}
+	}
 	if (!e || !*e)
 		return HD == 64 && !bwd ? 1 : 2;
 	c = e[1] && bwd ? e[1] : e[0];
-	return c == '1' ? 1 : 2;
+	return c - '0';
 }
 
 /* dynamic shared memory of the forward (nkt key tiles) and the backward (nqt query tiles) */
