@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 
 #include "gpu.h"
+#include "bench.cuh"
 
 #define INNER 10
 #define NH 32
@@ -88,12 +89,6 @@ static double copy_bandwidth(void)
 	return 2.0 * n * 10 / (ms * 1e-3);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 struct setup {
 	struct kv_batch b;          /* device arrays */
 	int layers;
@@ -126,7 +121,7 @@ static double time_us(struct setup *s, int reps)
 		CK(cudaEventElapsedTime(&ms, e0, e1));
 		v[r] = ms * 1e3 / INNER;
 	}
-	qsort(v, reps, sizeof *v, cmp_double);
+	bench_sort(v, reps);
 	double m = v[reps / 2];
 	free(v);
 	CK(cudaEventDestroy(e0));

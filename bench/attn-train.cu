@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu.h"
+#include "bench.cuh"
 #include "gpu_bwd.h"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -42,12 +43,6 @@ static float *dev_rand(size_t n, unsigned seed, float amp)
 	CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
 	free(h);
 	return d;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 /* max |a - b| / max |a| over n device floats */
@@ -164,7 +159,7 @@ int main(int argc, char **argv)
 	for (int p = 0; p < 2; p++)
 		for (int x = 0; x < NV; x++) {
 			double *a = (p ? tb : tf) + x * reps;
-			qsort(a, reps, sizeof(double), cmp_double);
+			bench_sort(a, reps);
 			double md = reps % 2 ? a[reps / 2] : 0.5 * (a[reps / 2 - 1] + a[reps / 2]);
 			med[x][p] = md;
 			printf("| %s | %s | %.3f | %.3f | %.3f | %.1f | %.1f |\n",

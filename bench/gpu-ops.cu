@@ -16,6 +16,7 @@
 #include <cublas_v2.h>
 
 #include "gpu.h"
+#include "bench.cuh"
 
 #define INNER 10
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -141,12 +142,6 @@ static void launch(const struct bcase *c)
 	}
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* median seconds per launch */
 static double time_case(const struct bcase *c)
 {
@@ -170,7 +165,7 @@ static double time_case(const struct bcase *c)
 		s[r] = ms * 1e-3 / inner;
 	}
 	CK(cudaGetLastError());
-	qsort(s, REPS, sizeof *s, cmp_double);
+	bench_sort(s, REPS);
 	double med = s[REPS / 2];
 	free(s);
 	cudaEventDestroy(e0);

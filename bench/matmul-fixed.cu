@@ -26,6 +26,7 @@
 #include <cublas_v2.h>
 
 #include "gpu.h"
+#include "bench.cuh"
 
 #define INNER 3
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -76,12 +77,6 @@ static void launch(enum side s, int N, int in, int out, int v, int split)
 	}
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* median ms of one launch */
 static double time_ms(enum side s, int N, int in, int out, int v, int split)
 {
@@ -102,7 +97,7 @@ static double time_ms(enum side s, int N, int in, int out, int v, int split)
 		t[r] = ms / INNER;
 	}
 	CK(cudaGetLastError());
-	qsort(t, REPS, sizeof *t, cmp_double);
+	bench_sort(t, REPS);
 	double m = t[REPS / 2];
 	free(t);
 	CK(cudaEventDestroy(e0));
