@@ -67,7 +67,8 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	kill -9 $pid 2>/dev/null || true
 	wait $pid 2>/dev/null || true
 	if [ "$(wc -l < "$t/$mode.jsonl")" -gt "$steps" ]; then
-		grep -E 'step|^profile:' "$t/$mode.err" | sed 's/^/# /'
+		grep -E 'step' "$t/$mode.err" | sed 's/^/# /'
+		grep '^profile:' "$t/$mode.err" | tail -6 | sed 's/^/# /'
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'

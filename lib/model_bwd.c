@@ -176,13 +176,16 @@ void model_train_mark(struct model_train *t, int ph)
 	t->prof_last = now;
 }
 
-static void prof_report(const struct model_train *t)
+void model_train_profile_print(struct model_train *t)
 {
 	static const char *name[MT_PROF_N] = { "forward (not attention)", "forward attention",
 	                                       "head + loss", "backward (not attention)",
 	                                       "backward attention", "optimizer + bf16 refresh" };
 	double sum = 0.0;
 
+	if (!t->prof)
+		return;
+	t->prof_printed = 1;
 	for (int i = 0; i < MT_PROF_N; i++)
 		sum += t->prof_s[i];
 	for (int i = 0; i < MT_PROF_N; i++)
@@ -287,8 +290,8 @@ void model_train_free(struct model_train *t)
 {
 	if (!t->ops)
 		return;
-	if (t->prof)
-		prof_report(t);
+	if (!t->prof_printed)
+		model_train_profile_print(t);
 	scratch_free(t);
 	if (t->gbuf)
 		t->ops->free(t->gbuf);
