@@ -249,6 +249,12 @@ struct ops {
 	 * CUDA: the second time a key comes, fn is captured as a CUDA graph, and launched as that
 	 * graph from then on (eager with DICE_GRAPH=0); the results are the same bits. */
 	void (*replay)(const void *key, size_t keylen, void (*fn)(void *), void *arg);
+	/* ---- (appended) .swiglu_cat then .matmul_fixed in one op, the same bits:
+	 * y(N,out) = (silu(gu[:, :I]) * gu[:, I:]) @ w(out,I)^T for gu(N, 2I); h(N,I) is the
+	 * op's to use (its contents afterwards are undefined). CUDA folds the SwiGLU into the
+	 * tiled product's input conversion (no pass of its own) where that path runs. */
+	void (*matmul_fixed_glu)(float *y, float *h, const float *gu, const void *w,
+	                         enum dice_dtype wdt, int N, int I, int out);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -458,6 +458,13 @@ static void cpu_swiglu_cat(float *y, const float *gu, int N, int C)
 	}
 }
 
+static void cpu_matmul_fixed_glu(float *y, float *h, const float *gu, const void *w,
+                                 enum dice_dtype wdt, int N, int I, int out)
+{
+	cpu_swiglu_cat(h, gu, N, I);
+	cpu_matmul(y, h, w, wdt, N, I, out);
+}
+
 static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                             float eps)
 {
@@ -605,6 +612,7 @@ const struct ops ops_cpu = {
 	.attention_tc_backward_stat = cpu_attention_tc_backward_stat,
 	.rmsnorm_xb = cpu_rmsnorm_xb,
 	.swiglu_xb = cpu_swiglu_xb,
+	.matmul_fixed_glu = cpu_matmul_fixed_glu,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build
