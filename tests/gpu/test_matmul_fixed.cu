@@ -185,16 +185,19 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 	float *twin = (float *)xmalloc(sizeof(float) * N * out);
 	char what[200];
 
-	H->matmul_fixed_glu(twin, h, gu, w, dt, N, I, out);
+	/* the twin on the input the GPU multiplies: silu(g) * u rounded to the weights' dtype */
+	H->swiglu_cat(h, gu, N, I);
+	round_x(h, h, (size_t)N * I, dt);
+	H->matmul(twin, h, w, dt, N, I, out);
 	CHECK(gpu_swiglu_cat(gpu_stream(), dh, dgu, N, I) == 0, "swiglu_cat launch");
 	float *ref = product(dh, dw, dt, N, I, out, 0);
 	G->matmul_fixed_glu(dy, dh, dgu, dw, dt, N, I, out);
 	float *y = gt_down(dy, (size_t)N * out);
 	snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d vs twin", dtname[dt], N, I,
 	         out);
-	/* the GPU rounds silu(g) * u to 16 bits: about 2^-9 of each input, random signs */
-	gt_compare(what, y, twin, (size_t)N * out, dt == DICE_F32 ? 1e-4 : 4e-3 * sqrt((double)I),
-	           1e-2);
+	/* expf may differ by an ulp from the host's, and the rounding of silu(g) * u (|.| < 16)
+	 * then by one 16-bit step (< 0.07, times |w| <= 1) in a few inputs of a row */
+	gt_compare(what, y, twin, (size_t)N * out, dt == DICE_F32 ? 1e-4 : 0.15, 1e-3);
 	snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d bitwise equal to "
 	         "swiglu_cat then matmul_fixed", dtname[dt], N, I, out);
 	same_rows(y, ref, N, out, what);
