@@ -255,6 +255,13 @@ struct ops {
 	 * tiled product's input conversion (no pass of its own) where that path runs. */
 	void (*matmul_fixed_glu)(float *y, float *h, const float *gu, const void *w,
 	                         enum dice_dtype wdt, int N, int I, int out);
+	/* ---- (appended) bf16 gradients for the GEMMs, the same bits as the fp32 op then
+	 * .cast_bf16: .swiglu_backward with dgate(N,C) and dup(N,C) written in bf16, and
+	 * .matmul_backward_xb with dy given in bf16 (dyb(N,out)) */
+	void (*swiglu_backward_xb)(void *dgate, void *dup, const float *dy, const float *gate,
+	                           const float *up, int N, int C);
+	void (*matmul_backward_xbb)(float *dx, float *dw, const void *dyb, const void *xb,
+	                            const void *w, int N, int in, int out, int dx_acc);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -528,6 +528,27 @@ static void cpu_matmul_backward_xb(float *dx, float *dw, const float *dy, const 
 	free(x);
 }
 
+static void cpu_matmul_backward_xbb(float *dx, float *dw, const void *dyb, const void *xb,
+                                    const void *w, int N, int in, int out, int dx_acc)
+{
+	float *dy = widen_bf16(dyb, (size_t)N * out);
+
+	cpu_matmul_backward_xb(dx, dw, dy, xb, w, N, in, out, dx_acc);
+	free(dy);
+}
+
+static void cpu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float *gate,
+                                   const float *up, int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *dg = xmalloc((n ? n : 1) * 2 * sizeof *dg), *du = dg + n;
+
+	cpu_swiglu_backward(dg, du, dy, gate, up, N, C);
+	cpu_cast_bf16(dgate, dg, n);
+	cpu_cast_bf16(dup, du, n);
+	free(dg);
+}
+
 /* the CPU keeps no statistics: stat is left as it is */
 static void cpu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
                                   const float *v, int T, int S, int NH, int NKV, int HD,
@@ -613,6 +634,8 @@ const struct ops ops_cpu = {
 	.rmsnorm_xb = cpu_rmsnorm_xb,
 	.swiglu_xb = cpu_swiglu_xb,
 	.matmul_fixed_glu = cpu_matmul_fixed_glu,
+	.swiglu_backward_xb = cpu_swiglu_backward_xb,
+	.matmul_backward_xbb = cpu_matmul_backward_xbb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -413,6 +413,8 @@ static const struct ops ops_cuda = {
 	cu_swiglu_xb,
 	cu_replay,
 	cu_matmul_fixed_glu,
+	cu_swiglu_backward_xb,
+	cu_matmul_backward_xbb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */
