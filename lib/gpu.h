@@ -83,10 +83,6 @@ int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void
  * the engine calls it, or the tiled path at that variant (tests). */
 int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, const void *w,
                          enum dice_dtype wdt, int N, int I, int out, int variant);
-/* tests: the streaming kernel's persistent form on `blocks` blocks when there are more groups
- * of 8 outputs, else one block a group, whatever fits (the same bits); 0: as the dispatch
- * decides (DICE_MFS_PERSIST=0: never the persistent form) */
-void gpu_set_mfs_grid(int blocks);
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);

@@ -59,133 +59,119 @@ static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k
 	}
 }
 
-/* the weights of output row o0 + g (the last row past out), quad thread q */
-static __device__ __forceinline__ const char *mfs_wrow(const void *w, int o0, int g, int q,
-                                                       int K, int out)
-{
-	return (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
-}
-
-/* the streaming kernel: block = 8 outputs (a group), warp s = segment s; R8 groups of 8 rows
- * (1, 2 or 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's
- * weights are in flight while this step's x is converted and multiplied. A block takes groups
- * blockIdx.x, + gridDim.x, ...; with P (mfsp_kernel*: a grid of fewer blocks than groups, all
- * resident at once, no block starting cold mid-kernel) the next group's first weights are
- * asked for before this group's segments are added and stored (more registers). Launched with programmatic dependent launch
- * (gpu_launch): the first step's weights are asked for before the wait on the kernel that
- * writes x. Every output's sums are the same whatever the grid. */
+/* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
+ * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
+ * are in flight while this step's x is converted and multiplied. Launched with programmatic
+ * dependent launch (gpu_launch): the first step's weights are asked for before the wait on
+ * the kernel that writes x. */
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
-                                                const int R8, const int P, int M, int K, int out,
-                                                int kseg)
+                                                const int R8, int M, int K, int out, int kseg)
 {
 	const int U = 8 / R8, MT = (R8 + 1) / 2;
 	__shared__ float4 part[MF_SEGMAX][2][32];
 	int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, nseg = blockDim.x >> 5;
-	int g = lane >> 2, q = lane & 3, groups = CEIL_DIV(out, 8);
+	int g = lane >> 2, q = lane & 3, o0 = blockIdx.x * 8;
+	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
-	const char *wp = mfs_wrow(w, blockIdx.x * 8, g, q, K, out);
 	float c[2][4];
 	uint4 b[8], bn[8];
 	float4 xa[8][2];
 
 	gpu_pdl_trigger();
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
 	mfs_loadb(b, wp, kbeg, kend, q, U);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
-	for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-		int o0 = grp * 8;
+	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-			c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
-		for (int k = kbeg; k < kend; k += MF_KB * U) {
+		for (int u = 0; u < U; u++) {
 #pragma unroll
-			for (int u = 0; u < U; u++) {
-#pragma unroll
-				for (int h = 0; h < R8; h++) {
-					int row = 8 * h + g, kk = k + MF_KB * u + 8 * q;
-					xa[u * R8 + h][0] = xa[u * R8 + h][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-					if (row < M && kk < kend) {
-						const float4 *p = (const float4 *)(x + (size_t)row * K + kk);
-						xa[u * R8 + h][0] = __ldg(p);
-						xa[u * R8 + h][1] = __ldg(p + 1);
-					}
+			for (int h = 0; h < R8; h++) {
+				int row = 8 * h + g, kk = k + MF_KB * u + 8 * q;
+				xa[u * R8 + h][0] = xa[u * R8 + h][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				if (row < M && kk < kend) {
+					const float4 *p = (const float4 *)(x + (size_t)row * K + kk);
+					xa[u * R8 + h][0] = __ldg(p);
+					xa[u * R8 + h][1] = __ldg(p + 1);
 				}
 			}
-			if (k + MF_KB * U < kend)
-				mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U);
+		}
+		if (k + MF_KB * U < kend)
+			mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U);
 #pragma unroll
-			for (int u = 0; u < U; u++) {
-				if (k + MF_KB * u < kend) {
+		for (int u = 0; u < U; u++) {
+			if (k + MF_KB * u < kend) {
 #pragma unroll
-					for (int mt = 0; mt < MT; mt++) {
-						int h = u * R8 + 2 * mt;
-						uint4 ra = mf_pack8(xa[h][0], xa[h][1], f16), rb = make_uint4(0, 0, 0, 0);
-						if (2 * mt + 1 < R8)
-							rb = mf_pack8(xa[h + 1][0], xa[h + 1][1], f16);
-						mf_step(c[mt], ra, rb, b[u], f16);
-					}
+				for (int mt = 0; mt < MT; mt++) {
+					int h = u * R8 + 2 * mt;
+					uint4 ra = mf_pack8(xa[h][0], xa[h][1], f16), rb = make_uint4(0, 0, 0, 0);
+					if (2 * mt + 1 < R8)
+						rb = mf_pack8(xa[h + 1][0], xa[h + 1][1], f16);
+					mf_step(c[mt], ra, rb, b[u], f16);
 				}
 			}
-#pragma unroll
-			for (int u = 0; u < U; u++)
-				b[u] = bn[u];
 		}
-		if (P && grp + (int)gridDim.x < groups) {      /* the next group's first step */
-			wp = mfs_wrow(w, o0 + 8 * gridDim.x, g, q, K, out);
-			mfs_loadb(b, wp, kbeg, kend, q, U);
-		}
-		if (nseg > 1) {
 #pragma unroll
-			for (int mt = 0; mt < MT; mt++)
-				part[seg][mt][lane] = make_float4(c[mt][0], c[mt][1], c[mt][2], c[mt][3]);
-			__syncthreads();
+		for (int u = 0; u < U; u++)
+			b[u] = bn[u];
+	}
+	if (nseg > 1) {
 #pragma unroll
-			for (int mt = 0; mt < MT && !seg; mt++) {
-				float4 v = part[0][mt][lane];
-				for (int s = 1; s < nseg; s++) {
-					float4 p = part[s][mt][lane];
-					v.x += p.x;
-					v.y += p.y;
-					v.z += p.z;
-					v.w += p.w;
-				}
-				c[mt][0] = v.x;
-				c[mt][1] = v.y;
-				c[mt][2] = v.z;
-				c[mt][3] = v.w;
+		for (int mt = 0; mt < MT; mt++)
+			part[seg][mt][lane] = make_float4(c[mt][0], c[mt][1], c[mt][2], c[mt][3]);
+		__syncthreads();
+		if (seg)
+			return;
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++) {
+			float4 v = part[0][mt][lane];
+			for (int s = 1; s < nseg; s++) {
+				float4 p = part[s][mt][lane];
+				v.x += p.x;
+				v.y += p.y;
+				v.z += p.z;
+				v.w += p.w;
 			}
+			c[mt][0] = v.x;
+			c[mt][1] = v.y;
+			c[mt][2] = v.z;
+			c[mt][3] = v.w;
 		}
-		int col = o0 + 2 * q;
+	}
+	int col = o0 + 2 * q;
 #pragma unroll
-		for (int mt = 0; mt < MT && !seg; mt++) {
+	for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				int row = 16 * mt + g + 8 * h;
-				if (row >= M)
-					continue;
-				if (col < out)
-					y[(size_t)row * out + col] = c[mt][2 * h];
-				if (col + 1 < out)
-					y[(size_t)row * out + col + 1] = c[mt][2 * h + 1];
-			}
+		for (int h = 0; h < 2; h++) {
+			int row = 16 * mt + g + 8 * h;
+			if (row >= M)
+				continue;
+			if (col < out)
+				y[(size_t)row * out + col] = c[mt][2 * h];
+			if (col + 1 < out)
+				y[(size_t)row * out + col + 1] = c[mt][2 * h + 1];
 		}
-		if (nseg > 1)
-			__syncthreads();        /* part is read before the next group's writes */
 	}
 }
 
-#define MFS_KERNELS(name, P) \
-	static __global__ void name##8(float *y, const float *x, const void *w, int f16, int M, \
-	                               int K, int out, int kseg) \
-	{ mfs_body(y, x, w, f16, 1, P, M, K, out, kseg); } \
-	static __global__ void name##16(float *y, const float *x, const void *w, int f16, int M, \
-	                                int K, int out, int kseg) \
-	{ mfs_body(y, x, w, f16, 2, P, M, K, out, kseg); } \
-	static __global__ void name##32(float *y, const float *x, const void *w, int f16, int M, \
-	                                int K, int out, int kseg) \
-	{ mfs_body(y, x, w, f16, 4, P, M, K, out, kseg); }
-MFS_KERNELS(mfs_kernel, 0)
-MFS_KERNELS(mfsp_kernel, 1)
-#undef MFS_KERNELS
+static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
+                                   int K, int out, int kseg)
+{
+	mfs_body(y, x, w, f16, 1, M, K, out, kseg);
+}
+
+static __global__ void mfs_kernel16(float *y, const float *x, const void *w, int f16, int M,
+                                    int K, int out, int kseg)
+{
+	mfs_body(y, x, w, f16, 2, M, K, out, kseg);
+}
+
+static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int f16, int M,
+                                    int K, int out, int kseg)
+{
+	mfs_body(y, x, w, f16, 4, M, K, out, kseg);
+}
 
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (src is not read then) */
 static __device__ __forceinline__ void mf_cp16(void *dst, const void *src, int valid)
@@ -573,54 +559,6 @@ const char *gpu_matmul_fixed_variant_name(int v)
 }
 
 
-/* blocks of nseg warps of kernel fn that fit on the GPU at once (cached by slot) */
-static long mfs_cap(const void *fn, int slot, int nseg)
-{
-	static int occ[6][MF_SEGMAX + 1];
-
-	if (!occ[slot][nseg] &&
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ[slot][nseg], fn, 32 * nseg, 0) !=
-	    cudaSuccess) {
-		(void)cudaGetLastError();
-		occ[slot][nseg] = -1;
-	}
-	return (long)occ[slot][nseg] * gpu_sm_count();
-}
-
-/* the streaming kernel for `groups` groups of 8 outputs of M rows: one block a group (*fn:
- * mfs_kernel*) where they all fit on the GPU at once, else (unless DICE_MFS_PERSIST is 0) the
- * fewest blocks of mfsp_kernel* that fit, each taking the same number of groups; the grid */
-static int mfs_force;                   /* gpu_set_mfs_grid */
-
-void gpu_set_mfs_grid(int blocks)
-{
-	mfs_force = blocks > 0 ? blocks : 0;
-}
-
-static int mfs_pick(int M, int nseg, int groups, const void **fn)
-{
-	static int on = -1;
-	int kind = M <= 8 ? 0 : M <= 16 ? 1 : 2;
-	const void *f = kind == 0 ? (const void *)mfs_kernel8 :
-	                kind == 1 ? (const void *)mfs_kernel16 : (const void *)mfs_kernel32;
-	const void *fp = kind == 0 ? (const void *)mfsp_kernel8 :
-	                 kind == 1 ? (const void *)mfsp_kernel16 : (const void *)mfsp_kernel32;
-
-	*fn = f;
-	if (mfs_force) {                        /* tests: that many blocks, or one a group */
-		*fn = mfs_force < groups ? fp : f;
-		return mfs_force < groups ? mfs_force : groups;
-	}
-	if (!gpu_switch(&on, "DICE_MFS_PERSIST") || groups <= mfs_cap(f, kind, nseg))
-		return groups;
-	long cap = mfs_cap(fp, 3 + kind, nseg);
-	if (cap < 1)
-		return groups;
-	*fn = fp;
-	int per = (int)CEIL_DIV((long)groups, cap);
-	return CEIL_DIV(groups, per);
-}
-
 /* kernel: 1 streaming, 2 tiled (16-bit weights, in % 8 == 0, 16-byte aligned x and w) */
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int in, int out, int kernel)
@@ -635,9 +573,9 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		const float *xr = x + (size_t)r0 * in;
 		float *yr = y + (size_t)r0 * out;
 		void *args[] = { &yr, &xr, &w, &f16, &m, &in, &out, &kseg };
-		const void *fn;
-		int grid = mfs_pick(m, nseg, CEIL_DIV(out, 8), &fn);
-		gpu_launch(fn, dim3(grid), dim3(32 * nseg), 0, st, args);
+		const void *fn = m <= 8 ? (const void *)mfs_kernel8 :
+		                 m <= 16 ? (const void *)mfs_kernel16 : (const void *)mfs_kernel32;
+		gpu_launch(fn, dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), 0, st, args);
 	}
 	return 0;
 }

@@ -2,9 +2,7 @@
  * (ops_cpu's matmul) on random data, fp32/bf16/fp16 weights, both kernels of the 16-bit path
  * and the fallbacks; then batch invariance, bit for bit: rows r0 .. r0+M-1 of a 512-row
  * product equal the M-row product of the same rows for M = 1, 4, 17, 64, 512 (the row at
- * another place in its tile), and the streaming and tiled kernels give the same bits; the
- * streaming kernel's persistent form (blocks walking several groups of outputs) gives its
- * plain form's bits on 1, 7, 64 blocks and as dispatched; then
+ * another place in its tile), and the streaming and tiled kernels give the same bits; then
  * every tile shape of the tiled kernel (the wgmma ones of matmul_wgmma.cu too, on an H100 or
  * H200: its cp.async kernel's and its TMA kernel's; they always walk the segments), split by
  * segment or not, gives the streaming kernel's bits (odd N, out not a multiple of any tile,
@@ -119,29 +117,6 @@ static void invariance(enum dice_dtype dt, int in, int out)
 		}
 	}
 	free(full);
-	mfd_free(&d);
-}
-
-/* the streaming kernel's persistent form (blocks walking several groups of 8 outputs) on
- * grids of 1, 7 and 64 blocks and as the dispatch picks it: the plain form's bits */
-static void persistent(enum dice_dtype dt, int N, int in, int out)
-{
-	static const int grids[] = { 1, 7, 64, 0 };
-	struct mfd d = mfd_new(dt, N, in, out);
-	float *ref;
-	char what[200];
-
-	gpu_set_mfs_grid(1 << 30);      /* more than any groups: the plain form */
-	ref = product(d.dx, d.dw, dt, N, in, out, 1);
-	for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++) {
-		gpu_set_mfs_grid(grids[i]);
-		float *y = product(d.dx, d.dw, dt, N, in, out, 1);
-		snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: streaming kernel on %d "
-		         "blocks bitwise equal to one block a group", dtname[dt], N, in, out, grids[i]);
-		same_rows(y, ref, N, out, what);
-	}
-	gpu_set_mfs_grid(0);
-	free(ref);
 	mfd_free(&d);
 }
 
@@ -263,11 +238,6 @@ int main(void)
 	invariance(DICE_BF16, 4096, 640);          /* ... eight */
 	invariance(DICE_F16, 2056, 264);
 	invariance(DICE_F32, 1024, 300);
-	persistent(DICE_BF16, 1, 1000, 300);       /* 8 segments */
-	persistent(DICE_BF16, 13, 4096, 2560);     /* 3 segments, 16-row kernel */
-	persistent(DICE_F16, 32, 2056, 1001);      /* 32-row kernel, out past the last group */
-	persistent(DICE_BF16, 5, 2560, 19456);     /* 4B's gate/up: persistent by the dispatch */
-	persistent(DICE_BF16, 1, 2560, 151936);    /* an lm_head */
 	tiles(DICE_BF16, 203, 1000, 300);          /* 8 segments, the last block short */
 	tiles(DICE_BF16, 517, 2560, 264);          /* 8 segments */
 	tiles(DICE_BF16, 130, 4096, 2560);         /* 4 segments */
