@@ -11,6 +11,7 @@
  *            SM, each walking units in turn);
  *   unit3    unit kernel 3 (dw_kernel: dv_kernel's walk without barriers between splits);
  *   unit4    unit kernel 4 (dw_kernel, the splits' chains rotated over the warps);
+ *   unit5    unit kernel 5 (unit4 with keys and values sent into L2 a third tile ahead);
  *   default  what the engine takes (gpu_set_dk_unit(-1): without DICE_DK_UNIT and
  *            DICE_DK_UNIT_V, where a sequence has at most 2048 keys, unit kernel 2 from
  *            3/4 of twice the multiprocessors' number of units on, unit kernel 1 from 3/4 of
@@ -147,13 +148,13 @@ static float *output(struct setup *s, size_t n)
 }
 
 /* the kernels timed: name, gpu_set_dk_unit, gpu_set_dk_unit_v */
-#define NKERN 6
+#define NKERN 7
 static const struct {
 	const char *name;
 	int unit, v;
 } kern[NKERN] = {
 	{ "cluster", 0, 0 }, { "unit1", 1, 1 }, { "unit2", 1, 2 }, { "unit3", 1, 3 },
-	{ "unit4", 1, 4 }, { "default", -1, 0 },
+	{ "unit4", 1, 4 }, { "unit5", 1, 5 }, { "default", -1, 0 },
 };
 
 int main(int argc, char **argv)

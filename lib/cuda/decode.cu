@@ -1080,6 +1080,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
  * folded. A dump is written once the splits before are folded (a warp runs at most one split
  * ahead of the slowest). ROT 1: warp h does chain (h + z) mod DM_WARPS of split z, so that
  * the splits' longer chains (a split of 9 tiles: chain 0 has 3) fall on the warps in turn.
+ * PF 1: each tile also sends the keys and values of the warp's third tile after it into L2.
  * The unit's finish (dm_finish, splits in order) follows the q fragments of the next unit,
  * its stores free to pass the loads. Same arithmetic in the same order: the same bits as
  * dm_kernel, du_kernel and dv_kernel. */
@@ -1136,8 +1137,9 @@ static __device__ __forceinline__ void dw_fold(const float *dmp, float *sml, flo
 
 /* warp h's walk of unit x: its chain of each split (h, or (h + z) mod DM_WARPS with ROT),
  * each left in its dump; fl[0]: the chains of the current split not yet left, fl[1]: the
- * splits folded */
-template <int ROT>
+ * splits folded. PF: before each tile, the keys and values of the warp's third tile after it
+ * into L2. */
+template <int ROT, int PF>
 static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const struct du_unit &x,
                                                int h, struct du_tile &cur, struct du_tile &n1,
                                                struct du_tile &n2, uint4 kr[4][4],
@@ -1152,6 +1154,11 @@ static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const st
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
+			struct du_tile n3 = du_next<1, ROT>(n2, h, x.ns, x.split_len, x.S, x.kend);
+			if (PF) {
+				dm_kprefetch(x.kb, rowb, n3.s0, n3.e, lane);
+				dm_kprefetch(x.vb, rowb, n3.s0, n3.e, lane);
+			}
 			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, x.kb, x.vb,
 			        rowb, f16);
 			unsigned t = vs0;
@@ -1159,7 +1166,7 @@ static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const st
 			vs1 = t;
 			cur = n1;
 			n1 = n2;
-			n2 = du_next<1, ROT>(n2, h, x.ns, x.split_len, x.S, x.kend);
+			n2 = n3;
 		}
 		float *d = dmp + ((h + ROT * z) % DM_WARPS) * DW_DUMP;
 		while (*(volatile int *)(fl + 1) < z)          /* the dumps are free */
@@ -1195,7 +1202,7 @@ static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const st
 	}
 }
 
-template <int ROT>
+template <int ROT, int PF>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1229,7 +1236,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_a
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			dw_walk<ROT>(a, x, h, cur, n1, n2, kr, vs0, vs1, qf, dmp, sml, fl, gso, rowb, f16);
+			dw_walk<ROT, PF>(a, x, h, cur, n1, n2, kr, vs0, vs1, qf, dmp, sml, fl, gso, rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
@@ -1503,7 +1510,7 @@ static void dm_setup(void)
  * against 269 (du_kernel) and 282 (cluster) at 1024 units x 1K keys, 645 against 774 and 784
  * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units. */
 #define DU_MAXS 2048
-#define DU_VERSIONS 4
+#define DU_VERSIONS 5
 static int du_min = -1, du_can = -1, du_v = -1, dv_grid;
 
 void gpu_set_dk_unit(int min_units)
@@ -1524,8 +1531,9 @@ static struct {
 	int smem, can, fit;
 } dv_k[DU_VERSIONS - 1] = {
 	{ (const void *)dv_kernel, DV_SMEM, -1, 0 },
-	{ (const void *)dw_kernel<0>, DW_SMEM, -1, 0 },
-	{ (const void *)dw_kernel<1>, DW_SMEM, -1, 0 },
+	{ (const void *)dw_kernel<0, 0>, DW_SMEM, -1, 0 },
+	{ (const void *)dw_kernel<1, 0>, DW_SMEM, -1, 0 },
+	{ (const void *)dw_kernel<1, 1>, DW_SMEM, -1, 0 },
 };
 
 /* whether persistent unit kernel version v can run, once */
@@ -1546,7 +1554,8 @@ static int dv_ok(int v)
 }
 
 /* the unit kernel to take for a launch of `units` units, the longest sequence maxS keys:
- * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel, 3 dw_kernel, 4 dw_kernel rotated */
+ * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel, 3 dw_kernel, 4 dw_kernel rotated,
+ * 5 dw_kernel rotated with the L2 prefetch */
 static int du_ok(int units, int maxS)
 {
 	if (du_min == -1) {

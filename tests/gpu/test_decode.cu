@@ -5,10 +5,10 @@
  * On sm_90 the 16-bit HD 128 cases merge their key splits inside a thread block cluster;
  * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. Those
  * cases also run on the unit kernels (gpu_set_dk_unit: one block walks a unit's splits;
- * gpu_set_dk_unit_v: version 1, du_kernel, 2, the persistent dv_kernel, 3 and 4, dw_kernel
- * (no barriers between splits; 4: the chains rotated over the warps), the persistent ones also
- * on 3 blocks so that each walks many units of different lengths) and must give the cluster
- * kernel's bits, and the invariance cases batch on the cluster kernel, dv_kernel or dw_kernel
+ * gpu_set_dk_unit_v: version 1, du_kernel, 2, the persistent dv_kernel, 3 to 5, dw_kernel
+ * (no barriers between splits; 4: the chains rotated over the warps, 5: and an L2 prefetch),
+ * the persistent ones also on 3 blocks so that each walks many units of different lengths)
+ * and must give the cluster kernel's bits, and the invariance cases batch on the cluster kernel, dv_kernel or dw_kernel
  * rotated. */
 #include "gpu_test.h"
 
@@ -124,9 +124,9 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
 	if (dt != DICE_F32 && HD == 128) {          /* the unit kernels and the cluster one */
-		enum { NV = 8 };
-		static const int ver[NV] = { 0, 1, 2, 2, 3, 3, 4, 4 };
-		static const int grid[NV] = { 0, 0, 0, 3, 0, 3, 0, 3 };
+		enum { NV = 10 };
+		static const int ver[NV] = { 0, 1, 2, 2, 3, 3, 4, 4, 5, 5 };
+		static const int grid[NV] = { 0, 0, 0, 3, 0, 3, 0, 3, 0, 3 };
 		float *got[NV];
 		for (int u = 0; u < NV; u++) {
 			gpu_set_dk_unit(u > 0);
