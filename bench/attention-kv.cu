@@ -9,9 +9,10 @@
  *            block per (sequence, kv head) walks all its splits), where it runs (sm_90);
  *   unit2    unit kernel 2 (gpu_set_dk_unit_v(2, 0): dv_kernel, persistent blocks, two an
  *            SM, each walking units in turn);
- *   unit3    unit kernel 3 (dw_kernel: dv_kernel's walk without barriers between splits);
- *   unit4    unit kernel 4 (dw_kernel, the splits' chains rotated over the warps);
- *   unit5    unit kernel 5 (unit4 with keys and values sent into L2 a third tile ahead);
+ *   unit3    unit kernel 3 (dw_kernel: dv_kernel's walk without barriers between splits,
+ *            the splits' chains rotated over the warps);
+ *   unit4    unit kernel 4 (dv_kernel with the values' copies as before);
+ *   unit5    unit kernel 5 (dw_kernel with the values' copies as before);
  *   default  what the engine takes (gpu_set_dk_unit(-1): without DICE_DK_UNIT and
  *            DICE_DK_UNIT_V, where a sequence has at most 2048 keys, unit kernel 2 from
  *            3/4 of twice the multiprocessors' number of units on, unit kernel 1 from 3/4 of

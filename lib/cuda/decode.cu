@@ -356,16 +356,25 @@ static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsig
 }
 
 /* a warp's keys s0 .. s0 + 31 (past s_end: zero) as B fragments: n-tile j holds key
- * s0 + 8 j + g, inputs 32 blk + 8 q .. +7 */
+ * s0 + 8 j + g, inputs 32 blk + 8 q .. +7. CLAMP: past s_end, key s_end - 1 again (key 0
+ * if s_end is 0) instead of zero: their scores are masked to -inf by value, so the same bits
+ * with fewer instructions. */
+template <int CLAMP = 0>
 static __device__ __forceinline__ void dm_kload(uint4 kr[4][4], const char *kb, unsigned rowb,
                                                 int s0, int s_end, int g, int q)
 {
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
 		int key = s0 + 8 * j + g;
+		if (CLAMP)
+			key = max(min(key, s_end - 1), 0);
 		const char *p = kb + (unsigned)key * rowb + 16 * q;
 #pragma unroll
 		for (int blk = 0; blk < 4; blk++) {
+			if (CLAMP) {
+				kr[j][blk] = __ldg((const uint4 *)(p + 64 * blk));
+				continue;
+			}
 			kr[j][blk] = make_uint4(0, 0, 0, 0);
 			if (key < s_end)
 				kr[j][blk] = __ldg((const uint4 *)(p + 64 * blk));
@@ -386,11 +395,34 @@ static __device__ __forceinline__ void dm_kprefetch(const char *kb, unsigned row
 
 /* the warp's values of keys s0 .. s0 + 31 into the tile at shared address vs (cp.async, past
  * s_end: zero): 32 keys x 16 chunks, chunk c of key r at chunk c ^ (r & 7); one commit group
- * (empty when the tile is past the split) */
+ * (empty when the tile is past the split). LEAN: the same copies with the addresses stepped
+ * (lane's chunk i: key 2 i + lane / 16, chunk lane % 16) and no checks for a whole tile. */
+template <int LEAN = 0>
 static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, unsigned rowb,
                                                 int s0, int s_end, int lane)
 {
-	if (s0 < s_end) {
+	if (LEAN && s0 < s_end) {
+		/* (r & 7 = 2 (i & 3) + hi, so chunk ch ^ (r & 7) = (ch ^ hi) ^ 2 (i & 3)) */
+		int hi = lane >> 4, cx = (lane & 15) ^ hi, n = s_end - s0 - hi;
+		unsigned off = (unsigned)(s0 + hi) * rowb + (lane & 15) * 16;
+		unsigned d0 = vs + hi * (DM_HD * 2);
+		if (s0 + DM_KT <= s_end) {
+#pragma unroll
+			for (int i = 0; i < 16; i++)
+				asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+				             :: "r"(d0 + i * 2 * (DM_HD * 2) + ((cx ^ (2 * (i & 3))) << 4)),
+				                "l"(vb + (off + 2 * i * rowb)) : "memory");
+		} else {
+#pragma unroll
+			for (int i = 0; i < 16; i++) {
+				int ok = 2 * i < n;
+				asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				             :: "r"(d0 + i * 2 * (DM_HD * 2) + ((cx ^ (2 * (i & 3))) << 4)),
+				                "l"(ok ? vb + (off + 2 * i * rowb) : vb), "r"(ok ? 16 : 0)
+				             : "memory");
+			}
+		}
+	} else if (!LEAN && s0 < s_end) {
 #pragma unroll
 		for (int i = 0; i < 16; i++) {
 			int c = lane + 32 * i, r = c >> 4, ch = c & 15, ok = s0 + r < s_end;
@@ -408,6 +440,7 @@ static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, uns
  * P V. Once the scores are made, the warp's next tile's keys (s1 .., up to e1; in L2 by then)
  * go into kr and the keys of the one after (s2 .., up to e2) into L2; at the end, that one's
  * values into vs. */
+template <int KL = 0, int VL = 0>
 static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *lsum,
                                                uint4 kr[4][4], unsigned vs, const uint4 *qf,
                                                const int *lim, int s0, int s1, int e1, int s2,
@@ -436,7 +469,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 			}
 		}
 	}
-	dm_kload(kr, kb, rowb, s1, e1, g, q);
+	dm_kload<KL>(kr, kb, rowb, s1, e1, g, q);
 	dm_kprefetch(kb, rowb, s2, e2, lane);
 	/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
 #pragma unroll
@@ -505,7 +538,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 		}
 	}
 	__syncwarp();                                   /* every lane is done with the tile */
-	dm_vload(vs, vb, rowb, s2, e2, lane);
+	dm_vload<VL>(vs, vb, rowb, s2, e2, lane);
 }
 
 /* one (max m, sum *lp, output xp[0..3]) triple folded into the running (L, O) at the common
@@ -843,7 +876,7 @@ static __device__ __forceinline__ struct du_unit du_get(const struct dk_args &a,
 
 /* a warp's first tiles of unit x (group grp of GROUPS): its first tile's keys into kr and
  * values into vs0, the second's values into vs1 and keys into L2; cur, n1, n2 its first three */
-template <int GROUPS, int ROT = 0>
+template <int GROUPS, int ROT = 0, int KL = 0, int VL = 0>
 static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp, int wl,
                                                 struct du_tile &cur, struct du_tile &n1,
                                                 struct du_tile &n2, uint4 kr[4][4],
@@ -857,9 +890,9 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
 	cur = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
 	n1 = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
 	n2 = du_next<GROUPS, ROT>(n1, wl, x.ns, x.split_len, x.S, x.kend);
-	dm_kload(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
-	dm_vload(vs0, x.vb, rowb, cur.s0, cur.e, lane);
-	dm_vload(vs1, x.vb, rowb, n1.s0, n1.e, lane);
+	dm_kload<KL>(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
+	dm_vload<VL>(vs0, x.vb, rowb, cur.s0, cur.e, lane);
+	dm_vload<VL>(vs1, x.vb, rowb, n1.s0, n1.e, lane);
 	dm_kprefetch(x.kb, rowb, n1.s0, n1.e, lane);
 }
 
@@ -868,7 +901,7 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
  * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
  * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
  * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
-template <int GROUPS>
+template <int GROUPS, int KL = 0, int VL = 0>
 static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
                                                int grp, int wl, struct du_tile &cur,
                                                struct du_tile &n1, struct du_tile &n2,
@@ -883,8 +916,8 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
-			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, x.kb, x.vb,
-			        rowb, f16);
+			dm_tile<KL, VL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
+			                x.kb, x.vb, rowb, f16);
 			unsigned t = vs0;
 			vs0 = vs1;
 			vs1 = t;
@@ -1011,6 +1044,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
 #define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
 
+template <int F16, int KL, int VL>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1018,7 +1052,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DV_QOFF);
-	int wl = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = a.b.dt == DICE_F16;
+	int wl = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = F16;
 	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
 	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wl * 2 * DM_VBYTES;
 	unsigned vs1 = vs0 + DM_VBYTES;
@@ -1033,13 +1067,13 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		return;
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
-		du_start<1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		du_start<1, 0, KL, VL>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			du_walk<1>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
+			du_walk<1, KL, VL>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
 			           f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
@@ -1047,7 +1081,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		if (un < nu) {
 			y = du_get(a, un / a.NKV, un % a.NKV);
 			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+				du_start<1, 0, KL, VL>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
 		__syncthreads();                        /* the slots are there; qf is free */
 		if (x.ok) {
@@ -1080,7 +1114,6 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
  * folded. A dump is written once the splits before are folded (a warp runs at most one split
  * ahead of the slowest). ROT 1: warp h does chain (h + z) mod DM_WARPS of split z, so that
  * the splits' longer chains (a split of 9 tiles: chain 0 has 3) fall on the warps in turn.
- * PF 1: each tile also sends the keys and values of the warp's third tile after it into L2.
  * The unit's finish (dm_finish, splits in order) follows the q fragments of the next unit,
  * its stores free to pass the loads. Same arithmetic in the same order: the same bits as
  * dm_kernel, du_kernel and dv_kernel. */
@@ -1137,9 +1170,8 @@ static __device__ __forceinline__ void dw_fold(const float *dmp, float *sml, flo
 
 /* warp h's walk of unit x: its chain of each split (h, or (h + z) mod DM_WARPS with ROT),
  * each left in its dump; fl[0]: the chains of the current split not yet left, fl[1]: the
- * splits folded. PF: before each tile, the keys and values of the warp's third tile after it
- * into L2. */
-template <int ROT, int PF>
+ * splits folded. */
+template <int ROT, int KL, int VL>
 static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const struct du_unit &x,
                                                int h, struct du_tile &cur, struct du_tile &n1,
                                                struct du_tile &n2, uint4 kr[4][4],
@@ -1154,19 +1186,14 @@ static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const st
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
-			struct du_tile n3 = du_next<1, ROT>(n2, h, x.ns, x.split_len, x.S, x.kend);
-			if (PF) {
-				dm_kprefetch(x.kb, rowb, n3.s0, n3.e, lane);
-				dm_kprefetch(x.vb, rowb, n3.s0, n3.e, lane);
-			}
-			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, x.kb, x.vb,
-			        rowb, f16);
+			dm_tile<KL, VL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
+			                x.kb, x.vb, rowb, f16);
 			unsigned t = vs0;
 			vs0 = vs1;
 			vs1 = t;
 			cur = n1;
 			n1 = n2;
-			n2 = n3;
+			n2 = du_next<1, ROT>(n2, h, x.ns, x.split_len, x.S, x.kend);
 		}
 		float *d = dmp + ((h + ROT * z) % DM_WARPS) * DW_DUMP;
 		while (*(volatile int *)(fl + 1) < z)          /* the dumps are free */
@@ -1202,7 +1229,7 @@ static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const st
 	}
 }
 
-template <int ROT, int PF>
+template <int ROT, int F16, int KL, int VL>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1210,7 +1237,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_a
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DV_QOFF);
-	int h = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = a.b.dt == DICE_F16;
+	int h = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = F16;
 	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
 	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + h * 2 * DM_VBYTES;
 	unsigned vs1 = vs0 + DM_VBYTES;
@@ -1230,20 +1257,20 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_a
 	}
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
-		du_start<1, ROT>(x, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
+		du_start<1, ROT, KL, VL>(x, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
 		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			dw_walk<ROT, PF>(a, x, h, cur, n1, n2, kr, vs0, vs1, qf, dmp, sml, fl, gso, rowb, f16);
+			dw_walk<ROT, KL, VL>(a, x, h, cur, n1, n2, kr, vs0, vs1, qf, dmp, sml, fl, gso, rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
 		if (un < nu) {
 			y = du_get(a, un / a.NKV, un % a.NKV);
 			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1, ROT>(y, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
+				du_start<1, ROT, KL, VL>(y, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
 		__syncthreads();                        /* the slots are there; qf is free */
 		if (threadIdx.x == 0)
@@ -1527,27 +1554,33 @@ void gpu_set_dk_unit_v(int version, int grid)
 /* the persistent unit kernels (versions 2 ..): kernel, shared memory, whether it can run
  * (-1: not yet asked) and how many blocks fit on a multiprocessor */
 static struct {
-	const void *fn;
+	const void *fn[2];                  /* bf16, f16 cache */
 	int smem, can, fit;
 } dv_k[DU_VERSIONS - 1] = {
-	{ (const void *)dv_kernel, DV_SMEM, -1, 0 },
-	{ (const void *)dw_kernel<0, 0>, DW_SMEM, -1, 0 },
-	{ (const void *)dw_kernel<1, 0>, DW_SMEM, -1, 0 },
-	{ (const void *)dw_kernel<1, 1>, DW_SMEM, -1, 0 },
+	{ { (const void *)dv_kernel<0, 1, 1>, (const void *)dv_kernel<1, 1, 1> }, DV_SMEM, -1, 0 },
+	{ { (const void *)dw_kernel<1, 0, 1, 1>, (const void *)dw_kernel<1, 1, 1, 1> }, DW_SMEM, -1,
+	  0 },
+	{ { (const void *)dv_kernel<0, 1, 0>, (const void *)dv_kernel<1, 1, 0> }, DV_SMEM, -1, 0 },
+	{ { (const void *)dw_kernel<1, 0, 1, 0>, (const void *)dw_kernel<1, 1, 1, 0> }, DW_SMEM, -1,
+	  0 },
 };
 
-/* whether persistent unit kernel version v can run, once */
+/* whether persistent unit kernel version v can run (both cache types), once */
 static int dv_ok(int v)
 {
 	int i = v - 2;
 	if (dv_k[i].can < 0) {
-		dv_k[i].can = gpu_cc() >= 90 &&
-		              cudaFuncSetAttribute(dv_k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                   dv_k[i].smem) == cudaSuccess &&
-		              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dv_k[i].fit, dv_k[i].fn,
-		                                                            DM_WARPS * 32,
-		                                                            dv_k[i].smem) == cudaSuccess &&
-		              dv_k[i].fit > 0;
+		int fit[2] = { 0, 0 };
+		dv_k[i].can = gpu_cc() >= 90;
+		for (int t = 0; t < 2 && dv_k[i].can; t++)
+			dv_k[i].can = cudaFuncSetAttribute(dv_k[i].fn[t],
+			                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                   dv_k[i].smem) == cudaSuccess &&
+			              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[t], dv_k[i].fn[t],
+			                                                            DM_WARPS * 32,
+			                                                            dv_k[i].smem) ==
+			              cudaSuccess && fit[t] > 0;
+		dv_k[i].fit = fit[0] < fit[1] ? fit[0] : fit[1];
 		(void)cudaGetLastError();
 	}
 	return dv_k[i].can;
@@ -1737,8 +1770,8 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
 			grid = units < grid ? units : grid;
 			a.po = (float *)gpu_scratch(sizeof(float) * DV_SLOT * grid);
-			gpu_launch(dv_k[v - 2].fn, dim3(grid), dim3(DM_WARPS * 32), dv_k[v - 2].smem, st,
-			           args);
+			gpu_launch(dv_k[v - 2].fn[b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
+			           dv_k[v - 2].smem, st, args);
 			return 0;
 		}
 		a.cl = cl = nsplit > 1 && dm_clusters();
