@@ -901,7 +901,7 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
  * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
  * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
  * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
-template <int GROUPS, int KL = 0, int VL = 0>
+template <int GROUPS, int KL = 0, int VL = 0, int ROT = 0>
 static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
                                                int grp, int wl, struct du_tile &cur,
                                                struct du_tile &n1, struct du_tile &n2,
@@ -913,6 +913,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 	for (int z = grp; z < x.ns; z += GROUPS) {
 		int b, e, lim[2];
 		float o[16][4], m[2], lsum[2];
+		int c = ROT ? (wl + z) % DM_WARPS : wl;     /* the warp's chain of split z */
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
@@ -923,14 +924,14 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 			vs1 = t;
 			cur = n1;
 			n1 = n2;
-			n2 = du_next<GROUPS>(n2, wl, x.ns, x.split_len, x.S, x.kend);
+			n2 = du_next<GROUPS, ROT>(n2, wl, x.ns, x.split_len, x.S, x.kend);
 		}
 
 		/* the group's fold of split z (dm_kernel's warp merge): maxima and sums first */
 		if (q == 0) {
 			for (int hh = 0; hh < 2; hh++) {
-				wml[(wl * DM_ROWS + g + 8 * hh) * 2] = m[hh];
-				wml[(wl * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
+				wml[(c * DM_ROWS + g + 8 * hh) * 2] = m[hh];
+				wml[(c * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
 			}
 		}
 		du_bar(1 + grp);
@@ -959,7 +960,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 		float *zo = gso ? so : so + z * DM_ROWS * DU_SST;
 #pragma unroll
 		for (int w = 0; w < DM_WARPS; w++) {
-			if (wl == w) {
+			if (c == w) {
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {
 					int r = g + 8 * hh;
@@ -1044,7 +1045,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
 #define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
 
-template <int F16, int KL, int VL>
+template <int F16, int KL, int VL, int ROT = 0>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1067,13 +1068,13 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		return;
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
-		du_start<1, 0, KL, VL>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		du_start<1, ROT, KL, VL>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			du_walk<1, KL, VL>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
+			du_walk<1, KL, VL, ROT>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
 			           f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
@@ -1081,7 +1082,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		if (un < nu) {
 			y = du_get(a, un / a.NKV, un % a.NKV);
 			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1, 0, KL, VL>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+				du_start<1, ROT, KL, VL>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
 		__syncthreads();                        /* the slots are there; qf is free */
 		if (x.ok) {
@@ -1537,7 +1538,7 @@ static void dm_setup(void)
  * against 269 (du_kernel) and 282 (cluster) at 1024 units x 1K keys, 645 against 774 and 784
  * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units. */
 #define DU_MAXS 2048
-#define DU_VERSIONS 5
+#define DU_VERSIONS 6
 static int du_min = -1, du_can = -1, du_v = -1, dv_grid;
 
 void gpu_set_dk_unit(int min_units)
@@ -1562,6 +1563,8 @@ static struct {
 	  0 },
 	{ { (const void *)dv_kernel<0, 1, 0>, (const void *)dv_kernel<1, 1, 0> }, DV_SMEM, -1, 0 },
 	{ { (const void *)dw_kernel<1, 0, 1, 0>, (const void *)dw_kernel<1, 1, 1, 0> }, DW_SMEM, -1,
+	  0 },
+	{ { (const void *)dv_kernel<0, 1, 0, 1>, (const void *)dv_kernel<1, 1, 0, 1> }, DV_SMEM, -1,
 	  0 },
 };
 

@@ -124,9 +124,9 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
 	if (dt != DICE_F32 && HD == 128) {          /* the unit kernels and the cluster one */
-		enum { NV = 10 };
-		static const int ver[NV] = { 0, 1, 2, 2, 3, 3, 4, 4, 5, 5 };
-		static const int grid[NV] = { 0, 0, 0, 3, 0, 3, 0, 3, 0, 3 };
+		enum { NV = 12 };
+		static const int ver[NV] = { 0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6 };
+		static const int grid[NV] = { 0, 0, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3 };
 		float *got[NV];
 		for (int u = 0; u < NV; u++) {
 			gpu_set_dk_unit(u > 0);
@@ -313,7 +313,7 @@ int main(void)
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
-	for (int unit = 0; unit <= 4; unit += 2) { /* batched on the cluster / unit kernel 2, 4 */
+	for (int unit = 0; unit <= 6; unit += 2) { /* batched on the cluster / unit kernel 2, 4, 6 */
 		invariance_case(4, 1020, 32, 8, 128, DICE_BF16, unit);  /* 4B, 4 splits */
 		invariance_case(4, 300, 16, 8, 128, DICE_BF16, unit);   /* 1.7B, 2 splits */
 		invariance_case(4, 2500, 32, 8, 128, DICE_F16, unit);   /* past 2K keys: 8 */

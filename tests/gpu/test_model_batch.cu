@@ -83,6 +83,8 @@ static void run(enum dice_dtype dt, int unit)
 		         unit == 2 ? " (batch on unit kernel 2 on 3 blocks, alone on the cluster "
 		                     "kernel)" :
 		         unit == 4 ? " (batch on unit kernel 4 on 3 blocks, alone on the cluster "
+		                     "kernel)" :
+		         unit == 6 ? " (batch on unit kernel 6 on 3 blocks, alone on the cluster "
 		                     "kernel)" : "");
 		CHECK(bad == 0, what);
 	}
@@ -104,6 +106,7 @@ int main(void)
 	run(DICE_BF16, 1);
 	run(DICE_BF16, 2);
 	run(DICE_BF16, 4);
+	run(DICE_BF16, 6);
 	run(DICE_F32, 0);
 	return test_done();
 }
