@@ -9,11 +9,7 @@
  *            block per (sequence, kv head) walks all its splits), where it runs (sm_90);
  *   unit2    unit kernel 2 (gpu_set_dk_unit_v(2, 0): dv_kernel, persistent blocks, two an
  *            SM, each walking units in turn);
- *   unit3    unit kernel 3 (dw_kernel: dv_kernel's walk without barriers between splits,
- *            the splits' chains rotated over the warps);
- *   unit4    unit kernel 4 (dv_kernel with the values' copies as before);
- *   unit5    unit kernel 5 (dw_kernel with the values' copies as before);
- *   unit6    unit kernel 6 (unit4 with the splits' chains rotated over the warps);
+ *   unit3    unit kernel 3 (dv_kernel, a split's chains of tiles in turn over the warps);
  *   default  what the engine takes (gpu_set_dk_unit(-1): without DICE_DK_UNIT and
  *            DICE_DK_UNIT_V, where a sequence has at most 2048 keys, unit kernel 2 from
  *            3/4 of twice the multiprocessors' number of units on, unit kernel 1 from 3/4 of
@@ -150,13 +146,13 @@ static float *output(struct setup *s, size_t n)
 }
 
 /* the kernels timed: name, gpu_set_dk_unit, gpu_set_dk_unit_v */
-#define NKERN 8
+#define NKERN 5
 static const struct {
 	const char *name;
 	int unit, v;
 } kern[NKERN] = {
 	{ "cluster", 0, 0 }, { "unit1", 1, 1 }, { "unit2", 1, 2 }, { "unit3", 1, 3 },
-	{ "unit4", 1, 4 }, { "unit5", 1, 5 }, { "unit6", 1, 6 }, { "default", -1, 0 },
+	{ "default", -1, 0 },
 };
 
 int main(int argc, char **argv)

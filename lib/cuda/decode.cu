@@ -608,7 +608,6 @@ static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args
 /* output channels c .. c + 3 of row rbase + r of a tile: the triples of splits 0 .. ns - 1
  * folded in split order. Split j's: maxima and sums at dm_rank(ml, cl, j) + j * mlz (row r's
  * at 2 r, 2 r + 1), outputs at dm_rank(ob, cl, j) + j * oz (row r's at r * ost). */
-template <int ASM = 0>
 static __device__ __forceinline__ void dm_finish(const struct dk_args &a, const float *ml,
                                                  const float *ob, int cl, int mlz, int oz,
                                                  int ost, int ns, int r0, int kh, int rbase,
@@ -629,14 +628,9 @@ static __device__ __forceinline__ void dm_finish(const struct dk_args &a, const 
 		        dm_rank(ob, cl, j) + j * oz + r * ost + c);
 	}
 	int row = rbase + r, t = row / a.group, h = kh * a.group + row % a.group;
-	float *op = a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c;
-	float4 v = L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
-	                      make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	if (ASM)        /* (no memory clobber: later loads of other addresses may go first) */
-		asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n"
-		             :: "l"(op), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
-	else
-		*(float4 *)op = v;
+	*(float4 *)(a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c) =
+		L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
+		           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 /* the start of a split [.., e) for the rows g, g + 8 of the tile at rbase: their key limits
@@ -834,7 +828,7 @@ static __device__ __forceinline__ struct du_tile du_next(struct du_tile t, int w
 		t.z += GROUPS;
 		int b;
 		du_range(t.z, split_len, S, kend, &b, &t.e);
-		t.s0 = b + (ROT ? (wl + t.z) % DM_WARPS : wl) * DM_KT;  /* (ROT: dw_kernel's turn) */
+		t.s0 = b + (ROT ? (wl + t.z) % DM_WARPS : wl) * DM_KT;  /* (ROT: chains in turn) */
 		if (t.z >= ns)
 			t.e = 0;
 	}
@@ -1036,8 +1030,16 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
  * floats a block; they stay in L2); once the unit's last split is folded, the warps ask for
  * the next unit's first tiles before the finish (dm_kernel's, from the slots in split order)
  * and the next q fragments, so the next unit's loads are in flight while the block finishes
- * the current one; the other block on the SM covers the rest. Same arithmetic in the same
- * order: the same bits as dm_kernel and du_kernel. */
+ * the current one; the other block on the SM covers the rest. It is compiled once per cache
+ * type (F16: the tile loop's mma and 16-bit splits without a runtime branch), its key loads
+ * past a split's end take the split's last key again (masked by value) instead of zeroing
+ * registers, and its value copies step their addresses (dm_kload / dm_vload's lean forms):
+ * about a quarter fewer instructions, which is what bounds it (ncu, H200, 1K keys x batch
+ * 128: 2 warps a scheduler issuing every 6-8 cycles; NOTES-device.md, helper att). ROT:
+ * warp w walks chain (w + z) mod DM_WARPS of split z (chain c: the split's tiles c, c +
+ * DM_WARPS, ...), so that a split's longer chain (chain 0 of a 9-tile split at 2K keys)
+ * falls on each warp in turn; the fold still takes the chains in order. Same arithmetic in
+ * the same order: the same bits as dm_kernel and du_kernel. */
 #define DV_QOFF (DM_WARPS * 2 * DM_VBYTES)          /* after (warp, stage) value tiles */
 #define DV_SO (DV_QOFF + DM_QBYTES)                 /* one split's (row, DU_SST) outputs */
 #define DV_SML (DV_SO + DM_ROWS * DU_SST * 4)       /* (split, row, max / sum) */
@@ -1045,7 +1047,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
 #define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
 
-template <int F16, int KL, int VL, int ROT = 0>
+template <int F16, int ROT>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1068,21 +1070,21 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		return;
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
-		du_start<1, ROT, KL, VL>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		du_start<1, ROT, 1, 1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			du_walk<1, KL, VL, ROT>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
-			           f16);
+			du_walk<1, 1, 1, ROT>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso,
+			                      rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
 		if (un < nu) {
 			y = du_get(a, un / a.NKV, un % a.NKV);
 			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1, ROT, KL, VL>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+				du_start<1, ROT, 1, 1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
 		__syncthreads();                        /* the slots are there; qf is free */
 		if (x.ok) {
@@ -1097,199 +1099,6 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 			break;
 		if (y.ok)
 			dm_qfrags<DM_WARPS>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
-		__syncthreads();                        /* qf is there; the slots were read */
-		u = un;
-		x = y;
-	}
-	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* ---------------------------------------------------------------- the unit variant, version 3
- * dw_kernel: dv_kernel's persistent blocks and walk without the group's barriers between
- * splits. A split's chains (chain w: the tiles w, w + DM_WARPS, ... of the split, each with
- * its own online softmax: what warp w of a dm_kernel block does) are independent until the
- * fold, so a warp that has finished its chain of split z leaves it (maxima, sums, outputs) in
- * shared memory (dump w, the chain's) and goes on with split z + 1; the warp that leaves the
- * split's last chain folds the four in chain order (dm_kernel's warp merge, the same
- * expressions as du_walk's) into the block's slot z in global memory and marks the split
- * folded. A dump is written once the splits before are folded (a warp runs at most one split
- * ahead of the slowest). ROT 1: warp h does chain (h + z) mod DM_WARPS of split z, so that
- * the splits' longer chains (a split of 9 tiles: chain 0 has 3) fall on the warps in turn.
- * The unit's finish (dm_finish, splits in order) follows the q fragments of the next unit,
- * its stores free to pass the loads. Same arithmetic in the same order: the same bits as
- * dm_kernel, du_kernel and dv_kernel. */
-#define DW_DST (DM_HD + 8)                          /* dump row stride (floats) */
-#define DW_DUMP (DM_ROWS * DW_DST + DM_ROWS * 2)    /* a chain's dump (floats): o, (m, l) */
-#define DW_DO (DV_QOFF + DM_QBYTES)                 /* the chains' dumps */
-#define DW_SML (DW_DO + DM_WARPS * DW_DUMP * 4)     /* (split, row, max / sum) */
-#define DW_FL (DW_SML + DK_SPLITS_MAX * DM_ROWS * 2 * 4)   /* chains left, splits folded */
-#define DW_SMEM (DW_FL + 2 * 4)
-
-/* split z's fold, by one warp: the four chains' dumps in chain order into sml's split z and
- * the slot gso + z * DM_ROWS * DM_HD (du_walk's arithmetic: M, then L and O warp by warp) */
-static __device__ __forceinline__ void dw_fold(const float *dmp, float *sml, float *gso, int z)
-{
-	int lane = threadIdx.x & 31;
-	const float *ml = dmp + DM_ROWS * DW_DST;   /* chain w's (m, l) of row r: w * DW_DUMP + 2 r */
-
-	if (lane < DM_ROWS) {
-		float M = -INFINITY, L = 0.0f;
-#pragma unroll
-		for (int w = 0; w < DM_WARPS; w++)
-			M = fmaxf(M, ml[w * DW_DUMP + 2 * lane]);
-#pragma unroll
-		for (int w = 0; w < DM_WARPS; w++) {
-			float mw = ml[w * DW_DUMP + 2 * lane];
-			if (mw == -INFINITY)
-				continue;
-			L += ml[w * DW_DUMP + 2 * lane + 1] * exp2f(mw - M);
-		}
-		sml[(z * DM_ROWS + lane) * 2] = M;
-		sml[(z * DM_ROWS + lane) * 2 + 1] = L;
-	}
-#pragma unroll 4
-	for (int r = 0; r < DM_ROWS; r++) {
-		float M = -INFINITY;
-#pragma unroll
-		for (int w = 0; w < DM_WARPS; w++)
-			M = fmaxf(M, ml[w * DW_DUMP + 2 * r]);
-		float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-		for (int w = 0; w < DM_WARPS; w++) {
-			float mw = ml[w * DW_DUMP + 2 * r], sc = exp2f(mw - M);
-			float4 x = *(const float4 *)(dmp + w * DW_DUMP + r * DW_DST + 4 * lane);
-			if (mw != -INFINITY) {
-				O.x += x.x * sc;
-				O.y += x.y * sc;
-				O.z += x.z * sc;
-				O.w += x.w * sc;
-			}
-		}
-		*(float4 *)(gso + (z * DM_ROWS + r) * DM_HD + 4 * lane) = O;
-	}
-}
-
-/* warp h's walk of unit x: its chain of each split (h, or (h + z) mod DM_WARPS with ROT),
- * each left in its dump; fl[0]: the chains of the current split not yet left, fl[1]: the
- * splits folded. */
-template <int ROT, int KL, int VL>
-static __device__ __forceinline__ void dw_walk(const struct dk_args &a, const struct du_unit &x,
-                                               int h, struct du_tile &cur, struct du_tile &n1,
-                                               struct du_tile &n2, uint4 kr[4][4],
-                                               unsigned &vs0, unsigned &vs1, const uint4 *qf,
-                                               float *dmp, float *sml, int *fl, float *gso,
-                                               unsigned rowb, int f16)
-{
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	for (int z = 0; z < x.ns; z++) {
-		int b, e, lim[2];
-		float o[16][4], m[2], lsum[2];
-		du_range(z, x.split_len, x.S, x.kend, &b, &e);
-		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
-		while (cur.z == z) {
-			dm_tile<KL, VL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
-			                x.kb, x.vb, rowb, f16);
-			unsigned t = vs0;
-			vs0 = vs1;
-			vs1 = t;
-			cur = n1;
-			n1 = n2;
-			n2 = du_next<1, ROT>(n2, h, x.ns, x.split_len, x.S, x.kend);
-		}
-		float *d = dmp + ((h + ROT * z) % DM_WARPS) * DW_DUMP;
-		while (*(volatile int *)(fl + 1) < z)          /* the dumps are free */
-			__nanosleep(64);
-#pragma unroll
-		for (int hh = 0; hh < 2; hh++) {
-			int r = g + 8 * hh;
-#pragma unroll
-			for (int nt = 0; nt < 16; nt++)
-				*(float2 *)(d + r * DW_DST + 8 * nt + 2 * q) =
-					make_float2(o[nt][2 * hh], o[nt][2 * hh + 1]);
-			if (q == 0) {
-				d[DM_ROWS * DW_DST + 2 * r] = m[hh];
-				d[DM_ROWS * DW_DST + 2 * r + 1] = lsum[hh];
-			}
-		}
-		__threadfence_block();
-		__syncwarp();
-		int last = 0;
-		if (lane == 0)
-			last = atomicSub(fl, 1) == 1;
-		if (__shfl_sync(0xffffffffu, last, 0)) {       /* the split's last chain: fold it */
-			__threadfence_block();
-			dw_fold(dmp, sml, gso, z);
-			__threadfence_block();
-			__syncwarp();
-			if (lane == 0) {
-				fl[0] = DM_WARPS;
-				__threadfence_block();
-				*(volatile int *)(fl + 1) = z + 1;
-			}
-		}
-	}
-}
-
-template <int ROT, int F16, int KL, int VL>
-static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dw_kernel(struct dk_args a)
-{
-	gpu_pdl_trigger();
-	gpu_pdl_wait();
-	extern __shared__ float4 dk_smem[];
-	char *sm = (char *)dk_smem;
-	uint4 *qf = (uint4 *)(sm + DV_QOFF);
-	int h = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = F16;
-	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
-	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + h * 2 * DM_VBYTES;
-	unsigned vs1 = vs0 + DM_VBYTES;
-	float *dmp = (float *)(sm + DW_DO), *sml = (float *)(sm + DW_SML);
-	int *fl = (int *)(sm + DW_FL);
-	float *gso = a.po + (size_t)blockIdx.x * DV_SLOT;
-	struct du_tile cur, n1, n2;
-	uint4 kr[4][4];
-	int u = blockIdx.x;
-	struct du_unit x;
-
-	if (u >= nu)
-		return;
-	if (threadIdx.x == 0) {
-		fl[0] = DM_WARPS;
-		fl[1] = 0;
-	}
-	x = du_get(a, u / a.NKV, u % a.NKV);
-	if (x.ok) {
-		du_start<1, ROT, KL, VL>(x, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
-		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
-	}
-	__syncthreads();
-	for (;;) {
-		if (x.ok)
-			dw_walk<ROT, KL, VL>(a, x, h, cur, n1, n2, kr, vs0, vs1, qf, dmp, sml, fl, gso, rowb, f16);
-		int un = u + gridDim.x;
-		struct du_unit y;
-		y.ok = 0;
-		if (un < nu) {
-			y = du_get(a, un / a.NKV, un % a.NKV);
-			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1, ROT, KL, VL>(y, 0, h, cur, n1, n2, kr, vs0, vs1, rowb);
-		}
-		__syncthreads();                        /* the slots are there; qf is free */
-		if (threadIdx.x == 0)
-			fl[1] = 0;
-		if (y.ok)
-			dm_qfrags<DM_WARPS>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
-		if (x.ok) {
-#pragma unroll
-			for (int i = 0; i < DM_ROWS * DM_HD / 4 / (DM_WARPS * 32); i++) {
-				int e = threadIdx.x + DM_WARPS * 32 * i, r = e / (DM_HD / 4);
-				int c = 4 * (e % (DM_HD / 4));
-				if (x.rbase + r < x.TG)
-					dm_finish<1>(a, sml, gso, 0, DM_ROWS * 2, DM_ROWS * DM_HD, DM_HD, x.ns,
-					             x.r0, x.kh, x.rbase, r, c);
-			}
-		}
-		if (un >= nu)
-			break;
 		__syncthreads();                        /* qf is there; the slots were read */
 		u = un;
 		x = y;
@@ -1531,14 +1340,17 @@ static void dm_setup(void)
  * gpu_set_dk_unit_v), by default (0) dv_kernel from 3/4 of the number of its blocks that fit
  * at once (198 units on an H100 / H200, 4 warps a block, two an SM), whatever the keys, and
  * du_kernel below that where no sequence has more than DU_MAXS keys; dv_kernel on at most
- * dv_grid blocks (0: as many as fit at once). All give the same bits. The defaults come
+ * dv_grid blocks (0: as many as fit at once); 3: dv_kernel with the chains in turn (ROT).
+ * All give the same bits. The defaults come
  * from bench/attention-kv.cu (bench/NOTES-device.md, session 6), SDAR-4B's shape: on an
  * H100 du_kernel was faster than the cluster kernel from 128 units (batch 16) at 1K keys
  * and slower at 64, and slower at 4K keys x 1024 units; on an H200 dv_kernel took 206 us
  * against 269 (du_kernel) and 282 (cluster) at 1024 units x 1K keys, 645 against 774 and 784
- * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units. */
+ * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units;
+ * after the cache-type template and the lean loads (helper att, H200), dv_kernel took 190.6
+ * us at 1024 units x 1K keys (204.0 before), 332.1 at 2K keys (382.2). */
 #define DU_MAXS 2048
-#define DU_VERSIONS 6
+#define DU_VERSIONS 3
 static int du_min = -1, du_can = -1, du_v = -1, dv_grid;
 
 void gpu_set_dk_unit(int min_units)
@@ -1558,14 +1370,8 @@ static struct {
 	const void *fn[2];                  /* bf16, f16 cache */
 	int smem, can, fit;
 } dv_k[DU_VERSIONS - 1] = {
-	{ { (const void *)dv_kernel<0, 1, 1>, (const void *)dv_kernel<1, 1, 1> }, DV_SMEM, -1, 0 },
-	{ { (const void *)dw_kernel<1, 0, 1, 1>, (const void *)dw_kernel<1, 1, 1, 1> }, DW_SMEM, -1,
-	  0 },
-	{ { (const void *)dv_kernel<0, 1, 0>, (const void *)dv_kernel<1, 1, 0> }, DV_SMEM, -1, 0 },
-	{ { (const void *)dw_kernel<1, 0, 1, 0>, (const void *)dw_kernel<1, 1, 1, 0> }, DW_SMEM, -1,
-	  0 },
-	{ { (const void *)dv_kernel<0, 1, 0, 1>, (const void *)dv_kernel<1, 1, 0, 1> }, DV_SMEM, -1,
-	  0 },
+	{ { (const void *)dv_kernel<0, 0>, (const void *)dv_kernel<1, 0> }, DV_SMEM, -1, 0 },
+	{ { (const void *)dv_kernel<0, 1>, (const void *)dv_kernel<1, 1> }, DV_SMEM, -1, 0 },
 };
 
 /* whether persistent unit kernel version v can run (both cache types), once */
@@ -1590,8 +1396,7 @@ static int dv_ok(int v)
 }
 
 /* the unit kernel to take for a launch of `units` units, the longest sequence maxS keys:
- * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel, 3 dw_kernel, 4 dw_kernel rotated,
- * 5 dw_kernel rotated with the L2 prefetch */
+ * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel, 3 dv_kernel with the chains in turn */
 static int du_ok(int units, int maxS)
 {
 	if (du_min == -1) {
