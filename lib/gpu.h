@@ -127,10 +127,11 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
  * DICE_DK_UNIT or the default (3/4 of the multiprocessors' number of units, up to 2048 keys
  * a sequence). For tests and benches. */
 void gpu_set_dk_unit(int min_units);
-/* which unit kernel: version 1 (du_kernel, a block of 8 warps a unit) or 2 (dv_kernel,
- * persistent blocks of 4 warps, two an SM, on at most grid blocks, 0: as many as fit); other
- * versions: back to DICE_DK_UNIT_V (1 or 2) or the default (2 from 3/4 of the number of
- * its blocks that fit at once, else 1). For tests and benches. */
+/* which unit kernel: version 1 (du_kernel, a block of 8 warps a unit), 2 (dv_kernel,
+ * persistent blocks of 4 warps, two an SM, on at most grid blocks, 0: as many as fit) or 3
+ * (dv_kernel, a split's chains of key tiles in turn over the warps); other versions: back to
+ * DICE_DK_UNIT_V (1 to 3) or the default (2 from 3/4 of the number of its blocks that fit at
+ * once, else 1). For tests and benches. */
 void gpu_set_dk_unit_v(int version, int grid);
 int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
                  const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,

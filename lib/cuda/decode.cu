@@ -356,16 +356,25 @@ static __device__ __forceinline__ void dm_split(float a, float b, int f16, unsig
 }
 
 /* a warp's keys s0 .. s0 + 31 (past s_end: zero) as B fragments: n-tile j holds key
- * s0 + 8 j + g, inputs 32 blk + 8 q .. +7 */
+ * s0 + 8 j + g, inputs 32 blk + 8 q .. +7. CLAMP: past s_end, key s_end - 1 again (key 0
+ * if s_end is 0) instead of zero: their scores are masked to -inf by value, so the same bits
+ * with fewer instructions. */
+template <int CLAMP = 0>
 static __device__ __forceinline__ void dm_kload(uint4 kr[4][4], const char *kb, unsigned rowb,
                                                 int s0, int s_end, int g, int q)
 {
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
 		int key = s0 + 8 * j + g;
+		if (CLAMP)
+			key = max(min(key, s_end - 1), 0);
 		const char *p = kb + (unsigned)key * rowb + 16 * q;
 #pragma unroll
 		for (int blk = 0; blk < 4; blk++) {
+			if (CLAMP) {
+				kr[j][blk] = __ldg((const uint4 *)(p + 64 * blk));
+				continue;
+			}
 			kr[j][blk] = make_uint4(0, 0, 0, 0);
 			if (key < s_end)
 				kr[j][blk] = __ldg((const uint4 *)(p + 64 * blk));
@@ -386,11 +395,34 @@ static __device__ __forceinline__ void dm_kprefetch(const char *kb, unsigned row
 
 /* the warp's values of keys s0 .. s0 + 31 into the tile at shared address vs (cp.async, past
  * s_end: zero): 32 keys x 16 chunks, chunk c of key r at chunk c ^ (r & 7); one commit group
- * (empty when the tile is past the split) */
+ * (empty when the tile is past the split). LEAN: the same copies with the addresses stepped
+ * (lane's chunk i: key 2 i + lane / 16, chunk lane % 16) and no checks for a whole tile. */
+template <int LEAN = 0>
 static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, unsigned rowb,
                                                 int s0, int s_end, int lane)
 {
-	if (s0 < s_end) {
+	if (LEAN && s0 < s_end) {
+		/* (r & 7 = 2 (i & 3) + hi, so chunk ch ^ (r & 7) = (ch ^ hi) ^ 2 (i & 3)) */
+		int hi = lane >> 4, cx = (lane & 15) ^ hi, n = s_end - s0 - hi;
+		unsigned off = (unsigned)(s0 + hi) * rowb + (lane & 15) * 16;
+		unsigned d0 = vs + hi * (DM_HD * 2);
+		if (s0 + DM_KT <= s_end) {
+#pragma unroll
+			for (int i = 0; i < 16; i++)
+				asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+				             :: "r"(d0 + i * 2 * (DM_HD * 2) + ((cx ^ (2 * (i & 3))) << 4)),
+				                "l"(vb + (off + 2 * i * rowb)) : "memory");
+		} else {
+#pragma unroll
+			for (int i = 0; i < 16; i++) {
+				int ok = 2 * i < n;
+				asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+				             :: "r"(d0 + i * 2 * (DM_HD * 2) + ((cx ^ (2 * (i & 3))) << 4)),
+				                "l"(ok ? vb + (off + 2 * i * rowb) : vb), "r"(ok ? 16 : 0)
+				             : "memory");
+			}
+		}
+	} else if (!LEAN && s0 < s_end) {
 #pragma unroll
 		for (int i = 0; i < 16; i++) {
 			int c = lane + 32 * i, r = c >> 4, ch = c & 15, ok = s0 + r < s_end;
@@ -408,6 +440,7 @@ static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, uns
  * P V. Once the scores are made, the warp's next tile's keys (s1 .., up to e1; in L2 by then)
  * go into kr and the keys of the one after (s2 .., up to e2) into L2; at the end, that one's
  * values into vs. */
+template <int KL = 0, int VL = 0>
 static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *lsum,
                                                uint4 kr[4][4], unsigned vs, const uint4 *qf,
                                                const int *lim, int s0, int s1, int e1, int s2,
@@ -436,7 +469,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 			}
 		}
 	}
-	dm_kload(kr, kb, rowb, s1, e1, g, q);
+	dm_kload<KL>(kr, kb, rowb, s1, e1, g, q);
 	dm_kprefetch(kb, rowb, s2, e2, lane);
 	/* online softmax per row (g: hh 0, g + 8: hh 1); a row's 32 keys sit in its quad */
 #pragma unroll
@@ -505,7 +538,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 		}
 	}
 	__syncwarp();                                   /* every lane is done with the tile */
-	dm_vload(vs, vb, rowb, s2, e2, lane);
+	dm_vload<VL>(vs, vb, rowb, s2, e2, lane);
 }
 
 /* one (max m, sum *lp, output xp[0..3]) triple folded into the running (L, O) at the common
@@ -786,7 +819,7 @@ struct du_tile {
 	int z, s0, e;
 };
 
-template <int GROUPS>
+template <int GROUPS, int ROT = 0>
 static __device__ __forceinline__ struct du_tile du_next(struct du_tile t, int wl, int ns,
                                                          int split_len, int S, int kend)
 {
@@ -795,7 +828,7 @@ static __device__ __forceinline__ struct du_tile du_next(struct du_tile t, int w
 		t.z += GROUPS;
 		int b;
 		du_range(t.z, split_len, S, kend, &b, &t.e);
-		t.s0 = b + wl * DM_KT;
+		t.s0 = b + (ROT ? (wl + t.z) % DM_WARPS : wl) * DM_KT;  /* (ROT: chains in turn) */
 		if (t.z >= ns)
 			t.e = 0;
 	}
@@ -837,7 +870,7 @@ static __device__ __forceinline__ struct du_unit du_get(const struct dk_args &a,
 
 /* a warp's first tiles of unit x (group grp of GROUPS): its first tile's keys into kr and
  * values into vs0, the second's values into vs1 and keys into L2; cur, n1, n2 its first three */
-template <int GROUPS>
+template <int GROUPS, int ROT = 0, int KL = 0, int VL = 0>
 static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp, int wl,
                                                 struct du_tile &cur, struct du_tile &n1,
                                                 struct du_tile &n2, uint4 kr[4][4],
@@ -848,12 +881,12 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
 	cur.z = grp - GROUPS;
 	cur.s0 = -DM_WARPS * DM_KT;
 	cur.e = 0;
-	cur = du_next<GROUPS>(cur, wl, x.ns, x.split_len, x.S, x.kend);
-	n1 = du_next<GROUPS>(cur, wl, x.ns, x.split_len, x.S, x.kend);
-	n2 = du_next<GROUPS>(n1, wl, x.ns, x.split_len, x.S, x.kend);
-	dm_kload(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
-	dm_vload(vs0, x.vb, rowb, cur.s0, cur.e, lane);
-	dm_vload(vs1, x.vb, rowb, n1.s0, n1.e, lane);
+	cur = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
+	n1 = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
+	n2 = du_next<GROUPS, ROT>(n1, wl, x.ns, x.split_len, x.S, x.kend);
+	dm_kload<KL>(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
+	dm_vload<VL>(vs0, x.vb, rowb, cur.s0, cur.e, lane);
+	dm_vload<VL>(vs1, x.vb, rowb, n1.s0, n1.e, lane);
 	dm_kprefetch(x.kb, rowb, n1.s0, n1.e, lane);
 }
 
@@ -862,7 +895,7 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
  * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
  * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
  * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
-template <int GROUPS>
+template <int GROUPS, int KL = 0, int VL = 0, int ROT = 0>
 static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
                                                int grp, int wl, struct du_tile &cur,
                                                struct du_tile &n1, struct du_tile &n2,
@@ -874,24 +907,25 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 	for (int z = grp; z < x.ns; z += GROUPS) {
 		int b, e, lim[2];
 		float o[16][4], m[2], lsum[2];
+		int c = ROT ? (wl + z) % DM_WARPS : wl;     /* the warp's chain of split z */
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
-			dm_tile(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e, x.kb, x.vb,
-			        rowb, f16);
+			dm_tile<KL, VL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
+			                x.kb, x.vb, rowb, f16);
 			unsigned t = vs0;
 			vs0 = vs1;
 			vs1 = t;
 			cur = n1;
 			n1 = n2;
-			n2 = du_next<GROUPS>(n2, wl, x.ns, x.split_len, x.S, x.kend);
+			n2 = du_next<GROUPS, ROT>(n2, wl, x.ns, x.split_len, x.S, x.kend);
 		}
 
 		/* the group's fold of split z (dm_kernel's warp merge): maxima and sums first */
 		if (q == 0) {
 			for (int hh = 0; hh < 2; hh++) {
-				wml[(wl * DM_ROWS + g + 8 * hh) * 2] = m[hh];
-				wml[(wl * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
+				wml[(c * DM_ROWS + g + 8 * hh) * 2] = m[hh];
+				wml[(c * DM_ROWS + g + 8 * hh) * 2 + 1] = lsum[hh];
 			}
 		}
 		du_bar(1 + grp);
@@ -920,7 +954,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 		float *zo = gso ? so : so + z * DM_ROWS * DU_SST;
 #pragma unroll
 		for (int w = 0; w < DM_WARPS; w++) {
-			if (wl == w) {
+			if (c == w) {
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {
 					int r = g + 8 * hh;
@@ -996,8 +1030,16 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
  * floats a block; they stay in L2); once the unit's last split is folded, the warps ask for
  * the next unit's first tiles before the finish (dm_kernel's, from the slots in split order)
  * and the next q fragments, so the next unit's loads are in flight while the block finishes
- * the current one; the other block on the SM covers the rest. Same arithmetic in the same
- * order: the same bits as dm_kernel and du_kernel. */
+ * the current one; the other block on the SM covers the rest. It is compiled once per cache
+ * type (F16: the tile loop's mma and 16-bit splits without a runtime branch), its key loads
+ * past a split's end take the split's last key again (masked by value) instead of zeroing
+ * registers, and its value copies step their addresses (dm_kload / dm_vload's lean forms):
+ * about a quarter fewer instructions, which is what bounds it (ncu, H200, 1K keys x batch
+ * 128: 2 warps a scheduler issuing every 6-8 cycles; NOTES-device.md, helper att). ROT:
+ * warp w walks chain (w + z) mod DM_WARPS of split z (chain c: the split's tiles c, c +
+ * DM_WARPS, ...), so that a split's longer chain (chain 0 of a 9-tile split at 2K keys)
+ * falls on each warp in turn; the fold still takes the chains in order. Same arithmetic in
+ * the same order: the same bits as dm_kernel and du_kernel. */
 #define DV_QOFF (DM_WARPS * 2 * DM_VBYTES)          /* after (warp, stage) value tiles */
 #define DV_SO (DV_QOFF + DM_QBYTES)                 /* one split's (row, DU_SST) outputs */
 #define DV_SML (DV_SO + DM_ROWS * DU_SST * 4)       /* (split, row, max / sum) */
@@ -1005,6 +1047,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
 #define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
 
+template <int F16, int ROT>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1012,7 +1055,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DV_QOFF);
-	int wl = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = a.b.dt == DICE_F16;
+	int wl = threadIdx.x >> 5, nu = a.b.nseq * a.rtiles * a.NKV, f16 = F16;
 	unsigned rowb = (unsigned)a.NKV * DM_HD * 2;
 	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wl * 2 * DM_VBYTES;
 	unsigned vs1 = vs0 + DM_VBYTES;
@@ -1027,21 +1070,21 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		return;
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
-		du_start<1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+		du_start<1, ROT, 1, 1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			du_walk<1>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso, rowb,
-			           f16);
+			du_walk<1, 1, 1, ROT>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso,
+			                      rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
 		if (un < nu) {
 			y = du_get(a, un / a.NKV, un % a.NKV);
 			if (y.ok)                   /* (each warp is done with its value tiles) */
-				du_start<1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
+				du_start<1, ROT, 1, 1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
 		__syncthreads();                        /* the slots are there; qf is free */
 		if (x.ok) {
@@ -1296,14 +1339,18 @@ static void dm_setup(void)
  * gpu_set_dk_unit_v), by default (0) dv_kernel from 3/4 of the number of its blocks that fit
  * at once (198 units on an H100 / H200, 4 warps a block, two an SM), whatever the keys, and
  * du_kernel below that where no sequence has more than DU_MAXS keys; dv_kernel on at most
- * dv_grid blocks (0: as many as fit at once). All give the same bits. The defaults come
+ * dv_grid blocks (0: as many as fit at once); 3: dv_kernel with the chains in turn (ROT).
+ * All give the same bits. The defaults come
  * from bench/attention-kv.cu (bench/NOTES-device.md, session 6), SDAR-4B's shape: on an
  * H100 du_kernel was faster than the cluster kernel from 128 units (batch 16) at 1K keys
  * and slower at 64, and slower at 4K keys x 1024 units; on an H200 dv_kernel took 206 us
  * against 269 (du_kernel) and 282 (cluster) at 1024 units x 1K keys, 645 against 774 and 784
- * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units. */
+ * at 4K keys, 59 against 74 and 82 at 256 units, but 47 against 40 and 46 at 128 units;
+ * after the cache-type template and the lean loads (helper att, H200), dv_kernel took 190.6
+ * us at 1024 units x 1K keys (204.0 before), 332.1 at 2K keys (382.2). */
 #define DU_MAXS 2048
-static int du_min = -1, du_can = -1, du_v = -1, dv_can = -1, dv_grid, dv_fit;
+#define DU_VERSIONS 3
+static int du_min = -1, du_can = -1, du_v = -1, dv_grid;
 
 void gpu_set_dk_unit(int min_units)
 {
@@ -1312,12 +1359,43 @@ void gpu_set_dk_unit(int min_units)
 
 void gpu_set_dk_unit_v(int version, int grid)
 {
-	du_v = version == 1 || version == 2 ? version : -1;
+	du_v = version >= 1 && version <= DU_VERSIONS ? version : -1;
 	dv_grid = grid > 0 ? grid : 0;
 }
 
+/* the persistent unit kernels (versions 2 ..): kernel, shared memory, whether it can run
+ * (-1: not yet asked) and how many blocks fit on a multiprocessor */
+static struct {
+	const void *fn[2];                  /* bf16, f16 cache */
+	int smem, can, fit;
+} dv_k[DU_VERSIONS - 1] = {
+	{ { (const void *)dv_kernel<0, 0>, (const void *)dv_kernel<1, 0> }, DV_SMEM, -1, 0 },
+	{ { (const void *)dv_kernel<0, 1>, (const void *)dv_kernel<1, 1> }, DV_SMEM, -1, 0 },
+};
+
+/* whether persistent unit kernel version v can run (both cache types), once */
+static int dv_ok(int v)
+{
+	int i = v - 2;
+	if (dv_k[i].can < 0) {
+		int fit[2] = { 0, 0 };
+		dv_k[i].can = gpu_cc() >= 90;
+		for (int t = 0; t < 2 && dv_k[i].can; t++)
+			dv_k[i].can = cudaFuncSetAttribute(dv_k[i].fn[t],
+			                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                   dv_k[i].smem) == cudaSuccess &&
+			              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[t], dv_k[i].fn[t],
+			                                                            DM_WARPS * 32,
+			                                                            dv_k[i].smem) ==
+			              cudaSuccess && fit[t] > 0;
+		dv_k[i].fit = fit[0] < fit[1] ? fit[0] : fit[1];
+		(void)cudaGetLastError();
+	}
+	return dv_k[i].can;
+}
+
 /* the unit kernel to take for a launch of `units` units, the longest sequence maxS keys:
- * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel */
+ * 0 none (the cluster kernel), 1 du_kernel, 2 dv_kernel, 3 dv_kernel with the chains in turn */
 static int du_ok(int units, int maxS)
 {
 	if (du_min == -1) {
@@ -1334,24 +1412,18 @@ static int du_ok(int units, int maxS)
 	if (du_v == -1) {
 		const char *e = getenv("DICE_DK_UNIT_V");
 		du_v = 0;
-		if (e && (!strcmp(e, "1") || !strcmp(e, "2")))
+		if (e && e[0] >= '1' && e[0] <= '0' + DU_VERSIONS && !e[1])
 			du_v = *e - '0';
 		else if (e)
-			fprintf(stderr, "dice: DICE_DK_UNIT_V=%s: want 1 or 2; using the default\n", e);
+			fprintf(stderr, "dice: DICE_DK_UNIT_V=%s: want 1 to %d; using the default\n", e,
+			        DU_VERSIONS);
 	}
 	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4))
 		return 0;
-	if (dv_can < 0) {
-		dv_can = gpu_cc() >= 90 &&
-		         cudaFuncSetAttribute(dv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                              DV_SMEM) == cudaSuccess &&
-		         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dv_fit, dv_kernel, DM_WARPS * 32,
-		                                                       DV_SMEM) == cudaSuccess &&
-		         dv_fit > 0;
-		(void)cudaGetLastError();
-	}
-	if (du_v == 2 || (du_v == 0 && dv_can && units >= 3 * dv_fit * gpu_sm_count() / 4))
-		return dv_can ? 2 : 0;
+	if (du_v >= 2)
+		return dv_ok(du_v) ? du_v : 0;
+	if (du_v == 0 && dv_ok(2) && units >= 3 * dv_k[0].fit * gpu_sm_count() / 4)
+		return 2;
 	if (du_min < 0 && maxS > DU_MAXS)       /* du_kernel by default only up to DU_MAXS */
 		return 0;
 	if (du_can < 0) {
@@ -1500,13 +1572,13 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			           DU_SMEM, st, args);
 			return 0;
 		}
-		if (v == 2) {                           /* persistent: the blocks that fit at once */
-			int grid = dv_fit * gpu_sm_count();
+		if (v >= 2) {                           /* persistent: the blocks that fit at once */
+			int grid = dv_k[v - 2].fit * gpu_sm_count();
 			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
 			grid = units < grid ? units : grid;
 			a.po = (float *)gpu_scratch(sizeof(float) * DV_SLOT * grid);
-			gpu_launch((const void *)dv_kernel, dim3(grid), dim3(DM_WARPS * 32), DV_SMEM, st,
-			           args);
+			gpu_launch(dv_k[v - 2].fn[b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
+			           dv_k[v - 2].smem, st, args);
 			return 0;
 		}
 		a.cl = cl = nsplit > 1 && dm_clusters();

@@ -5,9 +5,10 @@
  * On sm_90 the 16-bit HD 128 cases merge their key splits inside a thread block cluster;
  * DICE_DK_CLUSTER=0 runs the same cases through the global-memory merge instead. Those
  * cases also run on the unit kernels (gpu_set_dk_unit: one block walks a unit's splits;
- * gpu_set_dk_unit_v: version 1, du_kernel, and 2, the persistent dv_kernel, also on 3 blocks
- * so that each walks many units of different lengths) and must give the cluster kernel's
- * bits, and the invariance cases batch on the cluster kernel or dv_kernel. */
+ * gpu_set_dk_unit_v: version 1, du_kernel, 2, the persistent dv_kernel, and 3, dv_kernel with
+ * the splits' chains in turn over the warps, the persistent ones also on 3 blocks so that each
+ * walks many units of different lengths) and must give the cluster kernel's bits, and the
+ * invariance cases batch on the cluster kernel or dv_kernel (2 and 3). */
 #include "gpu_test.h"
 
 #define L 2                                 /* layers of every test cache */
@@ -122,9 +123,10 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 	         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, HD);
 	gt_compare(what, out, ref, qn, 1e-5, 1e-4);
 	if (dt != DICE_F32 && HD == 128) {          /* the unit kernels and the cluster one */
-		static const int ver[4] = { 0, 1, 2, 2 }, grid[4] = { 0, 0, 0, 3 };
-		float *got[4];
-		for (int u = 0; u < 4; u++) {
+		enum { NV = 6 };
+		static const int ver[NV] = { 0, 1, 2, 2, 3, 3 }, grid[NV] = { 0, 0, 0, 3, 0, 3 };
+		float *got[NV];
+		for (int u = 0; u < NV; u++) {
 			gpu_set_dk_unit(u > 0);
 			gpu_set_dk_unit_v(ver[u], grid[u]);
 			float *d = gt_poisoned(qn);
@@ -134,7 +136,7 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 		}
 		gpu_set_dk_unit(-1);
 		gpu_set_dk_unit_v(0, 0);
-		for (int u = 1; u < 4; u++) {
+		for (int u = 1; u < NV; u++) {
 			snprintf(what, sizeof what, "attention_kv %s nseq=%d T0=%d maxS=%d NH=%d NKV=%d: "
 			         "unit kernel %d%s bitwise equal to the cluster kernel and to the default",
 			         dtname(dt), nseq, T[0], b.h.maxS, NH, NKV, ver[u],
@@ -142,7 +144,7 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 			CHECK(memcmp(got[0], got[u], qn * sizeof(float)) == 0 &&
 			      memcmp(got[0], out, qn * sizeof(float)) == 0, what);
 		}
-		for (int u = 0; u < 4; u++)
+		for (int u = 0; u < NV; u++)
 			free(got[u]);
 	}
 	free(q); free(ref); free(out);
@@ -152,7 +154,8 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 
 /* batch invariance: the out rows of one sequence (T new rows after len) computed alone, then
  * with the sequence at place `at` among nb sequences of other lengths (and T 1..8): the same
- * bits (the keys' split must depend on the sequence alone, never on the batch) */
+ * bits (the keys' split must depend on the sequence alone, never on the batch); unit 0: the
+ * batches on the cluster kernel, else on unit kernel version `unit` on 5 blocks */
 static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_dtype dt,
                             int unit)
 {
@@ -166,8 +169,8 @@ static void invariance_case(int T, int len, int NH, int NKV, int HD, enum dice_d
 	float *dout = gt_poisoned(qn);
 	gpu_set_dk_unit(0);                         /* alone: the cluster kernel */
 	G->attention_kv(dout, dq, &one.d, 1, NH, NKV, HD, 4);
-	gpu_set_dk_unit(unit);                      /* batched: the one asked for */
-	gpu_set_dk_unit_v(2, 5);                    /* (version 2 on 5 blocks) */
+	gpu_set_dk_unit(unit > 0);                  /* batched: the one asked for */
+	gpu_set_dk_unit_v(unit, 5);                 /* (on 5 blocks) */
 	float *alone = gt_down(dout, qn);
 	G->free(dq); G->free(dout);
 	for (int nb = 1; nb <= 16; nb += unit ? 7 : 3) {  /* 1, 4, .. 16; unit: 1, 8, 15 */
@@ -308,7 +311,9 @@ int main(void)
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
-	for (int unit = 0; unit < 2; unit++) {     /* batched on the cluster / unit kernel 2 */
+	static const int inv[3] = { 0, 2, 3 };     /* batched on the cluster / unit kernel 2, 3 */
+	for (int i = 0; i < 3; i++) {
+		int unit = inv[i];
 		invariance_case(4, 1020, 32, 8, 128, DICE_BF16, unit);  /* 4B, 4 splits */
 		invariance_case(4, 300, 16, 8, 128, DICE_BF16, unit);   /* 1.7B, 2 splits */
 		invariance_case(4, 2500, 32, 8, 128, DICE_F16, unit);   /* past 2K keys: 8 */

@@ -38,8 +38,8 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 }
 
 /* unit: the batched forwards' attention on attention_kv's unit kernel, version `unit` (1:
- * du_kernel, 2: dv_kernel on 3 persistent blocks, so that each walks many units of different
- * lengths), the sequences alone on its cluster kernel (gpu_set_dk_unit; bf16 on sm_90: the
+ * du_kernel; 2 and 3: dv_kernel, 3 with the chains in turn, on 3 persistent blocks, so that
+ * each walks many units of different lengths), the sequences alone on its cluster kernel (gpu_set_dk_unit; bf16 on sm_90: the
  * engine's choice at a large batch and at batch 1); 0: the default choice for both */
 static void run(enum dice_dtype dt, int unit)
 {
@@ -65,7 +65,7 @@ static void run(enum dice_dtype dt, int unit)
 		forward_step(&m, alone, ids, step, 0, la);
 		if (unit) {
 			gpu_set_dk_unit(1);
-			gpu_set_dk_unit_v(unit, unit == 2 ? 3 : 0);
+			gpu_set_dk_unit_v(unit, unit >= 2 ? 3 : 0);
 		}
 		forward_step(&m, batch, ids, step, 1, lb);
 		gpu_set_dk_unit(-1);
@@ -81,6 +81,8 @@ static void run(enum dice_dtype dt, int unit)
 		         step ? "decode block" : "prefill", NSEQ,
 		         unit == 1 ? " (batch on unit kernel 1, alone on the cluster kernel)" :
 		         unit == 2 ? " (batch on unit kernel 2 on 3 blocks, alone on the cluster "
+		                     "kernel)" :
+		         unit == 3 ? " (batch on unit kernel 3 on 3 blocks, alone on the cluster "
 		                     "kernel)" : "");
 		CHECK(bad == 0, what);
 	}
@@ -101,6 +103,7 @@ int main(void)
 	run(DICE_BF16, 0);
 	run(DICE_BF16, 1);
 	run(DICE_BF16, 2);
+	run(DICE_BF16, 3);
 	run(DICE_F32, 0);
 	return test_done();
 }
