@@ -188,7 +188,9 @@ int main(int argc, char **argv)
 				if (!sweep)
 					continue;
 				for (v = 0; v < gpu_matmul_fixed_variants(); v++) {
-					for (split = 0; split < 2; split++) {
+					/* the wgmma ones always walk the segments: no split row */
+					int wg = !strncmp(gpu_matmul_fixed_variant_name(v), "wgmma", 5);
+					for (split = 0; split < 2 - wg; split++) {
 						double t = time_ms(TILED, N, in, out, v, split);
 						printf("  sweep %-5s %-5s %5d %-22s %-5s %9.4f %7.1f %5.0f%%\n", g,
 						       opn[o], N, gpu_matmul_fixed_variant_name(v),
