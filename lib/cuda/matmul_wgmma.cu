@@ -398,7 +398,7 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 #define MW_SEG_CYCLES_BYTE 0.00297
 /* SPLIT: cycles a byte of the sums a segment writes to part and the last warp reads back (a
  * guess, not fitted) */
-#define MX_SPLIT_CYCLES_BYTE 0.00297
+#define MX_SPLIT_CYCLES_BYTE 0.0002
 
 typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
 typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, float *, int, int, int,
