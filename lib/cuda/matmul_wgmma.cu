@@ -511,10 +511,51 @@ static mx_encode_fn mx_encoder(void)
 	return fn;
 }
 
+/* the tensor maps made before, by their arguments (a map is a function of them alone, so a
+ * hit is right even where the memory was freed and taken again): MX_MAPS slots, the slot a
+ * hash of the arguments; gpu_set_mx_mapcache(0) (a bench hook) encodes every time */
+#define MX_MAPS 512
+static struct mx_mapslot {
+	CUtensorMap map;
+	const void *p;
+	int f16, cols, rows, bc, br, swz;
+} mx_maps[MX_MAPS];
+static int mx_mapcache = 1;
+
+void gpu_set_mx_mapcache(int on)
+{
+	mx_mapcache = on != 0;
+}
+
+static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                     int swz);
+
 /* a 2-d tensor map over 16-bit rows (cols, rows; rows of cols elements, contiguous): boxes of
  * bc x br, 128-byte swizzle or none, zeros outside */
 static int mx_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
                   int swz)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull ^
+	             ((uint64_t)cols << 32 | (uint64_t)rows) * 0xC2B2AE3D27D4EB4Full ^
+	             (uint64_t)(bc << 12 | br << 2 | swz << 1 | f16) * 0x165667B19E3779F9ull;
+	struct mx_mapslot *e = &mx_maps[(h ^ h >> 29) % MX_MAPS];
+	if (mx_mapcache && e->p == p && e->f16 == f16 && e->cols == cols && e->rows == rows &&
+	    e->bc == bc && e->br == br && e->swz == swz) {
+		*m = e->map;
+		return 0;
+	}
+	if (mx_encode(m, p, f16, cols, rows, bc, br, swz))
+		return -1;
+	if (mx_mapcache) {
+		e->map = *m;
+		e->p = p, e->f16 = f16, e->cols = cols, e->rows = rows, e->bc = bc, e->br = br;
+		e->swz = swz;
+	}
+	return 0;
+}
+
+static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                     int swz)
 {
 	cuuint64_t dim[2] = { (cuuint64_t)cols, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)cols * 2 };
 	cuuint32_t box[2] = { (cuuint32_t)bc, (cuuint32_t)br }, es[2] = { 1, 1 };
