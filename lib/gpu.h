@@ -85,7 +85,7 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
  * (where the GPU has them), -1 back to the environment */
 void gpu_set_wgmma(int on);
 /* whether the cost model may take the split TMA variants ((tile, segment) units, the last
- * warp of a tile adding the segments' sums in order; on unless DICE_MX_SPLIT is 0): 0 off, 1
+ * warp of a tile adding the segments' sums in order; off unless DICE_MX_SPLIT is 1): 0 off, 1
  * on, -1 back to the environment. A split variant forced by number runs either way. */
 void gpu_set_mx_split(int on);
 /* the TMA kernels' tensor maps: kept by their arguments (1, the default) or encoded on every

@@ -232,8 +232,9 @@ static __device__ unsigned mx_cnt[MX_CNT];
 /* SPLIT, a segment's end: this warp's sums d (segment sg of nseg, unit u = tile t) into part
  * (float4 i of thread ct at ((u BN / 8 + i) threads + ct)), then the warp's arrival on the
  * tile's counter; the last warp to arrive (its stores and theirs ordered by the fences)
- * reads the others' sums and leaves ((s0 + s1) + s2) ... in d (its own from registers);
- * returns whether it did (it writes y then). */
+ * reads all the sums back, a segment's BN / 8 loads at once, and leaves ((s0 + s1) + s2) ...
+ * in d; returns whether it did (it writes y then). (The first version read segment by
+ * segment for each float4, one load in flight: 2x slower than unsplit, NOTES-device.md.) */
 template <int BN>
 static __device__ __forceinline__ int mx_split_end(float *d, float *part, int t, int sg,
                                                    int nseg, int ct, int threads, int cnt)
@@ -258,20 +259,24 @@ static __device__ __forceinline__ int mx_split_end(float *d, float *part, int t,
 	__threadfence();
 #pragma unroll
 	for (int i = 0; i < BN / 8; i++) {
-		float4 v = make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]), a = v;
-		if (sg)
-			a = __ldcg(pp + (size_t)i * threads);
-		for (int s = 1; s < nseg; s++) {
-			float4 b = s == sg ? v : __ldcg(pp + s * ps + (size_t)i * threads);
-			a.x = __fadd_rn(a.x, b.x);
-			a.y = __fadd_rn(a.y, b.y);
-			a.z = __fadd_rn(a.z, b.z);
-			a.w = __fadd_rn(a.w, b.w);
-		}
+		float4 a = __ldcg(pp + (size_t)i * threads);
 		d[4 * i] = a.x;
 		d[4 * i + 1] = a.y;
 		d[4 * i + 2] = a.z;
 		d[4 * i + 3] = a.w;
+	}
+	for (int s = 1; s < nseg; s++) {
+		float4 b[BN / 8];
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++)
+			b[i] = __ldcg(pp + s * ps + (size_t)i * threads);
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			d[4 * i] = __fadd_rn(d[4 * i], b[i].x);
+			d[4 * i + 1] = __fadd_rn(d[4 * i + 1], b[i].y);
+			d[4 * i + 2] = __fadd_rn(d[4 * i + 2], b[i].z);
+			d[4 * i + 3] = __fadd_rn(d[4 * i + 3], b[i].w);
+		}
 	}
 	return 1;
 }
@@ -396,17 +401,15 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
  * read-add-write), gpu_matmul_wgmma_cost */
 #define MW_MARGIN 1.15
 #define MW_SEG_CYCLES_BYTE 0.00297
-/* SPLIT: cycles a byte of the sums a segment writes to part and the last warp reads back (a
- * guess, not fitted) */
-#define MX_SPLIT_CYCLES_BYTE 0.0002
 
 typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
 typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, float *, int, int, int,
                       int);
 
 /* the tile shapes, mw_kernel's then mx_kernel's (tma); rate: flop per cycle and SM with the
- * SM full, fitted to H100 timings of the engine's 36 shapes (mw_cost, bench/NOTES-device.md);
- * seg: cycles a byte of y for each later segment (mx_kernel with SR: none) */
+ * SM full, mw_kernel's fitted to H100 timings of the engine's 36 shapes, mx_kernel's to H200
+ * timings (bench/NOTES-device.md); seg: cycles a byte of y for each later segment
+ * (mx_kernel with SR: none; split: for each segment's sums written and read back) */
 static struct mw_variant {
 	const char *name;
 	mw_fn fn[2];                            /* bf16, fp16 */
@@ -428,15 +431,19 @@ static struct mw_variant {
 	MWV("wgmma 128x64 wg2 s4", 2, 64, 4, 2, 1285.0),
 	MWV("wgmma 64x128 wg1 s4", 1, 128, 4, 3, 1257.0),
 	/* the same tile sizes as the MW_NOLD before, in the same order */
-	MXV("wgmma tma 128x256 wg2 s4", 2, 256, 4, 1, 0, 0, 2800.0, MW_SEG_CYCLES_BYTE),
-	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 0, 2800.0, 0.0),
-	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 0, 2400.0, 0.0),
-	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 0, 2400.0, 0.0),
-	/* split by segment (mx_kernel's SPLIT: DICE_MX_SPLIT=0 turns them off) */
-	MXV("wgmma tma split 128x128 wg2 s6", 2, 128, 6, 1, 0, 1, 2800.0, MX_SPLIT_CYCLES_BYTE),
-	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 2400.0, MX_SPLIT_CYCLES_BYTE),
-	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 2400.0, MX_SPLIT_CYCLES_BYTE),
-	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 2400.0, MX_SPLIT_CYCLES_BYTE),
+	/* rates fitted to H200 timings of the engine's 24 decode shapes (1.7B / 4B / 8B at 512
+	 * and 1024 rows, session 7: the median rate each implies at 1.8e6 cycles a ms, the clock
+	 * at which mw_kernel's H100 rates fit the same table) */
+	MXV("wgmma tma 128x256 wg2 s4", 2, 256, 4, 1, 0, 0, 2127.0, MW_SEG_CYCLES_BYTE),
+	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 0, 1969.0, 0.0),
+	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 0, 1317.0, 0.0),
+	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 0, 1849.0, 0.0),
+	/* split by segment (mx_kernel's SPLIT; weighed only with DICE_MX_SPLIT=1): rate and
+	 * cost a byte of y a segment fitted to the same table, of the first version's epilogue */
+	MXV("wgmma tma split 128x128 wg2 s6", 2, 128, 6, 1, 0, 1, 2600.0, 0.0022),
+	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 1480.0, 0.0023),
+	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 1519.0, 0.0014),
+	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 2006.0, 0.0022),
 #undef MWV
 #undef MXV
 };
@@ -574,13 +581,17 @@ static int mx_ok(void)
 	return gpu_switch(&mx_on, "DICE_WGMMA_TMA") && mx_encoder();
 }
 
-/* whether a split variant may run this shape: DICE_MX_SPLIT is not 0, there are several
- * segments and the counters hold its tiles */
+/* whether the cost model may weigh a split variant on this shape: DICE_MX_SPLIT is 1 (off
+ * by default: slower than the unsplit ones on every shape measured, NOTES-device.md), there
+ * are several segments and the counters hold its tiles */
 static int mx_split_ok(int N, int out, int nseg, const struct mw_variant *vr)
 {
 	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
-	return gpu_switch(&mx_split_on, "DICE_MX_SPLIT") && nseg > 1 &&
-	       tiles * (vr->bm / 16) <= MX_CNT;
+	if (mx_split_on < 0) {
+		const char *e = getenv("DICE_MX_SPLIT");
+		mx_split_on = e && e[0] == '1' && !e[1];
+	}
+	return mx_split_on && nseg > 1 && tiles * (vr->bm / 16) <= MX_CNT;
 }
 
 /* the estimated time of variant v in mf_cost's units (cycles, matmul_fixed.cu): waves of occ

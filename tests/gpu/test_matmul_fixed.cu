@@ -13,8 +13,9 @@
  * of the mma.sync kernel (on other GPUs: the path alone); then the decode forward's row
  * counts, 512 and 1024, on the engine's shapes: every wgmma tile shape (the split ones of
  * mx_kernel too: (tile, segment) units, the last warp of a tile adding the segments' sums)
- * and the path as the engine takes it, with the split variants off (DICE_MX_SPLIT=0's switch)
- * and on, twice each (the split counters are back at zero after a launch). With the
+ * and the path as the engine takes it, with the split variants off (the default) and on
+ * (DICE_MX_SPLIT=1's switch), twice each (the split counters are back at zero after a
+ * launch). With the
  * argument "engine" only the last part and two tiles() shapes run. */
 #include "gpu_test.h"
 
