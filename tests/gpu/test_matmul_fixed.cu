@@ -212,9 +212,10 @@ static void decode_rows(int in, int out)
 	mfd_free(&d);
 }
 
-/* the engine's products (qkv, o, gate/up, down) of SDAR 1.7B, 4B, 8B: C, QD, 2 KVD, I */
-static const int geo[3][4] = { { 2048, 2048, 1024, 6144 }, { 2560, 4096, 1024, 9728 },
-                               { 4096, 4096, 1024, 12288 } };
+/* the engine's products (qkv, o, gate/up, down) of SDAR 1.7B, 4B, 8B: C, QD, 2 KVD, I (2 KVD
+ * was 1024 before session 7: q/k/v products 1024 outputs short) */
+static const int geo[3][4] = { { 2048, 2048, 2048, 6144 }, { 2560, 4096, 2048, 9728 },
+                               { 4096, 4096, 2048, 12288 } };
 
 static void decode_shapes(void)
 {
