@@ -16,7 +16,8 @@
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
 # batch only; one: batch 1 only), REF (1; 0 skips the PyTorch reference), BENCH_MODES (unset;
 # 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
-# BENCH_OPS (unset; 1: the decode forward's time per op, plain launches), BENCH_SKIP (unset; 1:
+# BENCH_OPS (unset; 1: the decode forward's time per op, plain launches; 2: and the ops of a
+# prefill forward of the big batch's sampler: 8K rows of prompts), BENCH_SKIP (unset; 1:
 # the decode forward as it runs with the attention, the small ops, both, or the products
 # left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
 # the sample op and the host work, CUDA graphs off).

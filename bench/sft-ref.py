@@ -2,7 +2,7 @@
 """sft-ref: the PyTorch reference step of bench/sft.sh: the block-diffusion SFT objective of
 dice-sft on transformers' Qwen3 modules, timed on one GPU.
 
-    python3 bench/sft-ref.py CONFIG.json [--tokens 4096] [--prompt 512] [--steps 5]
+    python3 bench/sft-ref.py CONFIG.json [--tokens 4096] [--prompt 512] [--steps 5] [--accum 1]
 
 Model: Qwen3ForCausalLM built from CONFIG.json (dice's SDAR config: geometry, untied
 lm_head), random init (throughput does not depend on the values), fp32 parameters on the GPU,
@@ -12,7 +12,8 @@ strictly earlier block, clean -> clean block-causal, clean -> noisy never). The 
 dice-sft's: sum over the masked noisy rows of weight * CE(logits[row], clean token) with
 weight 1/p (mask ratio p = 0.5 here), logits only for those rows (lm_head on the selected
 hidden states), no shift. Optimizer: torch.optim.AdamW(fused=True). One sample of n tokens
-per step, like dice-sft -b n. Prints the median step time of --steps steps after 2 warm-up
+per micro-batch, like dice-sft -b n, and --accum micro-batches (gradients summed) per
+optimizer step, like dice-sft -a. Prints the median step time of --steps steps after 2 warm-up
 steps, tokens/s (sample tokens, not doubled), peak memory and MFU with bench/sft.sh's
 formula (--peak FLOP/s, default 989e12: H100 SXM / H200 dense bf16).
 """
@@ -40,6 +41,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--peak", type=float, default=989e12)
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--attn", default="sdpa", help="transformers attention implementation")
     a = ap.parse_args()
     from transformers import Qwen3ForCausalLM
@@ -75,13 +77,14 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            h = model.model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                            use_cache=False).last_hidden_state[0]
-            logits = model.lm_head(h[rows])
-        ce = F.cross_entropy(logits.float(), target, reduction="none")
-        loss = (ce * weight).sum()
-        loss.backward()
+        for _ in range(a.accum):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                h = model.model(input_ids=ids, position_ids=pos, attention_mask=mask,
+                                use_cache=False).last_hidden_state[0]
+                logits = model.lm_head(h[rows])
+            ce = F.cross_entropy(logits.float(), target, reduction="none")
+            loss = (ce * weight).sum()
+            loss.backward()
         opt.step()
         return loss
 
@@ -98,10 +101,10 @@ def main():
     L, NH, HD = c["num_hidden_layers"], c["num_attention_heads"], c["head_dim"]
     C, I, NKV = c["hidden_size"], c["intermediate_size"], c["num_key_value_heads"]
     layer = (NH + NKV) * HD * C * 2 + 3 * I * C
-    flops = 6.0 * layer * L * 2 * n + 12.0 * L * NH * HD * n * n
+    flops = (6.0 * layer * L * 2 * n + 12.0 * L * NH * HD * n * n) * a.accum
     print("ref: torch %s, %s attention, loss %.4f, median step %.4f s of %d, %.1f tokens/s, "
           "mfu %.1f%%, peak mem %.0f MiB, %s" % (torch.__version__, a.attn, loss.item(), med,
-          a.steps, n / med, 100 * flops / med / a.peak, torch.cuda.max_memory_allocated() / 2**20,
+          a.steps, n * a.accum / med, 100 * flops / med / a.peak, torch.cuda.max_memory_allocated() / 2**20,
           torch.cuda.get_device_name()))
 
 

@@ -19,6 +19,8 @@
 # SFT_NO_REF=1 skips the reference (built for the same geometry); SFT_MODEL=dir takes a
 # model made before by `dice-sft --init` from this script's config (with the same seed)
 # instead of making one;
+# SFT_ACCUM=K (default 1): K samples (micro-batches) per optimizer step, in dice-sft (-a K)
+# and in the reference alike, as SFT runs with a batch of several samples do;
 # SFT_MAKE=dir only makes that model in dir and exits (start it early, e.g. in the background
 # while other GPU work runs: the random init runs on the CPU).
 set -eu
@@ -26,6 +28,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 steps=${1:-5}
 n=${2:-4096}
+k=${SFT_ACCUM:-1}
 [ -x bin/dice-sft ] || make -s bin/dice-sft
 base=/tmp
 [ -d /dev/shm ] && base=/dev/shm
@@ -33,7 +36,7 @@ t=$(mktemp -d "$base/sftbench.XXXXXX")
 trap 'rm -rf "$t"' EXIT
 geom=${SFT_GEOM:-1.7b}
 sh bench/sdar-config.sh "$geom" > "$t/config.json"
-awk -v ns=$((steps + 1)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
+awk -v ns=$(((steps + 1) * k)) -v n="$n" 'BEGIN { srand(7); for (s = 0; s < ns; s++) {
 	p = "["; r = "[";
 	for (i = 0; i < 512; i++) p = p (i ? "," : "") int(rand() * 151000);
 	for (i = 0; i < n - 512; i++) r = r (i ? "," : "") int(rand() * 151000);
@@ -58,7 +61,7 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	profile) e=DICE_SFT_PROFILE=1 ;;
 	esac
 	: > "$t/$mode.jsonl"
-	env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" \
+	env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" -a "$k" \
 		-L "$n" -w 0 -g "$t/$mode.jsonl" "$t/data.jsonl" 2> "$t/$mode.err" &
 	pid=$!
 	while kill -0 $pid 2>/dev/null && [ "$(wc -l < "$t/$mode.jsonl")" -le "$steps" ]; do
@@ -67,7 +70,8 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	kill -9 $pid 2>/dev/null || true
 	wait $pid 2>/dev/null || true
 	if [ "$(wc -l < "$t/$mode.jsonl")" -gt "$steps" ]; then
-		grep -E 'step|^profile:' "$t/$mode.err" | sed 's/^/# /'
+		grep -E 'step' "$t/$mode.err" | sed 's/^/# /'
+		grep '^profile:' "$t/$mode.err" | tail -6 | sed 's/^/# /'
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'
@@ -77,11 +81,11 @@ for mode in ${SFT_MODES:-plain recompute}; do
 done
 ref=
 [ -n "${SFT_NO_REF:-}" ] ||   # SFT_NO_REF=1: dice-sft only
-ref=$(python3 bench/sft-ref.py "$t/config.json" --tokens "$n" --steps "$steps" 2>&1 | tee "$t/ref.out" | grep '^ref:' || true)
+ref=$(python3 bench/sft-ref.py "$t/config.json" --tokens "$n" --steps "$steps" --accum "$k" 2>&1 | tee "$t/ref.out" | grep '^ref:' || true)
 [ -n "$ref" ] || [ -n "${SFT_NO_REF:-}" ] || tail -5 "$t/ref.out" | sed 's/^/# /'
 echo "# $ref"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/# GPU: /' || true
-printf '%-34s %10s %8s %8s %10s\n' "SDAR-$geom, $n-token samples, bf16" "tokens/s" "MFU %" "step s" "mem MiB"
+printf '%-34s %10s %8s %8s %10s\n' "SDAR-$geom, $n-token samples x $k, bf16" "tokens/s" "MFU %" "step s" "mem MiB"
 while read -r mode tps mfu mem st; do
 	printf '%-34s %10s %8s %8s %10s\n' "dice-sft ($mode)" "$tps" \
 		"$(awk -v m="$mfu" 'BEGIN { if (m == "-") print "-"; else printf "%.1f", 100 * m }')" \

@@ -77,6 +77,12 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
  * bits. For tests and benches. */
 int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void *w,
                            enum dice_dtype wdt, int N, int in, int out, int variant, int split);
+/* y(N,out) = swiglu_cat(gu)(N,I) @ w(out,I)^T for gu(N, 2I) = [gate | up], the same bits as
+ * gpu_swiglu_cat into h(N,I) then gpu_matmul_fixed (what it does where it cannot fold the
+ * SwiGLU into the tiled path's input conversion; there h is left untouched). variant: -1 as
+ * the engine calls it, or the tiled path at that variant (tests). */
+int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, const void *w,
+                         enum dice_dtype wdt, int N, int I, int out, int variant);
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);

@@ -58,6 +58,12 @@ int gpu_matmul_xb(cudaStream_t st, float *y, const void *xb, const void *w, int 
                   int out, int acc);
 int gpu_matmul_backward_xb(cudaStream_t st, float *dx, float *dw, const float *dy,
                            const void *xb, const void *w, int N, int in, int out, int dx_acc);
+/* gpu_matmul_backward_xb with dy given in bf16 (dyb), and gpu_swiglu_backward with dgate and
+ * dup rounded to bf16 (lib/ops.h .matmul_backward_xbb, .swiglu_backward_xb) */
+int gpu_matmul_backward_xbb(cudaStream_t st, float *dx, float *dw, const void *dyb,
+                            const void *xb, const void *w, int N, int in, int out, int dx_acc);
+int gpu_swiglu_backward_xb(cudaStream_t st, void *dgate, void *dup, const float *dy,
+                           const float *gate, const float *up, int N, int C);
 
 /* gpu_rmsnorm / gpu_swiglu with the output rounded to bf16 (lib/ops.h .rmsnorm_xb,
  * .swiglu_xb; lib/cuda/rmsnorm.cu, elementwise.cu) */

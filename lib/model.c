@@ -416,6 +416,7 @@ static void forward_launch(void *arg)
 	 * the same bits alone or in any batch */
 	void (*mm)(float *, const float *, const void *, enum dice_dtype, int, int, int) =
 		o->matmul_fixed ? o->matmul_fixed : o->matmul;
+	int glu = m->fuse_gu && o->matmul_fixed && o->matmul_fixed_glu;
 
 	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
 	o->rmsnorm(m->xn, m->x, m->w.layers[0].input_norm.p, m->w.layers[0].input_norm.dt, N, C,
@@ -442,13 +443,18 @@ static void forward_launch(void *arg)
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
 			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
-			o->swiglu_cat(m->up, m->gate, N, I);
+			if (!glu)
+				o->swiglu_cat(m->up, m->gate, N, I);
 		} else {
 			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
 			mm(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
 			o->swiglu(m->up, m->gate, m->up, N, I);
 		}
-		mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
+		if (glu)                        /* the SwiGLU inside the down product (same bits) */
+			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, w->down_proj.dt,
+			                    N, I, C);
+		else
+			mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
 		else

@@ -176,13 +176,16 @@ void model_train_mark(struct model_train *t, int ph)
 	t->prof_last = now;
 }
 
-static void prof_report(const struct model_train *t)
+void model_train_profile_print(struct model_train *t)
 {
 	static const char *name[MT_PROF_N] = { "forward (not attention)", "forward attention",
 	                                       "head + loss", "backward (not attention)",
 	                                       "backward attention", "optimizer + bf16 refresh" };
 	double sum = 0.0;
 
+	if (!t->prof)
+		return;
+	t->prof_printed = 1;
 	for (int i = 0; i < MT_PROF_N; i++)
 		sum += t->prof_s[i];
 	for (int i = 0; i < MT_PROF_N; i++)
@@ -287,8 +290,8 @@ void model_train_free(struct model_train *t)
 {
 	if (!t->ops)
 		return;
-	if (t->prof)
-		prof_report(t);
+	if (!t->prof_printed)
+		model_train_profile_print(t);
 	scratch_free(t);
 	if (t->gbuf)
 		t->ops->free(t->gbuf);
@@ -416,9 +419,20 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	a = acts_carve(t, l);
 	/* MLP */
 	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
-	o->swiglu_backward(t->dg, t->du, t->dh, a.gate, a.up, N, I);
-	mm_bwd(t, t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
-	mm_bwd(t, t->dxn, (float *)g->up_proj.p, t->du, a.xn2, a.xn2b, w->up_proj, N, C, I, 1);
+	if (t->lp && o->swiglu_backward_xb && o->matmul_backward_xbb) {
+		/* dgate, dup made in bf16 (their one rounding for the GEMMs, the same bits), in
+		 * the memory of t->dg and t->du */
+		o->swiglu_backward_xb(t->dg, t->du, t->dh, a.gate, a.up, N, I);
+		o->matmul_backward_xbb(t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2b, w->gate_proj.p,
+		                       N, C, I, 0);
+		o->matmul_backward_xbb(t->dxn, (float *)g->up_proj.p, t->du, a.xn2b, w->up_proj.p, N,
+		                       C, I, 1);
+	} else {
+		o->swiglu_backward(t->dg, t->du, t->dh, a.gate, a.up, N, I);
+		mm_bwd(t, t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2, a.xn2b, w->gate_proj, N, C,
+		       I, 0);
+		mm_bwd(t, t->dxn, (float *)g->up_proj.p, t->du, a.xn2, a.xn2b, w->up_proj, N, C, I, 1);
+	}
 	o->rmsnorm_backward(t->dtmp, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm.p,
 	                    w->post_norm.dt, N, C, eps);
 	o->add(t->dx, t->dtmp, NC);

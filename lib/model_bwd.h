@@ -72,8 +72,9 @@ struct model_train {
 	struct model_weights wl;     /* matrices: views into lbuf; norms, embed: m->w's */
 	const struct model_weights *wc;  /* weights the GEMMs read: &m->w or &wl */
 	/* phase timing (DICE_SFT_PROFILE set in the environment): seconds per phase, each phase
-	 * ended by a backend sync; printed to stderr by model_train_free */
-	int prof, in_bwd;
+	 * ended by a backend sync; printed to stderr by model_train_profile_print, or by
+	 * model_train_free when nothing was printed before */
+	int prof, prof_printed, in_bwd;
 	double prof_last, prof_s[MT_PROF_N];
 };
 
@@ -91,6 +92,8 @@ void *model_train_lp_of(const struct model_train *t, const void *master);
 void model_train_zero_grad(struct model_train *t);
 /* with t->prof: wait for the backend and charge the time since the last mark to phase ph */
 void model_train_mark(struct model_train *t, int ph);
+/* with t->prof: print the seconds charged to each phase so far to stderr ("profile: " lines) */
+void model_train_profile_print(struct model_train *t);
 /* Forward and backward of one batch: gradients of sum_rows weight * CE are ADDED to gbuf;
  * *loss gets that sum. 0, or -1 with a warning (bad ids, no target). */
 int model_train_batch(struct model_train *t, const struct train_batch *b, double *loss);

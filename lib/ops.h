@@ -249,6 +249,19 @@ struct ops {
 	 * CUDA: the second time a key comes, fn is captured as a CUDA graph, and launched as that
 	 * graph from then on (eager with DICE_GRAPH=0); the results are the same bits. */
 	void (*replay)(const void *key, size_t keylen, void (*fn)(void *), void *arg);
+	/* ---- (appended) .swiglu_cat then .matmul_fixed in one op, the same bits:
+	 * y(N,out) = (silu(gu[:, :I]) * gu[:, I:]) @ w(out,I)^T for gu(N, 2I); h(N,I) is the
+	 * op's to use (its contents afterwards are undefined). CUDA folds the SwiGLU into the
+	 * tiled product's input conversion (no pass of its own) where that path runs. */
+	void (*matmul_fixed_glu)(float *y, float *h, const float *gu, const void *w,
+	                         enum dice_dtype wdt, int N, int I, int out);
+	/* ---- (appended) bf16 gradients for the GEMMs, the same bits as the fp32 op then
+	 * .cast_bf16: .swiglu_backward with dgate(N,C) and dup(N,C) written in bf16, and
+	 * .matmul_backward_xb with dy given in bf16 (dyb(N,out)) */
+	void (*swiglu_backward_xb)(void *dgate, void *dup, const float *dy, const float *gate,
+	                           const float *up, int N, int C);
+	void (*matmul_backward_xbb)(float *dx, float *dw, const void *dyb, const void *xb,
+	                            const void *w, int N, int in, int out, int dx_acc);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

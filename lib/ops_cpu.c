@@ -458,6 +458,13 @@ static void cpu_swiglu_cat(float *y, const float *gu, int N, int C)
 	}
 }
 
+static void cpu_matmul_fixed_glu(float *y, float *h, const float *gu, const void *w,
+                                 enum dice_dtype wdt, int N, int I, int out)
+{
+	cpu_swiglu_cat(h, gu, N, I);
+	cpu_matmul(y, h, w, wdt, N, I, out);
+}
+
 static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                             float eps)
 {
@@ -519,6 +526,27 @@ static void cpu_matmul_backward_xb(float *dx, float *dw, const float *dy, const 
 		free(d);
 	}
 	free(x);
+}
+
+static void cpu_matmul_backward_xbb(float *dx, float *dw, const void *dyb, const void *xb,
+                                    const void *w, int N, int in, int out, int dx_acc)
+{
+	float *dy = widen_bf16(dyb, (size_t)N * out);
+
+	cpu_matmul_backward_xb(dx, dw, dy, xb, w, N, in, out, dx_acc);
+	free(dy);
+}
+
+static void cpu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float *gate,
+                                   const float *up, int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *dg = xmalloc((n ? n : 1) * 2 * sizeof *dg), *du = dg + n;
+
+	cpu_swiglu_backward(dg, du, dy, gate, up, N, C);
+	cpu_cast_bf16(dgate, dg, n);
+	cpu_cast_bf16(dup, du, n);
+	free(dg);
 }
 
 /* the CPU keeps no statistics: stat is left as it is */
@@ -605,6 +633,9 @@ const struct ops ops_cpu = {
 	.attention_tc_backward_stat = cpu_attention_tc_backward_stat,
 	.rmsnorm_xb = cpu_rmsnorm_xb,
 	.swiglu_xb = cpu_swiglu_xb,
+	.matmul_fixed_glu = cpu_matmul_fixed_glu,
+	.swiglu_backward_xb = cpu_swiglu_backward_xb,
+	.matmul_backward_xbb = cpu_matmul_backward_xbb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -127,6 +127,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	if (!s->op.lp)                  /* else the optimizer's pass rewrote the bf16 copies */
 		model_train_refresh(&s->t);
 	model_train_mark(&s->t, MT_PROF_OPT);
+	model_train_profile_print(&s->t);       /* the sums so far, when profiling */
 	return 0;
 }
 

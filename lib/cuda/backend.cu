@@ -342,6 +342,13 @@ static void cu_matmul_fixed(float *y, const float *x, const void *w, enum dice_d
 	OPS_CALL("matmul_fixed", gpu_matmul_fixed(gpu_stream(), y, x, w, wdt, N, in, out));
 }
 
+static void cu_matmul_fixed_glu(float *y, float *h, const float *gu, const void *w,
+                                enum dice_dtype wdt, int N, int I, int out)
+{
+	OPS_CALL("matmul_fixed_glu", gpu_matmul_fixed_glu(gpu_stream(), y, h, gu, w, wdt, N, I, out,
+	                                                  -1));
+}
+
 /* returns when the host buffer may be reused */
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
@@ -405,6 +412,9 @@ static const struct ops ops_cuda = {
 	cu_rmsnorm_xb,
 	cu_swiglu_xb,
 	cu_replay,
+	cu_matmul_fixed_glu,
+	cu_swiglu_backward_xb,
+	cu_matmul_backward_xbb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

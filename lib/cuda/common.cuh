@@ -53,7 +53,7 @@ const char *gpu_matmul_wgmma_variant_name(int v);
 double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg);
 int gpu_matmul_wgmma_walks(int in, int kseg);
 int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
-                     int in, int out, int kseg, int v);
+                     int in, int out, int kseg, int v, int glu);
 
 /* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
  * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every
@@ -80,6 +80,35 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void)
  * launched follows the rule above); checks the launch */
 void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                 void **args);
+
+/* SwiGLU of one value: silu(g) * u, as every kernel that computes it must (the same bits) */
+static __device__ __forceinline__ float gpu_swiglu1(float g, float u)
+{
+	return g / (1.0f + expf(-g)) * u;
+}
+
+/* inputs k, k + 1 (gpu_x2) or k .. k + 3 (gpu_x4) of row r of a product's input x (rows of K;
+ * k even / a multiple of 4, x aligned to match); glu: x holds rows of 2K, [gate | up], and the
+ * inputs are gpu_swiglu1(gate, up) (matmul_fixed_glu: the SwiGLU folded into the product's
+ * input conversion) */
+static __device__ __forceinline__ float2 gpu_x2(const float *x, size_t r, int K, int k, int glu)
+{
+	if (!glu)
+		return __ldg((const float2 *)(x + r * K + k));
+	const float *g = x + r * 2 * K + k;
+	float2 a = __ldg((const float2 *)g), b = __ldg((const float2 *)(g + K));
+	return make_float2(gpu_swiglu1(a.x, b.x), gpu_swiglu1(a.y, b.y));
+}
+
+static __device__ __forceinline__ float4 gpu_x4(const float *x, size_t r, int K, int k, int glu)
+{
+	if (!glu)
+		return __ldg((const float4 *)(x + r * K + k));
+	const float *g = x + r * 2 * K + k;
+	float4 a = __ldg((const float4 *)g), b = __ldg((const float4 *)(g + K));
+	return make_float4(gpu_swiglu1(a.x, b.x), gpu_swiglu1(a.y, b.y), gpu_swiglu1(a.z, b.z),
+	                   gpu_swiglu1(a.w, b.w));
+}
 
 static __device__ __forceinline__ float gpu_load_w(const void *w, int dt, size_t i)
 {

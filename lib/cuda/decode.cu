@@ -1187,8 +1187,7 @@ static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t n = i / C, c = i % C;
-		float g = gu[n * 2 * C + c];
-		y[i] = g / (1.0f + expf(-g)) * gu[n * 2 * C + C + c];
+		y[i] = gpu_swiglu1(gu[n * 2 * C + c], gu[n * 2 * C + C + c]);
 	}
 }
 

@@ -8,16 +8,11 @@
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
-static __device__ __forceinline__ float swiglu1(float g, float u)
-{
-	return g / (1.0f + expf(-g)) * u;
-}
-
 static __global__ void swiglu_kernel(float *y, const float *gate, const float *up, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		y[i] = swiglu1(gate[i], up[i]);
+		y[i] = gpu_swiglu1(gate[i], up[i]);
 }
 
 static __global__ void swiglu4_kernel(float4 *y, const float4 *gate, const float4 *up, size_t n4)
@@ -25,10 +20,10 @@ static __global__ void swiglu4_kernel(float4 *y, const float4 *gate, const float
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float4 g = gate[i], u = up[i], r;
-		r.x = swiglu1(g.x, u.x);
-		r.y = swiglu1(g.y, u.y);
-		r.z = swiglu1(g.z, u.z);
-		r.w = swiglu1(g.w, u.w);
+		r.x = gpu_swiglu1(g.x, u.x);
+		r.y = gpu_swiglu1(g.y, u.y);
+		r.z = gpu_swiglu1(g.z, u.z);
+		r.w = gpu_swiglu1(g.w, u.w);
 		y[i] = r;
 	}
 }
@@ -40,8 +35,8 @@ static __global__ void swiglu4_xb_kernel(uint2 *y, const float4 *gate, const flo
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float4 g = gate[i], u = up[i];
-		y[i] = make_uint2(gpu_pack2(swiglu1(g.x, u.x), swiglu1(g.y, u.y), 0),
-		                  gpu_pack2(swiglu1(g.z, u.z), swiglu1(g.w, u.w), 0));
+		y[i] = make_uint2(gpu_pack2(gpu_swiglu1(g.x, u.x), gpu_swiglu1(g.y, u.y), 0),
+		                  gpu_pack2(gpu_swiglu1(g.z, u.z), gpu_swiglu1(g.w, u.w), 0));
 	}
 }
 
@@ -50,7 +45,7 @@ static __global__ void swiglu_xb_kernel(__nv_bfloat16 *y, const float *gate, con
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		y[i] = __float2bfloat16_rn(swiglu1(gate[i], up[i]));
+		y[i] = __float2bfloat16_rn(gpu_swiglu1(gate[i], up[i]));
 }
 
 static __global__ void add_kernel(float *y, const float *x, size_t n)

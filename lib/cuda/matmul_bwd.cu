@@ -7,7 +7,7 @@
  * the scratch and both products run on the tensor cores with fp32 accumulation and fp32
  * output, as the forward gpu_matmul does with x: the twin's result up to that rounding.
  * gpu_matmul_backward_xb: the bf16 case with x given in bf16 (no rounding pass) and dx
- * optionally accumulated (beta 1). */
+ * optionally accumulated (beta 1); gpu_matmul_backward_xbb: dy given in bf16 too. */
 #include "gpu_bwd.h"
 #include "common.cuh"
 
@@ -22,18 +22,20 @@ static __global__ void widen_kernel(float *d, const void *w, int dt, size_t n)
 
 /* ---------------------------------------------------------------- kernel launchers */
 
-/* the bf16 case; xb: x already in bf16 (else x is rounded into the scratch); dx_beta 0
- * writes dx, 1 adds into it */
+/* the bf16 case; xb: x already in bf16 (else x is rounded into the scratch); dyb: dy already
+ * in bf16 (else dy is rounded into the scratch); dx_beta 0 writes dx, 1 adds into it */
 static int matmul_backward_bf16(cudaStream_t st, cublasHandle_t h, float *dx, float *dw,
-                                const float *dy, const float *x, const void *xb, const void *w,
-                                int N, int in, int out, float dx_beta)
+                                const float *dy, const void *dyb, const float *x, const void *xb,
+                                const void *w, int N, int in, int out, float dx_beta)
 {
 	const float one = 1.0f, zero = 0.0f;
-	size_t ny = (size_t)N * out, nx = dw && !xb ? (size_t)N * in : 0;
+	size_t ny = dyb ? 0 : (size_t)N * out, nx = dw && !xb ? (size_t)N * in : 0;
 	char *s = (char *)gpu_scratch((ny + nx) * 2);
-	void *dyb = s;
 
-	gpu_cast_bf16(st, dyb, dy, ny);
+	if (!dyb) {
+		dyb = s;
+		gpu_cast_bf16(st, (void *)dyb, dy, ny);
+	}
 	if (dx)
 		CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, &one, w, CUDA_R_16BF,
 		                          in, dyb, CUDA_R_16BF, out, dx_beta != 0.0f ? &one : &zero,
@@ -59,7 +61,21 @@ int gpu_matmul_backward_xb(cudaStream_t st, float *dx, float *dw, const float *d
 	if (N == 0)
 		return 0;
 	CUBLAS_CHECK(cublasSetStream(h, st));
-	return matmul_backward_bf16(st, h, dx, dw, dy, NULL, xb, w, N, in, out, dx_acc ? 1.0f : 0.0f);
+	return matmul_backward_bf16(st, h, dx, dw, dy, NULL, NULL, xb, w, N, in, out,
+	                            dx_acc ? 1.0f : 0.0f);
+}
+
+int gpu_matmul_backward_xbb(cudaStream_t st, float *dx, float *dw, const void *dyb,
+                            const void *xb, const void *w, int N, int in, int out, int dx_acc)
+{
+	cublasHandle_t h = gpu_cublas();
+
+	GPU_REQUIRE(N >= 0 && in > 0 && out > 0 && dyb && (xb || !dw), "matmul_backward_xbb");
+	if (N == 0)
+		return 0;
+	CUBLAS_CHECK(cublasSetStream(h, st));
+	return matmul_backward_bf16(st, h, dx, dw, NULL, dyb, NULL, xb, w, N, in, out,
+	                            dx_acc ? 1.0f : 0.0f);
 }
 
 int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
@@ -74,7 +90,7 @@ int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, 
 		return 0;
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	if (wdt == DICE_BF16)
-		return matmul_backward_bf16(st, h, dx, dw, dy, x, NULL, w, N, in, out, 0.0f);
+		return matmul_backward_bf16(st, h, dx, dw, dy, NULL, x, NULL, w, N, in, out, 0.0f);
 	if (dx) {
 		const float *wf = (const float *)w;
 		if (wdt != DICE_F32) {

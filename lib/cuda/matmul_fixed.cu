@@ -349,9 +349,10 @@ static __global__ void mf_reduce_kernel(float *y, const float *part, size_t n, i
  * quad thread q and step h, the 16 bytes of that step's A operand: rows 16G + g and
  * 16G + g + 8, inputs k, k + 1 then k + 2, k + 3 of each (k = 32b + 8q + 4h), pairs packed
  * {row g, row g + 8, row g, row g + 8}, at g * 128 + q * 32 + 16 (h ^ (g & 1)) (odd rows
- * swapped: no bank conflicts). Zeros past N and K. K % 4 == 0, x 16-byte aligned. */
+ * swapped: no bank conflicts). Zeros past N and K. K % 4 == 0, x 16-byte aligned. glu: the
+ * inputs are silu(gate) * up of x (N, 2K) = [gate | up] (gpu_x4). */
 static __global__ void mf_quad_kernel(uint4 *d, const float *x, int N, int K, int nkb,
-                                      size_t nq, int f16)
+                                      size_t nq, int f16, int glu)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nq;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -360,9 +361,9 @@ static __global__ void mf_quad_kernel(uint4 *d, const float *x, int N, int K, in
 		int r = (int)(piece / nkb) * 16 + g, k = (int)(piece % nkb) * MF_KB + 8 * q + 4 * h;
 		float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
 		if (k < K && r < N)
-			lo = __ldg((const float4 *)(x + (size_t)r * K + k));
+			lo = gpu_x4(x, (size_t)r, K, k, glu);
 		if (k < K && r + 8 < N)
-			hi = __ldg((const float4 *)(x + (size_t)(r + 8) * K + k));
+			hi = gpu_x4(x, (size_t)(r + 8), K, k, glu);
 		d[i] = make_uint4(gpu_pack2(lo.x, lo.y, f16), gpu_pack2(hi.x, hi.y, f16),
 		                  gpu_pack2(lo.z, lo.w, f16), gpu_pack2(hi.z, hi.w, f16));
 	}
@@ -509,9 +510,10 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 }
 
 /* the tiled kernel: variant v (-1: the cheapest by mf_cost, and its split); split where the
- * variant may not walk the segments */
+ * variant may not walk the segments; glu: x is (N, 2 in) = [gate | up] and the product's
+ * input silu(gate) * up, computed where x is converted to 16 bits */
 static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
-                    int in, int out, int v, int split)
+                    int in, int out, int v, int split, int glu)
 {
 	int kseg, nseg = mf_segments(in, out, &kseg);
 
@@ -520,7 +522,7 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 	if (v < 0)
 		v = gpu_matmul_fixed_choice(N, in, out, &split);
 	if (v >= MF_NVAR)
-		return gpu_matmul_wgmma(st, y, x, w, f16, N, in, out, kseg, v - MF_NVAR);
+		return gpu_matmul_wgmma(st, y, x, w, f16, N, in, out, kseg, v - MF_NVAR, glu);
 	struct mf_variant *vr = &mf_var[v];
 	split = nseg > 1 && (split > 0 || !mf_walks(vr, nseg, kseg));
 	mf_occupancy(vr);
@@ -530,7 +532,7 @@ static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, in
 	char *s = (char *)gpu_scratch(xbytes + pn * sizeof(float));
 	float *part = (float *)(s + xbytes);
 	int cg = (int)(CEIL_DIV(nq, (size_t)256) < 4096 ? CEIL_DIV(nq, (size_t)256) : 4096);
-	mf_quad_kernel<<<cg, 256, 0, st>>>((uint4 *)s, x, N, in, nkb, nq, f16);
+	mf_quad_kernel<<<cg, 256, 0, st>>>((uint4 *)s, x, N, in, nkb, nq, f16, glu);
 	CUDA_CHECK_LAUNCH();
 	dim3 grid(CEIL_DIV(N, vr->bm) * CEIL_DIV(out, vr->bn), split ? nseg : 1);
 	vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, part, s, w, N, in, out, kseg);
@@ -565,7 +567,7 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && (kernel == 1 || kernel == 2), "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
 	if (kernel == 2)
-		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0);
+		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
 	int kseg, nseg = mf_segments(in, out, &kseg), f16 = wdt == DICE_F16;
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
@@ -585,7 +587,23 @@ int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && variant >= -1 &&
 	            variant < gpu_matmul_fixed_variants(), "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
-	return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, variant, split);
+	return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, variant, split, 0);
+}
+
+/* y = swiglu_cat(gu) @ w^T, the same bits as gpu_swiglu_cat into h, then gpu_matmul_fixed: the
+ * tiled path computes silu(gate) * up where it converts its input to 16 bits (h untouched);
+ * the other paths (up to MF_SMALL_M rows, fp32 weights, unaligned) take the two steps */
+int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, const void *w,
+                         enum dice_dtype wdt, int N, int I, int out, int variant)
+{
+	GPU_REQUIRE(N >= 1 && I > 0 && out > 0 && variant >= -1 &&
+	            variant < gpu_matmul_fixed_variants(), "matmul_fixed_glu");
+	if (variant < 0 && (N <= MF_SMALL_M || !mf_tc_ok(gu, w, wdt, I))) {
+		int rc = gpu_swiglu_cat(st, h, gu, N, I);
+		return rc ? rc : gpu_matmul_fixed(st, y, h, w, wdt, N, I, out);
+	}
+	GPU_REQUIRE(mf_tc_ok(gu, w, wdt, I), "matmul_fixed_glu");
+	return mf_tiled(st, y, gu, w, wdt == DICE_F16, N, I, out, variant, 0, 1);
 }
 
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,

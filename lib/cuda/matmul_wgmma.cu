@@ -22,25 +22,25 @@
 
 #define MW_KB 32                /* inputs a block of two k16 steps */
 
-/* x (N, K) fp32 -> xp (N, Kp = 32 nkb) 16-bit, each 32-input block in matmul_fixed's order:
+/* x (N, K) fp32 (glu: silu(gate) * up of x (N, 2K) = [gate | up], gpu_x2) -> xp (N, Kp = 32 nkb)
+ * 16-bit, each 32-input block in matmul_fixed's order:
  * position 16h + j of block b holds input 32b + 8 (j % 8 / 2) + 4h + 2 (j / 8) + j % 2
  * (quad thread q's inputs 8q + 4h + 0, 1 at 2q, 2q + 1 and 8q + 4h + 2, 3 at 2q + 8, + 9);
  * zeros past K. Thread i: the 16 bytes of positions 8c .. 8c + 7 (c = i % (Kp / 8)). */
 static __global__ void wg_xperm_kernel(uint4 *xp, const float *x, int N, int K, int Kp,
-                                       size_t n16, int f16)
+                                       size_t n16, int f16, int glu)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		int row = (int)(i / (Kp / 8)), c = (int)(i % (Kp / 8));
 		int k0 = (c >> 2) * MW_KB + 4 * ((c >> 1) & 1) + 2 * (c & 1);
-		const float *xr = x + (size_t)row * K;
 		unsigned p[4];
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
 			int k = k0 + 8 * e;
 			float2 v = make_float2(0.0f, 0.0f);
 			if (k < K)
-				v = __ldg((const float2 *)(xr + k));
+				v = gpu_x2(x, (size_t)row, K, k, glu);
 			p[e] = gpu_pack2(v.x, v.y, f16);
 		}
 		xp[i] = make_uint4(p[0], p[1], p[2], p[3]);
@@ -633,9 +633,10 @@ int gpu_matmul_wgmma_walks(int in, int kseg)
 
 /* y = x w^T through variant v (kseg: matmul_fixed's segment length); 16-bit w, in % 8 == 0,
  * x and w 16-byte aligned (the caller checks); a tma variant where mx_kernel does not run
- * (mx_ok) takes mw_kernel's tile of the same size */
+ * (mx_ok) takes mw_kernel's tile of the same size; glu: x is (N, 2 in), [gate | up], and the
+ * product's input silu(gate) * up (gpu_x2) */
 int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
-                     int in, int out, int kseg, int v)
+                     int in, int out, int kseg, int v, int glu)
 {
 	GPU_REQUIRE(v >= 0 && v < MW_NVAR && gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg),
 	            "matmul_wgmma");
@@ -661,7 +662,7 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 	uint4 *xp = (uint4 *)scr;
 	float *part = (float *)(scr + n16 * 16);
 	int cg = (int)(CEIL_DIV(n16, (size_t)256) < 8192 ? CEIL_DIV(n16, (size_t)256) : 8192);
-	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16);
+	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16, glu);
 	CUDA_CHECK_LAUNCH();
 	long grid = tiles * (pbytes ? nseg : 1);
 	if (vr->fx[0]) {

@@ -110,6 +110,20 @@ void cu_matmul_backward_xb(float *dx, float *dw, const float *dy, const void *xb
 	           gpu_matmul_backward_xb(gpu_stream(), dx, dw, dy, xb, w, N, in, out, dx_acc));
 }
 
+void cu_matmul_backward_xbb(float *dx, float *dw, const void *dyb, const void *xb, const void *w,
+                            int N, int in, int out, int dx_acc)
+{
+	TRAIN_CALL("matmul_backward_xbb",
+	           gpu_matmul_backward_xbb(gpu_stream(), dx, dw, dyb, xb, w, N, in, out, dx_acc));
+}
+
+void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float *gate,
+                           const float *up, int N, int C)
+{
+	TRAIN_CALL("swiglu_backward_xb",
+	           gpu_swiglu_backward_xb(gpu_stream(), dgate, dup, dy, gate, up, N, C));
+}
+
 void cu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
                           const float *v, int T, int S, int NH, int NKV, int HD,
                           const struct attn_mask *m)

@@ -14,7 +14,8 @@
  * rounding of a CDF boundary (tests/gpu/test_sample.cu checks it against a double CDF).
  *
  * Top-k 1 and top-k 0 (or >= V) with top-p 1 run here, at any temperature: DICE's evaluation
- * and RL settings. Other filters copy only the R rows to the host and run the twin. */
+ * and RL settings. With top-k 1, pass 1 also counts the maxima: one maximum (no tie) is the
+ * draw, with probability 1, and passes 2 and 3 are skipped. Other filters copy only the R rows to the host and run the twin. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -85,6 +86,22 @@ static __device__ int block_min_i(int v, int *sh)
 	return v;
 }
 
+static __device__ int block_sum_i(int v, int *sh)
+{
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if (lane == 0)
+		sh[wid] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0;
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	__syncthreads();
+	return v;
+}
+
 /* the filtered weight of one logit: the twin's e(i) */
 static __device__ __forceinline__ float weight(float l, float temperature, float thr, float mx)
 {
@@ -105,10 +122,27 @@ static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
 	double s = 0, total, acc, target;
 	int last = -1, cand = INT_MAX;
 
-	for (int i = threadIdx.x; i < V; i += blockDim.x)
-		mx = fmaxf(mx, temperature == 1.0f ? l[i] : l[i] / temperature);
+	int first = INT_MAX, n = 0;            /* top-k 1: this thread's first maximum, how many */
+
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		float e = temperature == 1.0f ? l[i] : l[i] / temperature;
+		if (e > mx)
+			mx = e, first = i, n = 1;
+		else if (e == mx)
+			n++;
+	}
+	float mine = mx;
 	mx = block_max_f(mx, shf);
 	thr = top1 ? mx : -INFINITY;
+	if (top1) {             /* one maximum (the rule, not the exception): it is the draw */
+		int all = block_sum_i(mine == mx ? n : 0, shi);
+		first = block_min_i(mine == mx ? first : INT_MAX, shi);
+		if (all == 1) {
+			if (threadIdx.x == 0)
+				tok[blockIdx.x] = first, prob[blockIdx.x] = 1.0f;
+			return;
+		}
+	}
 	for (int i = lo; i < hi; i++) {
 		float e = weight(l[i], temperature, thr, mx);
 		s += e;

@@ -43,5 +43,9 @@ void cu_adamw_multi(const struct adamw_tensor *t, int nt, const struct adamw_ste
 void cu_matmul_xb(float *y, const void *xb, const void *w, int N, int in, int out, int acc);
 void cu_matmul_backward_xb(float *dx, float *dw, const float *dy, const void *xb, const void *w,
                            int N, int in, int out, int dx_acc);
+void cu_matmul_backward_xbb(float *dx, float *dw, const void *dyb, const void *xb, const void *w,
+                            int N, int in, int out, int dx_acc);
+void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float *gate,
+                           const float *up, int N, int C);
 
 #endif

@@ -14,8 +14,8 @@
  *       per BATCH of the list: the largest batch up to BATCH whose KV caches fit, requests of
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
- *       BENCH_OPS=1: its time per op; BENCH_SKIP=1: its time with the attention, the small
- *       ops, both, or the products left out), at batch 1 the prefill forward alone, then one
+ *       BENCH_OPS=1: its time per op, 2: and a batch's prefill forward's; BENCH_SKIP=1: its
+ *       time with the attention, the small ops, both, or the products left out), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
@@ -71,6 +71,14 @@ static void ot_matmul_fixed(float *y, const float *x, const void *w, enum dice_d
 	ot_mark("matmul_fixed", N, in, out, 1);
 }
 
+static void ot_matmul_fixed_glu(float *y, float *h, const float *gu, const void *w,
+                                enum dice_dtype wdt, int N, int I, int out)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	ot_real->matmul_fixed_glu(y, h, gu, w, wdt, N, I, out);
+	ot_mark("matmul_fixed_glu", N, I, out, 1);
+}
+
 static void ot_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
                         const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
                         float eps, float theta)
@@ -121,6 +129,8 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	ot_real = m->ops;
 	ot_table = *m->ops;
 	ot_table.matmul_fixed = ot_matmul_fixed, ot_table.qkv_prep = ot_qkv_prep;
+	if (ot_table.matmul_fixed_glu)
+		ot_table.matmul_fixed_glu = ot_matmul_fixed_glu;
 	ot_table.attention_kv = ot_attention_kv, ot_table.add_rmsnorm = ot_add_rmsnorm;
 	ot_table.swiglu_cat = ot_swiglu_cat, ot_table.rmsnorm = ot_rmsnorm;
 	ot_table.replay = NULL;
@@ -155,18 +165,46 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	m->ops = ot_real;
 	gpu_set_graphs(-1);
 	gpu_set_pdl(-1);
-	printf("ops of one decode forward (batch %d; plain launches, CUDA events around each op, "
+	printf("ops of one forward (%d sequences; plain launches, CUDA events around each op, "
 	       "mean of %d forwards; the forward alone, graphs and PDL on: %.3f ms):\n", B, reps, fw_ms);
 	printf("  %-24s %7s %7s %7s %6s %10s %10s %8s\n", "op", "N", "in/NH", "out/NKV", "calls",
 	       "us/call", "ms/forward", "GB/s");
 	for (int j = 0; j < na; j++) {
 		double us = agg[j].ms * 1e3 / agg[j].n, gbs = 0;
-		if (!strcmp(agg[j].name, "matmul_fixed"))
+		if (!strncmp(agg[j].name, "matmul_fixed", 12))
 			gbs = (double)agg[j].b * agg[j].c * dice_dtype_size(m->dtype) / (us * 1e3);
 		printf("  %-24s %7d %7d %7d %6.1f %10.2f %10.3f %8.0f\n", agg[j].name, agg[j].a, agg[j].b,
 		       agg[j].c, (double)agg[j].n / reps, us, agg[j].ms / reps, gbs);
 	}
 	printf("  sum of the ops: %.3f ms per forward\n", total / reps);
+}
+
+/* BENCH_OPS=2: also the ops of one prefill forward as the batch-B sampler runs it: as many
+ * whole-block prompts of P as fit the sampler's 8192 rows (store 0: the same work, repeatable) */
+static void prefill_breakdown(struct model *m, const int *ids, int B, int P, int block)
+{
+	int T = P / block * block, n = T > 0 ? 8192 / T : 0;
+	double t;
+
+	n = n < B ? n : B;
+	if (n < 1)
+		return;
+	struct kvcache *kv = (struct kvcache *)xcalloc((size_t)n, sizeof *kv);
+	struct model_seq *sq = (struct model_seq *)xcalloc((size_t)n, sizeof *sq);
+	for (int b = 0; b < n; b++) {
+		kvcache_init(&kv[b], m, T);
+		sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = T };
+	}
+	model_forward(m, sq, n, NULL);
+	t = now_s();
+	for (int i = 0; i < 3; i++)
+		model_forward(m, sq, n, NULL);
+	t = (now_s() - t) / 3;
+	printf("prefill of %d prompts of %d (%d rows):\n", n, T, n * T);
+	ops_breakdown(m, sq, n, 3, t * 1e3);
+	for (int b = 0; b < n; b++)
+		kvcache_free(&kv[b], m);
+	free(kv), free(sq);
 }
 
 /* BENCH_SKIP=1: the decode forward as it runs (graphs and PDL on) with classes of ops left
@@ -197,6 +235,8 @@ static void ab_no_attention(float *out, const float *q, const struct kv_batch *b
 static void ab_no_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                               float eps) {}
 static void ab_no_swiglu_cat(float *y, const float *gu, int N, int C) {}
+static void ab_no_matmul_glu(float *y, float *h, const float *gu, const void *w,
+                             enum dice_dtype wdt, int N, int I, int out) {}
 
 static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const char *geom, int P)
 {
@@ -214,9 +254,12 @@ static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const c
 		if (v == 2 || v == 3) {
 			ab_table.qkv_prep = ab_no_qkv_prep, ab_table.add_rmsnorm = ab_no_add_rmsnorm;
 			ab_table.swiglu_cat = ab_no_swiglu_cat;
+			ab_table.matmul_fixed_glu = NULL;  /* swiglu_cat (left out), then the product */
 		}
-		if (v == 4)
+		if (v == 4) {
 			ab_table.matmul_fixed = ab_no_matmul;
+			ab_table.matmul_fixed_glu = ab_table.matmul_fixed_glu ? ab_no_matmul_glu : NULL;
+		}
 		m->ops = &ab_table;
 		model_forward(m, sq, B, NULL);
 		model_forward(m, sq, B, NULL);
@@ -526,6 +569,9 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		}
 		if (getenv("BENCH_OPS") && !strcmp(m->ops->name, "cuda"))
 			ops_breakdown(m, sq, B, 10, t * 1e3);
+		if (getenv("BENCH_OPS") && !strcmp(getenv("BENCH_OPS"), "2") &&
+		    !strcmp(m->ops->name, "cuda") && B > 1)
+			prefill_breakdown(m, ids, B, P, o.block);
 		if (getenv("BENCH_SKIP") && !strcmp(m->ops->name, "cuda"))
 			skip_breakdown(m, sq, B, geom, P);
 #endif

@@ -2,7 +2,9 @@
  * first), dw accumulated onto random values, fp32 and 16-bit weights, dx or dw skipped
  * (NULL), odd shapes. With bf16 weights the GPU rounds x and dy to bf16 (tensor cores): the
  * test draws them bf16-exact so the twin sees the same operands. matmul_xb and
- * matmul_backward_xb (x given in bf16, y and dx written or accumulated) the same way. */
+ * matmul_backward_xb (x given in bf16, y and dx written or accumulated) the same way, and
+ * matmul_backward_xbb (dy given in bf16 too): bitwise matmul_backward_xb's results, GPU and
+ * CPU. */
 #include "gpu_test.h"
 
 static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int want_dw)
@@ -82,6 +84,27 @@ static void one_xb(int N, int in, int out, int acc)
 	gt_compare(what, gdx, rdx, nx, 1e-4, 1e-4);
 	snprintf(what, sizeof what, "matmul_backward_xb dw += N=%d in=%d out=%d", N, in, out);
 	gt_compare(what, gdw, rdw, nw, 1e-4, 1e-4);
+
+	uint16_t *dyb = (uint16_t *)xmalloc(ny * 2 + 2);
+	float *rdx2 = (float *)xmalloc(nx * 4 + 4), *rdw2 = (float *)xmalloc(nw * 4 + 4);
+	for (size_t i = 0; i < ny; i++)
+		dyb[i] = dice_f32_to_bf16(dy[i]);
+	memcpy(rdw2, dw0, nw * 4);
+	memcpy(rdx2, dx0, nx * 4);
+	H->matmul_backward_xbb(rdx2, rdw2, dyb, xb, w, N, in, out, acc);
+	snprintf(what, sizeof what, "matmul_backward_xbb (CPU) N=%d in=%d out=%d: the xb twin's bits",
+	         N, in, out);
+	CHECK(!memcmp(rdx2, rdx, nx * 4) && !memcmp(rdw2, rdw, nw * 4), what);
+	void *dyb_d = gt_up(dyb, ny * 2);
+	float *dx2_d = acc ? (float *)gt_up(dx0, nx * 4) : gt_poisoned(nx);
+	float *dw2_d = (float *)gt_up(dw0, nw * 4);
+	G->matmul_backward_xbb(dx2_d, dw2_d, dyb_d, xb_d, w_d, N, in, out, acc);
+	float *g2dx = gt_down(dx2_d, nx), *g2dw = gt_down(dw2_d, nw);
+	snprintf(what, sizeof what, "matmul_backward_xbb dx %s, dw += N=%d in=%d out=%d: "
+	         "matmul_backward_xb's bits", acc ? "+=" : "=", N, in, out);
+	CHECK(!memcmp(g2dx, gdx, nx * 4) && !memcmp(g2dw, gdw, nw * 4), what);
+	free(dyb); free(rdx2); free(rdw2); free(g2dx); free(g2dw);
+	G->free(dyb_d); G->free(dx2_d); G->free(dw2_d);
 	free(x); free(dy); free(dw0); free(dx0); free(w); free(xb); free(ry); free(rdx); free(rdw);
 	free(gy); free(gdx); free(gdw);
 	G->free(y_d); G->free(dx_d); G->free(dw_d); G->free(dy_d); G->free(xb_d); G->free(w_d);

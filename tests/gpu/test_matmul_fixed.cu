@@ -10,12 +10,13 @@
  * last, on the engine's shapes (SDAR 1.7B / 4B / 8B, 33 to 8192 rows), random ones and one
  * with more tiles than the GPU holds at once and a half last stage (the TMA kernel's blocks
  * walk several tiles), every wgmma tile shape and the path the engine takes give the bits
- * of the mma.sync kernel (on other GPUs: the path alone); then the decode forward's row
- * counts, 512 and 1024, on the engine's shapes: every wgmma tile shape (the split ones of
- * mx_kernel too: (tile, segment) units, the last warp of a tile adding the segments' sums)
- * and the path as the engine takes it, with the split variants off (the default) and on
- * (DICE_MX_SPLIT=1's switch), twice each (the split counters are back at zero after a
- * launch). With the
+ * of the mma.sync kernel (on other GPUs: the path alone); then matmul_fixed_glu (the SwiGLU
+ * folded into the input conversion) against its twin and, bitwise, against swiglu_cat then
+ * matmul_fixed, at every tile shape; then the decode forward's row counts, 512 and 1024, on
+ * the engine's shapes: every wgmma tile shape (the split ones of mx_kernel too: (tile,
+ * segment) units, the last warp of a tile adding the segments' sums) and the path as the
+ * engine takes it, with the split variants off (the default) and on (DICE_MX_SPLIT=1's
+ * switch), twice each (the split counters are back at zero after a launch). With the
  * argument "engine" only the last part and two tiles() shapes run. */
 #include "gpu_test.h"
 
@@ -175,6 +176,48 @@ static void wgmma_vs_mma(enum dice_dtype dt, int N, int in, int out)
 	mfd_free(&d);
 }
 
+/* matmul_fixed_glu (the SwiGLU of gu (N, 2I) = [gate | up] folded into the product's input):
+ * against its CPU twin, and bitwise against swiglu_cat then matmul_fixed on the GPU, through
+ * the table and through the tiled path at every variant */
+static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
+{
+	float *gu = gt_rand((size_t)N * 2 * I, -4, 4);
+	void *w = gt_rand_w((size_t)out * I, dt, -1, 1);
+	float *dgu = (float *)gt_up(gu, sizeof(float) * N * 2 * I);
+	void *dw = gt_up(w, (size_t)out * I * dice_dtype_size(dt));
+	float *dh = gt_poisoned((size_t)N * I), *dy = gt_poisoned((size_t)N * out);
+	float *h = (float *)xmalloc(sizeof(float) * N * I);
+	float *twin = (float *)xmalloc(sizeof(float) * N * out);
+	char what[200];
+
+	/* the twin on the input the GPU multiplies: silu(g) * u rounded to the weights' dtype */
+	H->swiglu_cat(h, gu, N, I);
+	round_x(h, h, (size_t)N * I, dt);
+	H->matmul(twin, h, w, dt, N, I, out);
+	CHECK(gpu_swiglu_cat(gpu_stream(), dh, dgu, N, I) == 0, "swiglu_cat launch");
+	float *ref = product(dh, dw, dt, N, I, out, 0);
+	G->matmul_fixed_glu(dy, dh, dgu, dw, dt, N, I, out);
+	float *y = gt_down(dy, (size_t)N * out);
+	snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d vs twin", dtname[dt], N, I,
+	         out);
+	/* expf may differ by an ulp from the host's, and the rounding of silu(g) * u (|.| < 16)
+	 * then by one 16-bit step (< 0.07, times |w| <= 1) in a few inputs of a row */
+	gt_compare(what, y, twin, (size_t)N * out, dt == DICE_F32 ? 1e-4 : 0.15, 1e-3);
+	snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d bitwise equal to "
+	         "swiglu_cat then matmul_fixed", dtname[dt], N, I, out);
+	same_rows(y, ref, N, out, what);
+	for (int v = 0; variants && v < gpu_matmul_fixed_variants(); v++) {
+		CHECK(gpu_matmul_fixed_glu(gpu_stream(), dy, NULL, dgu, dw, dt, N, I, out, v) == 0,
+		      "matmul_fixed_glu tiled launch");
+		snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d: tiled %s bitwise "
+		         "equal to swiglu_cat then matmul_fixed", dtname[dt], N, I, out,
+		         gpu_matmul_fixed_variant_name(v));
+		same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+	}
+	free(gu); free(w); free(h); free(twin); free(ref);
+	G->free(dgu); G->free(dw); G->free(dh); G->free(dy);
+}
+
 /* the decode forward's row counts on one shape: each wgmma tile shape and the path, twice
  * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
 static void decode_rows(int in, int out)
@@ -274,6 +317,12 @@ int main(int argc, char **argv)
 			wgmma_vs_mma(DICE_BF16, gi == 1 && o == 0 ? 8192 : rows[n % 4], ins[o], outs[o]);
 	}
 	wgmma_vs_mma(DICE_F16, 1100, 2080, 9000);  /* 639 tiles of 128 x 128, 65 blocks */
+	glu(DICE_F32, 40, 512, 300, 0);             /* the two-step paths */
+	glu(DICE_BF16, 5, 2560, 264, 0);
+	glu(DICE_BF16, 77, 1000, 300, 1);          /* every tile shape, short last block */
+	glu(DICE_F16, 203, 2056, 264, 1);
+	glu(DICE_BF16, 517, 9728, 2560, 1);        /* SDAR 4B's down product */
+	glu(DICE_BF16, 1000, 6144, 2048, 0);       /* 1.7B's */
 	unsigned r = 12345;
 	for (int i = 0; i < 6; i++) {               /* random shapes, in % 8 == 0 */
 		r = r * 1103515245u + 12345u;

@@ -1,6 +1,7 @@
 /* test_sample: the CUDA sample op against its CPU twin (sample_draw) on random logits.
  *
- * Top-k 1: tokens and probabilities identical, bitwise (ties included: integer logits make
+ * Top-k 1: tokens and probabilities identical, bitwise (one maximum: the kernel's first pass
+ * alone; ties included: integer logits make
  * many tokens share the maximum, and u picks among them). Full softmax (top-k 0, top-p 1,
  * temperatures 1 and 0.6, flat and peaked logits): the probability of the drawn token within
  * 1e-5 relative of the one computed in double, and the drawn index consistent with the CDF

@@ -1,5 +1,6 @@
 /* test_swiglu_bwd: the CUDA swiglu backward against the CPU twin, dgate separate and in
- * place over dy. */
+ * place over dy; swiglu_backward_xb (bf16 results) against its twin and, bitwise, against
+ * swiglu_backward then cast_bf16 on the GPU. */
 #include "gpu_test.h"
 
 static void one(int N, int C, int inplace)
@@ -25,11 +26,53 @@ static void one(int N, int C, int inplace)
 		G->free(dg_d);
 }
 
+/* bf16 bits of n values as floats, for the comparisons */
+static float *widen(const uint16_t *b, size_t n)
+{
+	float *f = (float *)xmalloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		f[i] = dice_bf16_to_f32(b[i]);
+	return f;
+}
+
+static void one_xb(int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *g = gt_rand(n, -8, 8), *u = gt_rand(n, -2, 2), *dy = gt_rand(n, -1, 1);
+	uint16_t *rb = (uint16_t *)xmalloc(n * 4), *b = (uint16_t *)xmalloc(n * 4);
+	float *g_d = (float *)gt_up(g, n * sizeof(float)), *u_d = (float *)gt_up(u, n * sizeof(float));
+	float *dy_d = (float *)gt_up(dy, n * sizeof(float));
+	float *dg_d = gt_poisoned(n), *du_d = gt_poisoned(n);
+	void *xb_d = G->alloc(n * 4), *cb_d = G->alloc(n * 4);
+	char what[96];
+
+	/* the twin */
+	H->swiglu_backward_xb(rb, rb + n, dy, g, u, N, C);
+	G->swiglu_backward_xb(xb_d, (char *)xb_d + n * 2, dy_d, g_d, u_d, N, C);
+	G->to_host(b, xb_d, n * 4);
+	float *gf = widen(b, 2 * n), *rf = widen(rb, 2 * n);
+	snprintf(what, sizeof what, "swiglu_backward_xb N=%d C=%d vs twin", N, C);
+	gt_compare(what, gf, rf, 2 * n, 1e-6, 1e-2);       /* an expf ulp may flip a rounding */
+	/* the fp32 op then the cast, bitwise */
+	G->swiglu_backward(dg_d, du_d, dy_d, g_d, u_d, N, C);
+	G->cast_bf16(cb_d, dg_d, n);
+	G->cast_bf16((char *)cb_d + n * 2, du_d, n);
+	G->to_host(rb, cb_d, n * 4);
+	snprintf(what, sizeof what, "swiglu_backward_xb N=%d C=%d bitwise equal to swiglu_backward "
+	         "then cast_bf16", N, C);
+	CHECK(memcmp(b, rb, n * 4) == 0, what);
+	free(g); free(u); free(dy); free(rb); free(b); free(gf); free(rf);
+	G->free(g_d); G->free(u_d); G->free(dy_d); G->free(dg_d); G->free(du_d);
+	G->free(xb_d); G->free(cb_d);
+}
+
 int main(void)
 {
 	if (gt_init(34))
 		return 0;
 	one(4, 6144, 0);
 	one(3, 1001, 1);
+	one_xb(4, 6144);
+	one_xb(3, 1001);
 	return test_done();
 }
