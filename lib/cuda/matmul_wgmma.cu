@@ -401,7 +401,6 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
  * read-add-write), gpu_matmul_wgmma_cost */
 #define MW_MARGIN 1.15
 #define MW_SEG_CYCLES_BYTE 0.00297
-#define MX_SPLIT_SEG 0.0004         /* the split variants' (a guess, see the table) */
 
 typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
 typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, float *, int, int, int,
@@ -439,15 +438,14 @@ static struct mw_variant {
 	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 0, 1969.0, 0.0),
 	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 0, 1317.0, 0.0),
 	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 0, 1849.0, 0.0),
-	/* split by segment (mx_kernel's SPLIT; weighed only with DICE_MX_SPLIT=1): rates fitted
-	 * to the same table (of the first version's epilogue, with 0.0014-0.0023 cycles a byte of
-	 * y a segment); MX_SPLIT_SEG, the cost of the epilogue that reads a segment's sums at once,
-	 * is a guess (small enough that DICE_MX_SPLIT=1 takes them for the 4b decode's qkv, o
-	 * and down, to measure them in the engine) */
-	MXV("wgmma tma split 128x128 wg2 s6", 2, 128, 6, 1, 0, 1, 2600.0, MX_SPLIT_SEG),
-	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 1480.0, MX_SPLIT_SEG),
-	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 1519.0, MX_SPLIT_SEG),
-	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 2006.0, MX_SPLIT_SEG),
+	/* split by segment (mx_kernel's SPLIT; weighed only with DICE_MX_SPLIT=1): rate and
+	 * cycles a byte of y a segment fitted to a second H200 table (session 7, the epilogue
+	 * that reads a segment's sums at once); even so they won only 4b down at 1024 rows (0.151
+	 * ms against 0.164), 1.7b down at 512 and 8b qkv at 512 (by 1-2%) */
+	MXV("wgmma tma split 128x128 wg2 s6", 2, 128, 6, 1, 0, 1, 2208.0, 0.0011),
+	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 1461.0, 0.0013),
+	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 1457.0, 0.0010),
+	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 1819.0, 0.0011),
 #undef MWV
 #undef MXV
 };
