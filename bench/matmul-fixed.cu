@@ -16,11 +16,14 @@
  * A figure is the median over REPS samples, each the mean of INNER back-to-back launches
  * timed with CUDA events; data are random (never zeros). The weights of one shape are read
  * over and over: those that fit the L2 cache (50 MB on an H100) are timed warm, for all sides.
+ * A line "host" gives the host's microseconds a call of the tiled path as the engine takes it,
+ * with the TMA kernels' tensor maps kept (the default) and made each call, and of mma.sync.
  * Usage: matmul-fixed [REPS [GEOMS [NS [sweep]]]] (GEOMS e.g. 1.7b,4b,8b; NS e.g. 512,8192).
  * Run by bench/matmul-fixed.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
@@ -105,6 +108,21 @@ static double time_ms(enum side s, int N, int in, int out, int v, int split)
 	return m;
 }
 
+/* host microseconds a call of the tiled path takes to enqueue (the mean over 100 calls, the
+ * GPU left to catch up after; the queue holds them all) */
+static double host_us(int N, int in, int out)
+{
+	struct timespec a, b;
+	launch(FIXED, N, in, out, 0, 0);
+	CK(cudaStreamSynchronize(st));
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < 100; i++)
+		launch(FIXED, N, in, out, 0, 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	CK(cudaStreamSynchronize(st));
+	return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 100 / 1e3;
+}
+
 static int geometry(const char *g, int *C, int *QD, int *KVD, int *I)
 {
 	*QD = 4096, *KVD = 1024;
@@ -184,11 +202,22 @@ int main(int argc, char **argv)
 					if (wv + 1 == gpu_matmul_fixed_variants())
 						printf("\n");
 				}
+				double hc = host_us(N, in, out);
+				gpu_set_mx_mapcache(0);
+				double hn = host_us(N, in, out);
+				gpu_set_mx_mapcache(1);
+				gpu_set_wgmma(0);
+				double hm = host_us(N, in, out);
+				gpu_set_wgmma(-1);
+				printf("  host us a call: fixed %.2f, its tensor maps encoded each call %.2f, "
+				       "mma.sync %.2f\n", hc, hn, hm);
 				fflush(stdout);
 				if (!sweep)
 					continue;
 				for (v = 0; v < gpu_matmul_fixed_variants(); v++) {
-					for (split = 0; split < 2; split++) {
+					/* the wgmma ones always walk the segments: no split row */
+					int wg = !strncmp(gpu_matmul_fixed_variant_name(v), "wgmma", 5);
+					for (split = 0; split < 2 - wg; split++) {
 						double t = time_ms(TILED, N, in, out, v, split);
 						printf("  sweep %-5s %-5s %5d %-22s %-5s %9.4f %7.1f %5.0f%%\n", g,
 						       opn[o], N, gpu_matmul_fixed_variant_name(v),

@@ -90,6 +90,13 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
  * GPU, the same bits, chosen where estimated faster; on unless DICE_WGMMA is 0): 0 off, 1 on
  * (where the GPU has them), -1 back to the environment */
 void gpu_set_wgmma(int on);
+/* whether the cost model may take the split TMA variants ((tile, segment) units, the last
+ * warp of a tile adding the segments' sums in order; off unless DICE_MX_SPLIT is 1): 0 off, 1
+ * on, -1 back to the environment. A split variant forced by number runs either way. */
+void gpu_set_mx_split(int on);
+/* the TMA kernels' tensor maps: kept by their arguments (1, the default) or encoded on every
+ * call (0); a bench hook */
+void gpu_set_mx_mapcache(int on);
 int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int in, int out);
 /* y(N,C) = x / rms(x) * w(C); y may equal x */

@@ -13,7 +13,9 @@
  * with cp.async, each stage's products waited for before the next) and mx_kernel (TMA
  * copies from a producer warp into an mbarrier ring of stages, two consumer warpgroups with
  * one stage of products in flight, persistent blocks, the segments' sums kept in registers:
- * ((s0 + s1) + s2) ... as mft_kernel adds them into y, with one write of y at the end). */
+ * ((s0 + s1) + s2) ... as mft_kernel adds them into y, with one write of y at the end; or,
+ * split, one block a (tile, segment) pair, each segment's sum written apart and added in that
+ * order by the tile's last block: shapes of few tiles fill the GPU). */
 #include "common.cuh"
 #include "wgmma.cuh"
 #include <cuda.h>                       /* CUtensorMap and its encoder's types (no -lcuda) */
@@ -198,30 +200,91 @@ mw_kernel(float *y, const void *xp, const void *w, int N, int K, int out, int ks
 	asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-/* The TMA kernel: persistent blocks (at most one per tile slot of the GPU) walk the tiles
- * t = blockIdx.x, + gridDim.x, ... (row tile fastest, as mw_kernel's blocks); warpgroup 0 is
- * the producer (one thread: per stage, the bulk tensor copies of w's two 32-input blocks and
- * of x's 64 positions into the next free slot of STAGES, completing on that slot's "full"
- * barrier), warpgroups 1 .. WG the consumers (64 outputs each, by BN rows): each waits for a
- * slot, issues its products (mw_stage), then waits for the stage before (one stage of
- * products in flight while the next is issued) and frees that one's slot (its "empty"
- * barrier, one arrival a consumer warp). The inputs, stages and segments are walked as in
- * mw_kernel; at a segment's end the sum goes, with SR, into registers (tot = s0, then
- * tot + s1, ...: y's sums in the same order, no pass over y) and only the tile's last
- * segment writes y (tot + its sum); without SR (BN 256: too many registers) y = its sum or
- * y + its sum as in mw_kernel. The tensor maps: tw over w (K, out), boxes of 32 inputs by
- * BM rows (rows of 64 bytes, mw_kernel's layout); tx over the converted x (Kp, N), boxes of
- * 64 positions by BN rows, 128-byte swizzle. The copies give zeros past K, out and N. */
+/* The TMA kernel: persistent blocks (at most one per tile slot of the GPU) walk the work
+ * units u = blockIdx.x, + gridDim.x, ...: the tiles (row tile fastest, as mw_kernel's blocks)
+ * or, SPLIT, the (tile, segment) pairs (u = tile nseg + segment: a tile's segments run side
+ * by side); warpgroup 0 is the producer (one thread: per stage, the bulk tensor copies of w's
+ * two 32-input blocks and of x's 64 positions into the next free slot of STAGES, completing
+ * on that slot's "full" barrier), warpgroups 1 .. WG the consumers (64 outputs each, by BN
+ * rows): each waits for a slot, issues its products (mw_stage), then waits for the stage
+ * before (one stage of products in flight while the next is issued) and frees that one's
+ * slot (its "empty" barrier, one arrival a consumer warp). The inputs, stages and segments
+ * are walked as in mw_kernel; at a segment's end the sum goes, with SR, into registers (tot
+ * = s0, then tot + s1, ...: y's sums in the same order, no pass over y) and only the tile's
+ * last segment writes y (tot + its sum); without SR (BN 256: too many registers) y = its sum
+ * or y + its sum as in mw_kernel. SPLIT (mx_split_end): each segment's sum goes to part, and
+ * the warp that finishes a tile's last segment (a counter a tile and warp) adds the tile's
+ * sums in segment order, ((s0 + s1) + s2) ..., and writes y. The tensor maps: tw over w (K,
+ * out), boxes of 32 inputs by BM rows (rows of 64 bytes, mw_kernel's layout); tx over the
+ * converted x (Kp, N), boxes of 64 positions by BN rows, 128-byte swizzle. The copies give
+ * zeros past K, out and N. */
 template <int WG, int BN, int STAGES>
 struct mx {
 	enum { BM = 64 * WG, T = 128 * (WG + 1), STAGE = BM * 128 + BN * 128,
 	       SMEM = STAGES * STAGE + 1024 + 16 * STAGES };
 };
 
-template <int WG, int BN, int STAGES, int MINB, int SR, int F16>
+/* the split counters: one a tile and consumer warp, zero between launches (the last arrival
+ * puts its counter back to zero); MX_CNT of them, so SPLIT runs up to MX_CNT / (4 WG) tiles */
+#define MX_CNT 65536
+static __device__ unsigned mx_cnt[MX_CNT];
+
+/* SPLIT, a segment's end: this warp's sums d (segment sg of nseg, unit u = tile t) into part
+ * (float4 i of thread ct at ((u BN / 8 + i) threads + ct)), then the warp's arrival on the
+ * tile's counter; the last warp to arrive (its stores and theirs ordered by the fences)
+ * reads all the sums back, a segment's BN / 8 loads at once, and leaves ((s0 + s1) + s2) ...
+ * in d; returns whether it did (it writes y then). (The first version read segment by
+ * segment for each float4, one load in flight: 2x slower than unsplit, NOTES-device.md.) */
+template <int BN>
+static __device__ __forceinline__ int mx_split_end(float *d, float *part, int t, int sg,
+                                                   int nseg, int ct, int threads, int cnt)
+{
+	float4 *pp = (float4 *)part + (size_t)t * nseg * (BN / 8) * threads + ct;
+	size_t ps = (size_t)(BN / 8) * threads;            /* float4s a segment */
+#pragma unroll
+	for (int i = 0; i < BN / 8; i++)
+		__stcg(pp + sg * ps + (size_t)i * threads,
+		       make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+	__threadfence();
+	__syncwarp();
+	unsigned old = 0;
+	if ((ct & 31) == 0) {
+		old = atomicAdd(&mx_cnt[cnt], 1u);
+		if (old == (unsigned)nseg - 1)
+			mx_cnt[cnt] = 0;                /* for the next launch */
+	}
+	old = __shfl_sync(0xffffffffu, old, 0);
+	if (old != (unsigned)nseg - 1)
+		return 0;
+	__threadfence();
+#pragma unroll
+	for (int i = 0; i < BN / 8; i++) {
+		float4 a = __ldcg(pp + (size_t)i * threads);
+		d[4 * i] = a.x;
+		d[4 * i + 1] = a.y;
+		d[4 * i + 2] = a.z;
+		d[4 * i + 3] = a.w;
+	}
+	for (int s = 1; s < nseg; s++) {
+		float4 b[BN / 8];
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++)
+			b[i] = __ldcg(pp + s * ps + (size_t)i * threads);
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			d[4 * i] = __fadd_rn(d[4 * i], b[i].x);
+			d[4 * i + 1] = __fadd_rn(d[4 * i + 1], b[i].y);
+			d[4 * i + 2] = __fadd_rn(d[4 * i + 2], b[i].z);
+			d[4 * i + 3] = __fadd_rn(d[4 * i + 3], b[i].w);
+		}
+	}
+	return 1;
+}
+
+template <int WG, int BN, int STAGES, int MINB, int SR, int SPLIT, int F16>
 static __global__ void __launch_bounds__(128 * (WG + 1), MINB)
 mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
-          float *y, int N, int K, int out, int kseg)
+          float *y, float *part, int N, int K, int out, int kseg)
 {
 	typedef mx<WG, BN, STAGES> P;
 	/* registers a thread: the block holds T x ENTRY (the launch bounds' cap, which ptxas
@@ -238,6 +301,9 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	uint64_t *full = (uint64_t *)(sm + STAGES * P::STAGE), *empty = full + STAGES;
 	int nkb = CEIL_DIV(K, MW_KB), nst = CEIL_DIV(nkb, 2), segb = kseg / MW_KB;
 	int ntr = CEIL_DIV(N, BN), ntiles = ntr * CEIL_DIV(out, P::BM);
+	/* SPLIT: segments and stages a segment (segb is even where there are several) */
+	int nseg = SPLIT ? CEIL_DIV(nkb, segb) : 1, segst = nseg > 1 ? segb / 2 : nst;
+	int units = ntiles * nseg;
 
 	if (threadIdx.x == 0) {
 		for (int i = 0; i < STAGES; i++) {
@@ -255,9 +321,11 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 		tma_prefetch_map(&tx);
 		int slot = 0;
 		unsigned ph = 0;
-		for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+		for (int u = blockIdx.x; u < units; u += gridDim.x) {
+			int t = u / nseg, sg = u % nseg;
 			int n0 = t % ntr * BN, o0 = t / ntr * P::BM;
-			for (int s = 0; s < nst; s++) {
+			int s1 = min(nst, (sg + 1) * segst);
+			for (int s = sg * segst; s < s1; s++) {
 				char *st = sm + slot * P::STAGE;
 				int two = 2 * s + 1 < nkb;      /* else w's second block is past K: not copied */
 				mb_wait(&empty[slot], ph ^ 1);
@@ -275,12 +343,14 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	wg_setmaxnreg_inc<CREG>();
 	int ct = threadIdx.x - 128, lane = ct & 31, g = lane >> 2, q = lane & 3;
 	int orow = 16 * (ct >> 5) + g;
-	float d[BN / 2], tot[SR ? BN / 2 : 1];
+	float d[BN / 2], tot[SR && !SPLIT ? BN / 2 : 1];
 	int slot = 0;
 	unsigned ph = 0;
-	for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+	for (int u = blockIdx.x; u < units; u += gridDim.x) {
+		int t = u / nseg, sg = u % nseg;
 		int n0 = t % ntr * BN, o0 = t / ntr * P::BM, rel = -1, first = 1, acc = 0;
-		for (int s = 0; s < nst; s++) {
+		int s1 = min(nst, (sg + 1) * segst);
+		for (int s = sg * segst; s < s1; s++) {
 			int kb = 2 * s, end = (kb + 2) % segb == 0 || kb + 2 >= nkb;
 			mb_wait(&full[slot], ph);
 			mw_stage<BN, F16, 1>(d, sm + slot * P::STAGE, P::BM, orow, q, kb + 1 < nkb, acc);
@@ -299,7 +369,11 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 				}
 				rel = -1;
 				acc = 0;                /* the next segment starts from zero */
-				if constexpr (SR) {
+				if constexpr (SPLIT) {
+					if (nseg == 1 || mx_split_end<BN>(d, part, t, sg, nseg, ct, 128 * WG,
+					                                  t * 4 * WG + (ct >> 5)))
+						mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, 0);
+				} else if constexpr (SR) {
 					if (kb + 2 < nkb) {
 #pragma unroll
 						for (int i = 0; i < BN / 2; i++)
@@ -329,39 +403,55 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 #define MW_SEG_CYCLES_BYTE 0.00297
 
 typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
-typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, int, int, int, int);
+typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, float *, int, int, int,
+                      int);
 
 /* the tile shapes, mw_kernel's then mx_kernel's (tma); rate: flop per cycle and SM with the
- * SM full, fitted to H100 timings of the engine's 36 shapes (mw_cost, bench/NOTES-device.md);
- * seg: cycles a byte of y for each later segment (mx_kernel with SR: none) */
+ * SM full, mw_kernel's fitted to H100 timings of the engine's 36 shapes, mx_kernel's to H200
+ * timings (bench/NOTES-device.md); seg: cycles a byte of y for each later segment
+ * (mx_kernel with SR: none; split: for each segment's sums written and read back) */
 static struct mw_variant {
 	const char *name;
 	mw_fn fn[2];                            /* bf16, fp16 */
 	mx_fn fx[2];                            /* the same for the tma kernels */
 	int bm, bn, threads, smem;
 	double rate, seg;
+	int split;                              /* mx_kernel's SPLIT: (tile, segment) units */
 	int occ;                                /* blocks per SM (0: not asked yet) */
 } mw_var[] = {
 #define MWV(name, WG, BN, S, MINB, rate) \
 	{ name, { mw_kernel<WG, BN, S, MINB, 0>, mw_kernel<WG, BN, S, MINB, 1> }, { NULL, NULL }, \
-	  64 * WG, BN, 128 * WG, mw<WG, BN, S>::SMEM, rate, MW_SEG_CYCLES_BYTE, 0 }
-#define MXV(name, WG, BN, S, MINB, SR, rate, seg) \
-	{ name, { NULL, NULL }, { mx_kernel<WG, BN, S, MINB, SR, 0>, mx_kernel<WG, BN, S, MINB, SR, 1> }, \
-	  64 * WG, BN, 128 * (WG + 1), mx<WG, BN, S>::SMEM, rate, seg, 0 }
+	  64 * WG, BN, 128 * WG, mw<WG, BN, S>::SMEM, rate, MW_SEG_CYCLES_BYTE, 0, 0 }
+#define MXV(name, WG, BN, S, MINB, SR, SPLIT, rate, seg) \
+	{ name, { NULL, NULL }, { mx_kernel<WG, BN, S, MINB, SR, SPLIT, 0>, \
+	                          mx_kernel<WG, BN, S, MINB, SR, SPLIT, 1> }, \
+	  64 * WG, BN, 128 * (WG + 1), mx<WG, BN, S>::SMEM, rate, seg, SPLIT, 0 }
 	MWV("wgmma 128x256 wg2 s4", 2, 256, 4, 1, 1498.0),
 	MWV("wgmma 128x128 wg2 s3", 2, 128, 3, 2, 1859.0),
 	MWV("wgmma 128x64 wg2 s4", 2, 64, 4, 2, 1285.0),
 	MWV("wgmma 64x128 wg1 s4", 1, 128, 4, 3, 1257.0),
 	/* the same tile sizes as the MW_NOLD before, in the same order */
-	MXV("wgmma tma 128x256 wg2 s4", 2, 256, 4, 1, 0, 2800.0, MW_SEG_CYCLES_BYTE),
-	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 2800.0, 0.0),
-	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 2400.0, 0.0),
-	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 2400.0, 0.0),
+	/* rates fitted to H200 timings of the engine's 24 decode shapes (1.7B / 4B / 8B at 512
+	 * and 1024 rows, session 7: the median rate each implies at 1.8e6 cycles a ms, the clock
+	 * at which mw_kernel's H100 rates fit the same table) */
+	MXV("wgmma tma 128x256 wg2 s4", 2, 256, 4, 1, 0, 0, 2127.0, MW_SEG_CYCLES_BYTE),
+	MXV("wgmma tma 128x128 wg2 s6", 2, 128, 6, 1, 1, 0, 1969.0, 0.0),
+	MXV("wgmma tma 128x64 wg2 s8", 2, 64, 8, 1, 1, 0, 1317.0, 0.0),
+	MXV("wgmma tma 64x128 wg1 s4", 1, 128, 4, 2, 1, 0, 1849.0, 0.0),
+	/* split by segment (mx_kernel's SPLIT; weighed only with DICE_MX_SPLIT=1): rate and
+	 * cycles a byte of y a segment fitted to a second H200 table (session 7, the epilogue
+	 * that reads a segment's sums at once); even so they won only 4b down at 1024 rows (0.151
+	 * ms against 0.164), 1.7b down at 512 and 8b qkv at 512 (by 1-2%) */
+	MXV("wgmma tma split 128x128 wg2 s6", 2, 128, 6, 1, 0, 1, 2208.0, 0.0011),
+	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 1461.0, 0.0013),
+	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 1457.0, 0.0010),
+	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 1819.0, 0.0011),
 #undef MWV
 #undef MXV
 };
 #define MW_NVAR ((int)(sizeof mw_var / sizeof mw_var[0]))
 #define MW_NOLD 4                       /* mw_kernel's variants, first */
+#define MW_NTMA 4                       /* then mx_kernel's unsplit ones (their mw_kernel: - MW_NOLD) */
 
 static int mw_occupancy(struct mw_variant *v)
 {
@@ -379,11 +469,16 @@ static int mw_occupancy(struct mw_variant *v)
 	return v->occ;
 }
 
-static int mw_on = -1, mx_on = -1;
+static int mw_on = -1, mx_on = -1, mx_split_on = -1;
 
 void gpu_set_wgmma(int on)
 {
 	mw_on = on < 0 ? -1 : on != 0;
+}
+
+void gpu_set_mx_split(int on)
+{
+	mx_split_on = on < 0 ? -1 : on != 0;
 }
 
 int gpu_matmul_wgmma_ok(void)
@@ -425,10 +520,51 @@ static mx_encode_fn mx_encoder(void)
 	return fn;
 }
 
+/* the tensor maps made before, by their arguments (a map is a function of them alone, so a
+ * hit is right even where the memory was freed and taken again): MX_MAPS slots, the slot a
+ * hash of the arguments; gpu_set_mx_mapcache(0) (a bench hook) encodes every time */
+#define MX_MAPS 512
+static struct mx_mapslot {
+	CUtensorMap map;
+	const void *p;
+	int f16, cols, rows, bc, br, swz;
+} mx_maps[MX_MAPS];
+static int mx_mapcache = 1;
+
+void gpu_set_mx_mapcache(int on)
+{
+	mx_mapcache = on != 0;
+}
+
+static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                     int swz);
+
 /* a 2-d tensor map over 16-bit rows (cols, rows; rows of cols elements, contiguous): boxes of
  * bc x br, 128-byte swizzle or none, zeros outside */
 static int mx_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
                   int swz)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull ^
+	             ((uint64_t)cols << 32 | (uint64_t)rows) * 0xC2B2AE3D27D4EB4Full ^
+	             (uint64_t)(bc << 12 | br << 2 | swz << 1 | f16) * 0x165667B19E3779F9ull;
+	struct mx_mapslot *e = &mx_maps[(h ^ h >> 29) % MX_MAPS];
+	if (mx_mapcache && e->p == p && e->f16 == f16 && e->cols == cols && e->rows == rows &&
+	    e->bc == bc && e->br == br && e->swz == swz) {
+		*m = e->map;
+		return 0;
+	}
+	if (mx_encode(m, p, f16, cols, rows, bc, br, swz))
+		return -1;
+	if (mx_mapcache) {
+		e->map = *m;
+		e->p = p, e->f16 = f16, e->cols = cols, e->rows = rows, e->bc = bc, e->br = br;
+		e->swz = swz;
+	}
+	return 0;
+}
+
+static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                     int swz)
 {
 	cuuint64_t dim[2] = { (cuuint64_t)cols, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)cols * 2 };
 	cuuint32_t box[2] = { (cuuint32_t)bc, (cuuint32_t)br }, es[2] = { 1, 1 };
@@ -447,6 +583,19 @@ static int mx_ok(void)
 	return gpu_switch(&mx_on, "DICE_WGMMA_TMA") && mx_encoder();
 }
 
+/* whether the cost model may weigh a split variant on this shape: DICE_MX_SPLIT is 1 (off
+ * by default: slower than the unsplit ones on every shape measured, NOTES-device.md), there
+ * are several segments and the counters hold its tiles */
+static int mx_split_ok(int N, int out, int nseg, const struct mw_variant *vr)
+{
+	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	if (mx_split_on < 0) {
+		const char *e = getenv("DICE_MX_SPLIT");
+		mx_split_on = e && e[0] == '1' && !e[1];
+	}
+	return mx_split_on && nseg > 1 && tiles * (vr->bm / 16) <= MX_CNT;
+}
+
 /* the estimated time of variant v in mf_cost's units (cycles, matmul_fixed.cu): waves of occ
  * blocks an SM at the variant's rate, plus the read-add-writes of the later segments (none
  * for the tma kernels that keep the segments' sums in registers); times MW_MARGIN, so that
@@ -457,10 +606,19 @@ double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg)
 	struct mw_variant *vr = &mw_var[v];
 	if (vr->fx[0] && !mx_ok())
 		return 1e30;
+	if (vr->split && !mx_split_ok(N, out, nseg, vr))
+		return 1e30;
 	int sms = gpu_sm_count(), occ = mw_occupancy(vr);
 	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
-	long waves = CEIL_DIV(tiles, (long)sms * occ);
 	double y = (double)N * out * 4;
+	if (vr->split) {                /* units of one segment; each writes its sums, the last
+	                                 * warp of a tile reads nseg - 1 of them back */
+		long waves = CEIL_DIV(tiles * nseg, (long)sms * occ);
+		double kseg = (double)CEIL_DIV(CEIL_DIV(in, MW_KB), nseg) * MW_KB;
+		return MW_MARGIN * (waves * occ * 2.0 * vr->bm * vr->bn * kseg / vr->rate +
+		                    vr->seg * (2.0 * nseg - 1) * y);
+	}
+	long waves = CEIL_DIV(tiles, (long)sms * occ);
 	return MW_MARGIN * (waves * occ * 2.0 * vr->bm * vr->bn * in / vr->rate +
 	                    vr->seg * (nseg - 1) * y);
 }
@@ -481,16 +639,30 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 	GPU_REQUIRE(v >= 0 && v < MW_NVAR && gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg),
 	            "matmul_wgmma");
 	struct mw_variant *vr = &mw_var[v];
+	int nkb = CEIL_DIV(in, MW_KB), Kp = nkb * MW_KB, nseg = CEIL_DIV(nkb, kseg / MW_KB);
+	/* a split variant on too many tiles: the unsplit one of its tile shape (the same bits) */
+	if (vr->split && nseg > 1 && (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm) *
+	    (vr->bm / 16) > MX_CNT)
+		for (int i = MW_NOLD; i < MW_NOLD + MW_NTMA; i++)
+			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
+				vr = &mw_var[i];
+	if (vr->fx[0] && !mx_ok())        /* no tma: mw_kernel's tile of the same size */
+		for (int i = 0; i < MW_NOLD; i++)
+			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
+				vr = &mw_var[i];
 	if (vr->fx[0] && !mx_ok())
-		vr = &mw_var[v - MW_NOLD];
+		vr = &mw_var[1];
 	int occ = mw_occupancy(vr);
-	int nkb = CEIL_DIV(in, MW_KB), Kp = nkb * MW_KB;
 	size_t n16 = (size_t)N * Kp / 8;
-	uint4 *xp = (uint4 *)gpu_scratch(n16 * 16);
+	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	size_t pbytes = vr->split && nseg > 1 ? (size_t)tiles * nseg * vr->bm * vr->bn * 4 : 0;
+	char *scr = (char *)gpu_scratch(n16 * 16 + pbytes);
+	uint4 *xp = (uint4 *)scr;
+	float *part = (float *)(scr + n16 * 16);
 	int cg = (int)(CEIL_DIV(n16, (size_t)256) < 8192 ? CEIL_DIV(n16, (size_t)256) : 8192);
 	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16, glu);
 	CUDA_CHECK_LAUNCH();
-	int grid = CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	long grid = tiles * (pbytes ? nseg : 1);
 	if (vr->fx[0]) {
 		CUtensorMap tw, tx;
 		if (mx_map(&tw, w, f16, in, out, MW_KB, vr->bm, 0) ||
@@ -498,9 +670,10 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 			return -1;
 		if (grid > gpu_sm_count() * occ)
 			grid = gpu_sm_count() * occ;
-		vr->fx[f16]<<<grid, vr->threads, vr->smem, st>>>(tw, tx, y, N, in, out, kseg);
+		vr->fx[f16]<<<(int)grid, vr->threads, vr->smem, st>>>(tw, tx, y, part, N, in, out,
+		                                                      kseg);
 	} else {
-		vr->fn[f16]<<<grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
+		vr->fn[f16]<<<(int)grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
 	}
 	CUDA_CHECK_LAUNCH();
 	return 0;

@@ -12,7 +12,12 @@
  * walk several tiles), every wgmma tile shape and the path the engine takes give the bits
  * of the mma.sync kernel (on other GPUs: the path alone); then matmul_fixed_glu (the SwiGLU
  * folded into the input conversion) against its twin and, bitwise, against swiglu_cat then
- * matmul_fixed, at every tile shape. */
+ * matmul_fixed, at every tile shape; then the decode forward's row counts, 512 and 1024, on
+ * the engine's shapes: every wgmma tile shape (the split ones of mx_kernel too: (tile,
+ * segment) units, the last warp of a tile adding the segments' sums) and the path as the
+ * engine takes it, with the split variants off (the default) and on (DICE_MX_SPLIT=1's
+ * switch), twice each (the split counters are back at zero after a launch). With the
+ * argument "engine" only the last part and two tiles() shapes run. */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -213,10 +218,68 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 	G->free(dgu); G->free(dw); G->free(dh); G->free(dy);
 }
 
-int main(void)
+/* the decode forward's row counts on one shape: each wgmma tile shape and the path, twice
+ * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
+static void decode_rows(int in, int out)
+{
+	static const int Ns[] = { 512, 1024 };
+	struct mfd d = mfd_new(DICE_BF16, 1024, in, out);
+	char what[240];
+
+	for (int ni = 0; ni < 2; ni++) {
+		int N = Ns[ni];
+		gpu_set_wgmma(0);
+		float *ref = product(d.dx, d.dw, DICE_BF16, N, in, out, 2);
+		gpu_set_wgmma(-1);
+		for (int v = -1; v < gpu_matmul_fixed_variants(); v++) {
+			const char *name = gpu_matmul_fixed_variant_name(v);
+			if (v >= 0 && strncmp(name, "wgmma", 5))
+				continue;
+			for (int rep = 0; rep < 2; rep++) {
+				if (v < 0)
+					gpu_set_mx_split(rep);
+				float *dy = gt_poisoned((size_t)N * out);
+				CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, DICE_BF16, N, in, out,
+				                             v, 0) == 0, "matmul_fixed tiled launch");
+				snprintf(what, sizeof what, "matmul_fixed bf16 N=%d in=%d out=%d: tiled %s%s "
+				         "(launch %d) bitwise equal to the mma.sync kernel", N, in, out, name,
+				         v < 0 ? (rep ? " split on" : " split off") : "", rep + 1);
+				float *y = gt_down(dy, (size_t)N * out);
+				same_rows(y, ref, N, out, what);
+				G->free(dy);
+			}
+		}
+		gpu_set_mx_split(-1);
+		free(ref);
+	}
+	mfd_free(&d);
+}
+
+/* the engine's products (qkv, o, gate/up, down) of SDAR 1.7B, 4B, 8B: C, QD, 2 KVD, I (2 KVD
+ * was 1024 before session 7: q/k/v products 1024 outputs short) */
+static const int geo[3][4] = { { 2048, 2048, 2048, 6144 }, { 2560, 4096, 2048, 9728 },
+                               { 4096, 4096, 2048, 12288 } };
+
+static void decode_shapes(void)
+{
+	for (int i = 0; i < 3; i++) {                /* 4B first: the decode bench's geometry */
+		int gi = (i + 1) % 3, C = geo[gi][0], QD = geo[gi][1], KV2 = geo[gi][2], I = geo[gi][3];
+		int ins[] = { C, QD, C, I }, outs[] = { QD + KV2, C, 2 * I, C };
+		for (int o = 0; o < 4; o++)
+			decode_rows(ins[o], outs[o]);
+	}
+}
+
+int main(int argc, char **argv)
 {
 	if (gt_init(17))
 		return 0;
+	if (argc > 1 && !strcmp(argv[1], "engine")) {
+		tiles(DICE_BF16, 203, 1000, 300);      /* 8 segments, the last block short */
+		tiles(DICE_BF16, 130, 4096, 2560);     /* 4 segments */
+		decode_shapes();
+		return test_done();
+	}
 	for (int dt = 0; dt < 3; dt++) {
 		enum dice_dtype d = (enum dice_dtype)dt;
 		vs_twin(d, 1, 512, 300, 0);
@@ -246,9 +309,6 @@ int main(void)
 	tiles(DICE_F16, 77, 1000, 77);
 	tiles(DICE_BF16, 99, 2056, 264);           /* 8 segments of 9 blocks: 64-input stages split */
 	tiles(DICE_F16, 45, 2080, 9000);           /* 1 segment of 65 blocks: a half last stage */
-	/* the engine's products (qkv, o, gate/up, down) of SDAR 1.7B, 4B, 8B */
-	static const int geo[3][4] = { { 2048, 2048, 1024, 6144 }, { 2560, 4096, 1024, 9728 },
-	                               { 4096, 4096, 1024, 12288 } };   /* C, QD, 2 KVD, I */
 	static const int rows[] = { 33, 517, 1000, 2048 };
 	for (int gi = 0, n = 0; gi < 3; gi++) {
 		int C = geo[gi][0], QD = geo[gi][1], KV2 = geo[gi][2], I = geo[gi][3];
@@ -273,5 +333,6 @@ int main(void)
 		int out = 1 + (int)(r >> 8) % 6000;
 		wgmma_vs_mma(i % 2 ? DICE_F16 : DICE_BF16, N, in, out);
 	}
+	decode_shapes();
 	return test_done();
 }
