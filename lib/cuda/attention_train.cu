@@ -24,6 +24,7 @@
 
 #include "gpu_bwd.h"
 #include "common.cuh"
+#include "wgmma.cuh"
 
 #define AT_THREADS 256
 #define AT_CHUNK 2048                   /* query rows per chunk */
@@ -1125,6 +1126,265 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 	             group > 1);
 }
 
+/* ---------------------------------------------------------------- fused path, version 3
+ *
+ * The forward on Hopper's warpgroup products (wgmma, sm_90a; head dim 128 on a
+ * compute-capability-9.0 device, else version 2 runs): the same map, unit order, rounding and
+ * lse / output contract as version 2 (whose backward takes its lse), one block per (128
+ * query rows, head) of 3 warpgroups. Warpgroup 0 is the producer: one warp copies by TMA
+ * the block's Q (128 rows) once, then for every visible key tile of the list K and V (64
+ * keys) into the next slot of a ring of F3_NS stages, with the keys' facts (the warp's 32
+ * lanes, plain stores) beside them; a slot's "full" barrier completes with the copies' bytes
+ * and the 32 lanes' arrivals, its "empty" one with an arrival of each consumer warp. Warpgroups
+ * 1 and 2 are the consumers, 64 query rows (one map line) each: S = Q K^T by 8 k16 products
+ * m64n64 with both operands in shared memory, the online softmax of version 2 in registers
+ * (fa_softmax: a wgmma accumulator holds, per warp, the C layout of mma.sync m16n8 tiles),
+ * P rounded to bf16 into the A fragments of O += P V, 4 k16 products m64n128 with V as an
+ * N-major B (the transpose bit); a consumer skips the tiles its map line does not see. Shared
+ * memory: every operand in rows of 128 bytes (64 columns), 128-byte swizzled as the TMA
+ * writes them, 1024-aligned: Q as 2 column halves of 128 rows, a stage as K's two halves
+ * then V's (64 rows each). */
+
+#define F3_NS 3                         /* stages of the K, V ring */
+#define F3_HALF (FA_T * 128)            /* 64 rows of 128 bytes: a column half of a K or V tile */
+#define F3_Q (2 * FB_M * 128)           /* Q: two column halves of 128 rows */
+#define F3_STAGE (4 * F3_HALF)          /* K halves 0, 1, then V halves 0, 1 */
+#define F3_THREADS 384
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)    /* (the sm_90a pass: the other passes use none) */
+/* S (the accumulators of m64n64: per warp the C layout of 8 m16n8 tiles) = Q K^T for the
+ * 64 query rows at qw (2 column halves, F3_Q / 2 apart) and the stage st's K: issued and
+ * committed, not waited for */
+static __device__ __forceinline__ void f3_qk(float (*s)[4], const char *qw, const char *st)
+{
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		int c = kk >> 2, off = (kk & 3) * 32;
+		wg_op<64>::ss(&s[0][0], wg_desc(qw + c * FB_M * 128 + off, 16, 1024, 1),
+		              wg_desc(st + c * F3_HALF + off, 16, 1024, 1), kk, 0);
+	}
+	wg_commit();
+}
+
+/* O += P V for the stage st's V (P: the A fragments pa of the 4 k16 slices of 64 keys):
+ * issued and committed. V's rows 16 kk ..: 16 keys (K) by 128 columns (N, the halves
+ * F3_HALF apart: the leading offset), 8-row groups 1024 bytes apart */
+static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], const char *st,
+                                             unsigned vl, unsigned vs)
+{
+#pragma unroll
+	for (int kk = 0; kk < 4; kk++)
+		wg_op<128>::rst(&o[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]),
+		                wg_desc(st + 2 * F3_HALF + kk * 2048, vl, vs, 1), 1, 0);
+	wg_commit();
+}
+#endif
+
+/* PIPE 0: per key tile S, its softmax, then P V, each waited for; PIPE 1: the S of the next
+ * visible tile is issued before this tile's P V, so that its softmax runs while the tensor
+ * cores do P V (O is rescaled once P V is done) */
+template <int PIPE>
+static __global__ void __launch_bounds__(F3_THREADS, 1)
+f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+       const __grid_constant__ CUtensorMap tv, float *out, float *lse,
+       const unsigned char *map, const int *order, int T, int S, int NH, int NKV,
+       struct attn_mask m, int nz, int sg, float sl2, unsigned vl, unsigned vs)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ uint4 f3_smem[];
+	char *sq = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023), *stg = sq + F3_Q;
+	uint64_t *full = (uint64_t *)(stg + F3_NS * F3_STAGE), *empty = full + F3_NS;
+	uint64_t *qbar = empty + F3_NS;
+	int *skb = (int *)(qbar + 1), *skf = skb + F3_NS * FA_T, *sqb = skf + F3_NS * FA_T;
+	int *sqf = sqb + FB_M, *cnt = sqf + FB_M, *list = cnt + 4;
+	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, hk = h / (NH / NKV);
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), i0 = u * FB_M, tid = threadIdx.x;
+	const int HD = 128;
+
+	if (tid < FB_M)
+		fa_facts(m, nz, sg, 1, i0 + tid, T, &sqb[tid], &sqf[tid]);
+	if (tid == 0) {
+		for (int i = 0; i < F3_NS; i++) {
+			mb_init(&full[i], 32);
+			mb_init(&empty[i], 8);
+		}
+		mb_init(qbar, 1);
+		mb_fence_init();
+	}
+	int nl = fb_list(list, cnt, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt, 4);
+	if (tid < 128) {
+		wg_setmaxnreg_dec<40>();
+		if (tid >= 32)
+			return;
+		if (tid == 0) {
+			tma_prefetch_map(&tk);
+			tma_prefetch_map(&tv);
+			mb_expect(qbar, F3_Q);
+			for (int c = 0; c < 2; c++)
+				tma_load2(sq + c * FB_M * 128, &tq, h * HD + c * 64, i0, qbar);
+		}
+		for (int it = 0; it < nl; it++) {
+			int slot = it % F3_NS, kt = list[it] >> 4;
+			char *st = stg + slot * F3_STAGE;
+			mb_wait(&empty[slot], ((it / F3_NS) & 1) ^ 1);
+			for (int e = 0; e < 2; e++) {
+				int j = tid + 32 * e;
+				fa_facts(m, nz, sg, 0, kt * FA_T + j, S, &skb[slot * FA_T + j],
+				         &skf[slot * FA_T + j]);
+			}
+			if (tid == 0) {
+				mb_expect(&full[slot], F3_STAGE);
+				for (int c = 0; c < 2; c++) {
+					tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T, &full[slot]);
+					tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
+					          &full[slot]);
+				}
+			} else {
+				mb_arrive(&full[slot]);
+			}
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<232>();
+	int ct = tid - 128, wg = ct >> 7, lane = tid & 31, g = lane >> 2;
+	int r0 = wg * 64 + ((ct >> 5) & 3) * 16 + g;    /* this thread's first row in the block */
+	const char *qw = sq + wg * 64 * 128;
+	float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
+	unsigned pa[4][4];
+
+#pragma unroll
+	for (int n = 0; n < 16; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	mb_wait(qbar, 0);
+	if (!PIPE) {
+		for (int it = 0; it < nl; it++) {
+			int slot = it % F3_NS, code = (list[it] >> (2 * wg)) & 3;
+			const char *st = stg + slot * F3_STAGE;
+
+			mb_wait(&full[slot], (it / F3_NS) & 1);
+			if (code) {                 /* (warpgroup-uniform) */
+				wg_fence();
+				f3_qk(s, qw, st);
+				wg_wait<0>();
+				wg_fence_acc<32>(&s[0][0]);
+				fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + slot * FA_T,
+				           skf + slot * FA_T, code, sl2);
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++)
+					frag_c2a(pa[kk], s, kk);
+				wg_fence();
+				f3_pv(o, pa, st, vl, vs);
+				wg_wait<0>();
+				wg_fence_acc<64>(&o[0][0]);
+			}
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+		}
+	} else {
+		/* it: the tile whose P is in pa (its stage held until its P V is done); the tiles
+		 * this warpgroup does not see are waited for and given back on the way, the next
+		 * visible one's S issued before P V only when its stage is not the one held (fewer
+		 * than F3_NS tiles on), else P V first (the ring cannot pass the held stage) */
+		auto scan = [&](int t) {
+			while (t < nl && !((list[t] >> (2 * wg)) & 3))
+				t++;
+			return t;
+		};
+		auto skip = [&](int t, int end) {
+			for (; t < end; t++) {
+				mb_wait(&full[t % F3_NS], (t / F3_NS) & 1);
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&empty[t % F3_NS]);
+			}
+		};
+		/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P into pa */
+		auto first = [&](int t) {
+			int sl = t % F3_NS;
+			mb_wait(&full[sl], (t / F3_NS) & 1);
+			wg_fence();
+			f3_qk(s, qw, stg + sl * F3_STAGE);
+			wg_wait<0>();
+			wg_fence_acc<32>(&s[0][0]);
+			fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + sl * FA_T,
+			           skf + sl * FA_T, (list[t] >> (2 * wg)) & 3, sl2);
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+		};
+		int it = scan(0);
+		skip(0, it);
+		if (it < nl)
+			first(it);
+		while (it < nl) {
+			int slot = it % F3_NS, nx = scan(it + 1), ns = nx % F3_NS;
+			if (nx >= nl || nx - it >= F3_NS) {
+				wg_fence();
+				f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
+				wg_wait<0>();
+				wg_fence_acc<64>(&o[0][0]);
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&empty[slot]);
+				skip(it + 1, nx);
+				if (nx >= nl)
+					break;
+				first(nx);
+				it = nx;
+				continue;
+			}
+			skip(it + 1, nx);
+			mb_wait(&full[ns], (nx / F3_NS) & 1);
+			float m0[2] = { mrow[0], mrow[1] };
+			wg_fence();
+			f3_qk(s, qw, stg + ns * F3_STAGE);
+			f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
+			wg_wait<1>();
+			wg_fence_acc<32>(&s[0][0]);
+			fa_softmax(s, o, 0, mrow, lrow, sqb + r0, sqf + r0, 8, skb + ns * FA_T,
+			           skf + ns * FA_T, (list[nx] >> (2 * wg)) & 3, sl2);
+			wg_wait<0>();
+			wg_fence_acc<64>(&o[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				/* fa_softmax's factor (o untouched there: NT 0) */
+				float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
+#pragma unroll
+				for (int n = 0; n < 16; n++) {
+					o[n][2 * r] *= alpha;
+					o[n][2 * r + 1] *= alpha;
+				}
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+			it = nx;
+		}
+	}
+	fa_fwd_store(out, lse, o, 16, mrow, lrow, i0 + r0, T, NH, h, HD);
+#else
+	__trap();                               /* built without sm_90a: never launched */
+#endif
+}
+
+/* version 3's dynamic shared memory (nkt key tiles) */
+static size_t f3_smem_size(int nkt)
+{
+	return 1024 + F3_Q + F3_NS * F3_STAGE + (2 * F3_NS + 1) * 8 +
+	       (2 * F3_NS * FA_T + 2 * FB_M + 4) * 4 + (size_t)nkt * 4;
+}
+
+/* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
+ * tensor-map encoder */
+static int f3_ok(int HD)
+{
+	return HD == 128 && gpu_cc() == 90 && wg_tensor_map_ok();
+}
+
 /* ---------------------------------------------------------------- fused path launchers */
 
 #define FA_RND(x) (((x) + 255) / 256 * 256)
@@ -1132,33 +1392,37 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
  * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
  * against 0.85 at the SFT shape, bench/NOTES-device.md session 6); DICE_FA in the environment
- * overrides: "1" or "2" for both ops, two digits for the forward's and the backward's ("12":
- * version 1 forward, version 2 backward). Read at every call, so that a bench can time the
- * versions in one process. */
+ * overrides: "1" or "2" for both ops, "3" for version 3's forward (the backward's default),
+ * two digits for the forward's (1 to 3) and the backward's (1 or 2): "12" is version 1
+ * forward, version 2 backward, "32" version 3 forward, version 2 backward. Version 3 only
+ * where it runs (f3_ok), else 2. Read at every call, so that a bench can time the versions in
+ * one process. */
 static int fa_version(int bwd, int HD)
 {
 	static int warned;
 	const char *e = getenv("DICE_FA");
-	int ok, c;
+	int v = bwd ? 2 : HD == 64 ? 1 : 2;
 	if (e && *e) {
-		ok = (e[0] == '1' || e[0] == '2') &&
-		     (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]));
-		if (!ok) {
-			if (!warned++)
-				fprintf(stderr, "dice: DICE_FA=%s: want 1, 2 or two of those digits; "
-				        "using the default\n", e);
-			e = NULL;
+		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]))) {
+			if (!bwd)
+				v = e[0] - '0';
+			else if (e[1])
+				v = e[1] - '0';
+			else if (e[0] != '3')
+				v = e[0] - '0';
+		} else if (!warned++) {
+			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit (1 to 3) and a "
+			        "backward digit (1 or 2); using the default\n", e);
 		}
 	}
-	if (!e || !*e)
-		return HD == 64 && !bwd ? 1 : 2;
-	c = e[1] && bwd ? e[1] : e[0];
-	return c - '0';
+	return v == 3 && !f3_ok(HD) ? 2 : v;
 }
 
 /* dynamic shared memory of the forward (nkt key tiles) and the backward (nqt query tiles) */
 static size_t fa_fwd_smem(int ver, int HD, int nkt)
 {
+	if (ver == 3)
+		return f3_smem_size(nkt);
 	size_t rows = ver == 1 ? 5 * FA_T : FB_M + 4 * FA_T;
 	return rows * (HD + FA_PAD) * 2 + 4 * FA_T * 4 + (ver == 1 ? 0 : 2 * FB_M * 4) + 16 +
 	       (size_t)nkt * 4;
@@ -1185,8 +1449,9 @@ static size_t fa_smem_cap(void)
 		const void *fns[] = { (const void *)fa_fwd<128>, (const void *)fa_fwd<64>,
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
-		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64> };
-		for (int i = 0; i < 8; i++)
+		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
+		                      (const void *)f3_fwd<0>, (const void *)f3_fwd<1> };
+		for (int i = 0; i < 10; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1274,15 +1539,30 @@ static void fa_prepare(cudaStream_t st, int ver, const struct fa_head *hd, int T
 		fb_order(st, hd->ordb, hd->work, hd->map, T, S, 0);
 }
 
-static void fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf16 *q,
-                       const bf16 *k, const bf16 *v, const struct fa_head *hd, int T, int S,
-                       int NH, int NKV, int HD, const struct attn_mask *m)
+/* out NULL (only lse): version 1 or 2 */
+static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf16 *q,
+                      const bf16 *k, const bf16 *v, const struct fa_head *hd, int T, int S,
+                      int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
 	float sl2 = 1.4426950408889634f / sqrtf((float)HD);
 	size_t sm = fa_fwd_smem(ver, HD, nkt);
 
-	if (ver == 1)
+	if (ver == 3) {
+		CUtensorMap tq, tk, tv;
+		if (wg_tensor_map(&tq, q, 0, NH * HD, T, 64, FB_M, 1) ||
+		    wg_tensor_map(&tk, k, 0, NKV * HD, S, 64, FA_T, 1) ||
+		    wg_tensor_map(&tv, v, 0, NKV * HD, S, 64, FA_T, 1))
+			return -1;
+		const char *pe = getenv("DICE_FA3_PIPE"), *ve = getenv("DICE_FA3_VSWAP");
+		unsigned vl = F3_HALF, vs = 1024;
+		if (ve && *ve == '1')
+			vl = 1024, vs = F3_HALF;
+		(pe && *pe == '0' ? f3_fwd<0> : f3_fwd<1>)<<<fb_units(T, S, 1) * NH, F3_THREADS, sm,
+		                                               st>>>(tq, tk, tv, out, lse, hd->map,
+		                                                     hd->ordf, T, S, NH, NKV, *m, nz,
+		                                                     sg, sl2, vl, vs);
+	} else if (ver == 1)
 		(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<dim3(CEIL_DIV(T, FA_T), NH), FA_THREADS, sm,
 		                                         st>>>(out, lse, q, k, v, hd->map, T, S, NH,
 		                                               NKV, *m, nz, sg, sl2);
@@ -1291,6 +1571,7 @@ static void fa_forward(cudaStream_t st, int ver, float *out, float *lse, const b
 		                                         st>>>(out, lse, q, k, v, hd->map, hd->ordf,
 		                                               T, S, NH, NKV, *m, nz, sg, sl2);
 	CUDA_CHECK_LAUNCH();
+	return 0;
 }
 
 /* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
@@ -1309,8 +1590,7 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const 
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
 	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
-	fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
-	return 0;
+	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
 
 /* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
@@ -1342,8 +1622,8 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
-	else
-		fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
+	else if (fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m))
+		return -1;
 	if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
