@@ -1155,15 +1155,37 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 /* S (the accumulators of m64n64: per warp the C layout of 8 m16n8 tiles) = Q K^T for the
  * 64 query rows at qw (2 column halves, F3_Q / 2 apart) and the stage st's K: issued and
  * committed, not waited for */
-static __device__ __forceinline__ void f3_qk(float (*s)[4], const char *qw, const char *st)
+template <int QR>
+static __device__ __forceinline__ void f3_qk(float (*s)[4], const char *qw, unsigned (*qa)[4],
+                                             const char *st)
 {
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
 		int c = kk >> 2, off = (kk & 3) * 32;
-		wg_op<64>::ss(&s[0][0], wg_desc(qw + c * FB_M * 128 + off, 16, 1024, 1),
-		              wg_desc(st + c * F3_HALF + off, 16, 1024, 1), kk, 0);
+		uint64_t db = wg_desc(st + c * F3_HALF + off, 16, 1024, 1);
+		if (QR)
+			wg_op<64>::rs(&s[0][0], make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]),
+			              db, kk, 0);
+		else
+			wg_op<64>::ss(&s[0][0], wg_desc(qw + c * FB_M * 128 + off, 16, 1024, 1), db, kk, 0);
 	}
 	wg_commit();
+}
+
+/* with QR: qa = the A fragments (mma.sync m16n8k16) of this warp's 16 rows of the 64 at qw,
+ * the 8 k16 slices of the 128 columns, by ldmatrix from the swizzled rows (16-byte chunk c
+ * of row r at c ^ r % 8) */
+template <int QR>
+static __device__ __forceinline__ void f3_qfrag(unsigned (*qa)[4], const char *qw)
+{
+	if (!QR)
+		return;
+	int l = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (l & 15);
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		int c = (kk & 3) * 2 + (l >> 4);
+		ldm4(qa[kk], (const bf16 *)(qw + (kk >> 2) * FB_M * 128 + r * 128 + ((c ^ (r & 7)) << 4)));
+	}
 }
 
 /* O += P V for the stage st's V (P: the A fragments pa of the 4 k16 slices of 64 keys):
@@ -1183,7 +1205,7 @@ static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], c
 /* PIPE 0: per key tile S, its softmax, then P V, each waited for; PIPE 1: the S of the next
  * visible tile is issued before this tile's P V, so that its softmax runs while the tensor
  * cores do P V (O is rescaled once P V is done) */
-template <int PIPE>
+template <int PIPE, int QR>
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
        const __grid_constant__ CUtensorMap tv, float *out, float *lse,
@@ -1250,12 +1272,13 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	int r0 = wg * 64 + ((ct >> 5) & 3) * 16 + g;    /* this thread's first row in the block */
 	const char *qw = sq + wg * 64 * 128;
 	float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
-	unsigned pa[4][4];
+	unsigned pa[4][4], qa[QR ? 8 : 1][4];
 
 #pragma unroll
 	for (int n = 0; n < 16; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 	mb_wait(qbar, 0);
+	f3_qfrag<QR>(qa, qw);
 	if (!PIPE) {
 		for (int it = 0; it < nl; it++) {
 			int slot = it % F3_NS, code = (list[it] >> (2 * wg)) & 3;
@@ -1264,7 +1287,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_wait(&full[slot], (it / F3_NS) & 1);
 			if (code) {                 /* (warpgroup-uniform) */
 				wg_fence();
-				f3_qk(s, qw, st);
+				f3_qk<QR>(s, qw, qa, st);
 				wg_wait<0>();
 				wg_fence_acc<32>(&s[0][0]);
 				fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + slot * FA_T,
@@ -1304,7 +1327,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			int sl = t % F3_NS;
 			mb_wait(&full[sl], (t / F3_NS) & 1);
 			wg_fence();
-			f3_qk(s, qw, stg + sl * F3_STAGE);
+			f3_qk<QR>(s, qw, qa, stg + sl * F3_STAGE);
 			wg_wait<0>();
 			wg_fence_acc<32>(&s[0][0]);
 			fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + sl * FA_T,
@@ -1338,7 +1361,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_wait(&full[ns], (nx / F3_NS) & 1);
 			float m0[2] = { mrow[0], mrow[1] };
 			wg_fence();
-			f3_qk(s, qw, stg + ns * F3_STAGE);
+			f3_qk<QR>(s, qw, qa, stg + ns * F3_STAGE);
 			f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
 			wg_wait<1>();
 			wg_fence_acc<32>(&s[0][0]);
@@ -1450,8 +1473,9 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd<0>, (const void *)f3_fwd<1> };
-		for (int i = 0; i < 10; i++)
+		                      (const void *)f3_fwd<0, 0>, (const void *)f3_fwd<1, 0>,
+		                      (const void *)f3_fwd<0, 1>, (const void *)f3_fwd<1, 1> };
+		for (int i = 0; i < 12; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1558,7 +1582,9 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 		unsigned vl = F3_HALF, vs = 1024;
 		if (ve && *ve == '1')
 			vl = 1024, vs = F3_HALF;
-		(pe && *pe == '0' ? f3_fwd<0> : f3_fwd<1>)<<<fb_units(T, S, 1) * NH, F3_THREADS, sm,
+		const char *qe = getenv("DICE_FA3_QR");
+		int pp = !(pe && *pe == '0'), qr = qe && *qe == '1';
+		(pp ? (qr ? f3_fwd<1, 1> : f3_fwd<1, 0>) : (qr ? f3_fwd<0, 1> : f3_fwd<0, 0>))<<<fb_units(T, S, 1) * NH, F3_THREADS, sm,
 		                                               st>>>(tq, tk, tv, out, lse, hd->map,
 		                                                     hd->ordf, T, S, NH, NKV, *m, nz,
 		                                                     sg, sl2, vl, vs);
