@@ -378,23 +378,31 @@ static __global__ void fa_map_kernel(unsigned char *map, int T, int S, struct at
 }
 
 /* list[] = (j << sh) + code for every j < n with code = map[j stride] + (two ? 4 map[j stride
- * + off2] : 0) != 0, in order; returns the count to every thread (warp 0 builds it; ends with
- * a barrier) */
+ * + off2] : 0) != 0, in order, by the calling warp; returns the count to every lane */
+static __device__ int fb_list_warp(int *list, const unsigned char *map, int n, int stride,
+                                   int off2, int two, int sh)
+{
+	int lane = threadIdx.x & 31, c = 0;
+	for (int b = 0; b < n; b += 32) {
+		int j = b + lane, code = 0;
+		if (j < n)
+			code = map[(size_t)j * stride] + (two ? 4 * map[(size_t)j * stride + off2] : 0);
+		unsigned bal = __ballot_sync(0xffffffffu, code != 0);
+		if (code)
+			list[c + __popc(bal & ((1u << lane) - 1))] = (j << sh) + code;
+		c += __popc(bal);
+	}
+	return c;
+}
+
+/* fb_list_warp by warp 0 for the block; returns the count to every thread (ends with a
+ * barrier) */
 static __device__ int fb_list(int *list, int *cnt, const unsigned char *map, int n, int stride,
                               int off2, int two, int sh)
 {
 	if (threadIdx.x < 32) {
-		int lane = threadIdx.x, c = 0;
-		for (int b = 0; b < n; b += 32) {
-			int j = b + lane, code = 0;
-			if (j < n)
-				code = map[(size_t)j * stride] + (two ? 4 * map[(size_t)j * stride + off2] : 0);
-			unsigned bal = __ballot_sync(0xffffffffu, code != 0);
-			if (code)
-				list[c + __popc(bal & ((1u << lane) - 1))] = (j << sh) + code;
-			c += __popc(bal);
-		}
-		if (lane == 0)
+		int c = fb_list_warp(list, map, n, stride, off2, two, sh);
+		if (threadIdx.x == 0)
 			*cnt = c;
 	}
 	__syncthreads();
@@ -1200,11 +1208,22 @@ static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], c
 		                wg_desc(st + 2 * F3_HALF + kk * 2048, vl, vs, 1), 1, 0);
 	wg_commit();
 }
+
+/* the item of a block's k-th step: the rows of gridDim.x items taken in turns, every other
+ * row backwards (the items run from the most work to the least: fairer shares) */
+static __device__ __forceinline__ int f3_item(int k)
+{
+	return k * gridDim.x + (k & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+}
 #endif
 
 /* PIPE 0: per key tile S, its softmax, then P V, each waited for; PIPE 1: the S of the next
  * visible tile is issued before this tile's P V, so that its softmax runs while the tensor
- * cores do P V (O is rescaled once P V is done) */
+ * cores do P V (O is rescaled once P V is done). The items (unit order[x / NH], head x % NH)
+ * x of f3_item: one a block, or persistent blocks (a grid of one block per SM) that walk
+ * several, the producer running ahead into the next item (its list, row
+ * facts and Q in the other of two buffers, "qfull" barrier) while the consumers end this one
+ * ("qempty" once they read no more of it); the K, V ring runs on across items. */
 template <int PIPE, int QR>
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -1214,55 +1233,76 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 	extern __shared__ uint4 f3_smem[];
-	char *sq = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023), *stg = sq + F3_Q;
+	char *sq = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
+	char *stg = sq + 2 * F3_Q;
 	uint64_t *full = (uint64_t *)(stg + F3_NS * F3_STAGE), *empty = full + F3_NS;
-	uint64_t *qbar = empty + F3_NS;
-	int *skb = (int *)(qbar + 1), *skf = skb + F3_NS * FA_T, *sqb = skf + F3_NS * FA_T;
-	int *sqf = sqb + FB_M, *cnt = sqf + FB_M, *list = cnt + 4;
-	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, hk = h / (NH / NKV);
-	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), i0 = u * FB_M, tid = threadIdx.x;
+	uint64_t *qfull = empty + F3_NS, *qempty = qfull + 2;
+	int *skb = (int *)(qempty + 2), *skf = skb + F3_NS * FA_T, *sqb = skf + F3_NS * FA_T;
+	int *sqf = sqb + 2 * FB_M, *lcnt = sqf + 2 * FB_M, *lst = lcnt + 4;
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
+	int nitems = CEIL_DIV(nqt, 2) * NH;
 	const int HD = 128;
 
-	if (tid < FB_M)
-		fa_facts(m, nz, sg, 1, i0 + tid, T, &sqb[tid], &sqf[tid]);
 	if (tid == 0) {
 		for (int i = 0; i < F3_NS; i++) {
 			mb_init(&full[i], 32);
 			mb_init(&empty[i], 8);
 		}
-		mb_init(qbar, 1);
+		for (int i = 0; i < 2; i++) {
+			mb_init(&qfull[i], 32);
+			mb_init(&qempty[i], 8);
+		}
 		mb_fence_init();
 	}
-	int nl = fb_list(list, cnt, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt, 4);
+	__syncthreads();
 	if (tid < 128) {
 		wg_setmaxnreg_dec<40>();
 		if (tid >= 32)
 			return;
-		if (tid == 0) {
-			tma_prefetch_map(&tk);
-			tma_prefetch_map(&tv);
-			mb_expect(qbar, F3_Q);
-			for (int c = 0; c < 2; c++)
-				tma_load2(sq + c * FB_M * 128, &tq, h * HD + c * 64, i0, qbar);
-		}
-		for (int it = 0; it < nl; it++) {
-			int slot = it % F3_NS, kt = list[it] >> 4;
-			char *st = stg + slot * F3_STAGE;
-			mb_wait(&empty[slot], ((it / F3_NS) & 1) ^ 1);
-			for (int e = 0; e < 2; e++) {
-				int j = tid + 32 * e;
-				fa_facts(m, nz, sg, 0, kt * FA_T + j, S, &skb[slot * FA_T + j],
-				         &skf[slot * FA_T + j]);
-			}
+		tma_prefetch_map(&tq);
+		tma_prefetch_map(&tk);
+		tma_prefetch_map(&tv);
+		int gt = 0;                     /* tiles sent into the ring so far */
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii++ & 1, u = order[x / NH], h = x % NH, hk = h / (NH / NKV);
+			int i0 = u * FB_M, *list = lst + b * nkt;
+			mb_wait(&qempty[b], (((ii - 1) >> 1) & 1) ^ 1);
+			int nl = fb_list_warp(list, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt,
+			                      4);
+			for (int r = tid; r < FB_M; r += 32)
+				fa_facts(m, nz, sg, 1, i0 + r, T, &sqb[b * FB_M + r], &sqf[b * FB_M + r]);
 			if (tid == 0) {
-				mb_expect(&full[slot], F3_STAGE);
-				for (int c = 0; c < 2; c++) {
-					tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T, &full[slot]);
-					tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
-					          &full[slot]);
-				}
+				lcnt[b] = nl;
+				mb_expect(&qfull[b], F3_Q);
+				for (int c = 0; c < 2; c++)
+					tma_load2(sq + b * F3_Q + c * FB_M * 128, &tq, h * HD + c * 64, i0,
+					          &qfull[b]);
 			} else {
-				mb_arrive(&full[slot]);
+				mb_arrive(&qfull[b]);
+			}
+			for (int it = 0; it < nl; it++, gt++) {
+				int slot = gt % F3_NS, kt = list[it] >> 4;
+				char *st = stg + slot * F3_STAGE;
+				mb_wait(&empty[slot], ((gt / F3_NS) & 1) ^ 1);
+				for (int e = 0; e < 2; e++) {
+					int j = tid + 32 * e;
+					fa_facts(m, nz, sg, 0, kt * FA_T + j, S, &skb[slot * FA_T + j],
+					         &skf[slot * FA_T + j]);
+				}
+				if (tid == 0) {
+					mb_expect(&full[slot], F3_STAGE);
+					for (int c = 0; c < 2; c++) {
+						tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T,
+						          &full[slot]);
+						tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
+						          &full[slot]);
+					}
+				} else {
+					mb_arrive(&full[slot]);
+				}
 			}
 		}
 		return;
@@ -1270,125 +1310,142 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	wg_setmaxnreg_inc<232>();
 	int ct = tid - 128, wg = ct >> 7, lane = tid & 31, g = lane >> 2;
 	int r0 = wg * 64 + ((ct >> 5) & 3) * 16 + g;    /* this thread's first row in the block */
-	const char *qw = sq + wg * 64 * 128;
-	float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
-	unsigned pa[4][4], qa[QR ? 8 : 1][4];
+	int gt = 0;                         /* ring tiles of the items before this one */
+	for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+		int x = f3_item(k);
+		if (x >= nitems)
+			continue;
+		int b = ii++ & 1, u = order[x / NH], h = x % NH;
+		const char *qw = sq + b * F3_Q + wg * 64 * 128;
+		const int *list = lst + b * nkt, *qb = sqb + b * FB_M + r0, *qf = sqf + b * FB_M + r0;
+		float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
+		unsigned pa[4][4], qa[QR ? 8 : 1][4];
+		/* ring slot and phase parity of the item's tile t */
+		auto SL = [&](int t) { return (gt + t) % F3_NS; };
+		auto PH = [&](int t) { return (unsigned)(((gt + t) / F3_NS) & 1); };
 
 #pragma unroll
-	for (int n = 0; n < 16; n++)
-		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-	mb_wait(qbar, 0);
-	f3_qfrag<QR>(qa, qw);
-	if (!PIPE) {
-		for (int it = 0; it < nl; it++) {
-			int slot = it % F3_NS, code = (list[it] >> (2 * wg)) & 3;
-			const char *st = stg + slot * F3_STAGE;
+		for (int n = 0; n < 16; n++)
+			o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+		mb_wait(&qfull[b], ((ii - 1) >> 1) & 1);
+		int nl = lcnt[b];
+		f3_qfrag<QR>(qa, qw);
+		if (!PIPE) {
+			for (int it = 0; it < nl; it++) {
+				int slot = SL(it), code = (list[it] >> (2 * wg)) & 3;
+				const char *st = stg + slot * F3_STAGE;
 
-			mb_wait(&full[slot], (it / F3_NS) & 1);
-			if (code) {                 /* (warpgroup-uniform) */
+				mb_wait(&full[slot], PH(it));
+				if (code) {             /* (warpgroup-uniform) */
+					wg_fence();
+					f3_qk<QR>(s, qw, qa, st);
+					wg_wait<0>();
+					wg_fence_acc<32>(&s[0][0]);
+					fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb + slot * FA_T,
+					           skf + slot * FA_T, code, sl2);
+#pragma unroll
+					for (int kk = 0; kk < 4; kk++)
+						frag_c2a(pa[kk], s, kk);
+					wg_fence();
+					f3_pv(o, pa, st, vl, vs);
+					wg_wait<0>();
+					wg_fence_acc<64>(&o[0][0]);
+				}
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&empty[slot]);
+			}
+		} else {
+			/* it: the tile whose P is in pa (its stage held until its P V is done); the
+			 * tiles this warpgroup does not see are waited for and given back on the way,
+			 * the next visible one's S issued before P V only when its stage is not the one
+			 * held (fewer than F3_NS tiles on), else P V first (the ring cannot pass the
+			 * held stage) */
+			auto scan = [&](int t) {
+				while (t < nl && !((list[t] >> (2 * wg)) & 3))
+					t++;
+				return t;
+			};
+			auto skip = [&](int t, int end) {
+				for (; t < end; t++) {
+					mb_wait(&full[SL(t)], PH(t));
+					__syncwarp();
+					if (lane == 0)
+						mb_arrive(&empty[SL(t)]);
+				}
+			};
+			/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P */
+			auto first = [&](int t) {
+				int sl = SL(t);
+				mb_wait(&full[sl], PH(t));
 				wg_fence();
-				f3_qk<QR>(s, qw, qa, st);
+				f3_qk<QR>(s, qw, qa, stg + sl * F3_STAGE);
 				wg_wait<0>();
 				wg_fence_acc<32>(&s[0][0]);
-				fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + slot * FA_T,
-				           skf + slot * FA_T, code, sl2);
+				fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb + sl * FA_T, skf + sl * FA_T,
+				           (list[t] >> (2 * wg)) & 3, sl2);
 #pragma unroll
 				for (int kk = 0; kk < 4; kk++)
 					frag_c2a(pa[kk], s, kk);
+			};
+			int it = scan(0);
+			skip(0, it);
+			if (it < nl)
+				first(it);
+			while (it < nl) {
+				int slot = SL(it), nx = scan(it + 1), ns = SL(nx);
+				if (nx >= nl || nx - it >= F3_NS) {
+					wg_fence();
+					f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
+					wg_wait<0>();
+					wg_fence_acc<64>(&o[0][0]);
+					__syncwarp();
+					if (lane == 0)
+						mb_arrive(&empty[slot]);
+					skip(it + 1, nx);
+					if (nx >= nl)
+						break;
+					first(nx);
+					it = nx;
+					continue;
+				}
+				skip(it + 1, nx);
+				mb_wait(&full[ns], PH(nx));
+				float m0[2] = { mrow[0], mrow[1] };
 				wg_fence();
-				f3_pv(o, pa, st, vl, vs);
-				wg_wait<0>();
-				wg_fence_acc<64>(&o[0][0]);
-			}
-			__syncwarp();
-			if (lane == 0)
-				mb_arrive(&empty[slot]);
-		}
-	} else {
-		/* it: the tile whose P is in pa (its stage held until its P V is done); the tiles
-		 * this warpgroup does not see are waited for and given back on the way, the next
-		 * visible one's S issued before P V only when its stage is not the one held (fewer
-		 * than F3_NS tiles on), else P V first (the ring cannot pass the held stage) */
-		auto scan = [&](int t) {
-			while (t < nl && !((list[t] >> (2 * wg)) & 3))
-				t++;
-			return t;
-		};
-		auto skip = [&](int t, int end) {
-			for (; t < end; t++) {
-				mb_wait(&full[t % F3_NS], (t / F3_NS) & 1);
-				__syncwarp();
-				if (lane == 0)
-					mb_arrive(&empty[t % F3_NS]);
-			}
-		};
-		/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P into pa */
-		auto first = [&](int t) {
-			int sl = t % F3_NS;
-			mb_wait(&full[sl], (t / F3_NS) & 1);
-			wg_fence();
-			f3_qk<QR>(s, qw, qa, stg + sl * F3_STAGE);
-			wg_wait<0>();
-			wg_fence_acc<32>(&s[0][0]);
-			fa_softmax(s, o, 16, mrow, lrow, sqb + r0, sqf + r0, 8, skb + sl * FA_T,
-			           skf + sl * FA_T, (list[t] >> (2 * wg)) & 3, sl2);
-#pragma unroll
-			for (int kk = 0; kk < 4; kk++)
-				frag_c2a(pa[kk], s, kk);
-		};
-		int it = scan(0);
-		skip(0, it);
-		if (it < nl)
-			first(it);
-		while (it < nl) {
-			int slot = it % F3_NS, nx = scan(it + 1), ns = nx % F3_NS;
-			if (nx >= nl || nx - it >= F3_NS) {
-				wg_fence();
+				f3_qk<QR>(s, qw, qa, stg + ns * F3_STAGE);
 				f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
+				wg_wait<1>();
+				wg_fence_acc<32>(&s[0][0]);
+				fa_softmax(s, o, 0, mrow, lrow, qb, qf, 8, skb + ns * FA_T, skf + ns * FA_T,
+				           (list[nx] >> (2 * wg)) & 3, sl2);
 				wg_wait<0>();
 				wg_fence_acc<64>(&o[0][0]);
 				__syncwarp();
 				if (lane == 0)
 					mb_arrive(&empty[slot]);
-				skip(it + 1, nx);
-				if (nx >= nl)
-					break;
-				first(nx);
-				it = nx;
-				continue;
-			}
-			skip(it + 1, nx);
-			mb_wait(&full[ns], (nx / F3_NS) & 1);
-			float m0[2] = { mrow[0], mrow[1] };
-			wg_fence();
-			f3_qk<QR>(s, qw, qa, stg + ns * F3_STAGE);
-			f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
-			wg_wait<1>();
-			wg_fence_acc<32>(&s[0][0]);
-			fa_softmax(s, o, 0, mrow, lrow, sqb + r0, sqf + r0, 8, skb + ns * FA_T,
-			           skf + ns * FA_T, (list[nx] >> (2 * wg)) & 3, sl2);
-			wg_wait<0>();
-			wg_fence_acc<64>(&o[0][0]);
-			__syncwarp();
-			if (lane == 0)
-				mb_arrive(&empty[slot]);
 #pragma unroll
-			for (int r = 0; r < 2; r++) {
-				/* fa_softmax's factor (o untouched there: NT 0) */
-				float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
+				for (int r = 0; r < 2; r++) {
+					/* fa_softmax's factor (o untouched there: NT 0) */
+					float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
 #pragma unroll
-				for (int n = 0; n < 16; n++) {
-					o[n][2 * r] *= alpha;
-					o[n][2 * r + 1] *= alpha;
+					for (int n = 0; n < 16; n++) {
+						o[n][2 * r] *= alpha;
+						o[n][2 * r + 1] *= alpha;
+					}
 				}
-			}
 #pragma unroll
-			for (int kk = 0; kk < 4; kk++)
-				frag_c2a(pa[kk], s, kk);
-			it = nx;
+				for (int kk = 0; kk < 4; kk++)
+					frag_c2a(pa[kk], s, kk);
+				it = nx;
+			}
 		}
+		gt += nl;
+		__syncwarp();                   /* Q, the list and the row facts are read */
+		if (lane == 0)
+			mb_arrive(&qempty[b]);
+		fa_fwd_store(out, lse, o, 16, mrow, lrow, u * FB_M + r0, T, NH, h, HD);
 	}
-	fa_fwd_store(out, lse, o, 16, mrow, lrow, i0 + r0, T, NH, h, HD);
 #else
 	__trap();                               /* built without sm_90a: never launched */
 #endif
@@ -1397,8 +1454,8 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 /* version 3's dynamic shared memory (nkt key tiles) */
 static size_t f3_smem_size(int nkt)
 {
-	return 1024 + F3_Q + F3_NS * F3_STAGE + (2 * F3_NS + 1) * 8 +
-	       (2 * F3_NS * FA_T + 2 * FB_M + 4) * 4 + (size_t)nkt * 4;
+	return 1024 + 2 * F3_Q + F3_NS * F3_STAGE + (2 * F3_NS + 4) * 8 +
+	       (2 * F3_NS * FA_T + 4 * FB_M + 4) * 4 + (size_t)2 * nkt * 4;
 }
 
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
@@ -1582,9 +1639,14 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 		unsigned vl = F3_HALF, vs = 1024;
 		if (ve && *ve == '1')
 			vl = 1024, vs = F3_HALF;
-		const char *qe = getenv("DICE_FA3_QR");
-		int pp = !(pe && *pe == '0'), qr = qe && *qe == '1';
-		(pp ? (qr ? f3_fwd<1, 1> : f3_fwd<1, 0>) : (qr ? f3_fwd<0, 1> : f3_fwd<0, 0>))<<<fb_units(T, S, 1) * NH, F3_THREADS, sm,
+		const char *qe = getenv("DICE_FA3_QR"), *ps = getenv("DICE_FA3_PERS");
+		int pp = !(pe && *pe == '0'), qr = qe && *qe == '1', grid = fb_units(T, S, 1) * NH;
+		int pn = ps ? atoi(ps) : 0;     /* 1: a block an SM; n > 1: n blocks */
+		if (pn == 1)
+			pn = gpu_sm_count();
+		if (pn > 0 && grid > pn)
+			grid = pn;
+		(pp ? (qr ? f3_fwd<1, 1> : f3_fwd<1, 0>) : (qr ? f3_fwd<0, 1> : f3_fwd<0, 0>))<<<grid, F3_THREADS, sm,
 		                                               st>>>(tq, tk, tv, out, lse, hd->map,
 		                                                     hd->ordf, T, S, NH, NKV, *m, nz,
 		                                                     sg, sl2, vl, vs);
