@@ -1274,6 +1274,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			                      4);
 			for (int r = tid; r < FB_M; r += 32)
 				fa_facts(m, nz, sg, 1, i0 + r, T, &sqb[b * FB_M + r], &sqf[b * FB_M + r]);
+			__syncwarp();               /* the list, read by every lane below */
 			if (tid == 0) {
 				lcnt[b] = nl;
 				mb_expect(&qfull[b], F3_Q);
