@@ -1138,20 +1138,20 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
  *
  * The forward on Hopper's warpgroup products (wgmma, sm_90a; head dim 128 on a
  * compute-capability-9.0 device, else version 2 runs): the same map, unit order, rounding and
- * lse / output contract as version 2 (whose backward takes its lse), one block per (128
- * query rows, head) of 3 warpgroups. Warpgroup 0 is the producer: one warp copies by TMA
- * the block's Q (128 rows) once, then for every visible key tile of the list K and V (64
- * keys) into the next slot of a ring of F3_NS stages, with the keys' facts (the warp's 32
- * lanes, plain stores) beside them; a slot's "full" barrier completes with the copies' bytes
- * and the 32 lanes' arrivals, its "empty" one with an arrival of each consumer warp. Warpgroups
- * 1 and 2 are the consumers, 64 query rows (one map line) each: S = Q K^T by 8 k16 products
- * m64n64 with both operands in shared memory, the online softmax of version 2 in registers
- * (fa_softmax: a wgmma accumulator holds, per warp, the C layout of mma.sync m16n8 tiles),
- * P rounded to bf16 into the A fragments of O += P V, 4 k16 products m64n128 with V as an
- * N-major B (the transpose bit); a consumer skips the tiles its map line does not see. Shared
- * memory: every operand in rows of 128 bytes (64 columns), 128-byte swizzled as the TMA
- * writes them, 1024-aligned: Q as 2 column halves of 128 rows, a stage as K's two halves
- * then V's (64 rows each). */
+ * lse / output contract as version 2 (whose backward takes its lse), one block of 3
+ * warpgroups per (128 query rows, head) item, or fewer blocks walking several (f3_fwd).
+ * Warpgroup 0 is the producer: one warp copies by TMA each item's Q (128 rows) and row facts,
+ * then for every visible key tile of the item's list K and V (64 keys) into the next slot of
+ * a ring of F3_NS stages (with the keys' facts where a tile is masked element by element); a
+ * slot's "full" barrier completes with the copies' bytes, its "empty" one with an arrival of
+ * each consumer warp. Warpgroups 1 and 2 are the consumers, 64 query rows (one map line)
+ * each: S = Q K^T by 8 k16 products m64n64 (Q as register A fragments, K in shared memory),
+ * the online softmax of version 2 in registers (fa_softmax: a wgmma accumulator holds, per
+ * warp, the C layout of mma.sync m16n8 tiles), P rounded to bf16 into the A fragments of
+ * O += P V, 4 k16 products m64n128 with V as an N-major B (the transpose bit); a consumer
+ * skips the tiles its map line does not see. Shared memory: every operand in rows of 128
+ * bytes (64 columns), 128-byte swizzled as the TMA writes them, 1024-aligned: Q (two buffers)
+ * as 2 column halves of 128 rows, a stage as K's two halves then V's (64 rows each). */
 
 #define F3_NS 3                         /* stages of the K, V ring */
 #define F3_HALF (FA_T * 128)            /* 64 rows of 128 bytes: a column half of a K or V tile */
@@ -1160,34 +1160,22 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 #define F3_THREADS 384
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)    /* (the sm_90a pass: the other passes use none) */
-/* S (the accumulators of m64n64: per warp the C layout of 8 m16n8 tiles) = Q K^T for the
- * 64 query rows at qw (2 column halves, F3_Q / 2 apart) and the stage st's K: issued and
- * committed, not waited for */
-template <int QR>
-static __device__ __forceinline__ void f3_qk(float (*s)[4], const char *qw, unsigned (*qa)[4],
-                                             const char *st)
+/* S (the accumulators of m64n64: per warp the C layout of 8 m16n8 tiles) = Q K^T, Q from
+ * the A fragments qa (f3_qfrag) and the stage st's K: issued and committed, not waited for */
+static __device__ __forceinline__ void f3_qk(float (*s)[4], unsigned (*qa)[4], const char *st)
 {
 #pragma unroll
-	for (int kk = 0; kk < 8; kk++) {
-		int c = kk >> 2, off = (kk & 3) * 32;
-		uint64_t db = wg_desc(st + c * F3_HALF + off, 16, 1024, 1);
-		if (QR)
-			wg_op<64>::rs(&s[0][0], make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]),
-			              db, kk, 0);
-		else
-			wg_op<64>::ss(&s[0][0], wg_desc(qw + c * FB_M * 128 + off, 16, 1024, 1), db, kk, 0);
-	}
+	for (int kk = 0; kk < 8; kk++)
+		wg_op<64>::rs(&s[0][0], make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]),
+		              wg_desc(st + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1), kk, 0);
 	wg_commit();
 }
 
-/* with QR: qa = the A fragments (mma.sync m16n8k16) of this warp's 16 rows of the 64 at qw,
- * the 8 k16 slices of the 128 columns, by ldmatrix from the swizzled rows (16-byte chunk c
- * of row r at c ^ r % 8) */
-template <int QR>
+/* qa = the A fragments (mma.sync m16n8k16) of this warp's 16 rows of the 64 at qw (2 column
+ * halves, F3_Q / 2 apart), the 8 k16 slices of the 128 columns, by ldmatrix from the
+ * swizzled rows (16-byte chunk c of row r at c ^ r % 8) */
 static __device__ __forceinline__ void f3_qfrag(unsigned (*qa)[4], const char *qw)
 {
-	if (!QR)
-		return;
 	int l = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (l & 15);
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
@@ -1199,13 +1187,12 @@ static __device__ __forceinline__ void f3_qfrag(unsigned (*qa)[4], const char *q
 /* O += P V for the stage st's V (P: the A fragments pa of the 4 k16 slices of 64 keys):
  * issued and committed. V's rows 16 kk ..: 16 keys (K) by 128 columns (N, the halves
  * F3_HALF apart: the leading offset), 8-row groups 1024 bytes apart */
-static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], const char *st,
-                                             unsigned vl, unsigned vs)
+static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], const char *st)
 {
 #pragma unroll
 	for (int kk = 0; kk < 4; kk++)
 		wg_op<128>::rst(&o[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]),
-		                wg_desc(st + 2 * F3_HALF + kk * 2048, vl, vs, 1), 1, 0);
+		                wg_desc(st + 2 * F3_HALF + kk * 2048, F3_HALF, 1024, 1), 1, 0);
 	wg_commit();
 }
 
@@ -1217,19 +1204,20 @@ static __device__ __forceinline__ int f3_item(int k)
 }
 #endif
 
-/* PIPE 0: per key tile S, its softmax, then P V, each waited for; PIPE 1: the S of the next
- * visible tile is issued before this tile's P V, so that its softmax runs while the tensor
- * cores do P V (O is rescaled once P V is done). The items (unit order[x / NH], head x % NH)
- * x of f3_item: one a block, or persistent blocks (a grid of one block per SM) that walk
- * several, the producer running ahead into the next item (its list, row
- * facts and Q in the other of two buffers, "qfull" barrier) while the consumers end this one
- * ("qempty" once they read no more of it); the K, V ring runs on across items. */
-template <int PIPE, int QR>
+/* The items (unit order[x / NH], head x % NH) x of f3_item: one a block, or persistent
+ * blocks (a grid of one block per SM) that walk several; the producer runs ahead into the
+ * next item (its list, row facts and Q in the other of two buffers, "qfull" barrier) while
+ * the consumers end this one ("qempty" once they read no more of it); the K, V ring runs on
+ * across items. The row and key facts come from fct (f3_facts_kernel) by plain bulk copies,
+ * the keys' only for a tile that some consumer masks element by element (code 1), so that
+ * the producer never waits for a load. A consumer issues the S of its next visible tile
+ * before this tile's P V, so that the softmax of the one runs while the tensor cores do the
+ * other (O rescaled once P V is done). */
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
        const __grid_constant__ CUtensorMap tv, float *out, float *lse,
-       const unsigned char *map, const int *order, int T, int S, int NH, int NKV,
-       struct attn_mask m, int nz, int sg, float sl2, unsigned vl, unsigned vs)
+       const unsigned char *map, const int *order, const int *fct, int T, int S, int NH,
+       int NKV, float sl2)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 	extern __shared__ uint4 f3_smem[];
@@ -1240,12 +1228,12 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	int *skb = (int *)(qempty + 2), *skf = skb + F3_NS * FA_T, *sqb = skf + F3_NS * FA_T;
 	int *sqf = sqb + 2 * FB_M, *lcnt = sqf + 2 * FB_M, *lst = lcnt + 4;
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
-	int nitems = CEIL_DIV(nqt, 2) * NH;
+	int nitems = CEIL_DIV(nqt, 2) * NH, nqr = CEIL_DIV(nqt, 2) * FB_M;
 	const int HD = 128;
 
 	if (tid == 0) {
 		for (int i = 0; i < F3_NS; i++) {
-			mb_init(&full[i], 32);
+			mb_init(&full[i], 1);
 			mb_init(&empty[i], 8);
 		}
 		for (int i = 0; i < 2; i++) {
@@ -1259,6 +1247,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		wg_setmaxnreg_dec<40>();
 		if (tid >= 32)
 			return;
+		const int *fqb = fct, *fqf = fct + nqr, *fkb = fqf + nqr, *fkf = fkb + nkt * FA_T;
 		tma_prefetch_map(&tq);
 		tma_prefetch_map(&tk);
 		tma_prefetch_map(&tv);
@@ -1272,37 +1261,34 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_wait(&qempty[b], (((ii - 1) >> 1) & 1) ^ 1);
 			int nl = fb_list_warp(list, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt,
 			                      4);
-			for (int r = tid; r < FB_M; r += 32)
-				fa_facts(m, nz, sg, 1, i0 + r, T, &sqb[b * FB_M + r], &sqf[b * FB_M + r]);
 			__syncwarp();               /* the list, read by every lane below */
 			if (tid == 0) {
 				lcnt[b] = nl;
-				mb_expect(&qfull[b], F3_Q);
+				mb_expect(&qfull[b], F3_Q + 2 * FB_M * 4);
 				for (int c = 0; c < 2; c++)
 					tma_load2(sq + b * F3_Q + c * FB_M * 128, &tq, h * HD + c * 64, i0,
 					          &qfull[b]);
+				tma_load1(sqb + b * FB_M, fqb + i0, FB_M * 4, &qfull[b]);
+				tma_load1(sqf + b * FB_M, fqf + i0, FB_M * 4, &qfull[b]);
 			} else {
 				mb_arrive(&qfull[b]);
 			}
 			for (int it = 0; it < nl; it++, gt++) {
-				int slot = gt % F3_NS, kt = list[it] >> 4;
+				int slot = gt % F3_NS, e = list[it], kt = e >> 4;
+				int part = (e & 3) == 1 || ((e >> 2) & 3) == 1;
 				char *st = stg + slot * F3_STAGE;
+				if (tid)
+					continue;
 				mb_wait(&empty[slot], ((gt / F3_NS) & 1) ^ 1);
-				for (int e = 0; e < 2; e++) {
-					int j = tid + 32 * e;
-					fa_facts(m, nz, sg, 0, kt * FA_T + j, S, &skb[slot * FA_T + j],
-					         &skf[slot * FA_T + j]);
+				mb_expect(&full[slot], F3_STAGE + (part ? 2 * FA_T * 4 : 0));
+				for (int c = 0; c < 2; c++) {
+					tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T, &full[slot]);
+					tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
+					          &full[slot]);
 				}
-				if (tid == 0) {
-					mb_expect(&full[slot], F3_STAGE);
-					for (int c = 0; c < 2; c++) {
-						tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T,
-						          &full[slot]);
-						tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
-						          &full[slot]);
-					}
-				} else {
-					mb_arrive(&full[slot]);
+				if (part) {
+					tma_load1(skb + slot * FA_T, fkb + kt * FA_T, FA_T * 4, &full[slot]);
+					tma_load1(skf + slot * FA_T, fkf + kt * FA_T, FA_T * 4, &full[slot]);
 				}
 			}
 		}
@@ -1320,7 +1306,7 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		const char *qw = sq + b * F3_Q + wg * 64 * 128;
 		const int *list = lst + b * nkt, *qb = sqb + b * FB_M + r0, *qf = sqf + b * FB_M + r0;
 		float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
-		unsigned pa[4][4], qa[QR ? 8 : 1][4];
+		unsigned pa[4][4], qa[8][4];
 		/* ring slot and phase parity of the item's tile t */
 		auto SL = [&](int t) { return (gt + t) % F3_NS; };
 		auto PH = [&](int t) { return (unsigned)(((gt + t) / F3_NS) & 1); };
@@ -1330,116 +1316,88 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 		mb_wait(&qfull[b], ((ii - 1) >> 1) & 1);
 		int nl = lcnt[b];
-		f3_qfrag<QR>(qa, qw);
-		if (!PIPE) {
-			for (int it = 0; it < nl; it++) {
-				int slot = SL(it), code = (list[it] >> (2 * wg)) & 3;
-				const char *st = stg + slot * F3_STAGE;
-
-				mb_wait(&full[slot], PH(it));
-				if (code) {             /* (warpgroup-uniform) */
-					wg_fence();
-					f3_qk<QR>(s, qw, qa, st);
-					wg_wait<0>();
-					wg_fence_acc<32>(&s[0][0]);
-					fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb + slot * FA_T,
-					           skf + slot * FA_T, code, sl2);
-#pragma unroll
-					for (int kk = 0; kk < 4; kk++)
-						frag_c2a(pa[kk], s, kk);
-					wg_fence();
-					f3_pv(o, pa, st, vl, vs);
-					wg_wait<0>();
-					wg_fence_acc<64>(&o[0][0]);
-				}
+		f3_qfrag(qa, qw);
+		/* it: the tile whose P is in pa (its stage held until its P V is done); the tiles
+		 * this warpgroup does not see are waited for and given back on the way, the next
+		 * visible one's S issued before P V only when its stage is not the one held (fewer
+		 * than F3_NS tiles on), else P V first (the ring cannot pass the held stage) */
+		auto scan = [&](int t) {
+			while (t < nl && !((list[t] >> (2 * wg)) & 3))
+				t++;
+			return t;
+		};
+		auto skip = [&](int t, int end) {
+			for (; t < end; t++) {
+				mb_wait(&full[SL(t)], PH(t));
 				__syncwarp();
 				if (lane == 0)
-					mb_arrive(&empty[slot]);
+					mb_arrive(&empty[SL(t)]);
 			}
-		} else {
-			/* it: the tile whose P is in pa (its stage held until its P V is done); the
-			 * tiles this warpgroup does not see are waited for and given back on the way,
-			 * the next visible one's S issued before P V only when its stage is not the one
-			 * held (fewer than F3_NS tiles on), else P V first (the ring cannot pass the
-			 * held stage) */
-			auto scan = [&](int t) {
-				while (t < nl && !((list[t] >> (2 * wg)) & 3))
-					t++;
-				return t;
-			};
-			auto skip = [&](int t, int end) {
-				for (; t < end; t++) {
-					mb_wait(&full[SL(t)], PH(t));
-					__syncwarp();
-					if (lane == 0)
-						mb_arrive(&empty[SL(t)]);
-				}
-			};
-			/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P */
-			auto first = [&](int t) {
-				int sl = SL(t);
-				mb_wait(&full[sl], PH(t));
-				wg_fence();
-				f3_qk<QR>(s, qw, qa, stg + sl * F3_STAGE);
-				wg_wait<0>();
-				wg_fence_acc<32>(&s[0][0]);
-				fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb + sl * FA_T, skf + sl * FA_T,
-				           (list[t] >> (2 * wg)) & 3, sl2);
+		};
+		/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P */
+		auto first = [&](int t) {
+			int sl = SL(t);
+			mb_wait(&full[sl], PH(t));
+			wg_fence();
+			f3_qk(s, qa, stg + sl * F3_STAGE);
+			wg_wait<0>();
+			wg_fence_acc<32>(&s[0][0]);
+			fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb + sl * FA_T, skf + sl * FA_T,
+			           (list[t] >> (2 * wg)) & 3, sl2);
 #pragma unroll
-				for (int kk = 0; kk < 4; kk++)
-					frag_c2a(pa[kk], s, kk);
-			};
-			int it = scan(0);
-			skip(0, it);
-			if (it < nl)
-				first(it);
-			while (it < nl) {
-				int slot = SL(it), nx = scan(it + 1), ns = SL(nx);
-				if (nx >= nl || nx - it >= F3_NS) {
-					wg_fence();
-					f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
-					wg_wait<0>();
-					wg_fence_acc<64>(&o[0][0]);
-					__syncwarp();
-					if (lane == 0)
-						mb_arrive(&empty[slot]);
-					skip(it + 1, nx);
-					if (nx >= nl)
-						break;
-					first(nx);
-					it = nx;
-					continue;
-				}
-				skip(it + 1, nx);
-				mb_wait(&full[ns], PH(nx));
-				float m0[2] = { mrow[0], mrow[1] };
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+		};
+		int it = scan(0);
+		skip(0, it);
+		if (it < nl)
+			first(it);
+		while (it < nl) {
+			int slot = SL(it), nx = scan(it + 1), ns = SL(nx);
+			if (nx >= nl || nx - it >= F3_NS) {
 				wg_fence();
-				f3_qk<QR>(s, qw, qa, stg + ns * F3_STAGE);
-				f3_pv(o, pa, stg + slot * F3_STAGE, vl, vs);
-				wg_wait<1>();
-				wg_fence_acc<32>(&s[0][0]);
-				fa_softmax(s, o, 0, mrow, lrow, qb, qf, 8, skb + ns * FA_T, skf + ns * FA_T,
-				           (list[nx] >> (2 * wg)) & 3, sl2);
+				f3_pv(o, pa, stg + slot * F3_STAGE);
 				wg_wait<0>();
 				wg_fence_acc<64>(&o[0][0]);
 				__syncwarp();
 				if (lane == 0)
 					mb_arrive(&empty[slot]);
-#pragma unroll
-				for (int r = 0; r < 2; r++) {
-					/* fa_softmax's factor (o untouched there: NT 0) */
-					float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
-#pragma unroll
-					for (int n = 0; n < 16; n++) {
-						o[n][2 * r] *= alpha;
-						o[n][2 * r + 1] *= alpha;
-					}
-				}
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++)
-					frag_c2a(pa[kk], s, kk);
+				skip(it + 1, nx);
+				if (nx >= nl)
+					break;
+				first(nx);
 				it = nx;
+				continue;
 			}
+			skip(it + 1, nx);
+			mb_wait(&full[ns], PH(nx));
+			float m0[2] = { mrow[0], mrow[1] };
+			wg_fence();
+			f3_qk(s, qa, stg + ns * F3_STAGE);
+			f3_pv(o, pa, stg + slot * F3_STAGE);
+			wg_wait<1>();
+			wg_fence_acc<32>(&s[0][0]);
+			fa_softmax(s, o, 0, mrow, lrow, qb, qf, 8, skb + ns * FA_T, skf + ns * FA_T,
+			           (list[nx] >> (2 * wg)) & 3, sl2);
+			wg_wait<0>();
+			wg_fence_acc<64>(&o[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				/* fa_softmax's factor (o untouched there: NT 0) */
+				float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
+#pragma unroll
+				for (int n = 0; n < 16; n++) {
+					o[n][2 * r] *= alpha;
+					o[n][2 * r + 1] *= alpha;
+				}
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+			it = nx;
 		}
 		gt += nl;
 		__syncwarp();                   /* Q, the list and the row facts are read */
@@ -1450,6 +1408,19 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 #else
 	__trap();                               /* built without sm_90a: never launched */
 #endif
+}
+
+/* fct for version 3: the facts (fa_facts) of the query rows (row blocks qb, then flags qf;
+ * nqr rows: whole 128-row units) and of the keys (kb, kf; nkt tiles), rows past T or S
+ * as fa_facts gives them */
+static __global__ void f3_facts_kernel(int *fct, int T, int S, int nqr, int nkr,
+                                       struct attn_mask m, int nz, int sg)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < nqr)
+		fa_facts(m, nz, sg, 1, i, T, &fct[i], &fct[nqr + i]);
+	else if (i < nqr + nkr)
+		fa_facts(m, nz, sg, 0, i - nqr, S, &fct[nqr + i], &fct[nqr + nkr + i]);
 }
 
 /* version 3's dynamic shared memory (nkt key tiles) */
@@ -1472,17 +1443,18 @@ static int f3_ok(int HD)
 
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
  * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
- * against 0.85 at the SFT shape, bench/NOTES-device.md session 6); DICE_FA in the environment
- * overrides: "1" or "2" for both ops, "3" for version 3's forward (the backward's default),
- * two digits for the forward's (1 to 3) and the backward's (1 or 2): "12" is version 1
- * forward, version 2 backward, "32" version 3 forward, version 2 backward. Version 3 only
- * where it runs (f3_ok), else 2. Read at every call, so that a bench can time the versions in
- * one process. */
+ * against 0.85 at the SFT shape, bench/NOTES-device.md session 6) and at HD 128 where version
+ * 3 runs (f3_ok; 0.79 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
+ * environment overrides: "1" or "2" for both ops, "3" for version 3's forward (the
+ * backward's default), two digits for the forward's (1 to 3) and the backward's (1 or 2):
+ * "12" is version 1 forward, version 2 backward, "32" version 3 forward, version 2 backward.
+ * Version 3 only where it runs, else 2. Read at every call, so that a bench can time the
+ * versions in one process. */
 static int fa_version(int bwd, int HD)
 {
 	static int warned;
 	const char *e = getenv("DICE_FA");
-	int v = bwd ? 2 : HD == 64 ? 1 : 2;
+	int v = bwd ? 2 : HD == 64 ? 1 : 3;
 	if (e && *e) {
 		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]))) {
 			if (!bwd)
@@ -1531,9 +1503,8 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd<0, 0>, (const void *)f3_fwd<1, 0>,
-		                      (const void *)f3_fwd<0, 1>, (const void *)f3_fwd<1, 1> };
-		for (int i = 0; i < 12; i++)
+		                      (const void *)f3_fwd };
+		for (int i = 0; i < 9; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1590,21 +1561,30 @@ static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char
 struct fa_head {
 	unsigned char *map;
 	int *ordf, *ordb, *work;
+	int *fct;                       /* version 3's row and key facts (f3_facts_kernel) */
 };
+
+/* the rows of version 3's facts: query rows (whole 128-row units), keys (whole tiles) */
+static int f3_facts_rows(int T, int S, int q)
+{
+	return q ? fb_units(T, S, 1) * FB_M : CEIL_DIV(S, FA_T) * FA_T;
+}
 
 static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 {
 	int nf = fb_units(T, S, 1), nb = fb_units(T, S, 0);
 	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
 	size_t o1 = FA_RND(nmap), o2 = o1 + FA_RND((size_t)nf * 4), o3 = o2 + FA_RND((size_t)nb * 4);
+	size_t o4 = o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
 
 	if (hd) {
 		hd->map = (unsigned char *)sc;
 		hd->ordf = (int *)(sc + o1);
 		hd->ordb = (int *)(sc + o2);
 		hd->work = (int *)(sc + o3);
+		hd->fct = (int *)(sc + o4);
 	}
-	return o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
+	return o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
 }
 
 /* the tile map and, for version 2, the order of the forward's units (with fwd) and of the
@@ -1632,25 +1612,23 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 
 	if (ver == 3) {
 		CUtensorMap tq, tk, tv;
+		int nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
+		int grid = fb_units(T, S, 1) * NH, sms = gpu_sm_count();
 		if (wg_tensor_map(&tq, q, 0, NH * HD, T, 64, FB_M, 1) ||
 		    wg_tensor_map(&tk, k, 0, NKV * HD, S, 64, FA_T, 1) ||
 		    wg_tensor_map(&tv, v, 0, NKV * HD, S, 64, FA_T, 1))
 			return -1;
-		const char *pe = getenv("DICE_FA3_PIPE"), *ve = getenv("DICE_FA3_VSWAP");
-		unsigned vl = F3_HALF, vs = 1024;
-		if (ve && *ve == '1')
-			vl = 1024, vs = F3_HALF;
-		const char *qe = getenv("DICE_FA3_QR"), *ps = getenv("DICE_FA3_PERS");
-		int pp = !(pe && *pe == '0'), qr = qe && *qe == '1', grid = fb_units(T, S, 1) * NH;
+		f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m,
+		                                                          nz, sg);
+		CUDA_CHECK_LAUNCH();
+		const char *ps = getenv("DICE_FA3_PERS");
 		int pn = ps ? atoi(ps) : 0;     /* 1: a block an SM; n > 1: n blocks */
 		if (pn == 1)
-			pn = gpu_sm_count();
+			pn = sms;
 		if (pn > 0 && grid > pn)
 			grid = pn;
-		(pp ? (qr ? f3_fwd<1, 1> : f3_fwd<1, 0>) : (qr ? f3_fwd<0, 1> : f3_fwd<0, 0>))<<<grid, F3_THREADS, sm,
-		                                               st>>>(tq, tk, tv, out, lse, hd->map,
-		                                                     hd->ordf, T, S, NH, NKV, *m, nz,
-		                                                     sg, sl2, vl, vs);
+		f3_fwd<<<grid, F3_THREADS, sm, st>>>(tq, tk, tv, out, lse, hd->map, hd->ordf, hd->fct, T,
+		                                     S, NH, NKV, sl2);
 	} else if (ver == 1)
 		(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<dim3(CEIL_DIV(T, FA_T), NH), FA_THREADS, sm,
 		                                         st>>>(out, lse, q, k, v, hd->map, T, S, NH,

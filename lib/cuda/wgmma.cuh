@@ -11,7 +11,7 @@
  * V read as the B of P V). The operand lists below are spelled
  * out per N, each extending the last (inline PTX takes only literal operand numbers). Then
  * the pieces of a TMA pipeline: mbarriers (init, arrive, arrive with expected bytes, wait on
- * a phase's parity), the 2-d bulk tensor copy that completes on one, setmaxnreg; and, for
+ * a phase's parity), the bulk copies (2-d tensor, plain) that complete on one, setmaxnreg; and, for
  * the host, the tensor maps of those copies (wg_tensor_map, in matmul_wgmma.cu). */
 #ifndef DICE_WGMMA_CUH
 #define DICE_WGMMA_CUH
@@ -268,6 +268,16 @@ static __device__ __forceinline__ void tma_load2(void *dst, const void *m, int c
 	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 	             " [%0], [%1, {%2, %3}], [%4];\n"
 	             :: "r"(wg_smem(dst)), "l"(m), "r"(c0), "r"(c1), "r"(wg_smem(bar)) : "memory");
+}
+
+/* bytes (a multiple of 16; both addresses 16-byte aligned) from global src into shared
+ * memory at dst, completing on bar */
+static __device__ __forceinline__ void tma_load1(void *dst, const void *src, unsigned bytes,
+                                                 uint64_t *bar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+	             " [%0], [%1], %2, [%3];\n"
+	             :: "r"(wg_smem(dst)), "l"(src), "r"(bytes), "r"(wg_smem(bar)) : "memory");
 }
 
 static __device__ __forceinline__ void tma_prefetch_map(const void *m)

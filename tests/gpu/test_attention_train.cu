@@ -6,10 +6,10 @@
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
  * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
- * fused kernels (the default versions; DICE_FA=1 or 2 in the environment: that version for
- * both passes), every case then again with version 3's forward (DICE_FA=3 and the backward's
- * digit, set here; version 2 runs where version 3 does not: head dim 64, not sm_90); run it
- * again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * fused kernels: version 2 (or DICE_FA in the environment: 1 or 2 for both passes, two
+ * digits for each), every case then again with version 3's forward (DICE_FA=3 and the
+ * backward's digit, set here; version 2 runs where version 3 does not: head dim 64, not
+ * sm_90); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
  * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
  * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
@@ -35,7 +35,7 @@ static void cmp_dev(const char *op, const char *what, const float *d, const floa
 }
 
 /* the device ops of case c against the twin's results (out, rdq, rdk, rdv), under the
- * environment's DICE_FA (fv 0) or version 3's forward (fv 1: DICE_FA=3, or 3 and the
+ * environment's DICE_FA or 2 (fv 0), or version 3's forward (fv 1: DICE_FA=3, or 3 and the
  * environment's backward digit) */
 static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dmp,
                     const float *q, const float *k, const float *v, const float *dout,
@@ -53,11 +53,8 @@ static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dm
 		snprintf(env0, sizeof env0, "%s", have_env ? e : "");
 	}
 	if (!fv) {
-		snprintf(fa, sizeof fa, "%s", have_env ? env0 : "default");
-		if (have_env)
-			setenv("DICE_FA", env0, 1);
-		else
-			unsetenv("DICE_FA");
+		snprintf(fa, sizeof fa, "%s", have_env ? env0 : "2");
+		setenv("DICE_FA", fa, 1);
 	} else {
 		snprintf(fa, sizeof fa, "3%s", have_env && env0[0] && env0[1] ? env0 + 1 :
 		         have_env && env0[0] != '3' ? env0 : "");
