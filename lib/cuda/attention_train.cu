@@ -1468,7 +1468,7 @@ static int f3_ok(int HD)
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
  * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
  * against 0.85 at the SFT shape, bench/NOTES-device.md session 6) and at HD 128 where version
- * 3 runs (f3_ok; 0.79 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
+ * 3 runs (f3_ok; 0.54 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
  * environment overrides: "1" or "2" for both ops, "3" for version 3's forward (the
  * backward's default), two digits for the forward's (1 to 3) and the backward's (1 or 2):
  * "12" is version 1 forward, version 2 backward, "32" version 3 forward, version 2 backward.
@@ -1645,7 +1645,7 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 		f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m,
 		                                                          nz, sg);
 		CUDA_CHECK_LAUNCH();
-		/* persistent blocks, one an SM (0.749 ms against 0.773 with one block an item at
+		/* persistent blocks, one an SM (0.535 ms against 0.558 with one block an item at
 		 * the SFT shape, H200); DICE_FA3_PERS=0 in the environment: one block an item, n > 1:
 		 * n blocks (for the tests: few blocks walking many items) */
 		const char *ps = getenv("DICE_FA3_PERS");
