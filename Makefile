@@ -56,6 +56,12 @@ lib/cuda/matmul_wgmma.o: lib/cuda/matmul_wgmma.cu $(HDRS) $(wildcard lib/cuda/*.
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a \
 	  -Ilib -c -o $@ $<
 
+# the training attention's version-3 forward is wgmma too: its sm_90 code is built for sm_90a
+lib/cuda/attention_train.o: lib/cuda/attention_train.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
+	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVCCFLAGS)) \
+	  $(subst code=sm_90,code=sm_90a,$(subst compute_90,compute_90a,$(CUDA_ARCH))) \
+	  -Ilib -c -o $@ $<
+
 bin/%: cmd/%.c lib/libdice.a $(BUILDCFG)
 	@mkdir -p bin
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)

@@ -5,13 +5,15 @@
  * flags of the first half, block 4, no segments (lib/sft.c sft_batch_build_masked with
  * lib/model_bwd.c sample_mask), 16 query heads over 8 kv heads of HD (default 128).
  * Each fused-kernel version of lib/cuda/attention_train.cu (DICE_FA=1: version 1, DICE_FA=2:
- * version 2, set in this process between calls) is timed in the same process, interleaved
- * run by run; a run is one op call between CUDA events (casts, tile map and ordering
+ * version 2, DICE_FA=3: version 3's forward with version 2's backward, version 2 where
+ * version 3 does not run: HD 64, not sm_90; set in this process between calls; BENCH_FA
+ * names the versions to time, e.g. "2 3", default all three) is timed in the same process,
+ * interleaved run by run; a run is one op call between CUDA events (casts, tile map and ordering
  * included, as the trainer calls it); the table gives the median of REPS runs (default 9)
  * after 2 warm-up calls of each. FLOP/s two ways: "pairs" counts 4 HD flops per visible
  * (query, key) pair and head forward, 10 backward (S, dP, dV, dK, dQ); "tiles" counts every
  * pair of the 64 x 64 tiles with a visible pair (bench/NOTES-device.md's estimate of 4224
- * tiles a head). Last, version 2's outputs against version 1's (max |diff| / max |v1|).
+ * tiles a head). Last, each version's outputs against the first's (max |diff| / max |first|).
  * Usage: attn-train [REPS [L [HD]]]. Run by `BENCH=attn-train sh bench/gpu-ops.sh`. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +27,23 @@
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
 	fprintf(stderr, "attn-train: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define NV 2
+#define NVMAX 3
 
-static const char *const vers[NV] = { "1", "2" };
+static const char *vers[NVMAX] = { "1", "2", "3" };
+static int NV = NVMAX;
+
+/* the versions of BENCH_FA ("2 3": digits 1 to 3, spaces between), else all */
+static void pick_versions(void)
+{
+	static const char *const all[NVMAX] = { "1", "2", "3" };
+	const char *e = getenv("BENCH_FA");
+	int n = 0;
+	for (; e && *e && n < NVMAX; e++)
+		if (*e >= '1' && *e <= '3')
+			vers[n++] = all[*e - '1'];
+	if (n)
+		NV = n;
+}
 
 static float *dev_rand(size_t n, unsigned seed, float amp)
 {
@@ -76,6 +92,7 @@ int main(int argc, char **argv)
 	cudaStream_t st;
 	cudaEvent_t e0, e1;
 
+	pick_versions();
 	if (reps < 1 || L < 1 || (HD != 64 && HD != 128) || !pos || !nz) {
 		fprintf(stderr, "usage: attn-train [REPS [L [HD 64|128]]]\n");
 		return 2;
@@ -113,7 +130,8 @@ int main(int argc, char **argv)
 	CK(cudaMemcpy(nz_d, nz, T, cudaMemcpyHostToDevice));
 	struct attn_mask m = { block, pos_d, pos_d, NULL, NULL, nz_d, nz_d };
 	float *q = dev_rand(nq, 1, 2.0f), *k = dev_rand(nk, 2, 2.0f), *v = dev_rand(nk, 3, 1.0f);
-	float *dout = dev_rand(nq, 4, 1.0f), *out[NV], *lse[NV], *dq[NV], *dk[NV], *dv[NV];
+	float *dout = dev_rand(nq, 4, 1.0f), *out[NVMAX], *lse[NVMAX], *dq[NVMAX], *dk[NVMAX];
+	float *dv[NVMAX];
 	for (int x = 0; x < NV; x++) {
 		CK(cudaMalloc(&out[x], nq * 4));
 		CK(cudaMalloc(&lse[x], (size_t)T * NH * 4));
@@ -149,7 +167,7 @@ int main(int argc, char **argv)
 
 	double fl_pf = 4.0 * HD * NH * pairs, fl_pb = 10.0 * HD * NH * pairs;
 	double fl_tf = 4.0 * HD * NH * tiles * 4096, fl_tb = 10.0 * HD * NH * tiles * 4096;
-	double med[NV][2];
+	double med[NVMAX][2];
 	printf("# attn-train: T=S=%d (L=%d [x_t|x_0], block %d), NH %d, NKV %d, HD %d; "
 	       "visible pairs %.0f (%.2f%%), visible 64x64 tiles %.0f of %d per head; "
 	       "median of %d runs each, versions interleaved\n", T, L, block, NH, NKV, HD, pairs,
@@ -167,11 +185,13 @@ int main(int argc, char **argv)
 			       a[reps - 1], (p ? fl_pb : fl_pf) / md * 1e-9,
 			       (p ? fl_tb : fl_tf) / md * 1e-9);
 		}
-	printf("# version 2 / version 1 time: forward %.3f, backward %.3f\n", med[1][0] / med[0][0],
-	       med[1][1] / med[0][1]);
-	printf("# version 2 against version 1 (max |diff| / max |v1|): out %.2e lse %.2e dq %.2e "
-	       "dk %.2e dv %.2e\n", rel_diff(out[0], out[1], nq),
-	       rel_diff(lse[0], lse[1], (size_t)T * NH), rel_diff(dq[0], dq[1], nq),
-	       rel_diff(dk[0], dk[1], nk), rel_diff(dv[0], dv[1], nk));
+	for (int x = 1; x < NV; x++) {
+		printf("# version %s / version %s time: forward %.3f, backward %.3f\n", vers[x],
+		       vers[0], med[x][0] / med[0][0], med[x][1] / med[0][1]);
+		printf("# version %s against version %s (max |diff| / max |v%s|): out %.2e lse %.2e "
+		       "dq %.2e dk %.2e dv %.2e\n", vers[x], vers[0], vers[0],
+		       rel_diff(out[0], out[x], nq), rel_diff(lse[0], lse[x], (size_t)T * NH),
+		       rel_diff(dq[0], dq[x], nq), rel_diff(dk[0], dk[x], nk), rel_diff(dv[0], dv[x], nk));
+	}
 	return 0;
 }

@@ -24,6 +24,7 @@
 
 #include "gpu_bwd.h"
 #include "common.cuh"
+#include "wgmma.cuh"
 
 #define AT_THREADS 256
 #define AT_CHUNK 2048                   /* query rows per chunk */
@@ -377,23 +378,31 @@ static __global__ void fa_map_kernel(unsigned char *map, int T, int S, struct at
 }
 
 /* list[] = (j << sh) + code for every j < n with code = map[j stride] + (two ? 4 map[j stride
- * + off2] : 0) != 0, in order; returns the count to every thread (warp 0 builds it; ends with
- * a barrier) */
+ * + off2] : 0) != 0, in order, by the calling warp; returns the count to every lane */
+static __device__ int fb_list_warp(int *list, const unsigned char *map, int n, int stride,
+                                   int off2, int two, int sh)
+{
+	int lane = threadIdx.x & 31, c = 0;
+	for (int b = 0; b < n; b += 32) {
+		int j = b + lane, code = 0;
+		if (j < n)
+			code = map[(size_t)j * stride] + (two ? 4 * map[(size_t)j * stride + off2] : 0);
+		unsigned bal = __ballot_sync(0xffffffffu, code != 0);
+		if (code)
+			list[c + __popc(bal & ((1u << lane) - 1))] = (j << sh) + code;
+		c += __popc(bal);
+	}
+	return c;
+}
+
+/* fb_list_warp by warp 0 for the block; returns the count to every thread (ends with a
+ * barrier) */
 static __device__ int fb_list(int *list, int *cnt, const unsigned char *map, int n, int stride,
                               int off2, int two, int sh)
 {
 	if (threadIdx.x < 32) {
-		int lane = threadIdx.x, c = 0;
-		for (int b = 0; b < n; b += 32) {
-			int j = b + lane, code = 0;
-			if (j < n)
-				code = map[(size_t)j * stride] + (two ? 4 * map[(size_t)j * stride + off2] : 0);
-			unsigned bal = __ballot_sync(0xffffffffu, code != 0);
-			if (code)
-				list[c + __popc(bal & ((1u << lane) - 1))] = (j << sh) + code;
-			c += __popc(bal);
-		}
-		if (lane == 0)
+		int c = fb_list_warp(list, map, n, stride, off2, two, sh);
+		if (threadIdx.x == 0)
 			*cnt = c;
 	}
 	__syncthreads();
@@ -1125,40 +1134,372 @@ fb_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 	             group > 1);
 }
 
+/* ---------------------------------------------------------------- fused path, version 3
+ *
+ * The forward on Hopper's warpgroup products (wgmma, sm_90a; head dim 128 on a
+ * compute-capability-9.0 device, else version 2 runs): the same map, unit order, rounding and
+ * lse / output contract as version 2 (whose backward takes its lse), one block of 3
+ * warpgroups per (128 query rows, head) item, or fewer blocks walking several (f3_fwd).
+ * Warpgroup 0 is the producer: one warp copies by TMA each item's Q (128 rows) and row facts,
+ * then for every visible key tile of the item's list K and V (64 keys) into the next slot of
+ * a ring of F3_NS stages (with the keys' facts where a tile is masked element by element); a
+ * slot's "full" barrier completes with the copies' bytes, its "empty" one with an arrival of
+ * each consumer warp. Warpgroups 1 and 2 are the consumers, 64 query rows (one map line)
+ * each: S = Q K^T by 8 k16 products m64n64 (Q as register A fragments, K in shared memory),
+ * the online softmax of version 2 in registers (fa_softmax: a wgmma accumulator holds, per
+ * warp, the C layout of mma.sync m16n8 tiles), P rounded to bf16 into the A fragments of
+ * O += P V, 4 k16 products m64n128 with V as an N-major B (the transpose bit); a consumer
+ * skips the tiles its map line does not see. Shared memory: every operand in rows of 128
+ * bytes (64 columns), 128-byte swizzled as the TMA writes them, 1024-aligned: Q (two buffers)
+ * as 2 column halves of 128 rows, a stage as K's two halves then V's (64 rows each). */
+
+#define F3_NS 3                         /* stages of the K, V ring */
+#define F3_HALF (FA_T * 128)            /* 64 rows of 128 bytes: a column half of a K or V tile */
+#define F3_Q (2 * FB_M * 128)           /* Q: two column halves of 128 rows */
+#define F3_STAGE (4 * F3_HALF)          /* K halves 0, 1, then V halves 0, 1 */
+#define F3_THREADS 384
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)    /* (the sm_90a pass: the other passes use none) */
+/* S (the accumulators of m64n64: per warp the C layout of 8 m16n8 tiles) = Q K^T, Q from
+ * the A fragments qa (f3_qfrag) and the stage st's K: issued and committed, not waited for */
+static __device__ __forceinline__ void f3_qk(float (*s)[4], unsigned (*qa)[4], const char *st)
+{
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++)
+		wg_op<64>::rs(&s[0][0], make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]),
+		              wg_desc(st + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1), kk, 0);
+	wg_commit();
+}
+
+/* qa = the A fragments (mma.sync m16n8k16) of this warp's 16 rows of the 64 at qw (2 column
+ * halves, F3_Q / 2 apart), the 8 k16 slices of the 128 columns, by ldmatrix from the
+ * swizzled rows (16-byte chunk c of row r at c ^ r % 8) */
+static __device__ __forceinline__ void f3_qfrag(unsigned (*qa)[4], const char *qw)
+{
+	int l = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (l & 15);
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		int c = (kk & 3) * 2 + (l >> 4);
+		ldm4(qa[kk], (const bf16 *)(qw + (kk >> 2) * FB_M * 128 + r * 128 + ((c ^ (r & 7)) << 4)));
+	}
+}
+
+/* O += P V for the stage st's V (P: the A fragments pa of the 4 k16 slices of 64 keys):
+ * issued and committed. V's rows 16 kk ..: 16 keys (K) by 128 columns (N, the halves
+ * F3_HALF apart: the leading offset), 8-row groups 1024 bytes apart */
+static __device__ __forceinline__ void f3_pv(float (*o)[4], unsigned (*pa)[4], const char *st)
+{
+#pragma unroll
+	for (int kk = 0; kk < 4; kk++)
+		wg_op<128>::rst(&o[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]),
+		                wg_desc(st + 2 * F3_HALF + kk * 2048, F3_HALF, 1024, 1), 1, 0);
+	wg_commit();
+}
+
+/* the mask of fa_softmax's code 1 ahead of it (a branch of its own: fa_softmax then runs as
+ * for code 2, with no per-score test): the scores s of this thread's rows g, g + 8 (facts at
+ * qb[0], qb[8] and qf) that the keys' facts KB, KF hide become -inf (the same bits after
+ * fa_softmax's scaling) */
+static __device__ __forceinline__ void f3_mask(float (*s)[4], const int *qb, const int *qf,
+                                               const int *KB, const int *KF)
+{
+	int t4 = threadIdx.x & 3;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				int c = n * 8 + 2 * t4 + e;
+				if (!fa_sees(qb[8 * r], qf[8 * r], KB[c], KF[c]))
+					s[n][2 * r + e] = -INFINITY;
+			}
+		}
+	}
+}
+
+/* the item of a block's k-th step: the rows of gridDim.x items taken in turns, every other
+ * row backwards (the items run from the most work to the least: fairer shares) */
+static __device__ __forceinline__ int f3_item(int k)
+{
+	return k * gridDim.x + (k & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+}
+#endif
+
+/* The items (unit order[x / NH], head x % NH) x of f3_item: one a block, or persistent
+ * blocks (a grid of one block per SM) that walk several; the producer runs ahead into the
+ * next item (its list, row facts and Q in the other of two buffers, "qfull" barrier) while
+ * the consumers end this one ("qempty" once they read no more of it); the K, V ring runs on
+ * across items. The row and key facts come from fct (f3_facts_kernel) by plain bulk copies,
+ * the keys' only for a tile that some consumer masks element by element (code 1), so that
+ * the producer never waits for a load. A consumer issues the S of its next visible tile
+ * before this tile's P V, so that the softmax of the one runs while the tensor cores do the
+ * other (O rescaled once P V is done). */
+static __global__ void __launch_bounds__(F3_THREADS, 1)
+f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+       const __grid_constant__ CUtensorMap tv, float *out, float *lse,
+       const unsigned char *map, const int *order, const int *fct, int T, int S, int NH,
+       int NKV, float sl2)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ uint4 f3_smem[];
+	char *sq = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
+	char *stg = sq + 2 * F3_Q;
+	uint64_t *full = (uint64_t *)(stg + F3_NS * F3_STAGE), *empty = full + F3_NS;
+	uint64_t *qfull = empty + F3_NS, *qempty = qfull + 2;
+	int *skb = (int *)(qempty + 2), *skf = skb + F3_NS * FA_T, *sqb = skf + F3_NS * FA_T;
+	int *sqf = sqb + 2 * FB_M, *lcnt = sqf + 2 * FB_M, *lst = lcnt + 4;
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
+	int nitems = CEIL_DIV(nqt, 2) * NH, nqr = CEIL_DIV(nqt, 2) * FB_M;
+	const int HD = 128;
+
+	if (tid == 0) {
+		for (int i = 0; i < F3_NS; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 8);
+		}
+		for (int i = 0; i < 2; i++) {
+			mb_init(&qfull[i], 32);
+			mb_init(&qempty[i], 8);
+		}
+		mb_fence_init();
+	}
+	__syncthreads();
+	if (tid < 128) {
+		wg_setmaxnreg_dec<40>();
+		if (tid >= 32)
+			return;
+		const int *fqb = fct, *fqf = fct + nqr, *fkb = fqf + nqr, *fkf = fkb + nkt * FA_T;
+		tma_prefetch_map(&tq);
+		tma_prefetch_map(&tk);
+		tma_prefetch_map(&tv);
+		int gt = 0;                     /* tiles sent into the ring so far */
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii++ & 1, u = order[x / NH], h = x % NH, hk = h / (NH / NKV);
+			int i0 = u * FB_M, *list = lst + b * nkt;
+			mb_wait(&qempty[b], (((ii - 1) >> 1) & 1) ^ 1);
+			int nl = fb_list_warp(list, map + (size_t)2 * u * nkt, nkt, 1, nkt, 2 * u + 1 < nqt,
+			                      4);
+			__syncwarp();               /* the list, read by every lane below */
+			if (tid == 0) {
+				lcnt[b] = nl;
+				mb_expect(&qfull[b], F3_Q + 2 * FB_M * 4);
+				for (int c = 0; c < 2; c++)
+					tma_load2(sq + b * F3_Q + c * FB_M * 128, &tq, h * HD + c * 64, i0,
+					          &qfull[b]);
+				tma_load1(sqb + b * FB_M, fqb + i0, FB_M * 4, &qfull[b]);
+				tma_load1(sqf + b * FB_M, fqf + i0, FB_M * 4, &qfull[b]);
+			} else {
+				mb_arrive(&qfull[b]);
+			}
+			for (int it = 0; it < nl; it++, gt++) {
+				int slot = gt % F3_NS, e = list[it], kt = e >> 4;
+				int part = (e & 3) == 1 || ((e >> 2) & 3) == 1;
+				char *st = stg + slot * F3_STAGE;
+				if (tid)
+					continue;
+				mb_wait(&empty[slot], ((gt / F3_NS) & 1) ^ 1);
+				mb_expect(&full[slot], F3_STAGE + (part ? 2 * FA_T * 4 : 0));
+				for (int c = 0; c < 2; c++) {
+					tma_load2(st + c * F3_HALF, &tk, hk * HD + c * 64, kt * FA_T, &full[slot]);
+					tma_load2(st + (2 + c) * F3_HALF, &tv, hk * HD + c * 64, kt * FA_T,
+					          &full[slot]);
+				}
+				if (part) {
+					tma_load1(skb + slot * FA_T, fkb + kt * FA_T, FA_T * 4, &full[slot]);
+					tma_load1(skf + slot * FA_T, fkf + kt * FA_T, FA_T * 4, &full[slot]);
+				}
+			}
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<232>();
+	int ct = tid - 128, wg = ct >> 7, lane = tid & 31, g = lane >> 2;
+	int r0 = wg * 64 + ((ct >> 5) & 3) * 16 + g;    /* this thread's first row in the block */
+	int gt = 0;                         /* ring tiles of the items before this one */
+	for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+		int x = f3_item(k);
+		if (x >= nitems)
+			continue;
+		int b = ii++ & 1, u = order[x / NH], h = x % NH;
+		const char *qw = sq + b * F3_Q + wg * 64 * 128;
+		const int *list = lst + b * nkt, *qb = sqb + b * FB_M + r0, *qf = sqf + b * FB_M + r0;
+		float o[16][4], s[8][4], mrow[2] = { -INFINITY, -INFINITY }, lrow[2] = { 0.0f, 0.0f };
+		unsigned pa[4][4], qa[8][4];
+		/* ring slot and phase parity of the item's tile t */
+		auto SL = [&](int t) { return (gt + t) % F3_NS; };
+		auto PH = [&](int t) { return (unsigned)(((gt + t) / F3_NS) & 1); };
+
+#pragma unroll
+		for (int n = 0; n < 16; n++)
+			o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+		mb_wait(&qfull[b], ((ii - 1) >> 1) & 1);
+		int nl = lcnt[b];
+		f3_qfrag(qa, qw);
+		/* it: the tile whose P is in pa (its stage held until its P V is done); the tiles
+		 * this warpgroup does not see are waited for and given back on the way, the next
+		 * visible one's S issued before P V only when its stage is not the one held (fewer
+		 * than F3_NS tiles on), else P V first (the ring cannot pass the held stage) */
+		auto scan = [&](int t) {
+			while (t < nl && !((list[t] >> (2 * wg)) & 3))
+				t++;
+			return t;
+		};
+		auto skip = [&](int t, int end) {
+			for (; t < end; t++) {
+				mb_wait(&full[SL(t)], PH(t));
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&empty[SL(t)]);
+			}
+		};
+		/* S of tile t (waited for), its softmax (o rescaled: nothing in flight), P */
+		auto first = [&](int t) {
+			int sl = SL(t);
+			mb_wait(&full[sl], PH(t));
+			wg_fence();
+			f3_qk(s, qa, stg + sl * F3_STAGE);
+			wg_wait<0>();
+			wg_fence_acc<32>(&s[0][0]);
+			if (((list[t] >> (2 * wg)) & 3) == 1)
+				f3_mask(s, qb, qf, skb + sl * FA_T, skf + sl * FA_T);
+			fa_softmax(s, o, 16, mrow, lrow, qb, qf, 8, skb, skf, 2, sl2);
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+		};
+		int it = scan(0);
+		skip(0, it);
+		if (it < nl)
+			first(it);
+		while (it < nl) {
+			int slot = SL(it), nx = scan(it + 1), ns = SL(nx);
+			if (nx >= nl || nx - it >= F3_NS) {
+				wg_fence();
+				f3_pv(o, pa, stg + slot * F3_STAGE);
+				wg_wait<0>();
+				wg_fence_acc<64>(&o[0][0]);
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&empty[slot]);
+				skip(it + 1, nx);
+				if (nx >= nl)
+					break;
+				first(nx);
+				it = nx;
+				continue;
+			}
+			skip(it + 1, nx);
+			mb_wait(&full[ns], PH(nx));
+			float m0[2] = { mrow[0], mrow[1] };
+			wg_fence();
+			f3_qk(s, qa, stg + ns * F3_STAGE);
+			f3_pv(o, pa, stg + slot * F3_STAGE);
+			wg_wait<1>();
+			wg_fence_acc<32>(&s[0][0]);
+			if (((list[nx] >> (2 * wg)) & 3) == 1)
+				f3_mask(s, qb, qf, skb + ns * FA_T, skf + ns * FA_T);
+			fa_softmax(s, o, 0, mrow, lrow, qb, qf, 8, skb, skf, 2, sl2);
+			wg_wait<0>();
+			wg_fence_acc<64>(&o[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				/* fa_softmax's factor (o untouched there: NT 0) */
+				float alpha = exp2f(m0[r] - (mrow[r] == -INFINITY ? 0.0f : mrow[r]));
+#pragma unroll
+				for (int n = 0; n < 16; n++) {
+					o[n][2 * r] *= alpha;
+					o[n][2 * r + 1] *= alpha;
+				}
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				frag_c2a(pa[kk], s, kk);
+			it = nx;
+		}
+		gt += nl;
+		__syncwarp();                   /* Q, the list and the row facts are read */
+		if (lane == 0)
+			mb_arrive(&qempty[b]);
+		fa_fwd_store(out, lse, o, 16, mrow, lrow, u * FB_M + r0, T, NH, h, HD);
+	}
+#else
+	__trap();                               /* built without sm_90a: never launched */
+#endif
+}
+
+/* fct for version 3: the facts (fa_facts) of the query rows (row blocks qb, then flags qf;
+ * nqr rows: whole 128-row units) and of the keys (kb, kf; nkt tiles), rows past T or S
+ * as fa_facts gives them */
+static __global__ void f3_facts_kernel(int *fct, int T, int S, int nqr, int nkr,
+                                       struct attn_mask m, int nz, int sg)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < nqr)
+		fa_facts(m, nz, sg, 1, i, T, &fct[i], &fct[nqr + i]);
+	else if (i < nqr + nkr)
+		fa_facts(m, nz, sg, 0, i - nqr, S, &fct[nqr + i], &fct[nqr + nkr + i]);
+}
+
+/* version 3's dynamic shared memory (nkt key tiles) */
+static size_t f3_smem_size(int nkt)
+{
+	return 1024 + 2 * F3_Q + F3_NS * F3_STAGE + (2 * F3_NS + 4) * 8 +
+	       (2 * F3_NS * FA_T + 4 * FB_M + 4) * 4 + (size_t)2 * nkt * 4;
+}
+
+/* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
+ * tensor-map encoder */
+static int f3_ok(int HD)
+{
+	return HD == 128 && gpu_cc() == 90 && wg_tensor_map_ok();
+}
+
 /* ---------------------------------------------------------------- fused path launchers */
 
 #define FA_RND(x) (((x) + 255) / 256 * 256)
 
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
  * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
- * against 0.85 at the SFT shape, bench/NOTES-device.md session 6); DICE_FA in the environment
- * overrides: "1" or "2" for both ops, two digits for the forward's and the backward's ("12":
- * version 1 forward, version 2 backward). Read at every call, so that a bench can time the
+ * against 0.85 at the SFT shape, bench/NOTES-device.md session 6) and at HD 128 where version
+ * 3 runs (f3_ok; 0.54 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
+ * environment overrides: "1" or "2" for both ops, "3" for version 3's forward (the
+ * backward's default), two digits for the forward's (1 to 3) and the backward's (1 or 2):
+ * "12" is version 1 forward, version 2 backward, "32" version 3 forward, version 2 backward.
+ * Version 3 only where it runs, else 2. Read at every call, so that a bench can time the
  * versions in one process. */
 static int fa_version(int bwd, int HD)
 {
 	static int warned;
 	const char *e = getenv("DICE_FA");
-	int ok, c;
+	int v = bwd ? 2 : HD == 64 ? 1 : 3;
 	if (e && *e) {
-		ok = (e[0] == '1' || e[0] == '2') &&
-		     (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]));
-		if (!ok) {
-			if (!warned++)
-				fprintf(stderr, "dice: DICE_FA=%s: want 1, 2 or two of those digits; "
-				        "using the default\n", e);
-			e = NULL;
+		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]))) {
+			if (!bwd)
+				v = e[0] - '0';
+			else if (e[1])
+				v = e[1] - '0';
+			else if (e[0] != '3')
+				v = e[0] - '0';
+		} else if (!warned++) {
+			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit (1 to 3) and a "
+			        "backward digit (1 or 2); using the default\n", e);
 		}
 	}
-	if (!e || !*e)
-		return HD == 64 && !bwd ? 1 : 2;
-	c = e[1] && bwd ? e[1] : e[0];
-	return c - '0';
+	return v == 3 && !f3_ok(HD) ? 2 : v;
 }
 
 /* dynamic shared memory of the forward (nkt key tiles) and the backward (nqt query tiles) */
 static size_t fa_fwd_smem(int ver, int HD, int nkt)
 {
+	if (ver == 3)
+		return f3_smem_size(nkt);
 	size_t rows = ver == 1 ? 5 * FA_T : FB_M + 4 * FA_T;
 	return rows * (HD + FA_PAD) * 2 + 4 * FA_T * 4 + (ver == 1 ? 0 : 2 * FB_M * 4) + 16 +
 	       (size_t)nkt * 4;
@@ -1185,8 +1526,9 @@ static size_t fa_smem_cap(void)
 		const void *fns[] = { (const void *)fa_fwd<128>, (const void *)fa_fwd<64>,
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
-		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64> };
-		for (int i = 0; i < 8; i++)
+		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
+		                      (const void *)f3_fwd };
+		for (int i = 0; i < 9; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1243,21 +1585,30 @@ static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char
 struct fa_head {
 	unsigned char *map;
 	int *ordf, *ordb, *work;
+	int *fct;                       /* version 3's row and key facts (f3_facts_kernel) */
 };
+
+/* the rows of version 3's facts: query rows (whole 128-row units), keys (whole tiles) */
+static int f3_facts_rows(int T, int S, int q)
+{
+	return q ? fb_units(T, S, 1) * FB_M : CEIL_DIV(S, FA_T) * FA_T;
+}
 
 static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 {
 	int nf = fb_units(T, S, 1), nb = fb_units(T, S, 0);
 	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
 	size_t o1 = FA_RND(nmap), o2 = o1 + FA_RND((size_t)nf * 4), o3 = o2 + FA_RND((size_t)nb * 4);
+	size_t o4 = o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
 
 	if (hd) {
 		hd->map = (unsigned char *)sc;
 		hd->ordf = (int *)(sc + o1);
 		hd->ordb = (int *)(sc + o2);
 		hd->work = (int *)(sc + o3);
+		hd->fct = (int *)(sc + o4);
 	}
-	return o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
+	return o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
 }
 
 /* the tile map and, for version 2, the order of the forward's units (with fwd) and of the
@@ -1274,15 +1625,38 @@ static void fa_prepare(cudaStream_t st, int ver, const struct fa_head *hd, int T
 		fb_order(st, hd->ordb, hd->work, hd->map, T, S, 0);
 }
 
-static void fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf16 *q,
-                       const bf16 *k, const bf16 *v, const struct fa_head *hd, int T, int S,
-                       int NH, int NKV, int HD, const struct attn_mask *m)
+/* out NULL (only lse): version 1 or 2 */
+static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf16 *q,
+                      const bf16 *k, const bf16 *v, const struct fa_head *hd, int T, int S,
+                      int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
 	float sl2 = 1.4426950408889634f / sqrtf((float)HD);
 	size_t sm = fa_fwd_smem(ver, HD, nkt);
 
-	if (ver == 1)
+	if (ver == 3) {
+		CUtensorMap tq, tk, tv;
+		int nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
+		int grid = fb_units(T, S, 1) * NH, sms = gpu_sm_count();
+		if (wg_tensor_map(&tq, q, 0, NH * HD, T, 64, FB_M, 1) ||
+		    wg_tensor_map(&tk, k, 0, NKV * HD, S, 64, FA_T, 1) ||
+		    wg_tensor_map(&tv, v, 0, NKV * HD, S, 64, FA_T, 1))
+			return -1;
+		f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m,
+		                                                          nz, sg);
+		CUDA_CHECK_LAUNCH();
+		/* persistent blocks, one an SM (0.535 ms against 0.558 with one block an item at
+		 * the SFT shape, H200); DICE_FA3_PERS=0 in the environment: one block an item, n > 1:
+		 * n blocks (for the tests: few blocks walking many items) */
+		const char *ps = getenv("DICE_FA3_PERS");
+		int pn = ps && *ps ? atoi(ps) : 1;
+		if (pn == 1)
+			pn = sms;
+		if (pn > 0 && grid > pn)
+			grid = pn;
+		f3_fwd<<<grid, F3_THREADS, sm, st>>>(tq, tk, tv, out, lse, hd->map, hd->ordf, hd->fct, T,
+		                                     S, NH, NKV, sl2);
+	} else if (ver == 1)
 		(HD == 128 ? fa_fwd<128> : fa_fwd<64>)<<<dim3(CEIL_DIV(T, FA_T), NH), FA_THREADS, sm,
 		                                         st>>>(out, lse, q, k, v, hd->map, T, S, NH,
 		                                               NKV, *m, nz, sg, sl2);
@@ -1291,6 +1665,7 @@ static void fa_forward(cudaStream_t st, int ver, float *out, float *lse, const b
 		                                         st>>>(out, lse, q, k, v, hd->map, hd->ordf,
 		                                               T, S, NH, NKV, *m, nz, sg, sl2);
 	CUDA_CHECK_LAUNCH();
+	return 0;
 }
 
 /* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
@@ -1309,8 +1684,7 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const 
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
 	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
-	fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
-	return 0;
+	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
 
 /* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
@@ -1342,8 +1716,8 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
-	else
-		fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
+	else if (fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m))
+		return -1;
 	if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,

@@ -18,7 +18,6 @@
  * order by the tile's last block: shapes of few tiles fill the GPU). */
 #include "common.cuh"
 #include "wgmma.cuh"
-#include <cuda.h>                       /* CUtensorMap and its encoder's types (no -lcuda) */
 
 #define MW_KB 32                /* inputs a block of two k16 steps */
 
@@ -539,9 +538,13 @@ void gpu_set_mx_mapcache(int on)
 static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
                      int swz);
 
-/* a 2-d tensor map over 16-bit rows (cols, rows; rows of cols elements, contiguous): boxes of
- * bc x br, 128-byte swizzle or none, zeros outside */
-static int mx_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+int wg_tensor_map_ok(void)
+{
+	return mx_encoder() != NULL;
+}
+
+/* wgmma.cuh; kept by its arguments (see mx_maps) */
+int wg_tensor_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
                   int swz)
 {
 	uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull ^
@@ -573,7 +576,7 @@ static int mx_encode(CUtensorMap *m, const void *p, int f16, int cols, int rows,
 	                          CU_TENSOR_MAP_INTERLEAVE_NONE,
 	                          swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
 	                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-	GPU_REQUIRE(r == CUDA_SUCCESS, "matmul_wgmma tensor map");
+	GPU_REQUIRE(r == CUDA_SUCCESS, "tensor map");
 	return 0;
 }
 
@@ -665,8 +668,8 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 	long grid = tiles * (pbytes ? nseg : 1);
 	if (vr->fx[0]) {
 		CUtensorMap tw, tx;
-		if (mx_map(&tw, w, f16, in, out, MW_KB, vr->bm, 0) ||
-		    mx_map(&tx, xp, f16, Kp, N, 2 * MW_KB, vr->bn, 1))
+		if (wg_tensor_map(&tw, w, f16, in, out, MW_KB, vr->bm, 0) ||
+		    wg_tensor_map(&tx, xp, f16, Kp, N, 2 * MW_KB, vr->bn, 1))
 			return -1;
 		if (grid > gpu_sm_count() * occ)
 			grid = gpu_sm_count() * occ;

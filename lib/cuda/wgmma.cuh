@@ -6,14 +6,18 @@
  * = row g, columns 8j + 2q, + 1; d[4j + 2], d[4j + 3] = row g + 8; warp w: rows 16w + ...);
  * acc 0 ignores what d holds (D = A B), else D = A B + D; ::rs_if is ::rs under a guard, on 0
  * skipping the product (the same in the whole warpgroup: no branch around the asm, whose
- * copies of d would make ptxas wait for the products in flight). The operand lists below are spelled
+ * copies of d would make ptxas wait for the products in flight); ::rst is ::rs with B
+ * N-major (the transpose bit: B's rows along K hold N contiguous elements, as a row-major
+ * V read as the B of P V). The operand lists below are spelled
  * out per N, each extending the last (inline PTX takes only literal operand numbers). Then
  * the pieces of a TMA pipeline: mbarriers (init, arrive, arrive with expected bytes, wait on
- * a phase's parity), the 2-d bulk tensor copy that completes on one, setmaxnreg. */
+ * a phase's parity), the bulk copies (2-d tensor, plain) that complete on one, setmaxnreg; and, for
+ * the host, the tensor maps of those copies (wg_tensor_map, in matmul_wgmma.cu). */
 #ifndef DICE_WGMMA_CUH
 #define DICE_WGMMA_CUH
 
 #include <stdint.h>
+#include <cuda.h>                       /* CUtensorMap (no -lcuda) */
 
 /* a shared-memory address */
 static __device__ __forceinline__ unsigned wg_smem(const void *p)
@@ -56,6 +60,16 @@ static __device__ __forceinline__ void wg_wait(void)
 	asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(n) : "memory");
 }
 
+/* pins the n registers d here (after a wg_wait: no read of the products' registers moves
+ * above it; before a product: no write of them moves below) */
+template <int n>
+static __device__ __forceinline__ void wg_fence_acc(float *d)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
 #define WG_R8 \
 	"%0, %1, %2, %3"
 #define WG_O8 \
@@ -65,6 +79,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
 #define WG_RSG8 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %9, 0;\nsetp.ne.b32 g, %10, 0;\n@g "
+#define WG_RTI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R16 \
 	WG_R8 ", " \
@@ -77,6 +92,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
 #define WG_RSG16 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %13, 0;\nsetp.ne.b32 g, %14, 0;\n@g "
+#define WG_RTI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R32 \
 	WG_R16 ", " \
@@ -90,6 +106,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
 #define WG_RSG32 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %21, 0;\nsetp.ne.b32 g, %22, 0;\n@g "
+#define WG_RTI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R64 \
 	WG_R32 ", " \
@@ -104,6 +121,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
 #define WG_RSG64 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %37, 0;\nsetp.ne.b32 g, %38, 0;\n@g "
+#define WG_RTI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R128 \
 	WG_R64 ", " \
@@ -122,6 +140,7 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
 #define WG_RSG128 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %69, 0;\nsetp.ne.b32 g, %70, 0;\n@g "
+#define WG_RTI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R256 \
 	WG_R128 ", " \
@@ -147,11 +166,16 @@ static __device__ __forceinline__ void wg_wait(void)
 #define WG_RSI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" /* a, db */
 #define WG_RSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
 #define WG_RSG256 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %133, 0;\nsetp.ne.b32 g, %134, 0;\n@g "
+#define WG_RTI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 template <int N>
 struct wg_op;
 
 #define WG_MMA(N, TY) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " "
+/* the product with A from registers, ending in TAIL (B's transpose bit) */
+#define WG_RS_ASM(N, TY, TAIL) \
+	asm volatile(WG_RSP##N WG_MMA(N, TY) "{" WG_R##N "}" TAIL \
+	             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(acc))
 #define WG_DEF(N) \
 template <> \
 struct wg_op<N> { \
@@ -168,13 +192,16 @@ struct wg_op<N> { \
 	static __device__ __forceinline__ void rs(float *d, uint4 a, uint64_t db, int acc, int f16) \
 	{ \
 		if (f16) \
-			asm volatile(WG_RSP##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_RSI##N \
-			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
-			               "r"(acc)); \
+			WG_RS_ASM(N, "f16", WG_RSI##N); \
 		else \
-			asm volatile(WG_RSP##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_RSI##N \
-			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
-			               "r"(acc)); \
+			WG_RS_ASM(N, "bf16", WG_RSI##N); \
+	} \
+	static __device__ __forceinline__ void rst(float *d, uint4 a, uint64_t db, int acc, int f16) \
+	{ \
+		if (f16) \
+			WG_RS_ASM(N, "f16", WG_RTI##N); \
+		else \
+			WG_RS_ASM(N, "bf16", WG_RTI##N); \
 	} \
 	static __device__ __forceinline__ void rs_if(float *d, uint4 a, uint64_t db, int acc, \
 	                                             int f16, int on) \
@@ -243,6 +270,16 @@ static __device__ __forceinline__ void tma_load2(void *dst, const void *m, int c
 	             :: "r"(wg_smem(dst)), "l"(m), "r"(c0), "r"(c1), "r"(wg_smem(bar)) : "memory");
 }
 
+/* bytes (a multiple of 16; both addresses 16-byte aligned) from global src into shared
+ * memory at dst, completing on bar */
+static __device__ __forceinline__ void tma_load1(void *dst, const void *src, unsigned bytes,
+                                                 uint64_t *bar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+	             " [%0], [%1], %2, [%3];\n"
+	             :: "r"(wg_smem(dst)), "l"(src), "r"(bytes), "r"(wg_smem(bar)) : "memory");
+}
+
 static __device__ __forceinline__ void tma_prefetch_map(const void *m)
 {
 	asm volatile("prefetch.tensormap [%0];\n" :: "l"(m) : "memory");
@@ -260,5 +297,12 @@ static __device__ __forceinline__ void wg_setmaxnreg_inc(void)
 {
 	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R));
 }
+
+/* host: a 2-d tensor map over 16-bit rows (cols, rows; rows of cols elements, contiguous):
+ * boxes of bc x br, 128-byte swizzle or none, zeros outside; wg_tensor_map_ok: whether the
+ * driver has the encoder (else no tensor map can be made) */
+int wg_tensor_map(CUtensorMap *m, const void *p, int f16, int cols, int rows, int bc, int br,
+                  int swz);
+int wg_tensor_map_ok(void);
 
 #endif

@@ -6,8 +6,10 @@
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
  * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
- * fused kernels (the default versions; DICE_FA=1 or 2 in the environment: that version for
- * both passes); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * fused kernels: version 2 (or DICE_FA in the environment: 1 or 2 for both passes, two
+ * digits for each), every case then again with version 3's forward (DICE_FA=3 and the
+ * backward's digit, set here; version 2 runs where version 3 does not: head dim 64, not
+ * sm_90); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
  * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
  * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
@@ -32,28 +34,40 @@ static void cmp_dev(const char *op, const char *what, const float *d, const floa
 	free(got);
 }
 
-static void run(const struct gt_acase *c)
+/* the device ops of case c against the twin's results (out, rdq, rdk, rdv), under the
+ * environment's DICE_FA or 2 (fv 0), or version 3's forward (fv 1: DICE_FA=3, or 3 and the
+ * environment's backward digit) */
+static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dmp,
+                    const float *q, const float *k, const float *v, const float *dout,
+                    const float *out, const float *rdq, const float *rdk, const float *rdv)
 {
+	static char env0[8];
+	static int have_env = -1;
 	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
-	float *q = rand_bf16(qn, -2, 2), *k = rand_bf16(kn, -2, 2), *v = rand_bf16(kn, -1, 1);
-	float *dout = rand_bf16(qn, -1, 1), *out = (float *)xmalloc(qn * sizeof(float));
-	float *rdq = (float *)xmalloc(qn * sizeof(float)), *rdk = (float *)xmalloc(kn * sizeof(float));
-	float *rdv = (float *)xmalloc(kn * sizeof(float));
-	struct attn_mask hm, dm;
-	char what[160];
+	struct attn_mask dm = *dmp;
+	char what[160], fa[8];
 
-	gt_masks(c, &hm, &dm);
-	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
-	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
-	                         c->HD, &hm);
+	if (have_env < 0) {
+		const char *e = getenv("DICE_FA");
+		have_env = e && *e;
+		snprintf(env0, sizeof env0, "%s", have_env ? e : "");
+	}
+	if (!fv) {
+		snprintf(fa, sizeof fa, "%s", have_env ? env0 : "2");
+		setenv("DICE_FA", fa, 1);
+	} else {
+		snprintf(fa, sizeof fa, "3%s", have_env && env0[0] && env0[1] ? env0 + 1 :
+		         have_env && env0[0] != '3' ? env0 : "");
+		setenv("DICE_FA", fa, 1);
+	}
 	float *q_d = (float *)gt_up(q, qn * 4), *k_d = (float *)gt_up(k, kn * 4);
 	float *v_d = (float *)gt_up(v, kn * 4), *do_d = (float *)gt_up(dout, qn * 4);
 	float *o_d = gt_poisoned(qn), *o2_d = gt_poisoned(qn);
 	float *dq_d = gt_poisoned(qn), *dk_d = gt_poisoned(kn), *dv_d = gt_poisoned(kn);
 	float *st_d = (float *)G->alloc((size_t)c->T * c->NH * 4 + 4);
 
-	snprintf(what, sizeof what, "%s T=%d S=%d NH=%d NKV=%d HD=%d", c->name, c->T, c->S, c->NH,
-	         c->NKV, c->HD);
+	snprintf(what, sizeof what, "%s T=%d S=%d NH=%d NKV=%d HD=%d DICE_FA=%s", c->name, c->T,
+	         c->S, c->NH, c->NKV, c->HD, fa);
 	G->attention_tc(o_d, q_d, k_d, v_d, c->T, c->S, c->NH, c->NKV, c->HD, &dm);
 	cmp_dev("attention_tc out", what, o_d, out, qn);
 	/* the _stat pair: the forward keeps its statistics, the backward takes them */
@@ -77,9 +91,26 @@ static void run(const struct gt_acase *c)
 		snprintf(w2, sizeof w2, "dv %s", c->name);
 		cmp_dev(op, w2, dv_d, rdv, kn);
 	}
-	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d); G->free(st_d); G->free(o2_d);
+}
+
+static void run(const struct gt_acase *c)
+{
+	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
+	float *q = rand_bf16(qn, -2, 2), *k = rand_bf16(kn, -2, 2), *v = rand_bf16(kn, -1, 1);
+	float *dout = rand_bf16(qn, -1, 1), *out = (float *)xmalloc(qn * sizeof(float));
+	float *rdq = (float *)xmalloc(qn * sizeof(float)), *rdk = (float *)xmalloc(kn * sizeof(float));
+	float *rdv = (float *)xmalloc(kn * sizeof(float));
+	struct attn_mask hm, dm;
+
+	gt_masks(c, &hm, &dm);
+	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
+	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
+	                         c->HD, &hm);
+	for (int fv = 0; fv < 2; fv++)
+		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv);
+	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
 	gt_masks_free(&dm);
 }
 
