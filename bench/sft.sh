@@ -15,7 +15,8 @@
 # Environment: SFT_MODES (default "plain recompute") picks the dice-sft runs among plain,
 # recompute (-R), cublas (plain with DICE_ATTN_CUBLAS=1: the chunked cuBLAS attention instead
 # of the fused kernels, for comparison) and profile (plain with DICE_SFT_PROFILE=1: a backend
-# sync after each phase, the seconds per phase printed; its step times include the syncs);
+# sync after each phase, the seconds per phase printed; its step times include the syncs) and
+# opprofile (DICE_SFT_PROFILE=2: also a sync after each group of ops, their seconds printed);
 # SFT_NO_REF=1 skips the reference (built for the same geometry); SFT_MODEL=dir takes a
 # model made before by `dice-sft --init` from this script's config (with the same seed)
 # instead of making one;
@@ -59,6 +60,7 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	recompute) r=-R ;;
 	cublas) e=DICE_ATTN_CUBLAS=1 ;;
 	profile) e=DICE_SFT_PROFILE=1 ;;
+	opprofile) e=DICE_SFT_PROFILE=2 ;;
 	esac
 	: > "$t/$mode.jsonl"
 	env $e bin/dice-sft -d cuda -D bf16 $r -m "$m" -o "$t/o" -n $((steps + 1)) -e 100 -b "$n" -a "$k" \
@@ -71,7 +73,9 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	wait $pid 2>/dev/null || true
 	if [ "$(wc -l < "$t/$mode.jsonl")" -gt "$steps" ]; then
 		grep -E 'step' "$t/$mode.err" | sed 's/^/# /'
-		grep '^profile:' "$t/$mode.err" | tail -6 | sed 's/^/# /'
+		# the last step's profile block (it starts with the forward phase)
+		awk '/^profile: forward \(not/ { n = 0 } /^profile:/ { b[n++] = $0 }
+		     END { for (i = 0; i < n; i++) print "# " b[i] }' "$t/$mode.err"
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'

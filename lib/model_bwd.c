@@ -158,8 +158,11 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 		t->g.lm_head = t->g.embed;
 	free(list);
 	t->wc = &m->w;
-	t->prof = getenv("DICE_SFT_PROFILE") != NULL;
-	t->prof_last = pool_now();
+	{
+		const char *e = getenv("DICE_SFT_PROFILE");
+		t->prof = !e ? 0 : !strcmp(e, "2") ? 2 : 1;
+	}
+	t->prof_last = t->op_last = pool_now();
 	model_train_zero_grad(t);
 	return 0;
 }
@@ -174,6 +177,24 @@ void model_train_mark(struct model_train *t, int ph)
 	now = pool_now();
 	t->prof_s[ph] += now - t->prof_last;
 	t->prof_last = now;
+}
+
+void model_train_op(struct model_train *t, const char *name)
+{
+	double now;
+	int i;
+
+	if (t->prof < 2)
+		return;
+	t->ops->sync();
+	now = pool_now();
+	for (i = 0; i < t->nop && t->op_name[i] != name; i++)
+		;
+	if (i == t->nop && t->nop < MT_PROF_OPS)
+		t->op_name[t->nop++] = name;
+	if (i < t->nop)
+		t->op_s[i] += now - t->op_last;
+	t->op_last = now;
 }
 
 void model_train_profile_print(struct model_train *t)
@@ -191,6 +212,9 @@ void model_train_profile_print(struct model_train *t)
 	for (int i = 0; i < MT_PROF_N; i++)
 		fprintf(stderr, "profile: %-26s %9.3f s %5.1f%%\n", name[i], t->prof_s[i],
 		        sum > 0 ? 100.0 * t->prof_s[i] / sum : 0.0);
+	for (int i = 0; i < t->nop; i++)
+		fprintf(stderr, "profile: op %-23s %9.3f s %5.1f%%\n", t->op_name[i], t->op_s[i],
+		        sum > 0 ? 100.0 * t->op_s[i] / sum : 0.0);
 }
 
 static void scratch_free(struct model_train *t);
@@ -366,13 +390,16 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	struct acts a = acts_carve(t, l);
 
 	norm_in(t, a.xn1, a.xn1b, xin, w->input_norm, N, C);
+	model_train_op(t, "f norm1");
 	mm(t, a.qraw, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
 	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
 	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
+	model_train_op(t, "f qkv gemm");
 	o->rmsnorm(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 	o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 	o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
 	o->rope(a.k, t->pos_d, N, NKV, HD, c->rope_theta);
+	model_train_op(t, "f qk norm rope");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD : MT_PROF_FWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
@@ -385,19 +412,26 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 			o->attention(a.att + off * QD, a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
 			             b->len[s], b->len[s], NH, NKV, HD, &mk);
 	}
+	model_train_op(t, "f attention");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
 	keep_bf16(t, a.attb, a.att, (size_t)N * QD);
 	o->copy(a.xmid, xin, (size_t)N * C * 4);
+	model_train_op(t, "f cast att, copy");
 	mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
+	model_train_op(t, "f o gemm");
 	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
+	model_train_op(t, "f norm2");
 	mm(t, a.gate, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
 	mm(t, a.up, a.xn2, a.xn2b, w->up_proj, N, C, I, 0);
+	model_train_op(t, "f gate up gemm");
 	if (t->lp)
 		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
 	else
 		o->swiglu(a.h, a.gate, a.up, N, I);
 	o->copy(xout, a.xmid, (size_t)N * C * 4);
+	model_train_op(t, "f swiglu, copy");
 	mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
+	model_train_op(t, "f down gemm");
 }
 
 /* t->dx: gradient of the layer's output on entry, of its input on return */
@@ -417,12 +451,15 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	if (t->recompute)
 		layer_forward(t, b, l);
 	a = acts_carve(t, l);
+	model_train_op(t, "b recompute");
 	/* MLP */
 	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
+	model_train_op(t, "b down gemm");
 	if (t->lp && o->swiglu_backward_xb && o->matmul_backward_xbb) {
 		/* dgate, dup made in bf16 (their one rounding for the GEMMs, the same bits), in
 		 * the memory of t->dg and t->du */
 		o->swiglu_backward_xb(t->dg, t->du, t->dh, a.gate, a.up, N, I);
+		model_train_op(t, "b swiglu");
 		o->matmul_backward_xbb(t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2b, w->gate_proj.p,
 		                       N, C, I, 0);
 		o->matmul_backward_xbb(t->dxn, (float *)g->up_proj.p, t->du, a.xn2b, w->up_proj.p, N,
@@ -433,11 +470,14 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 		       I, 0);
 		mm_bwd(t, t->dxn, (float *)g->up_proj.p, t->du, a.xn2, a.xn2b, w->up_proj, N, C, I, 1);
 	}
+	model_train_op(t, "b gate up gemm");
 	o->rmsnorm_backward(t->dtmp, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm.p,
 	                    w->post_norm.dt, N, C, eps);
 	o->add(t->dx, t->dtmp, NC);
+	model_train_op(t, "b norm2, add");
 	/* attention */
 	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
+	model_train_op(t, "b o gemm");
 	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
@@ -454,6 +494,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 			                      a.v + off * KVD, a.att + off * QD, b->len[s], b->len[s], NH,
 			                      NKV, HD, &mk);
 	}
+	model_train_op(t, "b attention");
 	model_train_mark(t, MT_PROF_BWD_ATT);
 	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
 	o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
@@ -461,12 +502,15 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	                    N * NH, HD, eps);
 	o->rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p, w->k_norm.dt,
 	                    N * NKV, HD, eps);
+	model_train_op(t, "b qk rope norm");
 	mm_bwd(t, t->dxn, (float *)g->q_proj.p, t->dq, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
 	mm_bwd(t, t->dxn, (float *)g->k_proj.p, t->dk, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 1);
 	mm_bwd(t, t->dxn, (float *)g->v_proj.p, t->dv, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 1);
+	model_train_op(t, "b qkv gemm");
 	o->rmsnorm_backward(t->dtmp, (float *)g->input_norm.p, t->dxn, xin, w->input_norm.p,
 	                    w->input_norm.dt, N, C, eps);
 	o->add(t->dx, t->dtmp, NC);
+	model_train_op(t, "b norm1, add");
 }
 
 /* forward to the loss; with grad, the backward too. */
@@ -519,8 +563,10 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	free(wsel);
 
 	model_train_mark(t, MT_PROF_OPT);      /* zeroing, uploads: charged to the last step */
+	model_train_op(t, "optimizer, uploads");
 	t->in_bwd = 0;
 	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
+	model_train_op(t, "embed");
 	for (int l = 0; l < L; l++)
 		layer_forward(t, b, l);
 	model_train_mark(t, MT_PROF_FWD);
@@ -558,6 +604,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		free(lossh);
 	}
 	*loss = sum;
+	model_train_op(t, "head forward, loss");
 	model_train_mark(t, MT_PROF_HEAD);
 	if (!grad || !R) {
 		o->sync();
@@ -568,6 +615,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	                   w->lm_head.dt, R, C, V);
 	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
 	                    w->final_norm.dt, R, C, c->rms_norm_eps);
+	model_train_op(t, "head backward");
 	model_train_mark(t, MT_PROF_HEAD);
 	t->in_bwd = 1;
 	o->zero(t->dx, (size_t)N * C * 4);
@@ -576,6 +624,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		layer_backward(t, b, l);
 	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);
 	o->sync();
+	model_train_op(t, "embed backward");
 	model_train_mark(t, MT_PROF_BWD);
 	return 0;
 }

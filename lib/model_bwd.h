@@ -50,6 +50,7 @@ struct train_batch {
 /* the phases of the profile */
 enum { MT_PROF_FWD, MT_PROF_FWD_ATT, MT_PROF_HEAD, MT_PROF_BWD, MT_PROF_BWD_ATT, MT_PROF_OPT,
        MT_PROF_N };
+#define MT_PROF_OPS 40               /* op groups of the fine profile */
 
 struct model_train {
 	struct model *m;
@@ -76,6 +77,10 @@ struct model_train {
 	 * model_train_free when nothing was printed before */
 	int prof, prof_printed, in_bwd;
 	double prof_last, prof_s[MT_PROF_N];
+	/* DICE_SFT_PROFILE=2: also the seconds of each op group (model_train_op), by name */
+	int nop;
+	double op_last, op_s[MT_PROF_OPS];
+	const char *op_name[MT_PROF_OPS];
 };
 
 /* 0, or -1 with a warning (weights not fp32, backend without training ops). */
@@ -92,6 +97,9 @@ void *model_train_lp_of(const struct model_train *t, const void *master);
 void model_train_zero_grad(struct model_train *t);
 /* with t->prof: wait for the backend and charge the time since the last mark to phase ph */
 void model_train_mark(struct model_train *t, int ph);
+/* with DICE_SFT_PROFILE=2: wait for the backend and charge the time since the last op mark
+ * to the op group called name (a string constant) */
+void model_train_op(struct model_train *t, const char *name);
 /* with t->prof: print the seconds charged to each phase so far to stderr ("profile: " lines) */
 void model_train_profile_print(struct model_train *t);
 /* Forward and backward of one batch: gradients of sum_rows weight * CE are ADDED to gbuf;
