@@ -73,9 +73,16 @@ for mode in ${SFT_MODES:-plain recompute}; do
 	wait $pid 2>/dev/null || true
 	if [ "$(wc -l < "$t/$mode.jsonl")" -gt "$steps" ]; then
 		grep -E 'step' "$t/$mode.err" | sed 's/^/# /'
-		# the last step's profile block (it starts with the forward phase)
-		awk '/^profile: forward \(not/ { n = 0 } /^profile:/ { b[n++] = $0 }
-		     END { for (i = 0; i < n; i++) print "# " b[i] }' "$t/$mode.err"
+		# the profile's sums after the last step less those after the first (the warm-up):
+		# seconds and shares of the measured steps
+		awk '/^profile: forward \(not/ { blk++ }
+		     /^profile:/ { k = $0; sub(/ +[0-9.]+ s +[0-9.]+%$/, "", k); sub(/^profile: /, "", k)
+		                   v = $(NF - 2); if (blk == 1) first[k] = v; last[k] = v
+		                   if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
+		     END { for (i = 0; i < n; i++) if (order[i] !~ /^op /) sum += last[order[i]] - first[order[i]]
+		           for (i = 0; i < n; i++) { k = order[i]; d = last[k] - first[k]
+		                   printf "# profile: %-28s %8.4f s %5.1f%%\n", k, d, (sum > 0 ? 100 * d / sum : 0) } }' \
+			"$t/$mode.err"
 		echo "$mode $(med tokens_per_s "$t/$mode.jsonl") $(med mfu "$t/$mode.jsonl") $(med peak_mem_mb "$t/$mode.jsonl") $(med step_s "$t/$mode.jsonl")" >> "$t/rows"
 	else
 		tail -3 "$t/$mode.err" | sed 's/^/# /'
