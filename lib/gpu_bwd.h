@@ -24,6 +24,17 @@ int gpu_matmul_backward(cudaStream_t st, float *dx, float *dw, const float *dy, 
 /* dx(N,C) (write, may equal dy), dw(C) += (skipped if NULL), from dy and the forward x */
 int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
                          const void *w, enum dice_dtype wdt, int N, int C, float eps);
+/* the same with dx added into dres(N,C) (dres += dx; dres is neither dy nor x); C <= 16384
+ * for both */
+int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const float *dy,
+                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                             float eps);
+/* gpu_rope_backward on dy then gpu_rmsnorm_backward over rows of HD, in one pass where HD is
+ * 64, 128 or 256: dx(N,NH,HD) (write; may equal dy), dw(HD) += (skipped if NULL), x the
+ * norm's input */
+int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
+                              const float *x, const void *w, enum dice_dtype wdt, const int *pos,
+                              int N, int NH, int HD, float theta, float eps);
 /* in place on dx(N,NH,HD): rotation by minus the angle (HD even, HD <= 1024) */
 int gpu_rope_backward(cudaStream_t st, float *dx, const int *pos, int N, int NH, int HD,
                       float theta);

@@ -124,6 +124,21 @@ static void norm_in(const struct model_train *t, float *y, void *yb, const float
 		t->ops->rmsnorm(y, x, w.p, w.dt, N, C, eps);
 }
 
+/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
+static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
+                         const float *x, struct wref w, int N, int C)
+{
+	const struct ops *o = t->ops;
+	float eps = t->m->cfg.rms_norm_eps;
+
+	if (o->rmsnorm_backward_add) {
+		o->rmsnorm_backward_add(dres, dw, dy, x, w.p, w.dt, N, C, eps);
+	} else {
+		o->rmsnorm_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, C, eps);
+		o->add(dres, t->dtmp, (size_t)N * C);
+	}
+}
+
 int model_train_init(struct model_train *t, struct model *m, int recompute)
 {
 	const struct ops *o = m->ops;
@@ -445,7 +460,6 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	int HD = c->head_dim, QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size;
 	float eps = c->rms_norm_eps;
 	float *xin = t->xs + (size_t)l * t->rows * C;
-	size_t NC = (size_t)N * C;
 	struct acts a;
 
 	if (t->recompute)
@@ -471,9 +485,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 		mm_bwd(t, t->dxn, (float *)g->up_proj.p, t->du, a.xn2, a.xn2b, w->up_proj, N, C, I, 1);
 	}
 	model_train_op(t, "b gate up gemm");
-	o->rmsnorm_backward(t->dtmp, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm.p,
-	                    w->post_norm.dt, N, C, eps);
-	o->add(t->dx, t->dtmp, NC);
+	norm_bwd_add(t, t->dx, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "b norm2, add");
 	/* attention */
 	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
@@ -496,20 +508,25 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	}
 	model_train_op(t, "b attention");
 	model_train_mark(t, MT_PROF_BWD_ATT);
-	o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
-	o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
-	o->rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p, w->q_norm.dt,
-	                    N * NH, HD, eps);
-	o->rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p, w->k_norm.dt,
-	                    N * NKV, HD, eps);
+	if (o->rope_rmsnorm_backward) {
+		o->rope_rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p,
+		                         w->q_norm.dt, t->pos_d, N, NH, HD, c->rope_theta, eps);
+		o->rope_rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p,
+		                         w->k_norm.dt, t->pos_d, N, NKV, HD, c->rope_theta, eps);
+	} else {
+		o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
+		o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);
+		o->rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p,
+		                    w->q_norm.dt, N * NH, HD, eps);
+		o->rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p,
+		                    w->k_norm.dt, N * NKV, HD, eps);
+	}
 	model_train_op(t, "b qk rope norm");
 	mm_bwd(t, t->dxn, (float *)g->q_proj.p, t->dq, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
 	mm_bwd(t, t->dxn, (float *)g->k_proj.p, t->dk, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 1);
 	mm_bwd(t, t->dxn, (float *)g->v_proj.p, t->dv, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 1);
 	model_train_op(t, "b qkv gemm");
-	o->rmsnorm_backward(t->dtmp, (float *)g->input_norm.p, t->dxn, xin, w->input_norm.p,
-	                    w->input_norm.dt, N, C, eps);
-	o->add(t->dx, t->dtmp, NC);
+	norm_bwd_add(t, t->dx, (float *)g->input_norm.p, t->dxn, xin, w->input_norm, N, C);
 	model_train_op(t, "b norm1, add");
 }
 

@@ -262,6 +262,16 @@ struct ops {
 	                           const float *up, int N, int C);
 	void (*matmul_backward_xbb)(float *dx, float *dw, const void *dyb, const void *xb,
 	                            const void *w, int N, int in, int out, int dx_acc);
+	/* ---- (appended) fused backward passes, each the composition of the ops above:
+	 * .rmsnorm_backward with its dx added into dres(N,C) (dres += dx; dres is neither dy
+	 * nor x), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
+	 * (the per-head norm in front of RoPE): dx (write; may equal dy), dw(HD) +=, x(N,NH,HD)
+	 * the norm's input */
+	void (*rmsnorm_backward_add)(float *dres, float *dw, const float *dy, const float *x,
+	                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+	void (*rope_rmsnorm_backward)(float *dx, float *dw, const float *dy, const float *x,
+	                              const void *w, enum dice_dtype wdt, const int *pos, int N,
+	                              int NH, int HD, float theta, float eps);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

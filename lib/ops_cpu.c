@@ -549,6 +549,31 @@ static void cpu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, cons
 	free(dg);
 }
 
+/* a row at a time through a row of scratch, then added */
+static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
+                                     const void *w, enum dice_dtype wdt, int N, int C,
+                                     float eps)
+{
+	float *row = xmalloc((size_t)C * sizeof *row);
+
+	for (int n = 0; n < N; n++) {
+		size_t o = (size_t)n * C;
+		cpu_rmsnorm_backward(row, dw, dy + o, x + o, w, wdt, 1, C, eps);
+		cpu_add(dres + o, row, (size_t)C);
+	}
+	free(row);
+}
+
+static void cpu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
+                                      const void *w, enum dice_dtype wdt, const int *pos, int N,
+                                      int NH, int HD, float theta, float eps)
+{
+	if (dx != dy)
+		memcpy(dx, dy, (size_t)N * NH * HD * sizeof *dx);
+	cpu_rope_backward(dx, pos, N, NH, HD, theta);
+	cpu_rmsnorm_backward(dx, dw, dx, x, w, wdt, N * NH, HD, eps);
+}
+
 /* the CPU keeps no statistics: stat is left as it is */
 static void cpu_attention_tc_stat(float *out, float *stat, const float *q, const float *k,
                                   const float *v, int T, int S, int NH, int NKV, int HD,
@@ -636,6 +661,8 @@ const struct ops ops_cpu = {
 	.matmul_fixed_glu = cpu_matmul_fixed_glu,
 	.swiglu_backward_xb = cpu_swiglu_backward_xb,
 	.matmul_backward_xbb = cpu_matmul_backward_xbb,
+	.rmsnorm_backward_add = cpu_rmsnorm_backward_add,
+	.rope_rmsnorm_backward = cpu_rope_rmsnorm_backward,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -415,6 +415,8 @@ static const struct ops ops_cuda = {
 	cu_matmul_fixed_glu,
 	cu_swiglu_backward_xb,
 	cu_matmul_backward_xbb,
+	cu_rmsnorm_backward_add,
+	cu_rope_rmsnorm_backward,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

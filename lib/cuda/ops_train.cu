@@ -22,6 +22,22 @@ void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 	           gpu_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, N, C, eps));
 }
 
+void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
+                             const void *w, enum dice_dtype wdt, int N, int C, float eps)
+{
+	TRAIN_CALL("rmsnorm_backward_add",
+	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dw, dy, x, w, wdt, N, C, eps));
+}
+
+void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
+                              int HD, float theta, float eps)
+{
+	TRAIN_CALL("rope_rmsnorm_backward",
+	           gpu_rope_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, pos, N, NH, HD,
+	                                     theta, eps));
+}
+
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta)
 {
 	TRAIN_CALL("rope_backward", gpu_rope_backward(gpu_stream(), dx, pos, N, NH, HD, theta));

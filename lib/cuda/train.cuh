@@ -11,6 +11,11 @@ void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, c
 void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int C, float eps);
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
+void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
+                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
+                              const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
+                              int HD, float theta, float eps);
 void cu_swiglu_backward(float *dgate, float *dup, const float *dy, const float *gate,
                         const float *up, int N, int C);
 void cu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

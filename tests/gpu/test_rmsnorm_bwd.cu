@@ -1,37 +1,64 @@
 /* test_rmsnorm_bwd: the CUDA rmsnorm backward against the CPU twin: dx written, dw
  * accumulated onto random values over many rows (the per-head q/k norm shape), 16-bit
- * weights, dx in place over dy, dw skipped (NULL). */
+ * weights, dx in place over dy, dw skipped (NULL); the fused forms: dx added into a random
+ * dres (rmsnorm_backward_add) and RoPE's backward in front (rope_rmsnorm_backward, one pass
+ * at head dims 64, 128, 256, two passes at others); row widths from 1 to 16384 (one warp a
+ * row, several warps, groups that leave threads of a block idle). */
 #include "gpu_test.h"
 
-static void one(enum dice_dtype dt, int N, int C, int inplace, int want_dw)
+enum { PLAIN, ADD, ROPE };
+
+/* mode ROPE: N tokens of NH heads of C = HD */
+static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace, int want_dw)
 {
-	size_t n = (size_t)N * C;
+	size_t rows = (size_t)N * NH, n = rows * C;
 	float *x = gt_rand(n, -3, 3), *dy = gt_rand(n, -1, 1), *dw0 = gt_rand(C, -1, 1);
+	float *res = gt_rand(n, -1, 1);
 	void *w = gt_rand_w(C, dt, -2, 2);
 	float *rdx = (float *)xmalloc(n * sizeof(float)), *rdw = (float *)xmalloc(C * sizeof(float));
-	char what[128];
+	int *pos = (int *)xmalloc((size_t)N * sizeof(int));
+	static const char *name[] = { "rmsnorm_backward", "rmsnorm_backward_add",
+	                              "rope_rmsnorm_backward" };
+	char what[160];
 
+	for (int i = 0; i < N; i++)
+		pos[i] = (i * 37) % 5000;
 	memcpy(rdw, dw0, C * sizeof(float));
+	if (mode == ADD)
+		memcpy(rdx, res, n * sizeof(float));
 	float *x_d = (float *)gt_up(x, n * sizeof(float)), *dy_d = (float *)gt_up(dy, n * sizeof(float));
 	float *dw_d = want_dw ? (float *)gt_up(dw0, C * sizeof(float)) : NULL;
 	void *w_d = gt_up(w, C * dice_dtype_size(dt));
-	float *dx_d = inplace ? dy_d : gt_poisoned(n);
+	int *pos_d = (int *)gt_up(pos, (size_t)N * sizeof(int));
+	float *dx_d = inplace ? dy_d : mode == ADD ? (float *)gt_up(res, n * sizeof(float))
+	                                           : gt_poisoned(n);
 
-	H->rmsnorm_backward(rdx, want_dw ? rdw : NULL, dy, x, w, dt, N, C, 1e-6f);
-	G->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, dt, N, C, 1e-6f);
+	if (mode == PLAIN) {
+		H->rmsnorm_backward(rdx, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C, 1e-6f);
+		G->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
+	} else if (mode == ADD) {
+		H->rmsnorm_backward_add(rdx, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C, 1e-6f);
+		G->rmsnorm_backward_add(dx_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
+	} else {
+		H->rope_rmsnorm_backward(rdx, want_dw ? rdw : NULL, dy, x, w, dt, pos, N, NH, C,
+		                         1e6f, 1e-6f);
+		G->rope_rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, dt, pos_d, N, NH, C, 1e6f,
+		                         1e-6f);
+	}
 	float *got = gt_down(dx_d, n);
-	snprintf(what, sizeof what, "rmsnorm_backward dx dt=%d N=%d C=%d%s", (int)dt, N, C,
+	snprintf(what, sizeof what, "%s dx dt=%d rows=%zu C=%d%s", name[mode], (int)dt, rows, C,
 	         inplace ? " in place" : "");
 	gt_compare(what, got, rdx, n, 1e-5, 1e-4);
 	free(got);
 	if (want_dw) {
 		got = gt_down(dw_d, C);
-		snprintf(what, sizeof what, "rmsnorm_backward dw += dt=%d N=%d C=%d", (int)dt, N, C);
+		snprintf(what, sizeof what, "%s dw += dt=%d rows=%zu C=%d", name[mode], (int)dt, rows,
+		         C);
 		gt_compare(what, got, rdw, C, 1e-4, 1e-4);
 		free(got);
 	}
-	free(x); free(dy); free(dw0); free(w); free(rdx); free(rdw);
-	G->free(x_d); G->free(dy_d); G->free(dw_d); G->free(w_d);
+	free(x); free(dy); free(dw0); free(res); free(w); free(rdx); free(rdw); free(pos);
+	G->free(x_d); G->free(dy_d); G->free(dw_d); G->free(w_d); G->free(pos_d);
 	if (!inplace)
 		G->free(dx_d);
 }
@@ -40,11 +67,25 @@ int main(void)
 {
 	if (gt_init(32))
 		return 0;
-	one(DICE_F32, 7, 100, 0, 1);
-	one(DICE_F32, 33, 4096, 0, 1);
-	one(DICE_F32, 4096, 128, 1, 1);       /* q/k norm: N*NH rows of HD, in place */
-	one(DICE_BF16, 5, 2048, 0, 1);
-	one(DICE_F16, 9, 1001, 1, 0);
-	one(DICE_F32, 3, 5, 0, 1);
+	one(PLAIN, DICE_F32, 7, 1, 100, 0, 1);
+	one(PLAIN, DICE_F32, 33, 1, 4096, 0, 1);
+	one(PLAIN, DICE_F32, 4096, 1, 128, 1, 1);       /* q/k norm: N*NH rows of HD, in place */
+	one(PLAIN, DICE_BF16, 5, 1, 2048, 0, 1);
+	one(PLAIN, DICE_F16, 9, 1, 1001, 1, 0);
+	one(PLAIN, DICE_F32, 3, 1, 5, 0, 1);
+	one(PLAIN, DICE_F32, 2, 1, 1, 0, 1);
+	one(PLAIN, DICE_F32, 11, 1, 600, 0, 1);         /* groups of 96 threads: 64 idle */
+	one(PLAIN, DICE_BF16, 3, 1, 16384, 1, 1);
+	one(ADD, DICE_F32, 300, 1, 2048, 0, 1);
+	one(ADD, DICE_BF16, 1000, 1, 2560, 0, 1);
+	one(ADD, DICE_F32, 17, 1, 70, 0, 0);
+	one(ADD, DICE_F16, 5, 1, 9000, 0, 1);
+	for (int hd = 64; hd <= 256; hd *= 2) {
+		one(ROPE, DICE_F32, 257, 16, hd, 1, 1);
+		one(ROPE, DICE_BF16, 33, 8, hd, 0, 1);
+	}
+	one(ROPE, DICE_F32, 40, 3, 32, 1, 1);            /* two passes */
+	one(ROPE, DICE_BF16, 21, 2, 96, 0, 1);
+	one(ROPE, DICE_F32, 9, 4, 128, 0, 0);
 	return test_done();
 }
