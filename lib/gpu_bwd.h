@@ -81,6 +81,11 @@ int gpu_swiglu_backward_xb(cudaStream_t st, void *dgate, void *dup, const float 
 int gpu_rmsnorm_xb(cudaStream_t st, void *yb, const float *x, const void *w, enum dice_dtype wdt,
                    int N, int C, float eps);
 int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up, int N, int C);
+/* gpu_rmsnorm over rows of HD then gpu_rope on y(N,NH,HD) (y may equal x): one pass where HD
+ * is 64, 128 or 256 (lib/ops.h .rmsnorm_rope; lib/cuda/rope.cu) */
+int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,
+                     enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
+                     float eps);
 
 /* mixed-precision training (lib/cuda/attention_train.cu) */
 /* dst(n) bf16 = src(n) rounded to nearest even */

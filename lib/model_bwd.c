@@ -410,10 +410,17 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
 	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
 	model_train_op(t, "f qkv gemm");
-	o->rmsnorm(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
-	o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
-	o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
-	o->rope(a.k, t->pos_d, N, NKV, HD, c->rope_theta);
+	if (o->rmsnorm_rope) {
+		o->rmsnorm_rope(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
+		                c->rope_theta, eps);
+		o->rmsnorm_rope(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
+		                c->rope_theta, eps);
+	} else {
+		o->rmsnorm(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
+		o->rmsnorm(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
+		o->rope(a.q, t->pos_d, N, NH, HD, c->rope_theta);
+		o->rope(a.k, t->pos_d, N, NKV, HD, c->rope_theta);
+	}
 	model_train_op(t, "f qk norm rope");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD : MT_PROF_FWD);
 	for (int s = 0; s < b->nsamp; s++) {

@@ -272,6 +272,10 @@ struct ops {
 	void (*rope_rmsnorm_backward)(float *dx, float *dw, const float *dy, const float *x,
 	                              const void *w, enum dice_dtype wdt, const int *pos, int N,
 	                              int NH, int HD, float theta, float eps);
+	/* and the forward of that pair: .rmsnorm over the rows of HD of x(N,NH,HD) with w(HD),
+	 * then .rope: y (write; may equal x) */
+	void (*rmsnorm_rope)(float *y, const float *x, const void *w, enum dice_dtype wdt,
+	                     const int *pos, int N, int NH, int HD, float theta, float eps);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

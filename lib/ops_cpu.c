@@ -564,6 +564,13 @@ static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, co
 	free(row);
 }
 
+static void cpu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                             const int *pos, int N, int NH, int HD, float theta, float eps)
+{
+	cpu_rmsnorm(y, x, w, wdt, N * NH, HD, eps);
+	cpu_rope(y, pos, N, NH, HD, theta);
+}
+
 static void cpu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
                                       const void *w, enum dice_dtype wdt, const int *pos, int N,
                                       int NH, int HD, float theta, float eps)
@@ -663,6 +670,7 @@ const struct ops ops_cpu = {
 	.matmul_backward_xbb = cpu_matmul_backward_xbb,
 	.rmsnorm_backward_add = cpu_rmsnorm_backward_add,
 	.rope_rmsnorm_backward = cpu_rope_rmsnorm_backward,
+	.rmsnorm_rope = cpu_rmsnorm_rope,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

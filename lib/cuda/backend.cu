@@ -417,6 +417,7 @@ static const struct ops ops_cuda = {
 	cu_matmul_backward_xbb,
 	cu_rmsnorm_backward_add,
 	cu_rope_rmsnorm_backward,
+	cu_rmsnorm_rope,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

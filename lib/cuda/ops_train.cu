@@ -29,6 +29,13 @@ void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const floa
 	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dw, dy, x, w, wdt, N, C, eps));
 }
 
+void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                     const int *pos, int N, int NH, int HD, float theta, float eps)
+{
+	TRAIN_CALL("rmsnorm_rope",
+	           gpu_rmsnorm_rope(gpu_stream(), y, x, w, wdt, pos, N, NH, HD, theta, eps));
+}
+
 void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
                               const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
                               int HD, float theta, float eps)

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gpu_bwd.h"
 #include "common.cuh"
 
 #define ROPE_TABLES 8      /* distinct (theta, HD) tables kept; a model needs one */
@@ -28,6 +29,48 @@ static __global__ void rope_kernel(float *x, const int *pos, const float *inv_fr
 			float x1 = xh[j], x2 = xh[j + half];
 			xh[j] = x1 * c - x2 * s;
 			xh[j + half] = x2 * c + x1 * s;
+		}
+	}
+}
+
+/* rmsnorm (per row of HD, weight w) then RoPE, y(N,NH,HD) from x (y may equal x): a warp a
+ * token, its lane t holding columns t + 32 e (e < E = HD / 32, so column j < HD / 2 and its
+ * partner j + HD / 2 are elements e and e + E / 2 of one lane), one sincos a column for the
+ * token's NH heads; the products in the order of gpu_rmsnorm then gpu_rope */
+template <int E>
+static __global__ void rmsnorm_rope_kernel(float *y, const float *x, const void *w, int dt,
+                                           const int *pos, const float *inv_freq, int N, int NH,
+                                           float eps)
+{
+	const int HD = 32 * E;
+	int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), t = threadIdx.x & 31;
+	float wv[E], cs[E / 2], sn[E / 2];
+
+	if (n >= N)
+		return;
+#pragma unroll
+	for (int e = 0; e < E; e++)
+		wv[e] = gpu_load_w(w, dt, (size_t)(t + 32 * e));
+#pragma unroll
+	for (int e = 0; e < E / 2; e++)
+		sincosf((float)pos[n] * inv_freq[t + 32 * e], &sn[e], &cs[e]);
+	for (int h = 0; h < NH; h++) {
+		size_t o = ((size_t)n * NH + h) * HD + t;
+		float v[E], ss = 0.0f;
+#pragma unroll
+		for (int e = 0; e < E; e++) {
+			v[e] = x[o + 32 * e];
+			ss += v[e] * v[e];
+		}
+		float r = 1.0f / sqrtf(warp_sum(ss) / (float)HD + eps);
+#pragma unroll
+		for (int e = 0; e < E; e++)
+			v[e] = v[e] * r * wv[e];
+#pragma unroll
+		for (int e = 0; e < E / 2; e++) {
+			float x1 = v[e], x2 = v[e + E / 2];
+			y[o + 32 * e] = x1 * cs[e] - x2 * sn[e];
+			y[o + 32 * (e + E / 2)] = x2 * cs[e] + x1 * sn[e];
 		}
 	}
 }
@@ -60,6 +103,30 @@ const float *gpu_rope_table(float theta, int HD)
 	tables[i].theta = theta;
 	tables[i].HD = HD;
 	return tables[i].d;
+}
+
+int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,
+                     enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
+                     float eps)
+{
+	GPU_REQUIRE(N >= 0 && NH > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024, "rmsnorm_rope");
+	if (N == 0)
+		return 0;
+	if (HD != 64 && HD != 128 && HD != 256) {       /* the two ops */
+		if (gpu_rmsnorm(st, y, x, w, wdt, N * NH, HD, eps))
+			return -1;
+		return gpu_rope(st, y, pos, N, NH, HD, theta);
+	}
+	const float *inv_freq = gpu_rope_table(theta, HD);
+	int grid = CEIL_DIV(N, 8), d = (int)wdt;
+	if (HD == 64)
+		rmsnorm_rope_kernel<2><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	else if (HD == 128)
+		rmsnorm_rope_kernel<4><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	else
+		rmsnorm_rope_kernel<8><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	CUDA_CHECK_LAUNCH();
+	return 0;
 }
 
 int gpu_rope(cudaStream_t st, float *x, const int *pos, int N, int NH, int HD, float theta)

@@ -13,6 +13,8 @@ void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
 void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
                              const void *w, enum dice_dtype wdt, int N, int C, float eps);
+void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
+                     const int *pos, int N, int NH, int HD, float theta, float eps);
 void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
                               const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
                               int HD, float theta, float eps);

@@ -23,6 +23,32 @@ static void one(int N, int NH, int HD, float theta, int maxpos)
 	G->free(dx); G->free(dpos);
 }
 
+/* rmsnorm_rope: per-head norm then RoPE, y apart or over x */
+static void rr(int N, int NH, int HD, float theta, enum dice_dtype dt, int inplace)
+{
+	size_t n = (size_t)N * NH * HD;
+	float *x = gt_rand(n, -3, 3), *y = (float *)xmalloc(n * sizeof(float));
+	void *w = gt_rand_w(HD, dt, -2, 2);
+	int *pos = (int *)xmalloc(N * sizeof(int));
+	char what[96];
+
+	for (int i = 0; i < N; i++)
+		pos[i] = (int)rng_below(&R, 40000);
+	float *dx = (float *)gt_up(x, n * sizeof(float)), *dy = inplace ? dx : gt_poisoned(n);
+	int *dpos = (int *)gt_up(pos, N * sizeof(int));
+	void *dw = gt_up(w, HD * dice_dtype_size(dt));
+	H->rmsnorm_rope(y, x, w, dt, pos, N, NH, HD, theta, 1e-6f);
+	G->rmsnorm_rope(dy, dx, dw, dt, dpos, N, NH, HD, theta, 1e-6f);
+	float *got = gt_down(dy, n);
+	snprintf(what, sizeof what, "rmsnorm_rope N=%d NH=%d HD=%d dt=%d%s", N, NH, HD, (int)dt,
+	         inplace ? " in place" : "");
+	gt_compare(what, got, y, n, 1e-5, 1e-5);
+	free(x); free(y); free(w); free(pos); free(got);
+	G->free(dx); G->free(dpos); G->free(dw);
+	if (!inplace)
+		G->free(dy);
+}
+
 int main(void)
 {
 	if (gt_init(13))
@@ -31,5 +57,10 @@ int main(void)
 	one(37, 8, 128, 1000000.0f, 40000);
 	one(64, 2, 128, 10000.0f, 4096);
 	one(3, 3, 6, 500.0f, 100);
+	for (int hd = 32; hd <= 256; hd *= 2) {     /* fused with the norm: 32 takes two passes */
+		rr(257, 16, hd, 1000000.0f, DICE_F32, 0);
+		rr(19, 8, hd, 10000.0f, DICE_BF16, 1);
+	}
+	rr(7, 3, 96, 10000.0f, DICE_F16, 0);
 	return test_done();
 }
