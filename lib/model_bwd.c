@@ -131,7 +131,7 @@ static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, co
 	const struct ops *o = t->ops;
 	float eps = t->m->cfg.rms_norm_eps;
 
-	if (o->rmsnorm_backward_add) {
+	if (o->rmsnorm_backward_add && !t->unfused) {
 		o->rmsnorm_backward_add(dres, dw, dy, x, w.p, w.dt, N, C, eps);
 	} else {
 		o->rmsnorm_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, C, eps);
@@ -178,6 +178,7 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 		t->prof = !e ? 0 : !strcmp(e, "2") ? 2 : 1;
 	}
 	t->prof_last = t->op_last = pool_now();
+	t->unfused = getenv("DICE_SFT_UNFUSED") && strcmp(getenv("DICE_SFT_UNFUSED"), "0");
 	model_train_zero_grad(t);
 	return 0;
 }
@@ -410,7 +411,7 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
 	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
 	model_train_op(t, "f qkv gemm");
-	if (o->rmsnorm_rope) {
+	if (o->rmsnorm_rope && !t->unfused) {
 		o->rmsnorm_rope(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
 		                c->rope_theta, eps);
 		o->rmsnorm_rope(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
@@ -515,7 +516,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	}
 	model_train_op(t, "b attention");
 	model_train_mark(t, MT_PROF_BWD_ATT);
-	if (o->rope_rmsnorm_backward) {
+	if (o->rope_rmsnorm_backward && !t->unfused) {
 		o->rope_rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p,
 		                         w->q_norm.dt, t->pos_d, N, NH, HD, c->rope_theta, eps);
 		o->rope_rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p,

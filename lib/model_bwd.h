@@ -76,6 +76,7 @@ struct model_train {
 	 * ended by a backend sync; printed to stderr by model_train_profile_print, or by
 	 * model_train_free when nothing was printed before */
 	int prof, prof_printed, in_bwd;
+	int unfused;                 /* DICE_SFT_UNFUSED: the norm/RoPE ops one by one */
 	double prof_last, prof_s[MT_PROF_N];
 	/* DICE_SFT_PROFILE=2: also the seconds of each op group (model_train_op), by name */
 	int nop;
