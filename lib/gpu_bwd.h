@@ -31,10 +31,13 @@ int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const floa
                              float eps);
 /* gpu_rope_backward on dy then gpu_rmsnorm_backward over rows of HD, in one pass where HD is
  * 64, 128 or 256: dx(N,NH,HD) (write; may equal dy), dw(HD) += (skipped if NULL), x the
- * norm's input */
-int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
-                              const float *x, const void *w, enum dice_dtype wdt, const int *pos,
-                              int N, int NH, int HD, float theta, float eps);
+ * norm's input; with dxb, bf16 into token rows of dxb (stride ldb elements), dx scratch */
+int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, void *dxb, int ldb, float *dw,
+                              const float *dy, const float *x, const void *w,
+                              enum dice_dtype wdt, const int *pos, int N, int NH, int HD,
+                              float theta, float eps);
+/* dst: src(N,C) rounded to bf16 into rows of stride ld elements */
+int gpu_cast_bf16_rows(cudaStream_t st, void *dst, int ld, const float *src, int N, int C);
 /* in place on dx(N,NH,HD): rotation by minus the angle (HD even, HD <= 1024) */
 int gpu_rope_backward(cudaStream_t st, float *dx, const int *pos, int N, int NH, int HD,
                       float theta);

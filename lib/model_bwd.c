@@ -124,6 +124,15 @@ static void norm_in(const struct model_train *t, float *y, void *yb, const float
 		t->ops->rmsnorm(y, x, w.p, w.dt, N, C, eps);
 }
 
+/* the q/k/v backward as one GEMM pair over bf16 gradients side by side (t->dqkvb) */
+static int qkv_fused(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && t->g_qkv && t->m->fuse_qkv && o->rope_rmsnorm_backward &&
+	       o->cast_bf16_rows && o->matmul_backward_xbb;
+}
+
 /* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
@@ -169,6 +178,14 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 		off += (size_t)list[i].shape[0] * (list[i].ndim == 2 ? (size_t)list[i].shape[1] : 1);
 	}
 	t->g.nlayers = m->cfg.num_layers;
+	t->g_qkv = 1;                   /* q_proj, k_proj, v_proj gradients one after the other */
+	for (int l = 0; l < m->cfg.num_layers; l++) {
+		const struct layer_weights *g = &t->g.layers[l];
+		size_t C = (size_t)m->cfg.hidden_size, QD = (size_t)m->cfg.num_heads * m->cfg.head_dim;
+		size_t KVD = (size_t)m->cfg.num_kv_heads * m->cfg.head_dim;
+		t->g_qkv &= (const float *)g->k_proj.p == (const float *)g->q_proj.p + QD * C &&
+		            (const float *)g->v_proj.p == (const float *)g->k_proj.p + KVD * C;
+	}
 	if (m->cfg.tie_word_embeddings || m->w.lm_head.p == m->w.embed.p)
 		t->g.lm_head = t->g.embed;
 	free(list);
@@ -298,7 +315,8 @@ static void scratch_free(struct model_train *t)
 {
 	const struct ops *o = t->ops;
 	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
-	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d };
+	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d,
+	                &t->dqkvb };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
@@ -376,6 +394,8 @@ static void reserve(struct model_train *t, int N)
 	t->dg = o->alloc(R * I * 4);
 	t->du = o->alloc(R * I * 4);
 	t->dh = o->alloc(R * I * 4);
+	if (qkv_fused(t))
+		t->dqkvb = o->alloc(R * (QD + 2 * KVD) * 2);
 	t->weight_d = o->alloc(R * 4);
 	t->ids_d = o->alloc(R * sizeof(int));
 	t->pos_d = o->alloc(R * sizeof(int));
@@ -516,11 +536,33 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	}
 	model_train_op(t, "b attention");
 	model_train_mark(t, MT_PROF_BWD_ATT);
+	if (qkv_fused(t)) {
+		/* dq, dk, dv in bf16 side by side in rows of QD + 2 KVD: one pair of GEMMs over
+		 * q_proj, k_proj, v_proj, which lie one after the other (weights and gradients) */
+		int ld = QD + 2 * KVD;
+		char *d = (char *)t->dqkvb;
+		o->rope_rmsnorm_backward(t->dq, d, ld, (float *)g->q_norm.p, t->dq, a.qraw,
+		                         w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
+		                         c->rope_theta, eps);
+		o->rope_rmsnorm_backward(t->dk, d + (size_t)QD * 2, ld, (float *)g->k_norm.p, t->dk,
+		                         a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
+		                         c->rope_theta, eps);
+		o->cast_bf16_rows(d + (size_t)(QD + KVD) * 2, ld, t->dv, N, KVD);
+		model_train_op(t, "b qk rope norm");
+		o->matmul_backward_xbb(t->dxn, (float *)g->q_proj.p, d, a.xn1b, w->q_proj.p, N, C, ld,
+		                       0);
+		model_train_op(t, "b qkv gemm");
+		norm_bwd_add(t, t->dx, (float *)g->input_norm.p, t->dxn, xin, w->input_norm, N, C);
+		model_train_op(t, "b norm1, add");
+		return;
+	}
 	if (o->rope_rmsnorm_backward && !t->unfused) {
-		o->rope_rmsnorm_backward(t->dq, (float *)g->q_norm.p, t->dq, a.qraw, w->q_norm.p,
-		                         w->q_norm.dt, t->pos_d, N, NH, HD, c->rope_theta, eps);
-		o->rope_rmsnorm_backward(t->dk, (float *)g->k_norm.p, t->dk, a.kraw, w->k_norm.p,
-		                         w->k_norm.dt, t->pos_d, N, NKV, HD, c->rope_theta, eps);
+		o->rope_rmsnorm_backward(t->dq, NULL, 0, (float *)g->q_norm.p, t->dq, a.qraw,
+		                         w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
+		                         c->rope_theta, eps);
+		o->rope_rmsnorm_backward(t->dk, NULL, 0, (float *)g->k_norm.p, t->dk, a.kraw,
+		                         w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
+		                         c->rope_theta, eps);
 	} else {
 		o->rope_backward(t->dq, t->pos_d, N, NH, HD, c->rope_theta);
 		o->rope_backward(t->dk, t->pos_d, N, NKV, HD, c->rope_theta);

@@ -266,16 +266,20 @@ struct ops {
 	 * .rmsnorm_backward with its dx added into dres(N,C) (dres += dx; dres is neither dy
 	 * nor x), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
 	 * (the per-head norm in front of RoPE): dx (write; may equal dy), dw(HD) +=, x(N,NH,HD)
-	 * the norm's input */
+	 * the norm's input; with dxb not NULL the result goes to dxb instead, in bf16 (as
+	 * .cast_bf16), token n's NH HD values at dxb + n ldb (ldb >= NH HD, in elements), and
+	 * dx's contents afterwards are undefined (scratch) */
 	void (*rmsnorm_backward_add)(float *dres, float *dw, const float *dy, const float *x,
 	                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
-	void (*rope_rmsnorm_backward)(float *dx, float *dw, const float *dy, const float *x,
-	                              const void *w, enum dice_dtype wdt, const int *pos, int N,
-	                              int NH, int HD, float theta, float eps);
+	void (*rope_rmsnorm_backward)(float *dx, void *dxb, int ldb, float *dw, const float *dy,
+	                              const float *x, const void *w, enum dice_dtype wdt,
+	                              const int *pos, int N, int NH, int HD, float theta, float eps);
 	/* and the forward of that pair: .rmsnorm over the rows of HD of x(N,NH,HD) with w(HD),
 	 * then .rope: y (write; may equal x) */
 	void (*rmsnorm_rope)(float *y, const float *x, const void *w, enum dice_dtype wdt,
 	                     const int *pos, int N, int NH, int HD, float theta, float eps);
+	/* .cast_bf16 of src(N,C) into rows of dst: row n at dst + n ld (ld >= C, in elements) */
+	void (*cast_bf16_rows)(void *dst, int ld, const float *src, int N, int C);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

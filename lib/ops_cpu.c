@@ -571,14 +571,28 @@ static void cpu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_
 	cpu_rope(y, pos, N, NH, HD, theta);
 }
 
-static void cpu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
-                                      const void *w, enum dice_dtype wdt, const int *pos, int N,
-                                      int NH, int HD, float theta, float eps)
+static void cpu_cast_bf16_rows(void *dst, int ld, const float *src, int N, int C)
 {
-	if (dx != dy)
-		memcpy(dx, dy, (size_t)N * NH * HD * sizeof *dx);
-	cpu_rope_backward(dx, pos, N, NH, HD, theta);
-	cpu_rmsnorm_backward(dx, dw, dx, x, w, wdt, N * NH, HD, eps);
+	for (int n = 0; n < N; n++)
+		cpu_cast_bf16((uint16_t *)dst + (size_t)n * ld, src + (size_t)n * C, (size_t)C);
+}
+
+static void cpu_rope_rmsnorm_backward(float *dx, void *dxb, int ldb, float *dw, const float *dy,
+                                      const float *x, const void *w, enum dice_dtype wdt,
+                                      const int *pos, int N, int NH, int HD, float theta,
+                                      float eps)
+{
+	size_t n = (size_t)N * NH * HD;
+	float *d = dxb ? xmalloc((n ? n : 1) * sizeof *d) : dx;
+
+	if (d != dy)
+		memcpy(d, dy, n * sizeof *d);
+	cpu_rope_backward(d, pos, N, NH, HD, theta);
+	cpu_rmsnorm_backward(d, dw, d, x, w, wdt, N * NH, HD, eps);
+	if (dxb) {
+		cpu_cast_bf16_rows(dxb, ldb, d, N, NH * HD);
+		free(d);
+	}
 }
 
 /* the CPU keeps no statistics: stat is left as it is */
@@ -671,6 +685,7 @@ const struct ops ops_cpu = {
 	.rmsnorm_backward_add = cpu_rmsnorm_backward_add,
 	.rope_rmsnorm_backward = cpu_rope_rmsnorm_backward,
 	.rmsnorm_rope = cpu_rmsnorm_rope,
+	.cast_bf16_rows = cpu_cast_bf16_rows,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -418,6 +418,7 @@ static const struct ops ops_cuda = {
 	cu_rmsnorm_backward_add,
 	cu_rope_rmsnorm_backward,
 	cu_rmsnorm_rope,
+	cu_cast_bf16_rows,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

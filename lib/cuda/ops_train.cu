@@ -36,13 +36,18 @@ void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wd
 	           gpu_rmsnorm_rope(gpu_stream(), y, x, w, wdt, pos, N, NH, HD, theta, eps));
 }
 
-void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
-                              const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
-                              int HD, float theta, float eps)
+void cu_rope_rmsnorm_backward(float *dx, void *dxb, int ldb, float *dw, const float *dy,
+                              const float *x, const void *w, enum dice_dtype wdt, const int *pos,
+                              int N, int NH, int HD, float theta, float eps)
 {
 	TRAIN_CALL("rope_rmsnorm_backward",
-	           gpu_rope_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, pos, N, NH, HD,
-	                                     theta, eps));
+	           gpu_rope_rmsnorm_backward(gpu_stream(), dx, dxb, ldb, dw, dy, x, w, wdt, pos, N,
+	                                     NH, HD, theta, eps));
+}
+
+void cu_cast_bf16_rows(void *dst, int ld, const float *src, int N, int C)
+{
+	TRAIN_CALL("cast_bf16_rows", gpu_cast_bf16_rows(gpu_stream(), dst, ld, src, N, C));
 }
 
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta)

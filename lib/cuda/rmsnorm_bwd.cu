@@ -25,8 +25,9 @@
  * ROPE, else NH = 1); part: gridDim.x x C dw partials (when DW) */
 template <int E, int ROPE, int ACC, int DW>
 static __global__ void __launch_bounds__(1024)
-rb_kernel(float *dx, float *part, const float *dy, const float *x, const void *w, int dt,
-          const int *pos, const float *inv_freq, int nunit, int NH, int C, int G, float eps)
+rb_kernel(float *dx, __nv_bfloat16 *xb, int ldb, float *part, const float *dy, const float *x,
+          const void *w, int dt, const int *pos, const float *inv_freq, int nunit, int NH, int C,
+          int G, float eps)
 {
 	__shared__ float red[2 * 32];           /* a group's warps' sums, per slot (G > 32) */
 	extern __shared__ float dwred[];        /* (slots, E G) dw partials, when slots > 1 */
@@ -100,7 +101,10 @@ rb_kernel(float *dx, float *part, const float *dy, const float *x, const void *w
 				float d = r * wv[e] * gv[e] - k * xv[e];
 				if (ACC)
 					d += dx[row * C + c];
-				dx[row * C + c] = d;
+				if (xb)         /* uniform */
+					xb[(size_t)u * ldb + (size_t)h * C + c] = __float2bfloat16_rn(d);
+				else
+					dx[row * C + c] = d;
 				if (DW)
 					dwa[e] += gv[e] * xv[e] * r;
 			}
@@ -170,9 +174,10 @@ static const void *rb_pick(int rope, int acc, int dw)
 }
 
 /* the one pass over nunit units of NH rows of C (see the header); pos and theta with rope */
-static int rb_run(cudaStream_t st, float *dx, float *dw, const float *dy, const float *x,
-                  const void *w, enum dice_dtype wdt, const int *pos, float theta, int rope,
-                  int acc, int nunit, int NH, int C, float eps)
+static int rb_run(cudaStream_t st, float *dx, __nv_bfloat16 *xb, int ldb, float *dw,
+                  const float *dy, const float *x, const void *w, enum dice_dtype wdt,
+                  const int *pos, float theta, int rope, int acc, int nunit, int NH, int C,
+                  float eps)
 {
 	int G = C <= 256 ? 32 : 32 * CEIL_DIV(C, 256), E = CEIL_DIV(C, G > 1024 ? 1024 : G);
 	const float *inv_freq = rope ? gpu_rope_table(theta, C) : NULL;
@@ -198,7 +203,8 @@ static int rb_run(cudaStream_t st, float *dx, float *dw, const float *dy, const 
 	if (nb < 1)
 		nb = 1;
 	float *part = dw ? (float *)gpu_scratch((size_t)nb * C * sizeof(float)) : NULL;
-	void *args[] = { &dx, &part, &dy, &x, &w, &dti, &pos, &inv_freq, &nunit, &NH, &C, &G, &eps };
+	void *args[] = { &dx, &xb, &ldb, &part, &dy, &x, &w, &dti, &pos, &inv_freq, &nunit, &NH, &C,
+	                 &G, &eps };
 	CUDA_CHECK(cudaLaunchKernel(fn, dim3(nb), dim3(threads), args, smem, st));
 	CUDA_CHECK_LAUNCH();
 	if (dw) {
@@ -214,7 +220,7 @@ int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
 	GPU_REQUIRE(N >= 0 && C > 0 && C <= RB_CMAX && dx && dy && x && w, "rmsnorm_backward");
 	if (N == 0)
 		return 0;
-	return rb_run(st, dx, dw, dy, x, w, wdt, NULL, 0.0f, 0, 0, N, 1, C, eps);
+	return rb_run(st, dx, NULL, 0, dw, dy, x, w, wdt, NULL, 0.0f, 0, 0, N, 1, C, eps);
 }
 
 int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const float *dy,
@@ -225,15 +231,18 @@ int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const floa
 	            dres != x, "rmsnorm_backward_add");
 	if (N == 0)
 		return 0;
-	return rb_run(st, dres, dw, dy, x, w, wdt, NULL, 0.0f, 0, 1, N, 1, C, eps);
+	return rb_run(st, dres, NULL, 0, dw, dy, x, w, wdt, NULL, 0.0f, 0, 1, N, 1, C, eps);
 }
 
-int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
-                              const float *x, const void *w, enum dice_dtype wdt, const int *pos,
-                              int N, int NH, int HD, float theta, float eps)
+int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, void *dxb, int ldb, float *dw,
+                              const float *dy, const float *x, const void *w,
+                              enum dice_dtype wdt, const int *pos, int N, int NH, int HD,
+                              float theta, float eps)
 {
+	__nv_bfloat16 *xb = (__nv_bfloat16 *)dxb;
+
 	GPU_REQUIRE(N >= 0 && NH > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024 && dx && dy && x &&
-	            w && pos, "rope_rmsnorm_backward");
+	            w && pos && (!dxb || ldb >= NH * HD), "rope_rmsnorm_backward");
 	if (N == 0)
 		return 0;
 	if (HD != 64 && HD != 128 && HD != 256) {  /* partners elsewhere: RoPE's pass, the norm's */
@@ -242,7 +251,30 @@ int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float
 			                           cudaMemcpyDeviceToDevice, st));
 		if (gpu_rope_backward(st, dx, pos, N, NH, HD, theta))
 			return -1;
-		return rb_run(st, dx, dw, dx, x, w, wdt, NULL, 0.0f, 0, 0, N * NH, 1, HD, eps);
+		/* units of NH rows (no RoPE): a token's rows go to its row of xb */
+		return rb_run(st, dx, xb, ldb, dw, dx, x, w, wdt, NULL, 0.0f, 0, 0, N, NH, HD, eps);
 	}
-	return rb_run(st, dx, dw, dy, x, w, wdt, pos, theta, 1, 0, N, NH, HD, eps);
+	return rb_run(st, dx, xb, ldb, dw, dy, x, w, wdt, pos, theta, 1, 0, N, NH, HD, eps);
+}
+
+/* dst row n (stride ld) = bf16 of src row n (C), an element a thread */
+static __global__ void cast_rows_kernel(__nv_bfloat16 *d, int ld, const float *s, int N, int C)
+{
+	size_t total = (size_t)N * C;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x)
+		d[i / C * ld + i % C] = __float2bfloat16_rn(s[i]);
+}
+
+int gpu_cast_bf16_rows(cudaStream_t st, void *dst, int ld, const float *src, int N, int C)
+{
+	GPU_REQUIRE(N >= 0 && C > 0 && ld >= C && dst && src, "cast_bf16_rows");
+	if (N == 0)
+		return 0;
+	size_t g = CEIL_DIV((size_t)N * C, (size_t)256);
+	cast_rows_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>((__nv_bfloat16 *)dst, ld, src,
+	                                                             N, C);
+	CUDA_CHECK_LAUNCH();
+	return 0;
 }

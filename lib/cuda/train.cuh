@@ -15,9 +15,10 @@ void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const floa
                              const void *w, enum dice_dtype wdt, int N, int C, float eps);
 void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
                      const int *pos, int N, int NH, int HD, float theta, float eps);
-void cu_rope_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
-                              const void *w, enum dice_dtype wdt, const int *pos, int N, int NH,
-                              int HD, float theta, float eps);
+void cu_rope_rmsnorm_backward(float *dx, void *dxb, int ldb, float *dw, const float *dy,
+                              const float *x, const void *w, enum dice_dtype wdt, const int *pos,
+                              int N, int NH, int HD, float theta, float eps);
+void cu_cast_bf16_rows(void *dst, int ld, const float *src, int N, int C);
 void cu_swiglu_backward(float *dgate, float *dup, const float *dy, const float *gate,
                         const float *up, int N, int C);
 void cu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

@@ -40,10 +40,10 @@ static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace,
 		H->rmsnorm_backward_add(rdx, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C, 1e-6f);
 		G->rmsnorm_backward_add(dx_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
 	} else {
-		H->rope_rmsnorm_backward(rdx, want_dw ? rdw : NULL, dy, x, w, dt, pos, N, NH, C,
+		H->rope_rmsnorm_backward(rdx, NULL, 0, want_dw ? rdw : NULL, dy, x, w, dt, pos, N, NH,
+		                         C, 1e6f, 1e-6f);
+		G->rope_rmsnorm_backward(dx_d, NULL, 0, dw_d, dy_d, x_d, w_d, dt, pos_d, N, NH, C,
 		                         1e6f, 1e-6f);
-		G->rope_rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, dt, pos_d, N, NH, C, 1e6f,
-		                         1e-6f);
 	}
 	float *got = gt_down(dx_d, n);
 	snprintf(what, sizeof what, "%s dx dt=%d rows=%zu C=%d%s", name[mode], (int)dt, rows, C,
@@ -61,6 +61,69 @@ static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace,
 	G->free(x_d); G->free(dy_d); G->free(dw_d); G->free(w_d); G->free(pos_d);
 	if (!inplace)
 		G->free(dx_d);
+}
+
+/* widen n bf16 values found at rows of stride ld (C of each) */
+static float *widen_rows(const uint16_t *b, int N, int C, int ld)
+{
+	float *f = (float *)xmalloc((size_t)N * C * sizeof(float));
+	for (int n = 0; n < N; n++)
+		for (int c = 0; c < C; c++)
+			f[(size_t)n * C + c] = dice_bf16_to_f32(b[(size_t)n * ld + c]);
+	return f;
+}
+
+/* rope_rmsnorm_backward into bf16 rows of stride ld at column off (dx is scratch), and
+ * cast_bf16_rows beside it: the layout of the fused q/k/v gradients */
+static void rows(int N, int NH, int HD, int ld, int off)
+{
+	size_t n = (size_t)N * NH * HD, nb = (size_t)N * ld;
+	float *x = gt_rand(n, -3, 3), *dy = gt_rand(n, -1, 1), *dw0 = gt_rand(HD, -1, 1);
+	void *w = gt_rand_w(HD, DICE_BF16, -2, 2);
+	float *rdw = (float *)xmalloc(HD * sizeof(float));
+	uint16_t *rb = (uint16_t *)xmalloc(nb * 2);
+	int *pos = (int *)xmalloc((size_t)N * sizeof(int));
+	char what[160];
+
+	for (int i = 0; i < N; i++)
+		pos[i] = (i * 53) % 3000;
+	memcpy(rdw, dw0, HD * sizeof(float));
+	float *x_d = (float *)gt_up(x, n * 4), *dy_d = (float *)gt_up(dy, n * 4);
+	float *dw_d = (float *)gt_up(dw0, HD * 4);
+	void *w_d = gt_up(w, HD * 2);
+	int *pos_d = (int *)gt_up(pos, (size_t)N * sizeof(int));
+	uint16_t *b_d = (uint16_t *)G->alloc(nb * 2);
+
+	H->rope_rmsnorm_backward(dy, rb + off, ld, rdw, dy, x, w, DICE_BF16, pos, N, NH, HD, 1e4f,
+	                         1e-6f);
+	G->rope_rmsnorm_backward(dy_d, b_d + off, ld, dw_d, dy_d, x_d, w_d, DICE_BF16, pos_d, N, NH,
+	                         HD, 1e4f, 1e-6f);
+	uint16_t *gb = (uint16_t *)xmalloc(nb * 2);
+	G->to_host(gb, b_d, nb * 2);
+	float *got = widen_rows(gb + off, N, NH * HD, ld), *want = widen_rows(rb + off, N, NH * HD, ld);
+	snprintf(what, sizeof what, "rope_rmsnorm_backward to bf16 rows N=%d NH=%d HD=%d ld=%d", N,
+	         NH, HD, ld);
+	gt_compare(what, got, want, n, 1e-5, 8e-3);     /* a bf16 step apart at most */
+	free(got); free(want);
+	got = gt_down(dw_d, HD);
+	gt_compare("rope_rmsnorm_backward to bf16 rows: dw +=", got, rdw, HD, 1e-4, 1e-4);
+	free(got);
+	/* cast_bf16_rows of x into the other columns: the same bits */
+	int c2 = ld - off - NH * HD < HD ? 0 : HD;
+	if (c2) {
+		H->cast_bf16_rows(rb + off + NH * HD, ld, x, N, c2);
+		G->cast_bf16_rows(b_d + off + NH * HD, ld, x_d, N, c2);
+		G->to_host(gb, b_d, nb * 2);
+		int same = 1;
+		for (int r = 0; r < N; r++)
+			for (int c = 0; c < c2; c++)
+				same &= gb[(size_t)r * ld + off + NH * HD + c] ==
+				        rb[(size_t)r * ld + off + NH * HD + c];
+		snprintf(what, sizeof what, "cast_bf16_rows N=%d C=%d ld=%d: the same bits", N, c2, ld);
+		CHECK(same, what);
+	}
+	free(x); free(dy); free(dw0); free(w); free(rdw); free(rb); free(pos); free(gb);
+	G->free(x_d); G->free(dy_d); G->free(dw_d); G->free(w_d); G->free(pos_d); G->free(b_d);
 }
 
 int main(void)
@@ -87,5 +150,8 @@ int main(void)
 	one(ROPE, DICE_F32, 40, 3, 32, 1, 1);            /* two passes */
 	one(ROPE, DICE_BF16, 21, 2, 96, 0, 1);
 	one(ROPE, DICE_F32, 9, 4, 128, 0, 0);
+	rows(300, 16, 128, 16 * 128 + 2 * 8 * 128, 0);      /* q of 1.7B's q/k/v rows */
+	rows(300, 8, 128, 16 * 128 + 2 * 8 * 128, 16 * 128);      /* k, then v cast beside it */
+	rows(50, 4, 96, 4 * 96 + 96 + 7, 0);             /* the two-pass head dim */
 	return test_done();
 }
