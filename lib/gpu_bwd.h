@@ -84,6 +84,13 @@ int gpu_swiglu_backward_xb(cudaStream_t st, void *dgate, void *dup, const float 
 int gpu_rmsnorm_xb(cudaStream_t st, void *yb, const float *x, const void *w, enum dice_dtype wdt,
                    int N, int C, float eps);
 int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up, int N, int C);
+/* the MLP's bf16 intermediates (lib/ops.h .matmul_xbb, .swiglu_cat_bb,
+ * .swiglu_cat_backward_bb; lib/cuda/matmul.cu, elementwise.cu, swiglu_bwd.cu) */
+int gpu_matmul_xbb(cudaStream_t st, void *yb, const void *xb, const void *w, int N, int in,
+                   int out);
+int gpu_swiglu_cat_bb(cudaStream_t st, void *hb, const void *gub, int N, int I);
+int gpu_swiglu_cat_backward_bb(cudaStream_t st, void *dgub, const float *dy, const void *gub,
+                               int N, int I);
 /* gpu_rmsnorm over rows of HD then gpu_rope on y(N,NH,HD) (y may equal x): one pass where HD
  * is 64, 128 or 256 (lib/ops.h .rmsnorm_rope; lib/cuda/rope.cu) */
 int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,

@@ -22,10 +22,12 @@
 /* the activation block of one layer, carved from acts[l]. fp32: xn1, xn2, h (GEMM inputs)
  * only without bf16 copies (t->lp 0; else NULL: the forward writes their bf16 only);
  * bf16 (t->lp 1, else NULL): xn1b, attb, xn2b, hb, the GEMM inputs rounded once; and
- * (t->lp 1) stat, what ops->attention_tc_stat keeps for the attention backward. */
+ * (t->lp 1) stat, what ops->attention_tc_stat keeps for the attention backward. With the
+ * MLP in bf16 (gu_fused) gub holds the gate and up products as bf16 rows [gate | up] and
+ * gate, up are NULL. */
 struct acts {
 	float *xn1, *qraw, *q, *kraw, *k, *v, *att, *xmid, *xn2, *gate, *up, *h;
-	void *xn1b, *attb, *xn2b, *hb;
+	void *xn1b, *attb, *xn2b, *hb, *gub;
 	float *stat;                    /* t->lp: (rows, NH) attention statistics */
 };
 
@@ -35,15 +37,18 @@ static size_t bf16_bytes(size_t n)
 	return (n * 2 + 15) & ~(size_t)15;
 }
 
-static size_t acts_bytes(const struct model_config *c, int rows, int lp)
+static size_t acts_bytes(const struct model_config *c, int rows, int lp, int gu)
 {
 	size_t R = (size_t)rows, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
 	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
 	if (!lp)
 		return R * (3 * C + 3 * QD + 3 * KVD + 3 * I) * 4;
-	return R * (C + 3 * QD + 3 * KVD + 2 * I + (size_t)c->num_heads) * 4 +
-	       2 * bf16_bytes(R * C) + bf16_bytes(R * QD) + bf16_bytes(R * I);
+	return R * (C + 3 * QD + 3 * KVD + (gu ? 0 : 2 * I) + (size_t)c->num_heads) * 4 +
+	       2 * bf16_bytes(R * C) + bf16_bytes(R * QD) + bf16_bytes(R * I) +
+	       (gu ? bf16_bytes(R * 2 * I) : 0);
 }
+
+static int gu_fused(const struct model_train *t);
 
 static struct acts acts_carve(const struct model_train *t, int l)
 {
@@ -59,7 +64,12 @@ static struct acts acts_carve(const struct model_train *t, int l)
 #define TAKE(f, n) (a.f = (float *)p, p += R * (n) * 4)
 #define TAKE_B(f, n) (a.f = p, p += bf16_bytes(R * (n)))
 	TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
-	TAKE(att, QD); TAKE(xmid, C); TAKE(gate, I); TAKE(up, I);
+	TAKE(att, QD); TAKE(xmid, C);
+	if (gu_fused(t))
+		TAKE_B(gub, 2 * I);
+	else {
+		TAKE(gate, I); TAKE(up, I);
+	}
 	if (lp) {
 		TAKE(stat, (size_t)c->num_heads);
 		TAKE_B(xn1b, C); TAKE_B(attb, QD); TAKE_B(xn2b, C); TAKE_B(hb, I);
@@ -133,6 +143,16 @@ static int qkv_fused(const struct model_train *t)
 	       o->cast_bf16_rows && o->matmul_backward_xbb;
 }
 
+/* the MLP's gate and up products in bf16, one GEMM over both (rows [gate | up]): the
+ * weights and the gradients of gate_proj and up_proj lie one after the other */
+static int gu_fused(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && t->g_gu && t->m->fuse_gu && o->matmul_xbb &&
+	       o->swiglu_cat_bb && o->swiglu_cat_backward_bb && o->matmul_backward_xbb;
+}
+
 /* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
@@ -178,13 +198,15 @@ int model_train_init(struct model_train *t, struct model *m, int recompute)
 		off += (size_t)list[i].shape[0] * (list[i].ndim == 2 ? (size_t)list[i].shape[1] : 1);
 	}
 	t->g.nlayers = m->cfg.num_layers;
-	t->g_qkv = 1;                   /* q_proj, k_proj, v_proj gradients one after the other */
+	t->g_qkv = t->g_gu = 1;         /* q/k/v and gate/up gradients one after the other */
 	for (int l = 0; l < m->cfg.num_layers; l++) {
 		const struct layer_weights *g = &t->g.layers[l];
 		size_t C = (size_t)m->cfg.hidden_size, QD = (size_t)m->cfg.num_heads * m->cfg.head_dim;
 		size_t KVD = (size_t)m->cfg.num_kv_heads * m->cfg.head_dim;
+		size_t I = (size_t)m->cfg.intermediate_size;
 		t->g_qkv &= (const float *)g->k_proj.p == (const float *)g->q_proj.p + QD * C &&
 		            (const float *)g->v_proj.p == (const float *)g->k_proj.p + KVD * C;
+		t->g_gu &= (const float *)g->up_proj.p == (const float *)g->gate_proj.p + I * C;
 	}
 	if (m->cfg.tie_word_embeddings || m->w.lm_head.p == m->w.embed.p)
 		t->g.lm_head = t->g.embed;
@@ -379,7 +401,7 @@ static void reserve(struct model_train *t, int N)
 	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
 	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
 	for (int l = 0; l < t->nlayer_acts; l++)
-		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp));
+		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp, gu_fused(t)));
 	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
 	t->xnf = o->alloc(R * C * 4);
 	t->sel = o->alloc(R * C * 4);
@@ -464,10 +486,16 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f o gemm");
 	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "f norm2");
-	mm(t, a.gate, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
-	mm(t, a.up, a.xn2, a.xn2b, w->up_proj, N, C, I, 0);
+	if (gu_fused(t)) {
+		o->matmul_xbb(a.gub, a.xn2b, w->gate_proj.p, N, C, 2 * I);
+	} else {
+		mm(t, a.gate, a.xn2, a.xn2b, w->gate_proj, N, C, I, 0);
+		mm(t, a.up, a.xn2, a.xn2b, w->up_proj, N, C, I, 0);
+	}
 	model_train_op(t, "f gate up gemm");
-	if (t->lp)
+	if (gu_fused(t))
+		o->swiglu_cat_bb(a.hb, a.gub, N, I);
+	else if (t->lp)
 		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
 	else
 		o->swiglu(a.h, a.gate, a.up, N, I);
@@ -497,7 +525,13 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	/* MLP */
 	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
 	model_train_op(t, "b down gemm");
-	if (t->lp && o->swiglu_backward_xb && o->matmul_backward_xbb) {
+	if (gu_fused(t)) {
+		/* [dgate | dup] in bf16 rows (in the memory of t->dg), one GEMM pair over both */
+		o->swiglu_cat_backward_bb(t->dg, t->dh, a.gub, N, I);
+		model_train_op(t, "b swiglu");
+		o->matmul_backward_xbb(t->dxn, (float *)g->gate_proj.p, t->dg, a.xn2b,
+		                       w->gate_proj.p, N, C, 2 * I, 0);
+	} else if (t->lp && o->swiglu_backward_xb && o->matmul_backward_xbb) {
 		/* dgate, dup made in bf16 (their one rounding for the GEMMs, the same bits), in
 		 * the memory of t->dg and t->du */
 		o->swiglu_backward_xb(t->dg, t->du, t->dh, a.gate, a.up, N, I);

@@ -280,6 +280,14 @@ struct ops {
 	                     const int *pos, int N, int NH, int HD, float theta, float eps);
 	/* .cast_bf16 of src(N,C) into rows of dst: row n at dst + n ld (ld >= C, in elements) */
 	void (*cast_bf16_rows)(void *dst, int ld, const float *src, int N, int C);
+	/* ---- (appended) the MLP's intermediates in bf16 (mixed-precision training, as autocast
+	 * keeps them): .matmul_xb with the product rounded to bf16, yb(N,out) = bf16(xb @ w^T)
+	 * (w bf16); .swiglu_cat over gub(N, 2I) in bf16 (rows [gate | up]), hb(N,I) =
+	 * bf16(silu(gate) up); and its backward, dgub(N, 2I) = bf16([dgate | dup]) from
+	 * dy(N,I) (dgub is neither dy nor gub) */
+	void (*matmul_xbb)(void *yb, const void *xb, const void *w, int N, int in, int out);
+	void (*swiglu_cat_bb)(void *hb, const void *gub, int N, int I);
+	void (*swiglu_cat_backward_bb)(void *dgub, const float *dy, const void *gub, int N, int I);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -632,6 +632,42 @@ static void cpu_swiglu_xb(void *yb, const float *gate, const float *up, int N, i
 	free(y);
 }
 
+static void cpu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out)
+{
+	size_t n = (size_t)N * out;
+	float *y = xmalloc((n ? n : 1) * sizeof *y);
+
+	cpu_matmul_xb(y, xb, w, N, in, out, 0);
+	cpu_cast_bf16(yb, y, n);
+	free(y);
+}
+
+static void cpu_swiglu_cat_bb(void *hb, const void *gub, int N, int I)
+{
+	size_t n = (size_t)N * I;
+	float *gu = widen_bf16(gub, 2 * n), *h = xmalloc((n ? n : 1) * sizeof *h);
+
+	cpu_swiglu_cat(h, gu, N, I);
+	cpu_cast_bf16(hb, h, n);
+	free(h);
+	free(gu);
+}
+
+/* a row at a time: the gate and up halves of row n are contiguous in gu and dgu */
+static void cpu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I)
+{
+	size_t n = (size_t)N * I;
+	float *gu = widen_bf16(gub, 2 * n), *d = xmalloc((n ? 2 * n : 1) * sizeof *d);
+
+	for (int r = 0; r < N; r++) {
+		float *g = gu + (size_t)r * 2 * I, *dr = d + (size_t)r * 2 * I;
+		cpu_swiglu_backward(dr, dr + I, dy + (size_t)r * I, g, g + I, 1, I);
+	}
+	cpu_cast_bf16(dgub, d, 2 * n);
+	free(d);
+	free(gu);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -686,6 +722,9 @@ const struct ops ops_cpu = {
 	.rope_rmsnorm_backward = cpu_rope_rmsnorm_backward,
 	.rmsnorm_rope = cpu_rmsnorm_rope,
 	.cast_bf16_rows = cpu_cast_bf16_rows,
+	.matmul_xbb = cpu_matmul_xbb,
+	.swiglu_cat_bb = cpu_swiglu_cat_bb,
+	.swiglu_cat_backward_bb = cpu_swiglu_cat_backward_bb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -53,7 +53,15 @@ if [ $gpu -eq 1 ]; then
 		run_tap "$t" "$(basename "$t")"
 	done
 	[ -x "$root/tests/gpu/run-model.sh" ] && [ -z "$filter" ] && run_tap "$root/tests/gpu/run-model.sh" gpu_model
-	case sft-cuda in *"$filter"*) [ -x "$root/tests/gpu/sft-cuda.sh" ] && run_tap "$root/tests/gpu/sft-cuda.sh" gpu_sft ;; esac
+	case sft-cuda in *"$filter"*) [ -x "$root/tests/gpu/sft-cuda.sh" ] && {
+		# head dims 8 (cuBLAS attention), 64 and 128 (the fused kernels, the norm/RoPE fusions)
+		run_tap "$root/tests/gpu/sft-cuda.sh" gpu_sft
+		for c in hd64 hd128; do
+			SFT_CUDA_CONFIG=$root/tests/dice-sft/data/tiny-$c.json
+			export SFT_CUDA_CONFIG
+			run_tap "$root/tests/gpu/sft-cuda.sh" gpu_sft_$c
+		done
+		unset SFT_CUDA_CONFIG; } ;; esac
 	case sample-gpu in *"$filter"*) [ -x "$root/tests/gpu/sample-gpu.sh" ] && run_tap "$root/tests/gpu/sample-gpu.sh" gpu_sample_e2e ;; esac
 	case sft-load in *"$filter"*) [ -x "$root/tests/gpu/sft-load.sh" ] && run_tap "$root/tests/gpu/sft-load.sh" gpu_sft_load ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac

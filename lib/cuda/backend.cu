@@ -419,6 +419,9 @@ static const struct ops ops_cuda = {
 	cu_rope_rmsnorm_backward,
 	cu_rmsnorm_rope,
 	cu_cast_bf16_rows,
+	cu_matmul_xbb,
+	cu_swiglu_cat_bb,
+	cu_swiglu_cat_backward_bb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

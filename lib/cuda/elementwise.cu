@@ -1,5 +1,5 @@
 /* elementwise.cu: the pointwise ops: swiglu y = silu(gate) * up (y may equal gate; swiglu_xb:
- * y rounded to bf16), and add y += x. Grid-stride loops, 16-byte accesses when the pointers
+ * y rounded to bf16; swiglu_cat_bb: bf16 rows [gate | up] in, bf16 out), and add y += x. Grid-stride loops, 16-byte accesses when the pointers
  * allow. */
 #include "gpu_bwd.h"
 #include "common.cuh"
@@ -46,6 +46,37 @@ static __global__ void swiglu_xb_kernel(__nv_bfloat16 *y, const float *gate, con
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		y[i] = __float2bfloat16_rn(gpu_swiglu1(gate[i], up[i]));
+}
+
+/* the SwiGLU of two bf16 pairs (gate g, up u), packed as bf16 */
+static __device__ __forceinline__ unsigned swiglu_bf2(unsigned g, unsigned u)
+{
+	float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&g);
+	float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u);
+	return gpu_pack2(gpu_swiglu1(a.x, b.x), gpu_swiglu1(a.y, b.y), 0);
+}
+
+/* swiglu_cat_bb, 8 columns a thread: hb and gub as 16-byte pieces, I8 = I / 8 per row */
+static __global__ void swiglu_cat_bb8_kernel(uint4 *hb, const uint4 *gu, size_t I8, size_t n8)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t r = i / I8, c = i - r * I8;
+		uint4 g = gu[r * 2 * I8 + c], u = gu[r * 2 * I8 + I8 + c];
+		hb[i] = make_uint4(swiglu_bf2(g.x, u.x), swiglu_bf2(g.y, u.y), swiglu_bf2(g.z, u.z),
+		                   swiglu_bf2(g.w, u.w));
+	}
+}
+
+static __global__ void swiglu_cat_bb_kernel(__nv_bfloat16 *hb, const __nv_bfloat16 *gu, size_t I,
+                                            size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t r = i / I, c = i - r * I;
+		float g = __bfloat162float(gu[r * 2 * I + c]), u = __bfloat162float(gu[r * 2 * I + I + c]);
+		hb[i] = __float2bfloat16_rn(gpu_swiglu1(g, u));
+	}
 }
 
 static __global__ void add_kernel(float *y, const float *x, size_t n)
@@ -109,6 +140,23 @@ int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up,
 			(uint2 *)yb, (const float4 *)gate, (const float4 *)up, n / 4);
 	else
 		swiglu_xb_kernel<<<ew_grid(n), EW_THREADS, 0, st>>>((__nv_bfloat16 *)yb, gate, up, n);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_swiglu_cat_bb(cudaStream_t st, void *hb, const void *gub, int N, int I)
+{
+	size_t n = (size_t)N * I;
+
+	GPU_REQUIRE(N >= 0 && I >= 0, "swiglu_cat_bb");
+	if (n == 0)
+		return 0;
+	if (I % 8 == 0 && (((uintptr_t)hb | (uintptr_t)gub) & 15) == 0)
+		swiglu_cat_bb8_kernel<<<ew_grid(n / 8), EW_THREADS, 0, st>>>(
+			(uint4 *)hb, (const uint4 *)gub, (size_t)I / 8, n / 8);
+	else
+		swiglu_cat_bb_kernel<<<ew_grid(n), EW_THREADS, 0, st>>>(
+			(__nv_bfloat16 *)hb, (const __nv_bfloat16 *)gub, (size_t)I, n);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

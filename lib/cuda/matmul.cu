@@ -248,16 +248,23 @@ int gpu_matmul_gemv_rows(cudaStream_t st, float *y, const float *x, const void *
 
 /* y(N,out) fp32 = xb(N,in) @ w(out,in)^T (+ y when acc), both of type t, fp32
  * accumulation */
-static int gemm_xw(cublasHandle_t h, float *y, const void *xb, const void *w, cudaDataType_t t,
-                   int N, int in, int out, int acc)
+/* y (of type yt: fp32, or bf16 when t is) = x w^T, or += with acc */
+static int gemm_xw_t(cublasHandle_t h, void *y, cudaDataType_t yt, const void *xb, const void *w,
+                     cudaDataType_t t, int N, int in, int out, int acc)
 {
 	const float one = 1.0f, zero = 0.0f;
 
 	/* column-major view: y^T(out,N) = w(in,out)^T x^T(in,N) */
 	CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, &one, w, t, in, xb, t, in,
-	                          acc ? &one : &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+	                          acc ? &one : &zero, y, yt, out, CUBLAS_COMPUTE_32F,
 	                          CUBLAS_GEMM_DEFAULT));
 	return 0;
+}
+
+static int gemm_xw(cublasHandle_t h, float *y, const void *xb, const void *w, cudaDataType_t t,
+                   int N, int in, int out, int acc)
+{
+	return gemm_xw_t(h, y, CUDA_R_32F, xb, w, t, N, in, out, acc);
 }
 
 int gpu_matmul_cublas(cudaStream_t st, float *y, const float *x, const void *w,
@@ -295,6 +302,16 @@ int gpu_matmul_xb(cudaStream_t st, float *y, const void *xb, const void *w, int 
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_xb");
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	return gemm_xw(h, y, xb, w, CUDA_R_16BF, N, in, out, acc);
+}
+
+int gpu_matmul_xbb(cudaStream_t st, void *yb, const void *xb, const void *w, int N, int in,
+                   int out)
+{
+	cublasHandle_t h = gpu_cublas();
+
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_xbb");
+	CUBLAS_CHECK(cublasSetStream(h, st));
+	return gemm_xw_t(h, yb, CUDA_R_16BF, xb, w, CUDA_R_16BF, N, in, out, 0);
 }
 
 /* The decode kernel where it measured faster than cuBLAS on an H200 (bench/NOTES-gpu-ops.md):

@@ -185,3 +185,19 @@ void cu_device_info(size_t *mem_used, double *peak_flops)
 {
 	gpu_device_info(mem_used, peak_flops);
 }
+
+void cu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out)
+{
+	TRAIN_CALL("matmul_xbb", gpu_matmul_xbb(gpu_stream(), yb, xb, w, N, in, out));
+}
+
+void cu_swiglu_cat_bb(void *hb, const void *gub, int N, int I)
+{
+	TRAIN_CALL("swiglu_cat_bb", gpu_swiglu_cat_bb(gpu_stream(), hb, gub, N, I));
+}
+
+void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I)
+{
+	TRAIN_CALL("swiglu_cat_backward_bb",
+	           gpu_swiglu_cat_backward_bb(gpu_stream(), dgub, dy, gub, N, I));
+}

@@ -55,5 +55,8 @@ void cu_matmul_backward_xbb(float *dx, float *dw, const void *dyb, const void *x
                             int N, int in, int out, int dx_acc);
 void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float *gate,
                            const float *up, int N, int C);
+void cu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out);
+void cu_swiglu_cat_bb(void *hb, const void *gub, int N, int I);
+void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I);
 
 #endif

@@ -7,7 +7,8 @@
 # rounding). --dtype bf16 (bf16 GEMMs and tensor-core attention, fp32 master weights): the
 # first micro-batch's loss within 1e-2 and every gradient within 5e-2 of the fp32 CPU ones,
 # and 10 steps' losses within 5e-2. TAP lines; needs bin/dice-sft and python3 (no torch).
-# SFT_CUDA_CONFIG=file picks another model config, e.g. tests/dice-sft/data/tiny-hd64.json
+# SFT_CUDA_CONFIG=file picks another model config (tests/run.sh --gpu runs tiny-hd64.json and
+# tiny-hd128.json too), e.g. tests/dice-sft/data/tiny-hd64.json
 # (head dim 64: the bf16 run takes the fused attention kernels; tiny.json's 8 takes cuBLAS).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -4,7 +4,7 @@
  * test draws them bf16-exact so the twin sees the same operands. matmul_xb and
  * matmul_backward_xb (x given in bf16, y and dx written or accumulated) the same way, and
  * matmul_backward_xbb (dy given in bf16 too): bitwise matmul_backward_xb's results, GPU and
- * CPU. */
+ * CPU; matmul_xbb (y rounded to bf16) against its twin. */
 #include "gpu_test.h"
 
 static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int want_dw)
@@ -110,6 +110,34 @@ static void one_xb(int N, int in, int out, int acc)
 	G->free(y_d); G->free(dx_d); G->free(dw_d); G->free(dy_d); G->free(xb_d); G->free(w_d);
 }
 
+/* matmul_xbb against the twin: the two fp32 sums may differ in their last bits and so, now
+ * and then, in a bf16 rounding (one ulp: 2^-8 relative) */
+static void one_xbb(int N, int in, int out)
+{
+	size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+	float *x = gt_rand(nx, -1, 1);
+	void *w = gt_rand_w(nw, DICE_BF16, -1, 1);
+	uint16_t *xb = (uint16_t *)xmalloc(nx * 2 + 2), *ry = (uint16_t *)xmalloc(ny * 2 + 2);
+	uint16_t *gy = (uint16_t *)xmalloc(ny * 2 + 2);
+	float *rf = (float *)xmalloc(ny * 4 + 4), *gf = (float *)xmalloc(ny * 4 + 4);
+	char what[128];
+
+	for (size_t i = 0; i < nx; i++)
+		xb[i] = dice_f32_to_bf16(x[i]);
+	void *xb_d = gt_up(xb, nx * 2), *w_d = gt_up(w, nw * 2), *y_d = G->alloc(ny * 2);
+	H->matmul_xbb(ry, xb, w, N, in, out);
+	G->matmul_xbb(y_d, xb_d, w_d, N, in, out);
+	G->to_host(gy, y_d, ny * 2);
+	for (size_t i = 0; i < ny; i++) {
+		rf[i] = dice_bf16_to_f32(ry[i]);
+		gf[i] = dice_bf16_to_f32(gy[i]);
+	}
+	snprintf(what, sizeof what, "matmul_xbb N=%d in=%d out=%d vs twin", N, in, out);
+	gt_compare(what, gf, rf, ny, 1e-3, 1e-2);
+	free(x); free(w); free(xb); free(ry); free(gy); free(rf); free(gf);
+	G->free(xb_d); G->free(w_d); G->free(y_d);
+}
+
 int main(void)
 {
 	if (gt_init(31))
@@ -128,5 +156,7 @@ int main(void)
 	one_xb(17, 96, 200, 0);
 	one_xb(300, 128, 1000, 1);
 	one_xb(9, 40, 24, 1);
+	one_xbb(17, 96, 200);
+	one_xbb(300, 128, 1000);
 	return test_done();
 }

@@ -1,6 +1,8 @@
 /* test_swiglu_bwd: the CUDA swiglu backward against the CPU twin, dgate separate and in
  * place over dy; swiglu_backward_xb (bf16 results) against its twin and, bitwise, against
- * swiglu_backward then cast_bf16 on the GPU. */
+ * swiglu_backward then cast_bf16 on the GPU; swiglu_cat_bb and swiglu_cat_backward_bb (bf16
+ * rows [gate | up]) against their twins, on the 16-byte path (I % 8 == 0) and the scalar
+ * one. */
 #include "gpu_test.h"
 
 static void one(int N, int C, int inplace)
@@ -66,6 +68,38 @@ static void one_xb(int N, int C)
 	G->free(xb_d); G->free(cb_d);
 }
 
+/* swiglu_cat_bb and swiglu_cat_backward_bb: gate, up drawn as bf16, the results widened;
+ * an expf ulp may flip a bf16 rounding (one ulp: 2^-8 relative) */
+static void one_cat(int N, int I)
+{
+	size_t n = (size_t)N * I;
+	float *gu = gt_rand(2 * n, -8, 8), *dy = gt_rand(n, -1, 1);
+	uint16_t *gub = (uint16_t *)xmalloc(n * 4 + 2), *rh = (uint16_t *)xmalloc(n * 2 + 2);
+	uint16_t *rd = (uint16_t *)xmalloc(n * 4 + 2), *b = (uint16_t *)xmalloc(n * 4 + 2);
+	char what[96];
+
+	for (size_t i = 0; i < 2 * n; i++)
+		gub[i] = dice_f32_to_bf16(gu[i]);
+	void *gub_d = gt_up(gub, n * 4), *h_d = G->alloc(n * 2), *d_d = G->alloc(n * 4);
+	float *dy_d = (float *)gt_up(dy, n * 4);
+	H->swiglu_cat_bb(rh, gub, N, I);
+	G->swiglu_cat_bb(h_d, gub_d, N, I);
+	G->to_host(b, h_d, n * 2);
+	float *gf = widen(b, n), *rf = widen(rh, n);
+	snprintf(what, sizeof what, "swiglu_cat_bb N=%d I=%d vs twin", N, I);
+	gt_compare(what, gf, rf, n, 1e-6, 1e-2);
+	free(gf); free(rf);
+	H->swiglu_cat_backward_bb(rd, dy, gub, N, I);
+	G->swiglu_cat_backward_bb(d_d, dy_d, gub_d, N, I);
+	G->to_host(b, d_d, n * 4);
+	gf = widen(b, 2 * n);
+	rf = widen(rd, 2 * n);
+	snprintf(what, sizeof what, "swiglu_cat_backward_bb N=%d I=%d vs twin", N, I);
+	gt_compare(what, gf, rf, 2 * n, 1e-6, 1e-2);
+	free(gf); free(rf); free(gu); free(dy); free(gub); free(rh); free(rd); free(b);
+	G->free(gub_d); G->free(h_d); G->free(d_d); G->free(dy_d);
+}
+
 int main(void)
 {
 	if (gt_init(34))
@@ -74,5 +108,8 @@ int main(void)
 	one(3, 1001, 1);
 	one_xb(4, 6144);
 	one_xb(3, 1001);
+	one_cat(5, 6144);
+	one_cat(3, 1001);
+	one_cat(1, 8);
 	return test_done();
 }
