@@ -1958,3 +1958,39 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
 	free(z.range);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- bf16 operands (the engine) */
+
+/* The fused forward on operands that are bf16 already (the engine's prefill attention,
+ * decode.cu: q cast once, K and V gathered from its bf16 caches): whether it takes the
+ * shape (HD 64 or 128, an sm_80 or later GPU, and fa_ok for this T and S), the scratch it
+ * needs, and the call. Same kernels, versions (DICE_FA) and rounding as gpu_attention_tc_stat
+ * on the fused path, which rounds its fp32 operands to these same bf16 values. */
+int gpu_attention_bf16_ok(int T, int S, int HD)
+{
+	return T > 0 && S > 0 && (HD == 64 || HD == 128) && gpu_cc() >= 80 &&
+	       fa_ok(fa_version(0, HD), T, S, HD);
+}
+
+size_t gpu_attention_bf16_scratch(int T, int S)
+{
+	return fa_head_carve(NULL, NULL, T, S);
+}
+
+/* out(T,NH,HD) fp32 from q(T,NH,HD), k, v(S,NKV,HD) bf16 (device, 16-byte aligned rows) under
+ * mask m (device arrays); scratch: gpu_attention_bf16_scratch(T, S) bytes of device memory,
+ * 256-aligned. Every row of out is written (zeros for a row without a visible key). */
+int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k, const void *v,
+                       int T, int S, int NH, int NKV, int HD, const struct attn_mask *m,
+                       void *scratch)
+{
+	struct fa_head hd;
+	int ver = fa_version(0, HD);
+
+	GPU_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0 && m && m->block > 0, "attention_bf16");
+	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
+	fa_head_carve(&hd, (char *)scratch, T, S);
+	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
+	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, &hd,
+	                  T, S, NH, NKV, HD, m);
+}

@@ -285,6 +285,14 @@ static void cu_attention_kv(float *out, const float *q, const struct kv_batch *b
 	OPS_CALL("attention_kv", gpu_attention_kv(gpu_stream(), out, q, b, l, NH, NKV, HD, block));
 }
 
+static int cu_attention_prefill(float *out, const float *q, const struct kv_batch *b, int s0,
+                                const int *row0h, const int *lenh, int l, int NH, int NKV,
+                                int HD, int block)
+{
+	return gpu_attention_prefill(gpu_stream(), out, q, b, s0, row0h, lenh, l, NH, NKV, HD,
+	                             block);
+}
+
 static void cu_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
                         const int *pos, const struct kv_batch *b, int l, int NH, int NKV,
                         int HD, float eps, float theta)
@@ -422,6 +430,7 @@ static const struct ops ops_cuda = {
 	cu_matmul_xbb,
 	cu_swiglu_cat_bb,
 	cu_swiglu_cat_backward_bb,
+	cu_attention_prefill,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */
