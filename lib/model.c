@@ -449,11 +449,13 @@ static void forward_launch(void *arg)
 		if (f->s0 == f->nseq) {
 			o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
 		} else {
+			int B = c->block_size;
 			if (f->s0)
-				o->attention_kv(m->att, m->q, &f->kbd, l, NH, NKV, HD, c->block_size);
+				o->attention_kv(m->att, m->q, &f->kbd, l, NH, NKV, HD, B);
+			/* (model_forward asked first: it serves) */
 			if (o->attention_prefill(m->att, m->q, kb, f->s0, f->row0h, f->lenh, l, NH, NKV,
-			                         HD, c->block_size))    /* (model_forward asked first) */
-				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
+			                         HD, B))
+				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
 		}
 		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);

@@ -1991,6 +1991,6 @@ int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k
 	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
 	fa_head_carve(&hd, (char *)scratch, T, S);
 	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
-	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, &hd,
-	                  T, S, NH, NKV, HD, m);
+	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+	                  &hd, T, S, NH, NKV, HD, m);
 }

@@ -1683,8 +1683,10 @@ static __global__ void pf_q_kernel(__nv_bfloat16 *qb, int *qpos, int *qseg, cons
 		int r = (int)(i / ch), c = (int)(i % ch), n = r0 + r;
 		const float4 *src = (const float4 *)(q + (size_t)n * QD + (size_t)c * 8);
 		float4 a = src[0], e = src[1];
-		__nv_bfloat162 h[4] = { __floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
-		                        __floats2bfloat162_rn(e.x, e.y), __floats2bfloat162_rn(e.z, e.w) };
+		__nv_bfloat162 h[4] = { __floats2bfloat162_rn(a.x, a.y),
+		                        __floats2bfloat162_rn(a.z, a.w),
+		                        __floats2bfloat162_rn(e.x, e.y),
+		                        __floats2bfloat162_rn(e.z, e.w) };
 		*(uint4 *)(qb + (size_t)r * QD + (size_t)c * 8) = *(const uint4 *)h;
 		if (c == 0) {
 			int s = b.rowseq[n];
@@ -1714,8 +1716,9 @@ static __global__ void pf_kv_kernel(__nv_bfloat16 *kb, __nv_bfloat16 *vb, int *k
 		off = o;
 	}
 	__syncthreads();
-	const uint4 *kc = (const uint4 *)((const __nv_bfloat16 *)b.k[s] + (size_t)l * b.cap[s] * KVD);
-	const uint4 *vc = (const uint4 *)((const __nv_bfloat16 *)b.v[s] + (size_t)l * b.cap[s] * KVD);
+	size_t layer = (size_t)l * b.cap[s] * KVD;
+	const uint4 *kc = (const uint4 *)((const __nv_bfloat16 *)b.k[s] + layer);
+	const uint4 *vc = (const uint4 *)((const __nv_bfloat16 *)b.v[s] + layer);
 	for (int i = threadIdx.x; i < PF_KT * ch; i += blockDim.x) {
 		int r = i / ch, c = i % ch, p = p0 + r;
 		size_t at = (size_t)(off + p) * ch + c;
@@ -1730,6 +1733,12 @@ static __global__ void pf_kv_kernel(__nv_bfloat16 *kb, __nv_bfloat16 *vb, int *k
 }
 
 #define PF_RND(x) (((x) + 255) / 256 * 256)
+
+/* the keys a sequence of S takes in the gathered key array: whole tiles */
+static int pf_keys(int S)
+{
+	return CEIL_DIV(S, PF_KT) * PF_KT;
+}
 
 int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
                           int s0, const int *row0h, const int *lenh, int l, int NH, int NKV,
@@ -1753,7 +1762,7 @@ int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const str
 	size_t head = 0;
 	int Sall = 0, keys = 0, rows = 0, g0 = s0;
 	for (int s = s0; s <= b->nseq; s++) {
-		int Ss = s < b->nseq ? CEIL_DIV(lenh[s] + row0h[s + 1] - row0h[s], PF_KT) * PF_KT : 0;
+		int Ss = s < b->nseq ? pf_keys(lenh[s] + row0h[s + 1] - row0h[s]) : 0;
 		if (s == b->nseq || (s > g0 && keys + Ss > PF_CHUNK)) {  /* group g0 .. s-1 ends */
 			if (rows && !gpu_attention_bf16_ok(rows, keys, HD))
 				return -1;
@@ -1786,14 +1795,17 @@ int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const str
 	keys = rows = 0;
 	g0 = s0;
 	for (int s = s0, ko = 0, qo = 0; s <= b->nseq; s++) {
-		int Ss = s < b->nseq ? CEIL_DIV(lenh[s] + row0h[s + 1] - row0h[s], PF_KT) * PF_KT : 0;
+		int Ss = s < b->nseq ? pf_keys(lenh[s] + row0h[s + 1] - row0h[s]) : 0;
 		if (s == b->nseq || (s > g0 && keys + Ss > PF_CHUNK)) {
 			if (rows) {
 				struct attn_mask m = { block, qpos + qo, kpos + ko, qseg + qo, kseg + ko,
 				                       NULL, NULL };
-				if (gpu_attention_bf16(st, out + (size_t)(r0 + qo) * QD, qb + (size_t)qo * QD,
-				                       kb + (size_t)ko * KVD, vb + (size_t)ko * KVD, rows, keys,
-				                       NH, NKV, HD, &m, sc) != 0)
+				float *o = out + (size_t)(r0 + qo) * QD;
+				const void *gq = qb + (size_t)qo * QD, *gk = kb + (size_t)ko * KVD;
+				const void *gv = vb + (size_t)ko * KVD;
+				int e = gpu_attention_bf16(st, o, gq, gk, gv, rows, keys, NH, NKV, HD, &m,
+				                           sc);
+				if (e)
 					return -1;
 			}
 			g0 = s;

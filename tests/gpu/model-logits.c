@@ -103,7 +103,8 @@ static int ot_attention_prefill(float *out, const float *q, const struct kv_batc
                                 int block)
 {
 	if (!out)                               /* (a question, not work) */
-		return ot_real->attention_prefill(out, q, b, s0, row0h, lenh, l, NH, NKV, HD, block);
+		return ot_real->attention_prefill(out, q, b, s0, row0h, lenh, l, NH, NKV, HD,
+		                                  block);
 	ot_mark(NULL, 0, 0, 0, 0);
 	int r = ot_real->attention_prefill(out, q, b, s0, row0h, lenh, l, NH, NKV, HD, block);
 	ot_mark("attention_prefill", b->N - row0h[s0], NH, NKV, 1);
@@ -247,8 +248,8 @@ static void prefill_compare(struct model *m, const int *ids, int n, int P, int b
 		for (int i = 0; i < 5; i++)
 			model_forward(m, sq, n, NULL);
 		ms[on] = (now_s() - t) / 5 * 1e3;
-		printf("prefill-batch %s %d x %d prefill_fa %s: %.3f ms\n", geom, n, T, on ? "on" : "off",
-		       ms[on]);
+		printf("prefill-batch %s %d x %d prefill_fa %s: %.3f ms\n", geom, n, T,
+		       on ? "on" : "off", ms[on]);
 		fflush(stdout);
 		ops_breakdown(m, sq, n, 3, ms[on]);
 		fflush(stdout);

@@ -41,7 +41,8 @@ run rl -d cuda -t bf16 -p rl -b 8
 n=$(awk -F, '{ if (NF == 48) n++ } END { print n + 0 }' "$t/rl")
 echo "$([ "$n" -eq 8 ] || echo 'not ')ok 3 - rl preset (full softmax on the GPU): 8 records of 48 tokens ($n)"
 awk 'BEGIN { for (r = 0; r < 8; r++) { printf "{\"id\":\"p%d\",\"prompt_ids\":[", r
-	for (i = 0; i < 64 + 12 * r; i++) printf "%s%d", i ? "," : "", (r * 17 + i * 11) % 250; print "]}" } }' \
+	for (i = 0; i < 64 + 12 * r; i++) printf "%s%d", i ? "," : "", (r * 17 + i * 11) % 250
+	print "]}" } }' \
 	>"$t/in.jsonl"
 # (head dim 64: one the prefill attention takes)
 sed 's/"head_dim": 32/"head_dim": 64/' tests/fixtures/tiny-sdar.json >"$t/hd64.json"
@@ -50,4 +51,5 @@ bin/dice-sft --init "$t/hd64.json" -o "$t/m64" -t tests/dice-sample/data 2>/dev/
 run long-b1 -d cuda -t bf16 -p eval -b 1
 run long-b3 -d cuda -t bf16 -p eval -b 3
 [ -s "$t/long-b1" ] && [ "$(wc -l <"$t/long-b1")" -eq 8 ] && cmp -s "$t/long-b1" "$t/long-b3"
-echo "$([ $? -eq 0 ] || echo 'not ')ok 4 - greedy tokens on cuda bf16, prompts of 64 to 148 ids (prefill attention): batch 3 equals batch 1"
+echo "$([ $? -eq 0 ] || echo 'not ')ok 4 - greedy tokens on cuda bf16, prompts of 64 to 148 ids" \
+	"(prefill attention): batch 3 equals batch 1"

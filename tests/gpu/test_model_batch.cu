@@ -128,8 +128,9 @@ static void run_mixed(enum dice_dtype dt)
 			if (step < start)
 				continue;
 			int P = prompt_len(s), b = step - start, T = b ? 4 : P;
-			q[n] = (struct model_seq){ .kv = NULL, .ids = ids[s] + (b ? P + 4 * (b - 1) : 0),
-			                           .T = T, .store = 1, .logits = 1, .logits_from = T - 4 };
+			const int *at = ids[s] + (b ? P + 4 * (b - 1) : 0);
+			q[n] = (struct model_seq){ .kv = NULL, .ids = at, .T = T, .store = 1,
+			                           .logits = 1, .logits_from = T - 4 };
 			who[n++] = s;
 		}
 		for (int i = 0; i < n; i++) {

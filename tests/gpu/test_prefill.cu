@@ -28,8 +28,8 @@ static void batch_make(struct batch *b, int nseq, const int *T, const int *len, 
                        enum dice_dtype dt)
 {
 	int N = 0, maxT = 0, maxS = 0;
-	int *row0 = (int *)xmalloc(sizeof(int) * (nseq + 1)), *cap = (int *)xmalloc(sizeof(int) * nseq);
-	int *lens = (int *)xmalloc(sizeof(int) * nseq);
+	int *row0 = (int *)xmalloc(sizeof(int) * (nseq + 1));
+	int *cap = (int *)xmalloc(sizeof(int) * nseq), *lens = (int *)xmalloc(sizeof(int) * nseq);
 	size_t es = dice_dtype_size(dt);
 
 	for (int s = 0; s < nseq; s++) {
@@ -157,9 +157,9 @@ static void invariance_case(int T, int len, int nb, const int *Ts, const int *le
 	float *dbq = (float *)gt_up(bq, bn * sizeof(float)), *dbo = gt_poisoned(bn);
 	int rc = G->attention_prefill(dbo, dbq, &b.d, s0, b.h.row0, b.h.len, 1, NH, NKV, HD, 4);
 	float *got = gt_down(dbo, bn);
-	snprintf(what, sizeof what, "attention_prefill T=%d len=%d NH=%d NKV=%d HD=%d: alone bitwise "
-	         "equal to place %d of %d sequences (%d before the prefill ones, %d keys)", T, len,
-	         NH, NKV, HD, at, nb, s0, keys);
+	snprintf(what, sizeof what, "attention_prefill T=%d len=%d NH=%d NKV=%d HD=%d: alone "
+	         "bitwise equal to place %d of %d sequences (%d before the prefill ones, %d keys)",
+	         T, len, NH, NKV, HD, at, nb, s0, keys);
 	CHECK(rc == 0 && memcmp(got + off, alone, qn * sizeof(float)) == 0, what);
 	free(bq); free(got); free(TT); free(LL);
 	G->free(dbq); G->free(dbo);
@@ -215,8 +215,8 @@ static void model_case(int P)
 		struct model_seq q = { .kv = &kv[on], .ids = ids, .T = P, .store = 1, .logits = 1 };
 		CHECK(model_forward(&m, &q, 1, lg[on]) == 0, "prefill forward");
 		for (int b = 0; b < 2; b++) {
-			q = (struct model_seq){ .kv = &kv[on], .ids = ids + P + 4 * b, .T = 4, .store = 1,
-			                        .logits = 1 };
+			q = (struct model_seq){ .kv = &kv[on], .ids = ids + P + 4 * b, .T = 4,
+			                        .store = 1, .logits = 1 };
 			CHECK(model_forward(&m, &q, 1, lg[on] + (size_t)(P + 4 * b) * V) == 0,
 			      "decode forward");
 		}
