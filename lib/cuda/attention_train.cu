@@ -1961,6 +1961,59 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
 
 /* ---------------------------------------------------------------- bf16 operands (the engine) */
 
+/* the lowest and highest of v over the warp, to every lane */
+static __device__ __forceinline__ void pf_minmax(int *lo, int *hi)
+{
+	for (int o = 16; o; o >>= 1) {
+		*lo = min(*lo, __shfl_xor_sync(0xffffffffu, *lo, o));
+		*hi = max(*hi, __shfl_xor_sync(0xffffffffu, *hi, o));
+	}
+}
+
+/* fb_map_kernel's map, the same bytes, for masks of many segments (the engine's packed
+ * sequences): a tile whose query rows and keys have disjoint ranges of segments (fa_sees
+ * sees nothing there) is 0 without its 4096 pairs; grid (key tiles / FB_MAPW, query tiles) */
+static __global__ void __launch_bounds__(32 * FB_MAPW)
+pf_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
+{
+	__shared__ int sqb[FA_T], sqf[FA_T], skb[FB_MAPW * FA_T], skf[FB_MAPW * FA_T];
+	int qt = blockIdx.y, kt0 = blockIdx.x * FB_MAPW, nkt = CEIL_DIV(S, FA_T);
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kt = kt0 + w, any = 0, all = 1;
+
+	if (threadIdx.x < FA_T)
+		fa_facts(m, nz, sg, 1, qt * FA_T + threadIdx.x, T, &sqb[threadIdx.x],
+		         &sqf[threadIdx.x]);
+	for (int j = threadIdx.x; j < FB_MAPW * FA_T; j += blockDim.x)
+		fa_facts(m, nz, sg, 0, kt0 * FA_T + j, S, &skb[j], &skf[j]);
+	__syncthreads();
+	if (kt >= nkt)
+		return;
+	int qlo = 0x7fffffff, qhi = -0x7fffffff, klo = 0x7fffffff, khi = -0x7fffffff;
+	for (int r = lane; r < FA_T; r += 32) {
+		qlo = min(qlo, sqf[r] >> 1);
+		qhi = max(qhi, sqf[r] >> 1);
+		klo = min(klo, skf[w * FA_T + r] >> 1);
+		khi = max(khi, skf[w * FA_T + r] >> 1);
+	}
+	pf_minmax(&qlo, &qhi);
+	pf_minmax(&klo, &khi);
+	if (qhi < klo || khi < qlo) {           /* (warp-uniform) no segment in common */
+		if (lane == 0)
+			map[(size_t)qt * nkt + kt] = 0;
+		return;
+	}
+	for (int e = lane; e < FA_T * FA_T; e += 32) {
+		int r = e / FA_T, c = w * FA_T + e % FA_T;
+		int v = fa_sees(sqb[r], sqf[r], skb[c], skf[c]);
+		any |= v;
+		all &= v;
+	}
+	any = __any_sync(0xffffffffu, any);
+	all = __all_sync(0xffffffffu, all);
+	if (lane == 0)
+		map[(size_t)qt * nkt + kt] = any ? (all ? 2 : 1) : 0;
+}
+
 /* The fused forward on operands that are bf16 already (the engine's prefill attention,
  * decode.cu: q cast once, K and V gathered from its bf16 caches): whether it takes the
  * shape (HD 64 or 128, an sm_80 or later GPU, and fa_ok for this T and S), the scratch it
@@ -1990,7 +2043,13 @@ int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k
 	GPU_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0 && m && m->block > 0, "attention_bf16");
 	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
 	fa_head_carve(&hd, (char *)scratch, T, S);
-	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
+	/* fa_prepare's map and forward order, the map by pf_map_kernel */
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	pf_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0, st>>>(
+		hd.map, T, S, *m, nz, sg);
+	CUDA_CHECK_LAUNCH();
+	if (ver != 1)
+		fb_order(st, hd.ordf, hd.work, hd.map, T, S, 1);
 	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
 	                  &hd, T, S, NH, NKV, HD, m);
 }
