@@ -1663,6 +1663,7 @@ int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const f
 
 #define PF_CHUNK 8192                   /* keys of one fused call (a longer sequence alone) */
 #define PF_KT 64                        /* the fused kernels' key tile */
+#define PF_GR 16                        /* keys a block of pf_kv_kernel gathers */
 
 static int pf_on = -1;                  /* -1: DICE_PREFILL_FA; 0 off; 1 on */
 
@@ -1696,18 +1697,18 @@ static __global__ void pf_q_kernel(__nv_bfloat16 *qb, int *qpos, int *qseg, cons
 	}
 }
 
-/* keys of sequence s0 + blockIdx.y, tile blockIdx.x (PF_KT keys): its layer-l cache rows
- * into kb, vb from the sequence's key offset (the sum of the whole tiles of the sequences
- * before it, from s0), zeros past its len + T keys; the keys' positions and sequences (-1:
- * no sequence, seen by no row) */
+/* keys PF_GR blockIdx.x .. of sequence s0 + blockIdx.y (up to the end of its last tile of
+ * PF_KT): its layer-l cache rows into kb, vb from the sequence's key offset (the sum of the
+ * whole tiles of the sequences before it, from s0), zeros past its len + T keys; the keys'
+ * positions and sequences (-1: no sequence, seen by no row) */
 static __global__ void pf_kv_kernel(__nv_bfloat16 *kb, __nv_bfloat16 *vb, int *kpos, int *kseg,
                                     struct kv_batch b, int s0, int l, int KVD)
 {
 	__shared__ int off;
 	int s = s0 + blockIdx.y, S = b.len[s] + b.row0[s + 1] - b.row0[s];
-	int p0 = blockIdx.x * PF_KT, ch = KVD / 8;
+	int p0 = blockIdx.x * PF_GR, ch = KVD / 8;
 
-	if (p0 >= S)                            /* (block-uniform) past the sequence's tiles */
+	if (p0 >= CEIL_DIV(S, PF_KT) * PF_KT)   /* (block-uniform) past the sequence's tiles */
 		return;
 	if (threadIdx.x == 0) {
 		int o = 0;
@@ -1719,7 +1720,7 @@ static __global__ void pf_kv_kernel(__nv_bfloat16 *kb, __nv_bfloat16 *vb, int *k
 	size_t layer = (size_t)l * b.cap[s] * KVD;
 	const uint4 *kc = (const uint4 *)((const __nv_bfloat16 *)b.k[s] + layer);
 	const uint4 *vc = (const uint4 *)((const __nv_bfloat16 *)b.v[s] + layer);
-	for (int i = threadIdx.x; i < PF_KT * ch; i += blockDim.x) {
+	for (int i = threadIdx.x; i < PF_GR * ch; i += blockDim.x) {
 		int r = i / ch, c = i % ch, p = p0 + r;
 		size_t at = (size_t)(off + p) * ch + c;
 		uint4 z = make_uint4(0, 0, 0, 0);
@@ -1786,11 +1787,11 @@ int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const str
 	__nv_bfloat16 *vb = (__nv_bfloat16 *)(sc + ov);
 	int *qpos = (int *)(sc + of), *qseg = qpos + Np, *kpos = qseg + Np, *kseg = kpos + Sall;
 	struct kv_batch bb = *b;
-	int maxtiles = CEIL_DIV(b->maxS, PF_KT);
+	int maxg = CEIL_DIV(pf_keys(b->maxS), PF_GR);
 
 	pf_q_kernel<<<grid_for(nq / 8), 256, 0, st>>>(qb, qpos, qseg, q, bb, r0, Np, QD);
 	CUDA_CHECK_LAUNCH();
-	pf_kv_kernel<<<dim3(maxtiles, np), 256, 0, st>>>(kb, vb, kpos, kseg, bb, s0, l, KVD);
+	pf_kv_kernel<<<dim3(maxg, np), 256, 0, st>>>(kb, vb, kpos, kseg, bb, s0, l, KVD);
 	CUDA_CHECK_LAUNCH();
 	keys = rows = 0;
 	g0 = s0;
