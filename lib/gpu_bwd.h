@@ -51,6 +51,9 @@ int gpu_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv, con
 /* dw(V,C) += dy(N,C) rows at ids(N) (atomics: repeated ids add up) */
 int gpu_embed_backward(cudaStream_t st, float *dw, const int *ids, const float *dy, int N, int C);
 /* loss(N), dlogits(N,V) (write; dlogits may equal logits); target < 0: zeros */
+/* gpu_cross_entropy with dlogits rounded to bf16 into dlb (lib/ops.h .cross_entropy_xb) */
+int gpu_cross_entropy_xb(cudaStream_t st, float *loss, void *dlb, const float *logits,
+                         const int *target, const float *weight, int N, int V);
 int gpu_cross_entropy(cudaStream_t st, float *loss, float *dlogits, const float *logits,
                       const int *target, const float *weight, int N, int V);
 /* p(bytes) = 0 */

@@ -153,6 +153,17 @@ static int gu_fused(const struct model_train *t)
 	       o->swiglu_cat_bb && o->swiglu_cat_backward_bb && o->matmul_backward_xbb;
 }
 
+/* the head in bf16 passes: the final norm's output made in bf16 (in the memory of t->xnf),
+ * dlogits rounded to bf16 by the cross-entropy (t->dlb) for the lm_head backward: the same
+ * bits as the fp32 ops, whose products round both anyway */
+static int head_xb(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
+	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
+}
+
 /* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
@@ -338,7 +349,7 @@ static void scratch_free(struct model_train *t)
 	const struct ops *o = t->ops;
 	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
 	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d,
-	                &t->dqkvb };
+	                &t->dqkvb, &t->dlb };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
@@ -652,8 +663,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		if (t->logits)
 			o->free(t->logits);
 		t->logits = o->alloc((size_t)R * V * 4);
+		if (t->dlb)
+			o->free(t->dlb);
+		t->dlb = head_xb(t) ? o->alloc((size_t)R * V * 2) : NULL;
 		t->lrows = R;
 	}
+	int hx = head_xb(t) && t->dlb;      /* (dlb made with the logits) */
 	o->to_device(t->ids_d, b->ids, (size_t)N * sizeof(int));
 	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));
 	o->to_device(t->noisy_d, b->noisy, (size_t)N);
@@ -664,7 +679,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	free(wsel);
 
 	model_train_mark(t, MT_PROF_OPT);      /* zeroing, uploads: charged to the last step */
-	model_train_op(t, "optimizer, uploads");
+	model_train_op(t, "uploads");
 	t->in_bwd = 0;
 	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
 	model_train_op(t, "embed");
@@ -675,8 +690,15 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	float *xf = t->xs + (size_t)L * t->rows * C;
 	if (R) {
 		o->embed(t->sel, t->rowsel_d, xf, DICE_F32, R, C);
-		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
-		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		if (hx) {
+			o->rmsnorm_xb(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			              c->rms_norm_eps);
+			o->matmul_xb(t->logits, t->xnf, w->lm_head.p, R, C, V, 0);
+		} else {
+			o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			           c->rms_norm_eps);
+			o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		}
 		lossh = xmalloc((size_t)R * sizeof *lossh);
 		if (fn) {
 			/* unit weights give -log p of each target (dlogits to a scratch so the
@@ -698,7 +720,10 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 			free(wsel);
 			free(one);
 		}
-		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
+		if (hx)
+			o->cross_entropy_xb(t->loss, t->dlb, t->logits, t->target_d, t->weight_d, R, V);
+		else
+			o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
 		o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
 		for (int r = 0; r < R; r++)
 			sum += lossh[r];
@@ -712,8 +737,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		return 0;
 	}
 	/* backward: head, layers in reverse, embedding */
-	o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf, w->lm_head.p,
-	                   w->lm_head.dt, R, C, V);
+	if (hx)
+		o->matmul_backward_xbb(t->dxn, (float *)t->g.lm_head.p, t->dlb, t->xnf, w->lm_head.p,
+		                       R, C, V, 0);
+	else
+		o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf,
+		                   w->lm_head.p, w->lm_head.dt, R, C, V);
 	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
 	                    w->final_norm.dt, R, C, c->rms_norm_eps);
 	model_train_op(t, "head backward");

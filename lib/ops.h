@@ -288,6 +288,10 @@ struct ops {
 	void (*matmul_xbb)(void *yb, const void *xb, const void *w, int N, int in, int out);
 	void (*swiglu_cat_bb)(void *hb, const void *gub, int N, int I);
 	void (*swiglu_cat_backward_bb)(void *dgub, const float *dy, const void *gub, int N, int I);
+	/* ---- (appended) .cross_entropy with dlogits rounded to bf16 into dlb(N,V) (as
+	 * .cast_bf16; dlb is not logits): the lm_head backward's GEMM input in one pass */
+	void (*cross_entropy_xb)(float *loss, void *dlb, const float *logits, const int *target,
+	                         const float *weight, int N, int V);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

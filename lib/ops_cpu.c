@@ -668,6 +668,17 @@ static void cpu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *
 	free(gu);
 }
 
+static void cpu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
+                                 const float *weight, int N, int V)
+{
+	size_t n = (size_t)N * V;
+	float *d = xmalloc((n ? n : 1) * sizeof *d);
+
+	cpu_cross_entropy(loss, d, logits, target, weight, N, V);
+	cpu_cast_bf16(dlb, d, n);
+	free(d);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -725,6 +736,7 @@ const struct ops ops_cpu = {
 	.matmul_xbb = cpu_matmul_xbb,
 	.swiglu_cat_bb = cpu_swiglu_cat_bb,
 	.swiglu_cat_backward_bb = cpu_swiglu_cat_backward_bb,
+	.cross_entropy_xb = cpu_cross_entropy_xb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -422,6 +422,7 @@ static const struct ops ops_cuda = {
 	cu_matmul_xbb,
 	cu_swiglu_cat_bb,
 	cu_swiglu_cat_backward_bb,
+	cu_cross_entropy_xb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

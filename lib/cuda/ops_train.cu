@@ -201,3 +201,10 @@ void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int
 	TRAIN_CALL("swiglu_cat_backward_bb",
 	           gpu_swiglu_cat_backward_bb(gpu_stream(), dgub, dy, gub, N, I));
 }
+
+void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
+                         const float *weight, int N, int V)
+{
+	TRAIN_CALL("cross_entropy_xb",
+	           gpu_cross_entropy_xb(gpu_stream(), loss, dlb, logits, target, weight, N, V));
+}
