@@ -92,6 +92,9 @@ int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up,
 int gpu_matmul_xbb(cudaStream_t st, void *yb, const void *xb, const void *w, int N, int in,
                    int out);
 int gpu_swiglu_cat_bb(cudaStream_t st, void *hb, const void *gub, int N, int I);
+/* y(N,out) = c + xb @ w^T (lib/ops.h .matmul_xb_add; lib/cuda/matmul.cu) */
+int gpu_matmul_xb_add(cudaStream_t st, float *y, const void *xb, const void *w, const float *c,
+                      int N, int in, int out);
 int gpu_swiglu_cat_backward_bb(cudaStream_t st, void *dgub, const float *dy, const void *gub,
                                int N, int I);
 /* gpu_rmsnorm over rows of HD then gpu_rope on y(N,NH,HD) (y may equal x): one pass where HD

@@ -164,6 +164,12 @@ static int head_xb(const struct model_train *t)
 	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
 }
 
+/* the residual adds in the products' epilogue (no copy of the stream first) */
+static int res_add(const struct model_train *t)
+{
+	return t->lp && !t->unfused && t->ops->matmul_xb_add;
+}
+
 /* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
@@ -491,9 +497,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f attention");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
 	keep_bf16(t, a.attb, a.att, (size_t)N * QD);
-	o->copy(a.xmid, xin, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(a.xmid, xin, (size_t)N * C * 4);
 	model_train_op(t, "f cast att, copy");
-	mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(a.xmid, a.attb, w->o_proj.p, xin, N, QD, C);
+	else
+		mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
 	model_train_op(t, "f o gemm");
 	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "f norm2");
@@ -510,9 +520,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
 	else
 		o->swiglu(a.h, a.gate, a.up, N, I);
-	o->copy(xout, a.xmid, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(xout, a.xmid, (size_t)N * C * 4);
 	model_train_op(t, "f swiglu, copy");
-	mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(xout, a.hb, w->down_proj.p, a.xmid, N, I, C);
+	else
+		mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
 	model_train_op(t, "f down gemm");
 }
 

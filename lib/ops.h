@@ -292,6 +292,10 @@ struct ops {
 	 * .cast_bf16; dlb is not logits): the lm_head backward's GEMM input in one pass */
 	void (*cross_entropy_xb)(float *loss, void *dlb, const float *logits, const int *target,
 	                         const float *weight, int N, int V);
+	/* ---- (appended) .matmul_xb added to another array: y(N,out) = c(N,out) + xb @ w^T
+	 * (y may equal c; else c is only read): a residual add without a copy first */
+	void (*matmul_xb_add)(float *y, const void *xb, const void *w, const float *c, int N,
+	                      int in, int out);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -679,6 +679,14 @@ static void cpu_cross_entropy_xb(float *loss, void *dlb, const float *logits, co
 	free(d);
 }
 
+static void cpu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N,
+                              int in, int out)
+{
+	if (y != c)
+		memcpy(y, c, (size_t)N * out * sizeof *y);
+	cpu_matmul_xb(y, xb, w, N, in, out, 1);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -737,6 +745,7 @@ const struct ops ops_cpu = {
 	.swiglu_cat_bb = cpu_swiglu_cat_bb,
 	.swiglu_cat_backward_bb = cpu_swiglu_cat_backward_bb,
 	.cross_entropy_xb = cpu_cross_entropy_xb,
+	.matmul_xb_add = cpu_matmul_xb_add,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

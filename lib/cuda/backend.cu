@@ -423,6 +423,7 @@ static const struct ops ops_cuda = {
 	cu_swiglu_cat_bb,
 	cu_swiglu_cat_backward_bb,
 	cu_cross_entropy_xb,
+	cu_matmul_xb_add,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

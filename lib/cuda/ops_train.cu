@@ -208,3 +208,9 @@ void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int 
 	TRAIN_CALL("cross_entropy_xb",
 	           gpu_cross_entropy_xb(gpu_stream(), loss, dlb, logits, target, weight, N, V));
 }
+
+void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N, int in,
+                      int out)
+{
+	TRAIN_CALL("matmul_xb_add", gpu_matmul_xb_add(gpu_stream(), y, xb, w, c, N, in, out));
+}

@@ -58,6 +58,8 @@ void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float 
 void cu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out);
 void cu_swiglu_cat_bb(void *hb, const void *gub, int N, int I);
 void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I);
+void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N, int in,
+                      int out);
 void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
                          const float *weight, int N, int V);
 
