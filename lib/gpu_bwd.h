@@ -26,9 +26,9 @@ int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
                          const void *w, enum dice_dtype wdt, int N, int C, float eps);
 /* the same with dx added into dres(N,C) (dres += dx; dres is neither dy nor x); C <= 16384
  * for both */
-int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const float *dy,
-                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
-                             float eps);
+int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, void *dresb, float *dw,
+                             const float *dy, const float *x, const void *w,
+                             enum dice_dtype wdt, int N, int C, float eps);
 /* gpu_rope_backward on dy then gpu_rmsnorm_backward over rows of HD, in one pass where HD is
  * 64, 128 or 256: dx(N,NH,HD) (write; may equal dy), dw(HD) += (skipped if NULL), x the
  * norm's input; with dxb, bf16 into token rows of dxb (stride ldb elements), dx scratch */

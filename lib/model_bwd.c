@@ -170,7 +170,18 @@ static int res_add(const struct model_train *t)
 	return t->lp && !t->unfused && t->ops->matmul_xb_add;
 }
 
-/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
+/* the residual stream's gradient kept in bf16 too (t->dxb), made by the norms' backward,
+ * for the o and down products' backward */
+static int dres_bf16(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && o->rmsnorm_backward_add && o->matmul_backward_xbb &&
+	       o->cast_bf16;
+}
+
+/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw +=; with
+ * dres_bf16, t->dxb = bf16(dres) */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
 {
@@ -178,11 +189,22 @@ static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, co
 	float eps = t->m->cfg.rms_norm_eps;
 
 	if (o->rmsnorm_backward_add && !t->unfused) {
-		o->rmsnorm_backward_add(dres, dw, dy, x, w.p, w.dt, N, C, eps);
+		o->rmsnorm_backward_add(dres, dres_bf16(t) ? t->dxb : NULL, dw, dy, x, w.p, w.dt, N,
+		                        C, eps);
 	} else {
 		o->rmsnorm_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, C, eps);
 		o->add(dres, t->dtmp, (size_t)N * C);
 	}
+}
+
+/* the backward of a product whose dy is the residual stream's gradient t->dx */
+static void mm_bwd_res(const struct model_train *t, float *dx, float *dw, const float *x,
+                       const void *xb, struct wref w, int N, int in, int out)
+{
+	if (dres_bf16(t))
+		t->ops->matmul_backward_xbb(dx, dw, t->dxb, xb, w.p, N, in, out, 0);
+	else
+		mm_bwd(t, dx, dw, t->dx, x, xb, w, N, in, out, 0);
 }
 
 int model_train_init(struct model_train *t, struct model *m, int recompute)
@@ -355,7 +377,7 @@ static void scratch_free(struct model_train *t)
 	const struct ops *o = t->ops;
 	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
 	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d,
-	                &t->dqkvb, &t->dlb };
+	                &t->dqkvb, &t->dlb, &t->dxb };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
@@ -435,6 +457,8 @@ static void reserve(struct model_train *t, int N)
 	t->dh = o->alloc(R * I * 4);
 	if (qkv_fused(t))
 		t->dqkvb = o->alloc(R * (QD + 2 * KVD) * 2);
+	if (dres_bf16(t))
+		t->dxb = o->alloc(R * C * 2);
 	t->weight_d = o->alloc(R * 4);
 	t->ids_d = o->alloc(R * sizeof(int));
 	t->pos_d = o->alloc(R * sizeof(int));
@@ -548,7 +572,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	a = acts_carve(t, l);
 	model_train_op(t, "b recompute");
 	/* MLP */
-	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
+	mm_bwd_res(t, t->dh, (float *)g->down_proj.p, a.h, a.hb, w->down_proj, N, I, C);
 	model_train_op(t, "b down gemm");
 	if (gu_fused(t)) {
 		/* [dgate | dup] in bf16 rows (in the memory of t->dg), one GEMM pair over both */
@@ -575,7 +599,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	norm_bwd_add(t, t->dx, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "b norm2, add");
 	/* attention */
-	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
+	mm_bwd_res(t, t->datt, (float *)g->o_proj.p, a.att, a.attb, w->o_proj, N, QD, C);
 	model_train_op(t, "b o gemm");
 	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
@@ -764,6 +788,8 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	t->in_bwd = 1;
 	o->zero(t->dx, (size_t)N * C * 4);
 	o->embed_backward(t->dx, t->rowsel_d, t->dxn, R, C);
+	if (dres_bf16(t))
+		o->cast_bf16(t->dxb, t->dx, (size_t)N * C);
 	for (int l = L - 1; l >= 0; l--)
 		layer_backward(t, b, l);
 	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);

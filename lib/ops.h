@@ -264,13 +264,14 @@ struct ops {
 	                            const void *w, int N, int in, int out, int dx_acc);
 	/* ---- (appended) fused backward passes, each the composition of the ops above:
 	 * .rmsnorm_backward with its dx added into dres(N,C) (dres += dx; dres is neither dy
-	 * nor x), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
+	 * nor x; dresb not NULL: also the new dres rounded to bf16 there, as .cast_bf16), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
 	 * (the per-head norm in front of RoPE): dx (write; may equal dy), dw(HD) +=, x(N,NH,HD)
 	 * the norm's input; with dxb not NULL the result goes to dxb instead, in bf16 (as
 	 * .cast_bf16), token n's NH HD values at dxb + n ldb (ldb >= NH HD, in elements), and
 	 * dx's contents afterwards are undefined (scratch) */
-	void (*rmsnorm_backward_add)(float *dres, float *dw, const float *dy, const float *x,
-	                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+	void (*rmsnorm_backward_add)(float *dres, void *dresb, float *dw, const float *dy,
+	                             const float *x, const void *w, enum dice_dtype wdt, int N,
+	                             int C, float eps);
 	void (*rope_rmsnorm_backward)(float *dx, void *dxb, int ldb, float *dw, const float *dy,
 	                              const float *x, const void *w, enum dice_dtype wdt,
 	                              const int *pos, int N, int NH, int HD, float theta, float eps);

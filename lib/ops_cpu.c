@@ -550,9 +550,9 @@ static void cpu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, cons
 }
 
 /* a row at a time through a row of scratch, then added */
-static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                                     const void *w, enum dice_dtype wdt, int N, int C,
-                                     float eps)
+static void cpu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                                     const float *x, const void *w, enum dice_dtype wdt, int N,
+                                     int C, float eps)
 {
 	float *row = xmalloc((size_t)C * sizeof *row);
 
@@ -561,6 +561,8 @@ static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, co
 		cpu_rmsnorm_backward(row, dw, dy + o, x + o, w, wdt, 1, C, eps);
 		cpu_add(dres + o, row, (size_t)C);
 	}
+	if (dresb)
+		cpu_cast_bf16(dresb, dres, (size_t)N * C);
 	free(row);
 }
 

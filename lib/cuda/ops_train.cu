@@ -22,11 +22,13 @@ void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 	           gpu_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, N, C, eps));
 }
 
-void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                             const void *w, enum dice_dtype wdt, int N, int C, float eps)
+void cu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                             float eps)
 {
 	TRAIN_CALL("rmsnorm_backward_add",
-	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dw, dy, x, w, wdt, N, C, eps));
+	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dresb, dw, dy, x, w, wdt, N, C,
+	                                    eps));
 }
 
 void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,

@@ -11,8 +11,9 @@ void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, c
 void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int C, float eps);
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
-void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+void cu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                             float eps);
 void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
                      const int *pos, int N, int NH, int HD, float theta, float eps);
 void cu_rope_rmsnorm_backward(float *dx, void *dxb, int ldb, float *dw, const float *dy,
