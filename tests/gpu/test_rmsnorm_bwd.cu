@@ -3,8 +3,8 @@
  * weights, dx in place over dy, dw skipped (NULL); the fused forms: dx added into a random
  * dres (rmsnorm_backward_add; with its bf16 copy, the cast of dres bit for bit) and RoPE's
  * backward in front (rope_rmsnorm_backward, one pass at head dims 64, 128, 256, two passes
- * at others); row widths from 1 to 16384 (one warp a
- * row, several warps, groups that leave threads of a block idle). */
+ * at others); row widths from 1 to 16384 (one warp a row, several warps, groups that leave
+ * threads of a block idle). */
 #include "gpu_test.h"
 
 enum { PLAIN, ADD, ROPE, ADDB };
