@@ -5,8 +5,8 @@
  * flags of the first half, block 4, no segments (lib/sft.c sft_batch_build_masked with
  * lib/model_bwd.c sample_mask), 16 query heads over 8 kv heads of HD (default 128).
  * Each fused-kernel version of lib/cuda/attention_train.cu (DICE_FA=1: version 1, DICE_FA=2:
- * version 2, DICE_FA=3: version 3's forward with version 2's backward, version 2 where
- * version 3 does not run: HD 64, not sm_90; set in this process between calls; BENCH_FA
+ * version 2, DICE_FA=3: version 3 forward and backward, version 2 where version 3 does not
+ * run: HD 64, not sm_90; set in this process between calls; BENCH_FA
  * names the versions to time, e.g. "2 3", default all three) is timed in the same process,
  * interleaved run by run; a run is one op call between CUDA events (casts, tile map and ordering
  * included, as the trainer calls it); the table gives the median of REPS runs (default 9)

@@ -1454,6 +1454,260 @@ static size_t f3_smem_size(int nkt)
 	       (2 * F3_NS * FA_T + 4 * FB_M + 4) * 4 + (size_t)2 * nkt * 4;
 }
 
+/* ---------------------------------------------------------------- version 3's backward
+ *
+ * The backward on wgmma and TMA (head dim 128, compute capability 9.0; the default there):
+ * version 2's items (128 keys of unit order[x / NH], query head x % NH; the same map, list,
+ * rounding and dK, dV contract: stored, or added atomically for GQA) in blocks of 3
+ * warpgroups. Warpgroup 0 is the producer: one thread copies by TMA the item's K and V (128
+ * rows each, once), then for every query tile of the item's list (64 rows) Q, dO and the
+ * rows' lse, D and facts (f3b_prep_kernel, f3_facts_kernel) into the next slot of a ring of
+ * F3B_NS stages ("full" barriers with the copies' bytes, "empty" ones with an arrival of each
+ * consumer warp). Warpgroups 1 and 2 are the consumers, 64 keys (one map column) each, all
+ * operands from shared memory in 128-byte swizzled rows of 64 columns:
+ *   S^T = K Q^T, dP^T = V dO^T     8 k16 products m64n64 each (K, V, Q, dO K-major)
+ *   P^T, dS^T = P^T (dP^T - D)     in registers as version 2 (fa_bwd_step), dS^T also
+ *                                  into shared memory (bf16, rows = keys)
+ *   dV += P^T dO, dK += dS^T Q     4 k16 products m64n128 each, P^T and dS^T as register A
+ *                                  fragments, dO and Q N-major (the transpose bit)
+ *   dQ (64 rows, the warpgroup's 64 columns) = dS K over the 128 keys (both consumers' dS^T:
+ *                                  a named barrier), A M-major and B N-major, then fp32 atomics
+ * dS^T has two buffers, so that a consumer writes the next tile's while the other may still
+ * read this one. A consumer whose map column does not see a tile computes it all the same,
+ * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). */
+
+#define F3B_NS 2                        /* stages of the Q, dO ring */
+#define F3B_KV (FB_M * 128)             /* 128 rows of 128 bytes: a column half of K or V */
+#define F3B_DS (FB_M * 128)             /* one dS^T buffer: 128 keys by 64 queries */
+#define F3B_ROWS (4 * FA_T * 4)         /* a stage's lse, D, row blocks, row flags */
+#define F3B_STAGE (4 * F3_HALF + F3B_ROWS)  /* Q halves 0, 1, dO halves 0, 1, the rows */
+
+/* one warp a (query row, head) of Tp rows (whole 128-row units): dob = dout in bf16; the
+ * per-head arrays DT[h Tp + i] = rowsum(dout out) (rowdot_kernel's order of sums) and
+ * lseT[h Tp + i] = lse[i NH + h]; rows past T: D 0, lse infinity (no visible key) */
+static __global__ void f3b_prep_kernel(bf16 *dob, float *DT, float *lseT, const float *dout,
+                                       const float *out, const float *lse, int T, int Tp,
+                                       int NH, int HD)
+{
+	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	int i = r / NH, h = r % NH;
+	float acc = 0.0f;
+
+	if (r >= Tp * NH)
+		return;
+	if (i < T) {
+		for (int c = lane; c < HD; c += 32) {
+			float x = dout[(size_t)r * HD + c];
+			acc += x * out[(size_t)r * HD + c];
+			dob[(size_t)r * HD + c] = __float2bfloat16_rn(x);
+		}
+		acc = warp_sum(acc);
+	}
+	if (lane == 0) {
+		DT[(size_t)h * Tp + i] = i < T ? acc : 0.0f;
+		lseT[(size_t)h * Tp + i] = i < T ? lse[r] : INFINITY;
+	}
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* D = A B (acc 0) or + D, m64n64k16 bf16, A M-major and B N-major from shared memory */
+static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O64 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* the two consumer warpgroups meet (named barrier 1) */
+static __device__ __forceinline__ void f3b_sync_consumers(void)
+{
+	asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+#endif
+
+/* grid (key units x NH) as fb_bwd; lseT, DT: f3b_prep_kernel's (Tp rows a head); fct:
+ * f3_facts_kernel's (Tp query rows) */
+static __global__ void __launch_bounds__(F3_THREADS, 1)
+f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
+       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+       float *dq, float *dk, float *dv, const float *lseT, const float *DT, const int *fct,
+       const unsigned char *map, const int *order, int T, int S, int NH, int NKV, int Tp,
+       float sl2, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ uint4 f3_smem[];
+	char *sk = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
+	char *sv = sk + 2 * F3B_KV, *sds = sv + 2 * F3B_KV, *stg = sds + 2 * F3B_DS;
+	uint64_t *full = (uint64_t *)(stg + F3B_NS * F3B_STAGE), *empty = full + F3B_NS;
+	uint64_t *kvfull = empty + F3B_NS;
+	int *cnt = (int *)(kvfull + 2), *list = cnt + 4;
+	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, group = NH / NKV, hk = h / group;
+	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x, j0 = u * FB_M;
+	const int HD = 128;
+
+	if (tid == 0) {
+		for (int i = 0; i < F3B_NS; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 8);
+		}
+		mb_init(kvfull, 1);
+		mb_fence_init();
+	}
+	int nl = fb_list(list, cnt, map + 2 * u, nqt, nkt, 1, 2 * u + 1 < nkt, 4);  /* syncs */
+	if (tid < 128) {
+		wg_setmaxnreg_dec<24>();
+		if (tid)
+			return;
+		const int *fqb = fct, *fqf = fct + Tp;
+		tma_prefetch_map(&tq);
+		tma_prefetch_map(&tdo);
+		mb_expect(kvfull, 4 * F3B_KV);
+		for (int c = 0; c < 2; c++) {
+			tma_load2(sk + c * F3B_KV, &tk, hk * HD + c * 64, j0, kvfull);
+			tma_load2(sv + c * F3B_KV, &tv, hk * HD + c * 64, j0, kvfull);
+		}
+		for (int it = 0; it < nl; it++) {
+			int slot = it % F3B_NS, i0 = (list[it] >> 4) * FA_T;
+			char *st = stg + slot * F3B_STAGE;
+			float *rows = (float *)(st + 4 * F3_HALF);
+			mb_wait(&empty[slot], ((it / F3B_NS) & 1) ^ 1);
+			mb_expect(&full[slot], F3B_STAGE);
+			for (int c = 0; c < 2; c++) {
+				tma_load2(st + c * F3_HALF, &tq, h * HD + c * 64, i0, &full[slot]);
+				tma_load2(st + (2 + c) * F3_HALF, &tdo, h * HD + c * 64, i0, &full[slot]);
+			}
+			tma_load1(rows, lseT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+			tma_load1(rows + FA_T, DT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+			tma_load1(rows + 2 * FA_T, fqb + i0, FA_T * 4, &full[slot]);
+			tma_load1(rows + 3 * FA_T, fqf + i0, FA_T * 4, &full[slot]);
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<240>();
+	int ct = tid - 128, wg = ct >> 7, w4 = (ct >> 5) & 3, lane = tid & 31, g = lane >> 2;
+	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the block */
+	const int *fkb = fct + 2 * Tp, *fkf = fkb + nkt * FA_T;
+	int kb[2], kf[2];
+	float dka[16][4], dva[16][4];
+
+	for (int r = 0; r < 2; r++) {
+		int j = j0 + jr + 8 * r, in = j < nkt * FA_T;
+		kb[r] = in ? fkb[j] : 0x7fffffff;
+		kf[r] = in ? fkf[j] : 0;
+	}
+#pragma unroll
+	for (int n = 0; n < 16; n++) {
+		dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.0f;
+		dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
+	}
+	mb_wait(kvfull, 0);
+	for (int it = 0; it < nl; it++) {
+		int slot = it % F3B_NS, e = list[it], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
+		int code = wg ? c1 : c0;
+		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
+		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
+		const int *QB = (const int *)(Dd + FA_T), *QF = QB + FA_T;
+		char *ds = sds + (it & 1) * F3B_DS;
+
+		mb_wait(&full[slot], (it / F3B_NS) & 1);
+		/* every product runs, also where this warpgroup's column does not see the tile (P
+		 * and dS^T zeros then): a product under a branch or a guard would serialise all of
+		 * them (ptxas C7520); version 2 skips those (a few per cent at the SFT shape) */
+		{
+			float s[8][4], dp[8][4];
+			unsigned pa[4][4], da[4][4];
+			const char *kw = sk + wg * 64 * 128, *vw = sv + wg * 64 * 128;
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+				wg_op<64>::ss(&s[0][0], wg_desc(kw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16,
+				                                1024, 1),
+				              wg_desc(stq + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1),
+				              kk, 0);
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+				wg_op<64>::ss(&dp[0][0], wg_desc(vw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16,
+				                                 1024, 1),
+				              wg_desc(sdo + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1),
+				              kk, 0);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_acc<32>(&s[0][0]);
+			wg_fence_acc<32>(&dp[0][0]);
+			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries) */
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int x = 0; x < 4; x++) {
+					int c = n * 8 + 2 * t4 + (x & 1), r = x >> 1;
+					float p = exp2f(s[n][x] * sl2 - L[c]);
+					if (code != 2 && (!code || !fa_sees(QB[c], QF[c], kb[r], kf[r])))
+						p = 0.0f;
+					s[n][x] = p;
+					dp[n][x] = p * (dp[n][x] - Dd[c]);
+				}
+			}
+			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 */
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					int R = jr + 8 * r;
+					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
+						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+				}
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				frag_c2a(pa[kk], s, kk);
+				frag_c2a(da[kk], dp, kk);
+			}
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
+				                                       pa[kk][3]),
+				                wg_desc(sdo + kk * 2048, F3_HALF, 1024, 1), 1, 0);
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
+				                                       da[kk][3]),
+				                wg_desc(stq + kk * 2048, F3_HALF, 1024, 1), 1, 0);
+			wg_commit();
+		}
+		wg_fence_proxy();               /* dS^T written, for the tensor cores */
+		f3b_sync_consumers();
+		/* dQ of the tile's 64 queries, columns 64 wg .. + 63, over the 128 keys */
+		float acc[8][4];
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++)
+			f3b_ss_tt(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
+			          wg_desc(sk + wg * F3B_KV + kk * 2048, F3B_KV, 1024, 1), kk);
+		wg_commit();
+		wg_wait<0>();
+		wg_fence_acc<32>(&acc[0][0]);
+		wg_fence_acc<64>(&dka[0][0]);
+		wg_fence_acc<64>(&dva[0][0]);
+		__syncwarp();
+		if (lane == 0)
+			mb_arrive(&empty[slot]);
+		fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+		          (size_t)h * HD + wg * 64, scale);
+	}
+	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
+	             group > 1);
+#else
+	__trap();                               /* built without sm_90a: never launched */
+#endif
+}
+
+/* version 3's backward dynamic shared memory (nqt query tiles) */
+static size_t f3b_smem_size(int nqt)
+{
+	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + (2 * F3B_NS + 2) * 8 + 16 +
+	       (size_t)nqt * 4;
+}
+
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
  * tensor-map encoder */
 static int f3_ok(int HD)
@@ -1466,30 +1720,27 @@ static int f3_ok(int HD)
 #define FA_RND(x) (((x) + 255) / 256 * 256)
 
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
- * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
- * against 0.85 at the SFT shape, bench/NOTES-device.md session 6) and at HD 128 where version
- * 3 runs (f3_ok; 0.54 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
- * environment overrides: "1" or "2" for both ops, "3" for version 3's forward (the
- * backward's default), two digits for the forward's (1 to 3) and the backward's (1 or 2):
- * "12" is version 1 forward, version 2 backward, "32" version 3 forward, version 2 backward.
- * Version 3 only where it runs, else 2. Read at every call, so that a bench can time the
- * versions in one process. */
+ * HD: by default 3 where it runs (f3_ok: HD 128 on compute capability 9.0; forward 0.54 ms
+ * against 1.04 on an H200, NOTES-device.md session 7), else 2, except the forward at HD 64
+ * (version 1 measured faster there: 0.81 ms against 0.85 at the SFT shape, NOTES-device.md
+ * session 6); DICE_FA in the environment overrides: "1", "2" or "3" for both ops, two digits
+ * for the forward's and the backward's (1 to 3 each): "12" is version 1 forward, version 2
+ * backward, "32" version 3 forward, version 2 backward. Version 3 only where it runs, else 2.
+ * Read at every call, so that a bench can time the versions in one process. */
 static int fa_version(int bwd, int HD)
 {
 	static int warned;
 	const char *e = getenv("DICE_FA");
-	int v = bwd ? 2 : HD == 64 ? 1 : 3;
+	int v = bwd ? 3 : HD == 64 ? 1 : 3;
 	if (e && *e) {
-		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]))) {
-			if (!bwd)
+		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || (e[1] >= '1' && e[1] <= '3' && !e[2]))) {
+			if (!bwd || !e[1])
 				v = e[0] - '0';
-			else if (e[1])
+			else
 				v = e[1] - '0';
-			else if (e[0] != '3')
-				v = e[0] - '0';
 		} else if (!warned++) {
-			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit (1 to 3) and a "
-			        "backward digit (1 or 2); using the default\n", e);
+			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit and a "
+			        "backward digit (1 to 3 each); using the default\n", e);
 		}
 	}
 	return v == 3 && !f3_ok(HD) ? 2 : v;
@@ -1507,6 +1758,8 @@ static size_t fa_fwd_smem(int ver, int HD, int nkt)
 
 static size_t fa_bwd_smem(int ver, int HD, int nqt)
 {
+	if (ver == 3)
+		return f3b_smem_size(nqt);
 	size_t rows = ver == 1 ? 5 * FA_T : 2 * FB_M + 4 * FA_T;
 	size_t dsr = ver == 1 ? FA_T : FB_M;
 	return rows * (HD + FA_PAD) * 2 + dsr * FA_DS_LD * 2 + 8 * FA_T * 4 +
@@ -1527,8 +1780,8 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd };
-		for (int i = 0; i < 9; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd };
+		for (int i = 0; i < 10; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1687,7 +1940,8 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const 
 	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
 
-/* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
+/* stat: the forward's lse (fa_attention), or NULL: a stats-only forward (version 2 for a
+ * version-3 backward) recomputes it */
 static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk, float *dv,
                                  const float *dout, const float *q, const float *k,
                                  const float *v, const float *out, const float *stat, int T,
@@ -1697,11 +1951,13 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
-	size_t nr = FA_RND((size_t)rows * 4);
-	char *sc = (char *)gpu_scratch(nh + 2 * nr + (2 * nq + 2 * nk) * 2);
+	int Tp = f3_facts_rows(T, S, 1);        /* version 3's rows a head (whole 128-row units) */
+	size_t nr = FA_RND((size_t)Tp * NH * 4);
+	char *sc = (char *)gpu_scratch(nh + 3 * nr + (2 * nq + 2 * nk) * 2);
 	struct fa_head hd;
 	float *lse = (float *)(sc + nh), *d = (float *)((char *)lse + nr);
-	bf16 *qb = (bf16 *)((char *)d + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	float *lset = (float *)((char *)d + nr);
+	bf16 *qb = (bf16 *)((char *)lset + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
 	size_t sm = fa_bwd_smem(ver, HD, nqt);
 
@@ -1709,16 +1965,37 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	cast(st, qb, q, nq);          /* dq, dk, dv are zero already (the caller's gpu_zero) */
 	cast(st, kb, k, nk);
 	cast(st, vb, v, nk);
-	cast(st, dob, dout, nq);
-	rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out, rows,
-	                                                                      HD);
-	CUDA_CHECK_LAUNCH();
+	if (ver != 3) {
+		cast(st, dob, dout, nq);
+		rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out,
+		                                                                      rows, HD);
+		CUDA_CHECK_LAUNCH();
+	}
 	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
-	else if (fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m))
+	else if (fa_forward(st, ver == 3 ? 2 : ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD,
+	                    m))
 		return -1;
-	if (ver == 1)
+	if (ver == 3) {
+		CUtensorMap tq, tdo, tk, tv;
+		int nkr = f3_facts_rows(T, S, 0);
+		if (wg_tensor_map(&tq, qb, 0, NH * HD, T, 64, FA_T, 1) ||
+		    wg_tensor_map(&tdo, dob, 0, NH * HD, T, 64, FA_T, 1) ||
+		    wg_tensor_map(&tk, kb, 0, NKV * HD, S, 64, FB_M, 1) ||
+		    wg_tensor_map(&tv, vb, 0, NKV * HD, S, 64, FB_M, 1))
+			return -1;
+		f3b_prep_kernel<<<CEIL_DIV(Tp * NH, AT_THREADS / 32), AT_THREADS, 0, st>>>(
+			dob, d, lset, dout, out, lse, T, Tp, NH, HD);
+		CUDA_CHECK_LAUNCH();
+		f3_facts_kernel<<<CEIL_DIV(Tp + nkr, 256), 256, 0, st>>>(hd.fct, T, S, Tp, nkr, *m,
+		                                                         nz, sg);
+		CUDA_CHECK_LAUNCH();
+		f3_bwd<<<fb_units(T, S, 0) * NH, F3_THREADS, sm, st>>>(tq, tdo, tk, tv, dq, dk, dv,
+		                                                       lset, d, hd.fct, hd.map,
+		                                                       hd.ordb, T, S, NH, NKV, Tp,
+		                                                       sl2, scale);
+	} else if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
 			scale);

@@ -6,10 +6,13 @@
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
  * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
- * fused kernels: version 2 (or DICE_FA in the environment: 1 or 2 for both passes, two
- * digits for each), every case then again with version 3's forward (DICE_FA=3 and the
- * backward's digit, set here; version 2 runs where version 3 does not: head dim 64, not
- * sm_90); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * fused kernels: version 2 (or DICE_FA in the environment: 1 to 3 for both passes, two
+ * digits for each), every case then again with version 3 (DICE_FA=3, or 3 and the
+ * environment's backward digit, set here; version 2 runs where version 3 does not: head dim
+ * 64, not sm_90), and the backward's gradients of the two runs against each other (dq 2e-5
+ * and dk, dv 1e-5 of their largest: the order of fp32 atomics and of the tensor cores' sums;
+ * version 3's backward keeps version 2's rounding); run it again with DICE_ATTN_CUBLAS=1
+ * for the chunked cuBLAS path. The twin
  * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
  * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
@@ -37,9 +40,11 @@ static void cmp_dev(const char *op, const char *what, const float *d, const floa
 /* the device ops of case c against the twin's results (out, rdq, rdk, rdv), under the
  * environment's DICE_FA or 2 (fv 0), or version 3's forward (fv 1: DICE_FA=3, or 3 and the
  * environment's backward digit) */
+/* the gradients of the last backward: hg[0..2] = dq, dk, dv (host copies) */
 static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dmp,
                     const float *q, const float *k, const float *v, const float *dout,
-                    const float *out, const float *rdq, const float *rdk, const float *rdv)
+                    const float *out, const float *rdq, const float *rdk, const float *rdv,
+                    float **hg)
 {
 	static char env0[8];
 	static int have_env = -1;
@@ -91,6 +96,9 @@ static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dm
 		snprintf(w2, sizeof w2, "dv %s", c->name);
 		cmp_dev(op, w2, dv_d, rdv, kn);
 	}
+	hg[0] = gt_down(dq_d, qn);
+	hg[1] = gt_down(dk_d, kn);
+	hg[2] = gt_down(dv_d, kn);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d); G->free(st_d); G->free(o2_d);
 }
@@ -108,8 +116,23 @@ static void run(const struct gt_acase *c)
 	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
 	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
 	                         c->HD, &hm);
+	float *hg[2][3];
 	for (int fv = 0; fv < 2; fv++)
-		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv);
+		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv, hg[fv]);
+	/* the backwards of the two runs against each other, to their largest magnitude */
+	for (int x = 0; x < 3; x++) {
+		static const char *nm[3] = { "dq", "dk", "dv" };
+		size_t n = x ? kn : qn;
+		double mx = 0;
+		char what[200];
+		for (size_t i = 0; i < n; i++)
+			mx = fabs(hg[0][x][i]) > mx ? fabs(hg[0][x][i]) : mx;
+		snprintf(what, sizeof what, "backward %s, the second run against the first, %s",
+		         nm[x], c->name);
+		gt_compare(what, hg[1][x], hg[0][x], n, (x ? 1e-5 : 2e-5) * mx, 0);
+		free(hg[0][x]);
+		free(hg[1][x]);
+	}
 	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
 	gt_masks_free(&dm);
 }
@@ -217,6 +240,18 @@ int main(void)
 	struct gt_acase s6 = { "queries with no visible key, several tiles", 150, 200, 4, 4, 64, 4,
 	                    qp6, kp6, NULL, NULL, NULL, NULL };
 	run(&s6);
+
+	/* the same at head dim 128 (version 3's backward: no segments, no noisy halves, GQA 1,
+	 * T != S, neither a multiple of 128) */
+	struct gt_acase s7 = { "queries with no visible key, several tiles, HD 128", 150, 200, 4,
+	                    4, 128, 4, qp6, kp6, NULL, NULL, NULL, NULL };
+	run(&s7);
+
+	/* block-causal, GQA 1, T > S, head dim 128 */
+	int *qp8 = gt_iota(333, 0), *kp8 = gt_iota(270, 0);
+	struct gt_acase s8 = { "block-causal T > S, GQA 1, HD 128", 333, 270, 2, 2, 128, 4, qp8,
+	                    kp8, NULL, NULL, NULL, NULL };
+	run(&s8);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = gt_iota(16, 4);
