@@ -214,7 +214,7 @@ int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n)
 #define FA_THREADS 128          /* 4 warps x 16 rows */
 #define FA_PAD 8                /* bf16 elements of padding per shared-memory row */
 #define FA_DS_LD (FA_T + FA_PAD)
-#define FA_SMEM_MAX (200 * 1024)
+#define FA_SMEM_MAX (227 * 1024)      /* Hopper's opt-in limit */
 
 typedef __nv_bfloat16 bf16;
 
@@ -888,50 +888,95 @@ fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 #define FB_BT 256               /* backward threads: 8 warps x 16 keys */
 #define FB_MAPW 8               /* key tiles (one a warp) of a map block */
 
-/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles) */
+/* the summary of a 64-row tile's facts (query rows: q 1) for the calling warp: the smallest
+ * and largest row block, and the common flags f (fa_facts), or -1 where they differ */
+static __device__ void fb_tile_sum(const struct attn_mask &m, int nz, int sg, int q, int t,
+                                   int n, int *bmin, int *bmax, int *f)
+{
+	int lane = threadIdx.x & 31, b0, f0, b1, f1, fl;
+
+	fa_facts(m, nz, sg, q, t * FA_T + lane, n, &b0, &f0);
+	fa_facts(m, nz, sg, q, t * FA_T + 32 + lane, n, &b1, &f1);
+	*bmin = __reduce_min_sync(0xffffffffu, min(b0, b1));
+	*bmax = __reduce_max_sync(0xffffffffu, max(b0, b1));
+	fl = __shfl_sync(0xffffffffu, f0, 0);
+	*f = __all_sync(0xffffffffu, f0 == fl && f1 == fl) ? fl : -1;
+}
+
+/* a tile's map code from the summaries of its query rows (qlo, qhi, qf) and keys (klo,
+ * khi, kf), where they decide it (fa_sees over every pair in closed form: the rows' flags
+ * alike on each side, the rule a comparison of blocks), else -1 */
+static __device__ __forceinline__ int fb_code_sum(int qlo, int qhi, int qf, int klo, int khi,
+                                                  int kf)
+{
+	if (qf < 0 || kf < 0)
+		return -1;
+	if ((qf >> 1) != (kf >> 1))
+		return 0;
+	if (qf & 1) {
+		if (!(kf & 1))                  /* kb < qb */
+			return klo < qhi ? (khi < qlo ? 2 : 1) : 0;
+		if (khi < qlo || klo > qhi)     /* kb == qb */
+			return 0;
+		return qlo == qhi && klo == khi ? 2 : -1;
+	}
+	if (kf & 1)
+		return 0;
+	return klo <= qhi ? (khi <= qlo ? 2 : 1) : 0;   /* kb <= qb */
+}
+
+/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles), one warp a
+ * tile: the code from the tiles' summaries where they decide it (fb_code_sum), else the mask
+ * rule over the 4096 pairs */
 static __global__ void __launch_bounds__(32 * FB_MAPW)
 fb_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
 {
-	__shared__ int sqb[FA_T], sqf[FA_T], skb[FB_MAPW * FA_T], skf[FB_MAPW * FA_T];
-	int qt = blockIdx.y, kt0 = blockIdx.x * FB_MAPW, nkt = CEIL_DIV(S, FA_T);
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kt = kt0 + w, any = 0, all = 1;
+	int qt = blockIdx.y, nkt = CEIL_DIV(S, FA_T), lane = threadIdx.x & 31;
+	int kt = blockIdx.x * FB_MAPW + (threadIdx.x >> 5), qlo, qhi, qf, klo, khi, kf, code;
 
-	if (threadIdx.x < FA_T)
-		fa_facts(m, nz, sg, 1, qt * FA_T + threadIdx.x, T, &sqb[threadIdx.x],
-		         &sqf[threadIdx.x]);
-	for (int j = threadIdx.x; j < FB_MAPW * FA_T; j += blockDim.x)
-		fa_facts(m, nz, sg, 0, kt0 * FA_T + j, S, &skb[j], &skf[j]);
-	__syncthreads();
 	if (kt >= nkt)
-		return;
-	for (int e = lane; e < FA_T * FA_T; e += 32) {
-		int r = e / FA_T, c = w * FA_T + e % FA_T;
-		int v = fa_sees(sqb[r], sqf[r], skb[c], skf[c]);
-		any |= v;
-		all &= v;
+		return;                         /* (a whole warp) */
+	fb_tile_sum(m, nz, sg, 1, qt, T, &qlo, &qhi, &qf);
+	fb_tile_sum(m, nz, sg, 0, kt, S, &klo, &khi, &kf);
+	code = fb_code_sum(qlo, qhi, qf, klo, khi, kf);
+	if (code < 0) {
+		int any = 0, all = 1, kb0, kf0, kb1, kf1;
+		fa_facts(m, nz, sg, 0, kt * FA_T + lane, S, &kb0, &kf0);
+		fa_facts(m, nz, sg, 0, kt * FA_T + 32 + lane, S, &kb1, &kf1);
+		for (int r = 0; r < FA_T; r++) {
+			int qb, qfr, v0, v1;
+			fa_facts(m, nz, sg, 1, qt * FA_T + r, T, &qb, &qfr);
+			v0 = fa_sees(qb, qfr, kb0, kf0);
+			v1 = fa_sees(qb, qfr, kb1, kf1);
+			any |= v0 | v1;
+			all &= v0 & v1;
+		}
+		any = __any_sync(0xffffffffu, any);
+		all = __all_sync(0xffffffffu, all);
+		code = any ? (all ? 2 : 1) : 0;
 	}
-	any = __any_sync(0xffffffffu, any);
-	all = __all_sync(0xffffffffu, all);
 	if (lane == 0)
-		map[(size_t)qt * nkt + kt] = any ? (all ? 2 : 1) : 0;
+		map[(size_t)qt * nkt + kt] = code;
 }
 
-/* work[u] (one thread each) = the tiles with a visible pair among map lines 2u and 2u + 1:
+/* work[u] (one warp each) = the tiles with a visible pair among map lines 2u and 2u + 1:
  * rows (byrow: query tiles, the forward's blocks) or columns (key tiles, the backward's) */
 static __global__ void fb_work_kernel(int *work, const unsigned char *map, int nqt, int nkt,
                                       int byrow)
 {
-	int u = blockIdx.x * blockDim.x + threadIdx.x, nline = byrow ? nqt : nkt;
-	int len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
+	int u = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+	int nline = byrow ? nqt : nkt, len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
 
 	if (a >= nline)
-		return;
-	for (int x = 0; x < len; x++) {
+		return;                         /* (a whole warp) */
+	for (int x = lane; x < len; x += 32) {
 		size_t ia = byrow ? (size_t)a * nkt + x : (size_t)x * nkt + a;
 		size_t ib = byrow ? (size_t)b * nkt + x : (size_t)x * nkt + b;
 		c += (map[ia] | (b < nline ? map[ib] : 0)) != 0;
 	}
-	work[u] = c;
+	c = __reduce_add_sync(0xffffffffu, c);
+	if (lane == 0)
+		work[u] = c;
 }
 
 /* order[rank] = u for the nu units by falling work (ties: the lower u first) */
@@ -1474,13 +1519,20 @@ static size_t f3_smem_size(int nkt)
  *                                  a named barrier), A M-major and B N-major, then fp32 atomics
  * dS^T has two buffers, so that a consumer writes the next tile's while the other may still
  * read this one. A consumer whose map column does not see a tile computes it all the same,
- * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). */
+ * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). The dQ of a tile goes
+ * out by fp32 atomics (mode 0), or staged in shared memory and added by bulk reductions, a
+ * row of 64 columns each (mode 1); mode 2 drops the barrier between the consumers: each
+ * takes the dQ of its own 64 keys, all 128 columns (m64n128 over 4 k16 slices), by atomics
+ * (twice the atomic traffic; the consumers drift apart, one's softmax under the other's
+ * products). DICE_FA3B_MODE picks one (for measurement). */
 
 #define F3B_NS 2                        /* stages of the Q, dO ring */
 #define F3B_KV (FB_M * 128)             /* 128 rows of 128 bytes: a column half of K or V */
 #define F3B_DS (FB_M * 128)             /* one dS^T buffer: 128 keys by 64 queries */
 #define F3B_ROWS (4 * FA_T * 4)         /* a stage's lse, D, row blocks, row flags */
 #define F3B_STAGE (4 * F3_HALF + F3B_ROWS)  /* Q halves 0, 1, dO halves 0, 1, the rows */
+#define F3B_DQLD 72                     /* floats a row of mode 1's dQ staging (64 + 8) */
+#define F3B_DQW (16 * F3B_DQLD * 4)     /* a consumer warp's dQ staging (16 rows) */
 
 /* one warp a (query row, head) of Tp rows (whole 128-row units): dob = dout in bf16; the
  * per-head arrays DT[h Tp + i] = rowsum(dout out) (rowdot_kernel's order of sums) and
@@ -1510,22 +1562,63 @@ static __global__ void f3b_prep_kernel(bf16 *dob, float *DT, float *lseT, const 
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* D = A B (acc 0) or + D, m64n64k16 bf16, A M-major and B N-major from shared memory */
-static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc)
+/* D = A B (acc 0) or + D, m64nNk16 bf16 (N 64 or 128), A M-major and B N-major from shared
+ * memory */
+template <int N>
+static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc);
+
+template <>
+__device__ __forceinline__ void f3b_ss_tt<64>(float *d, uint64_t da, uint64_t db, int acc)
 {
 	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
 	             : WG_O64 : "l"(da), "l"(db), "r"(acc));
 }
 
-/* the two consumer warpgroups meet (named barrier 1) */
-static __device__ __forceinline__ void f3b_sync_consumers(void)
+template <>
+__device__ __forceinline__ void f3b_ss_tt<128>(float *d, uint64_t da, uint64_t db, int acc)
 {
-	asm volatile("bar.sync 1, 256;\n" ::: "memory");
+	asm volatile(WG_SSP128 WG_MMA(128, "bf16") "{" WG_R128 "}" ", %64, %65, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O128 : "l"(da), "l"(db), "r"(acc));
 }
+
+/* the bulk reduction (add, f32) of bytes at src in shared memory into global dst (both
+ * 16-byte aligned), in this thread's current bulk group; the group's end; waiting until this
+ * thread's groups have read their sources (read) or are done */
+static __device__ __forceinline__ void f3b_red_add(float *dst, const void *src, unsigned bytes)
+{
+	asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+	             :: "l"(dst), "r"(wg_smem(src)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_wait_read(void)
+{
+	asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_wait(void)
+{
+	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* named barrier id for n threads */
+static __device__ __forceinline__ void f3b_bar(int id, int n)
+{
+	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
 #endif
 
 /* grid (key units x NH) as fb_bwd; lseT, DT: f3b_prep_kernel's (Tp rows a head); fct:
- * f3_facts_kernel's (Tp query rows) */
+ * f3_facts_kernel's (Tp query rows). MODE 0 and 1: dQ as above, added by fp32 atomics (0) or
+ * staged in shared memory and added by bulk reductions, a row a lane (1); MODE 2: each
+ * consumer on its own (no barrier between them), dQ of its 64 keys (all 128 columns, dS^T
+ * its own) by fp32 atomics */
+template <int MODE>
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -1537,7 +1630,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	extern __shared__ uint4 f3_smem[];
 	char *sk = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
 	char *sv = sk + 2 * F3B_KV, *sds = sv + 2 * F3B_KV, *stg = sds + 2 * F3B_DS;
-	uint64_t *full = (uint64_t *)(stg + F3B_NS * F3B_STAGE), *empty = full + F3B_NS;
+	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
+	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
 	uint64_t *kvfull = empty + F3B_NS;
 	int *cnt = (int *)(kvfull + 2), *list = cnt + 4;
 	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, group = NH / NKV, hk = h / group;
@@ -1606,7 +1700,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
 		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
 		const int *QB = (const int *)(Dd + FA_T), *QF = QB + FA_T;
-		char *ds = sds + (it & 1) * F3B_DS;
+		char *ds = sds + (it & 1) * F3B_DS + (MODE == 2 ? wg * (F3B_DS / 2) : 0);
+		int dr = MODE == 2 ? jr - wg * 64 : jr;    /* this thread's first row in ds */
 
 		mb_wait(&full[slot], (it / F3B_NS) & 1);
 		/* every product runs, also where this warpgroup's column does not see the tile (P
@@ -1651,7 +1746,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			for (int n = 0; n < 8; n++) {
 #pragma unroll
 				for (int r = 0; r < 2; r++) {
-					int R = jr + 8 * r;
+					int R = dr + 8 * r;
 					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
 						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
 				}
@@ -1675,14 +1770,36 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_commit();
 		}
 		wg_fence_proxy();               /* dS^T written, for the tensor cores */
-		f3b_sync_consumers();
+		if (MODE == 2) {
+			/* dQ of the tile's 64 queries, 128 columns, over this warpgroup's 64 keys */
+			float acc[16][4];
+			f3b_bar(2 + wg, 128);
+			wg_wait<0>();               /* dV, dK done: their A fragments free */
+			wg_fence_acc<64>(&dka[0][0]);
+			wg_fence_acc<64>(&dva[0][0]);
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				f3b_ss_tt<128>(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
+				               wg_desc(sk + wg * 64 * 128 + kk * 2048, F3B_KV, 1024, 1), kk);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_acc<64>(&acc[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+			fa_dq_add(dq, acc, 16, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+			          (size_t)h * HD, scale);
+			continue;
+		}
+		f3b_bar(1, 256);                /* both consumers' dS^T */
 		/* dQ of the tile's 64 queries, columns 64 wg .. + 63, over the 128 keys */
 		float acc[8][4];
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < 8; kk++)
-			f3b_ss_tt(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
-			          wg_desc(sk + wg * F3B_KV + kk * 2048, F3B_KV, 1024, 1), kk);
+			f3b_ss_tt<64>(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
+			              wg_desc(sk + wg * F3B_KV + kk * 2048, F3B_KV, 1024, 1), kk);
 		wg_commit();
 		wg_wait<0>();
 		wg_fence_acc<32>(&acc[0][0]);
@@ -1691,9 +1808,36 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		__syncwarp();
 		if (lane == 0)
 			mb_arrive(&empty[slot]);
-		fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
-		          (size_t)h * HD + wg * 64, scale);
+		if (MODE == 0) {
+			fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+			          (size_t)h * HD + wg * 64, scale);
+			continue;
+		}
+		/* mode 1: this warp's 16 rows into its staging (its last reductions have read
+		 * it), then a bulk reduction a row */
+		float *dqs = sdq + (ct >> 5) * (F3B_DQW / 4);
+		if (it && lane < 16)
+			f3b_bulk_wait_read();
+		__syncwarp();
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				*(float2 *)(dqs + (g + 8 * r) * F3B_DQLD + n * 8 + 2 * t4) =
+					make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
+		}
+		wg_fence_proxy();
+		__syncwarp();
+		if (lane < 16) {
+			int row = qt * FA_T + w4 * 16 + lane;
+			if (row < T)
+				f3b_red_add(dq + (size_t)row * NH * HD + (size_t)h * HD + wg * 64,
+				            dqs + lane * F3B_DQLD, 64 * 4);
+			f3b_bulk_commit();
+		}
 	}
+	if (MODE == 1 && lane < 16)
+		f3b_bulk_wait();
 	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
 	             group > 1);
 #else
@@ -1704,8 +1848,16 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 /* version 3's backward dynamic shared memory (nqt query tiles) */
 static size_t f3b_smem_size(int nqt)
 {
-	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + (2 * F3B_NS + 2) * 8 + 16 +
-	       (size_t)nqt * 4;
+	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + 8 * F3B_DQW +
+	       (2 * F3B_NS + 2) * 8 + 16 + (size_t)nqt * 4;
+}
+
+/* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 2),
+ * else 0; read at every call (a bench compares them in one process) */
+static int f3b_mode(void)
+{
+	const char *e = getenv("DICE_FA3B_MODE");
+	return e && *e >= '0' && *e <= '2' && !e[1] ? *e - '0' : 0;
 }
 
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
@@ -1780,8 +1932,9 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd, (const void *)f3_bwd };
-		for (int i = 0; i < 10; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
+		                      (const void *)f3_bwd<1>, (const void *)f3_bwd<2> };
+		for (int i = 0; i < 12; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1826,8 +1979,8 @@ static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char
                      int S, int byrow)
 {
 	int nu = fb_units(T, S, byrow);
-	fb_work_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
-	                                                   CEIL_DIV(S, FA_T), byrow);
+	fb_work_kernel<<<CEIL_DIV(nu, 4), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
+	                                                 CEIL_DIV(S, FA_T), byrow);
 	CUDA_CHECK_LAUNCH();
 	fb_rank_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(order, work, nu);
 	CUDA_CHECK_LAUNCH();
@@ -1991,10 +2144,11 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		f3_facts_kernel<<<CEIL_DIV(Tp + nkr, 256), 256, 0, st>>>(hd.fct, T, S, Tp, nkr, *m,
 		                                                         nz, sg);
 		CUDA_CHECK_LAUNCH();
-		f3_bwd<<<fb_units(T, S, 0) * NH, F3_THREADS, sm, st>>>(tq, tdo, tk, tv, dq, dk, dv,
-		                                                       lset, d, hd.fct, hd.map,
-		                                                       hd.ordb, T, S, NH, NKV, Tp,
-		                                                       sl2, scale);
+		int md = f3b_mode();
+		(md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<fb_units(T, S, 0) * NH,
+		                                                        F3_THREADS, sm, st>>>(
+			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
+			sl2, scale);
 	} else if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
