@@ -1632,10 +1632,10 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	char *sv = sk + 2 * F3B_KV, *sds = sv + 2 * F3B_KV, *stg = sds + 2 * F3B_DS;
 	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
 	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
-	uint64_t *kvfull = empty + F3B_NS;
-	int *cnt = (int *)(kvfull + 2), *list = cnt + 4;
-	int u = order[blockIdx.x / NH], h = blockIdx.x % NH, group = NH / NKV, hk = h / group;
-	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x, j0 = u * FB_M;
+	uint64_t *kvfull = empty + F3B_NS, *kvempty = kvfull + 1, *lempty = kvempty + 1;
+	int *lcnt = (int *)(lempty + 2), *lst = lcnt + 4;
+	int group = NH / NKV, nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
+	int nitems = CEIL_DIV(nkt, 2) * NH;
 	const int HD = 128;
 
 	if (tid == 0) {
@@ -1643,43 +1643,78 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_init(&full[i], 1);
 			mb_init(&empty[i], 8);
 		}
-		mb_init(kvfull, 1);
+		mb_init(kvfull, 32);
+		mb_init(kvempty, 8);
+		for (int i = 0; i < 2; i++)
+			mb_init(&lempty[i], 8);
 		mb_fence_init();
 	}
-	int nl = fb_list(list, cnt, map + 2 * u, nqt, nkt, 1, 2 * u + 1 < nkt, 4);  /* syncs */
+	__syncthreads();
 	if (tid < 128) {
-		wg_setmaxnreg_dec<24>();
-		if (tid)
+		wg_setmaxnreg_dec<40>();
+		if (tid >= 32)
 			return;
 		const int *fqb = fct, *fqf = fct + Tp;
-		tma_prefetch_map(&tq);
-		tma_prefetch_map(&tdo);
-		mb_expect(kvfull, 4 * F3B_KV);
-		for (int c = 0; c < 2; c++) {
-			tma_load2(sk + c * F3B_KV, &tk, hk * HD + c * 64, j0, kvfull);
-			tma_load2(sv + c * F3B_KV, &tv, hk * HD + c * 64, j0, kvfull);
+		if (tid == 0) {
+			tma_prefetch_map(&tq);
+			tma_prefetch_map(&tdo);
+			tma_prefetch_map(&tk);
+			tma_prefetch_map(&tv);
 		}
-		for (int it = 0; it < nl; it++) {
-			int slot = it % F3B_NS, i0 = (list[it] >> 4) * FA_T;
-			char *st = stg + slot * F3B_STAGE;
-			float *rows = (float *)(st + 4 * F3_HALF);
-			mb_wait(&empty[slot], ((it / F3B_NS) & 1) ^ 1);
-			mb_expect(&full[slot], F3B_STAGE);
-			for (int c = 0; c < 2; c++) {
-				tma_load2(st + c * F3_HALF, &tq, h * HD + c * 64, i0, &full[slot]);
-				tma_load2(st + (2 + c) * F3_HALF, &tdo, h * HD + c * 64, i0, &full[slot]);
+		int gt = 0;                     /* tiles sent into the ring so far */
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii & 1, u = order[x / NH], h = x % NH, hk = h / group, *list = lst + b * nqt;
+			/* the list's buffer (read by the consumers of item ii - 2), then K and V (of
+			 * item ii - 1) given back */
+			mb_wait(&lempty[b], ((ii >> 1) & 1) ^ 1);
+			int nl = fb_list_warp(list, map + 2 * u, nqt, nkt, 1, 2 * u + 1 < nkt, 4);
+			__syncwarp();
+			mb_wait(kvempty, (ii & 1) ^ 1);
+			if (tid == 0) {
+				lcnt[b] = nl;
+				mb_expect(kvfull, 4 * F3B_KV);
+				for (int c = 0; c < 2; c++) {
+					tma_load2(sk + c * F3B_KV, &tk, hk * HD + c * 64, u * FB_M, kvfull);
+					tma_load2(sv + c * F3B_KV, &tv, hk * HD + c * 64, u * FB_M, kvfull);
+				}
+			} else {
+				mb_arrive(kvfull);
 			}
-			tma_load1(rows, lseT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
-			tma_load1(rows + FA_T, DT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
-			tma_load1(rows + 2 * FA_T, fqb + i0, FA_T * 4, &full[slot]);
-			tma_load1(rows + 3 * FA_T, fqf + i0, FA_T * 4, &full[slot]);
+			ii++;
+			for (int it = 0; it < nl; it++, gt++) {
+				int slot = gt % F3B_NS, i0 = (list[it] >> 4) * FA_T;
+				char *st = stg + slot * F3B_STAGE;
+				float *rows = (float *)(st + 4 * F3_HALF);
+				if (tid)
+					continue;
+				mb_wait(&empty[slot], ((gt / F3B_NS) & 1) ^ 1);
+				mb_expect(&full[slot], F3B_STAGE);
+				for (int c = 0; c < 2; c++) {
+					tma_load2(st + c * F3_HALF, &tq, h * HD + c * 64, i0, &full[slot]);
+					tma_load2(st + (2 + c) * F3_HALF, &tdo, h * HD + c * 64, i0,
+					          &full[slot]);
+				}
+				tma_load1(rows, lseT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + FA_T, DT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + 2 * FA_T, fqb + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + 3 * FA_T, fqf + i0, FA_T * 4, &full[slot]);
+			}
 		}
 		return;
 	}
-	wg_setmaxnreg_inc<240>();
+	wg_setmaxnreg_inc<232>();
 	int ct = tid - 128, wg = ct >> 7, w4 = (ct >> 5) & 3, lane = tid & 31, g = lane >> 2;
-	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the block */
+	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the item */
 	const int *fkb = fct + 2 * Tp, *fkf = fkb + nkt * FA_T;
+	int gt = 0;                             /* ring tiles of the items before this one */
+	for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+	int x = f3_item(k);
+	if (x >= nitems)
+		continue;
+	int b = ii & 1, u = order[x / NH], h = x % NH, hk = h / group, j0 = u * FB_M;
 	int kb[2], kf[2];
 	float dka[16][4], dva[16][4];
 
@@ -1693,17 +1728,20 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.0f;
 		dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
 	}
-	mb_wait(kvfull, 0);
+	mb_wait(kvfull, ii & 1);
+	int nl = lcnt[b];
+	const int *list = lst + b * nqt;
 	for (int it = 0; it < nl; it++) {
-		int slot = it % F3B_NS, e = list[it], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
+		int rt = gt + it;               /* the tile's number in the ring */
+		int slot = rt % F3B_NS, e = list[it], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
 		int code = wg ? c1 : c0;
 		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
 		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
 		const int *QB = (const int *)(Dd + FA_T), *QF = QB + FA_T;
-		char *ds = sds + (it & 1) * F3B_DS + (MODE == 2 ? wg * (F3B_DS / 2) : 0);
+		char *ds = sds + (rt & 1) * F3B_DS + (MODE == 2 ? wg * (F3B_DS / 2) : 0);
 		int dr = MODE == 2 ? jr - wg * 64 : jr;    /* this thread's first row in ds */
 
-		mb_wait(&full[slot], (it / F3B_NS) & 1);
+		mb_wait(&full[slot], (rt / F3B_NS) & 1);
 		/* every product runs, also where this warpgroup's column does not see the tile (P
 		 * and dS^T zeros then): a product under a branch or a guard would serialise all of
 		 * them (ptxas C7520); version 2 skips those (a few per cent at the SFT shape) */
@@ -1816,7 +1854,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		/* mode 1: this warp's 16 rows into its staging (its last reductions have read
 		 * it), then a bulk reduction a row */
 		float *dqs = sdq + (ct >> 5) * (F3B_DQW / 4);
-		if (it && lane < 16)
+		if (rt && lane < 16)
 			f3b_bulk_wait_read();
 		__syncwarp();
 #pragma unroll
@@ -1836,10 +1874,19 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			f3b_bulk_commit();
 		}
 	}
-	if (MODE == 1 && lane < 16)
-		f3b_bulk_wait();
+	/* K, V and the list read no more (every product waited for) */
+	__syncwarp();
+	if (lane == 0) {
+		mb_arrive(kvempty);
+		mb_arrive(&lempty[b]);
+	}
+	gt += nl;
+	ii++;
 	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
 	             group > 1);
+	}
+	if (MODE == 1 && lane < 16)
+		f3b_bulk_wait();
 #else
 	__trap();                               /* built without sm_90a: never launched */
 #endif
@@ -1849,7 +1896,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 static size_t f3b_smem_size(int nqt)
 {
 	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + 8 * F3B_DQW +
-	       (2 * F3B_NS + 2) * 8 + 16 + (size_t)nqt * 4;
+	       (2 * F3B_NS + 4) * 8 + 16 + (size_t)2 * nqt * 4;
 }
 
 /* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 2),
@@ -2144,9 +2191,14 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		f3_facts_kernel<<<CEIL_DIV(Tp + nkr, 256), 256, 0, st>>>(hd.fct, T, S, Tp, nkr, *m,
 		                                                         nz, sg);
 		CUDA_CHECK_LAUNCH();
-		int md = f3b_mode();
-		(md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<fb_units(T, S, 0) * NH,
-		                                                        F3_THREADS, sm, st>>>(
+		/* persistent blocks as the forward's (DICE_FA3_PERS) */
+		const char *ps = getenv("DICE_FA3_PERS");
+		int md = f3b_mode(), grid = fb_units(T, S, 0) * NH, pn = ps && *ps ? atoi(ps) : 1;
+		if (pn == 1)
+			pn = gpu_sm_count();
+		if (pn > 0 && grid > pn)
+			grid = pn;
+		(md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<grid, F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
 			sl2, scale);
 	} else if (ver == 1)
