@@ -39,6 +39,19 @@ static __global__ void cast_bf16_kernel(__nv_bfloat16 *d, const float *s, size_t
 		d[i] = __float2bfloat16_rn(s[i]);
 }
 
+/* the same, 8 elements a thread (n8 groups of 8; s and d 16-byte aligned): two 16-byte loads,
+ * one 16-byte store */
+static __global__ void cast_bf16_x8_kernel(uint4 *d, const float4 *s, size_t n8)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float4 a = s[2 * i], b = s[2 * i + 1];
+		__nv_bfloat162 x = __floats2bfloat162_rn(a.x, a.y), y = __floats2bfloat162_rn(a.z, a.w);
+		__nv_bfloat162 z = __floats2bfloat162_rn(b.x, b.y), w = __floats2bfloat162_rn(b.z, b.w);
+		d[i] = make_uint4(*(unsigned *)&x, *(unsigned *)&y, *(unsigned *)&z, *(unsigned *)&w);
+	}
+}
+
 /* the row's visibility of key j, given the row's block, segment and noisy flag */
 static __device__ __forceinline__ int at_sees(const struct attn_mask &m, int qb, int qs, int qn,
                                               int j)
@@ -181,6 +194,14 @@ static void cast(cudaStream_t st, __nv_bfloat16 *d, const float *s, size_t n)
 	size_t g = CEIL_DIV(n, (size_t)256);
 	if (!n)
 		return;
+	if (n % 8 == 0 && !((uintptr_t)d & 15) && !((uintptr_t)s & 15)) {
+		g = CEIL_DIV(n / 8, (size_t)256);
+		cast_bf16_x8_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>((uint4 *)d,
+		                                                               (const float4 *)s,
+		                                                               n / 8);
+		CUDA_CHECK_LAUNCH();
+		return;
+	}
 	cast_bf16_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>(d, s, n);
 	CUDA_CHECK_LAUNCH();
 }

@@ -151,9 +151,9 @@ static int sft_layout(int nsamp, const int *len, int *pos, int *seg, uint8_t *nz
 	return i;
 }
 
-static void cast_check(void)
+/* n elements: a multiple of 8 takes the 8-a-thread kernel, another n the plain one */
+static void cast_check(size_t n)
 {
-	size_t n = 1000;
 	float *x = gt_rand(n, -300, 300);
 	uint16_t *ref = (uint16_t *)xmalloc(n * 2), *got = (uint16_t *)xmalloc(n * 2);
 	float *x_d = (float *)gt_up(x, n * 4);
@@ -178,7 +178,8 @@ int main(void)
 {
 	if (gt_init(41))
 		return 0;
-	cast_check();
+	cast_check(1000);
+	cast_check(1001);
 
 	int *p600 = gt_iota(600, 0);
 	struct gt_acase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
