@@ -1589,6 +1589,13 @@ template <int N>
 static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc);
 
 template <>
+__device__ __forceinline__ void f3b_ss_tt<32>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile(WG_SSP32 WG_MMA(32, "bf16") "{" WG_R32 "}" ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O32 : "l"(da), "l"(db), "r"(acc));
+}
+
+template <>
 __device__ __forceinline__ void f3b_ss_tt<64>(float *d, uint64_t da, uint64_t db, int acc)
 {
 	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
@@ -1626,6 +1633,14 @@ static __device__ __forceinline__ void f3b_bulk_wait(void)
 	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
+/* x, opaque to the compiler (a descriptor base computed where it is used, not hoisted out of
+ * the loop with its neighbours into registers) */
+static __device__ __forceinline__ uint64_t f3b_opaque(uint64_t x)
+{
+	asm volatile("" : "+l"(x));
+	return x;
+}
+
 /* named barrier id for n threads */
 static __device__ __forceinline__ void f3b_bar(int id, int n)
 {
@@ -1640,7 +1655,7 @@ static __device__ __forceinline__ void f3b_bar(int id, int n)
  * consumer on its own (no barrier between them), dQ of its 64 keys (all 128 columns, dS^T
  * its own) by fp32 atomics */
 template <int MODE>
-static __global__ void __launch_bounds__(F3_THREADS, 1)
+static __global__ void __launch_bounds__(MODE == 3 ? 512 : F3_THREADS, 1)
 f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
        float *dq, float *dk, float *dv, const float *lseT, const float *DT, const int *fct,
@@ -1654,7 +1669,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
 	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
 	uint64_t *kvfull = empty + F3B_NS, *kvempty = kvfull + 1, *lempty = kvempty + 1;
-	int *lcnt = (int *)(lempty + 2), *lst = lcnt + 4;
+	uint64_t *dsfull = lempty + 2, *dsempty = dsfull + 2;         /* mode 3 */
+	int *lcnt = (int *)(dsempty + 2), *lst = lcnt + 4;
 	int group = NH / NKV, nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
 	int nitems = CEIL_DIV(nkt, 2) * NH;
 	const int HD = 128;
@@ -1665,14 +1681,17 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_init(&empty[i], 8);
 		}
 		mb_init(kvfull, 32);
-		mb_init(kvempty, 8);
-		for (int i = 0; i < 2; i++)
-			mb_init(&lempty[i], 8);
+		mb_init(kvempty, MODE == 3 ? 12 : 8);
+		for (int i = 0; i < 2; i++) {
+			mb_init(&lempty[i], MODE == 3 ? 12 : 8);
+			mb_init(&dsfull[i], 8);
+			mb_init(&dsempty[i], 4);
+		}
 		mb_fence_init();
 	}
 	__syncthreads();
 	if (tid < 128) {
-		wg_setmaxnreg_dec<40>();
+		wg_setmaxnreg_dec<MODE == 3 ? 24 : 40>();
 		if (tid >= 32)
 			return;
 		const int *fqb = fct, *fqf = fct + Tp;
@@ -1726,7 +1745,57 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		}
 		return;
 	}
-	wg_setmaxnreg_inc<232>();
+	if (MODE == 3 && tid >= 384) {
+		/* mode 3's dQ warpgroup: for every tile, once both consumers' dS^T is in, dQ = dS K
+		 * over the 128 keys, 32 columns at a time (N-major B: the odd quarters 64 bytes
+		 * into the swizzled rows), by atomics */
+		wg_setmaxnreg_dec<56>();
+		int w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, gt = 0;
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii & 1, h = x % NH;
+			mb_wait(kvfull, ii & 1);
+			int nl = lcnt[b];
+			const int *list = lst + b * nqt;
+			for (int it = 0; it < nl; it++) {
+				int rt = gt + it, db = rt & 1, qt = list[it] >> 4;
+				const char *ds = sds + db * F3B_DS;
+				mb_wait(&dsfull[db], (rt >> 1) & 1);
+#pragma unroll 1
+				for (int qu = 0; qu < 4; qu++) {
+					float acc[4][4];
+					uint64_t a0 = f3b_opaque(wg_desc(ds, F3B_DS, 1024, 1));
+					uint64_t b0 = f3b_opaque(wg_desc(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64,
+					                                 F3B_KV, 1024, 1));
+					wg_fence();
+#pragma unroll
+					for (int kk = 0; kk < 8; kk++)   /* (2048 bytes: 128 in the address) */
+						f3b_ss_tt<32>(&acc[0][0], a0 + kk * 128, b0 + kk * 128, kk);
+					wg_commit();
+					wg_wait<0>();
+					wg_fence_acc<16>(&acc[0][0]);
+					if (qu == 3) {
+						__syncwarp();
+						if (lane == 0)
+							mb_arrive(&dsempty[rt & 1]);
+					}
+					fa_dq_add(dq, acc, 4, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+					          (size_t)h * HD + qu * 32, scale);
+				}
+			}
+			__syncwarp();
+			if (lane == 0) {
+				mb_arrive(kvempty);
+				mb_arrive(&lempty[b]);
+			}
+			gt += nl;
+			ii++;
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<MODE == 3 ? 216 : 232>();
 	int ct = tid - 128, wg = ct >> 7, w4 = (ct >> 5) & 3, lane = tid & 31, g = lane >> 2;
 	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the item */
 	const int *fkb = fct + 2 * Tp, *fkf = fkb + nkt * FA_T;
@@ -1800,7 +1869,10 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 					dp[n][x] = p * (dp[n][x] - Dd[c]);
 				}
 			}
-			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 */
+			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 (mode 3: once
+			 * the dQ warpgroup is done with the buffer's last tile) */
+			if (MODE == 3)
+				mb_wait(&dsempty[rt & 1], ((rt >> 1) & 1) ^ 1);
 #pragma unroll
 			for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -1809,6 +1881,12 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
 						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
 				}
+			}
+			if (MODE == 3) {
+				wg_fence_proxy();
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&dsfull[rt & 1]);
 			}
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++) {
@@ -1827,6 +1905,15 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 				                                       da[kk][3]),
 				                wg_desc(stq + kk * 2048, F3_HALF, 1024, 1), 1, 0);
 			wg_commit();
+		}
+		if (MODE == 3) {
+			wg_wait<0>();
+			wg_fence_acc<64>(&dka[0][0]);
+			wg_fence_acc<64>(&dva[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+			continue;
 		}
 		wg_fence_proxy();               /* dS^T written, for the tensor cores */
 		if (MODE == 2) {
@@ -1917,15 +2004,15 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 static size_t f3b_smem_size(int nqt)
 {
 	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + 8 * F3B_DQW +
-	       (2 * F3B_NS + 4) * 8 + 16 + (size_t)2 * nqt * 4;
+	       (2 * F3B_NS + 8) * 8 + 16 + (size_t)2 * nqt * 4;
 }
 
-/* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 2),
+/* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 3),
  * else 0; read at every call (a bench compares them in one process) */
 static int f3b_mode(void)
 {
 	const char *e = getenv("DICE_FA3B_MODE");
-	return e && *e >= '0' && *e <= '2' && !e[1] ? *e - '0' : 0;
+	return e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 0;
 }
 
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
@@ -2001,8 +2088,9 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
 		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
-		                      (const void *)f3_bwd<1>, (const void *)f3_bwd<2> };
-		for (int i = 0; i < 12; i++)
+		                      (const void *)f3_bwd<1>, (const void *)f3_bwd<2>,
+		                      (const void *)f3_bwd<3> };
+		for (int i = 0; i < 13; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -2219,7 +2307,8 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 			pn = gpu_sm_count();
 		if (pn > 0 && grid > pn)
 			grid = pn;
-		(md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<grid, F3_THREADS, sm, st>>>(
+		(md == 3 ? f3_bwd<3> : md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<
+			grid, md == 3 ? 512 : F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
 			sl2, scale);
 	} else if (ver == 1)
