@@ -1633,12 +1633,12 @@ static __device__ __forceinline__ void f3b_bulk_wait(void)
 	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
-/* x, opaque to the compiler (a descriptor base computed where it is used, not hoisted out of
- * the loop with its neighbours into registers) */
-static __device__ __forceinline__ uint64_t f3b_opaque(uint64_t x)
+/* the descriptor (wg_desc) of a 128-byte swizzled operand (8-row groups 1024 bytes apart) at
+ * shared-memory address a4 << 4, leading byte offset lbo: one add on a base for the
+ * compiler, where wg_desc converts and masks an address for every product */
+static __device__ __forceinline__ uint64_t f3b_desc(unsigned a4, unsigned lbo)
 {
-	asm volatile("" : "+l"(x));
-	return x;
+	return (uint64_t)(a4 + ((lbo >> 4) << 16)) | (uint64_t)((1024 >> 4) | (1u << 30)) << 32;
 }
 
 /* named barrier id for n threads */
@@ -1666,6 +1666,11 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	extern __shared__ uint4 f3_smem[];
 	char *sk = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
 	char *sv = sk + 2 * F3B_KV, *sds = sv + 2 * F3B_KV, *stg = sds + 2 * F3B_DS;
+	unsigned b4 = wg_smem(sk) >> 4;
+	/* the descriptor of the operand at p (wg_desc's, from b4) */
+	auto D = [&](const char *p, unsigned lbo) {
+		return f3b_desc(b4 + (unsigned)((p - sk) >> 4), lbo);
+	};
 	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
 	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
 	uint64_t *kvfull = empty + F3B_NS, *kvempty = kvfull + 1, *lempty = kvempty + 1;
@@ -1766,13 +1771,12 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 #pragma unroll 1
 				for (int qu = 0; qu < 4; qu++) {
 					float acc[4][4];
-					uint64_t a0 = f3b_opaque(wg_desc(ds, F3B_DS, 1024, 1));
-					uint64_t b0 = f3b_opaque(wg_desc(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64,
-					                                 F3B_KV, 1024, 1));
 					wg_fence();
 #pragma unroll
-					for (int kk = 0; kk < 8; kk++)   /* (2048 bytes: 128 in the address) */
-						f3b_ss_tt<32>(&acc[0][0], a0 + kk * 128, b0 + kk * 128, kk);
+					for (int kk = 0; kk < 8; kk++)
+						f3b_ss_tt<32>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+						              D(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64 + kk * 2048,
+						                F3B_KV), kk);
 					wg_commit();
 					wg_wait<0>();
 					wg_fence_acc<16>(&acc[0][0]);
@@ -1842,16 +1846,12 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_fence();
 #pragma unroll
 			for (int kk = 0; kk < 8; kk++)
-				wg_op<64>::ss(&s[0][0], wg_desc(kw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16,
-				                                1024, 1),
-				              wg_desc(stq + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1),
-				              kk, 0);
+				wg_op<64>::ss(&s[0][0], D(kw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16),
+				              D(stq + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16), kk, 0);
 #pragma unroll
 			for (int kk = 0; kk < 8; kk++)
-				wg_op<64>::ss(&dp[0][0], wg_desc(vw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16,
-				                                 1024, 1),
-				              wg_desc(sdo + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16, 1024, 1),
-				              kk, 0);
+				wg_op<64>::ss(&dp[0][0], D(vw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16),
+				              D(sdo + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16), kk, 0);
 			wg_commit();
 			wg_wait<0>();
 			wg_fence_acc<32>(&s[0][0]);
@@ -1898,12 +1898,12 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			for (int kk = 0; kk < 4; kk++)
 				wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
 				                                       pa[kk][3]),
-				                wg_desc(sdo + kk * 2048, F3_HALF, 1024, 1), 1, 0);
+				                D(sdo + kk * 2048, F3_HALF), 1, 0);
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++)
 				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
 				                                       da[kk][3]),
-				                wg_desc(stq + kk * 2048, F3_HALF, 1024, 1), 1, 0);
+				                D(stq + kk * 2048, F3_HALF), 1, 0);
 			wg_commit();
 		}
 		if (MODE == 3) {
@@ -1926,8 +1926,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_fence();
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++)
-				f3b_ss_tt<128>(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
-				               wg_desc(sk + wg * 64 * 128 + kk * 2048, F3B_KV, 1024, 1), kk);
+				f3b_ss_tt<128>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+				               D(sk + wg * 64 * 128 + kk * 2048, F3B_KV), kk);
 			wg_commit();
 			wg_wait<0>();
 			wg_fence_acc<64>(&acc[0][0]);
@@ -1944,8 +1944,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < 8; kk++)
-			f3b_ss_tt<64>(&acc[0][0], wg_desc(ds + kk * 2048, F3B_DS, 1024, 1),
-			              wg_desc(sk + wg * F3B_KV + kk * 2048, F3B_KV, 1024, 1), kk);
+			f3b_ss_tt<64>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+			              D(sk + wg * F3B_KV + kk * 2048, F3B_KV), kk);
 		wg_commit();
 		wg_wait<0>();
 		wg_fence_acc<32>(&acc[0][0]);
