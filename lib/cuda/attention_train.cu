@@ -2230,21 +2230,38 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 	return 0;
 }
 
+/* the operands q, k, v of an attention call: fp32 (rounded to bf16 here) or given in bf16
+ * (qb, kb, vb; then q, k, v are not read) */
+struct at_in {
+	const float *q, *k, *v;
+	const bf16 *qb, *kb, *vb;
+};
+
+/* x's bf16 copy: xb where given, else x cast into the n elements at sc */
+static const bf16 *at_operand(cudaStream_t st, bf16 *sc, const float *x, const bf16 *xb,
+                              size_t n)
+{
+	if (xb)
+		return xb;
+	cast(st, sc, x, n);
+	return sc;
+}
+
 /* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
-static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const float *q,
-                        const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
+static int fa_attention(cudaStream_t st, int ver, float *out, float *lse,
+                        const struct at_in *in, int T, int S, int NH, int NKV, int HD,
                         const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	char *sc = (char *)gpu_scratch(nh + (nq + 2 * nk) * 2);
 	struct fa_head hd;
-	bf16 *qb = (bf16 *)(sc + nh), *kb = qb + nq, *vb = kb + nk;
+	bf16 *qs = (bf16 *)(sc + nh);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 
 	fa_head_carve(&hd, sc, T, S);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
 	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
 	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
@@ -2252,9 +2269,9 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const 
 /* stat: the forward's lse (fa_attention), or NULL: a stats-only forward (version 2 for a
  * version-3 backward) recomputes it */
 static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk, float *dv,
-                                 const float *dout, const float *q, const float *k,
-                                 const float *v, const float *out, const float *stat, int T,
-                                 int S, int NH, int NKV, int HD, const struct attn_mask *m)
+                                 const float *dout, const struct at_in *in, const float *out,
+                                 const float *stat, int T, int S, int NH, int NKV, int HD,
+                                 const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
@@ -2266,14 +2283,15 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 	struct fa_head hd;
 	float *lse = (float *)(sc + nh), *d = (float *)((char *)lse + nr);
 	float *lset = (float *)((char *)d + nr);
-	bf16 *qb = (bf16 *)((char *)lset + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	bf16 *qs = (bf16 *)((char *)lset + nr), *dob = qs + nq + 2 * nk;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
 	size_t sm = fa_bwd_smem(ver, HD, nqt);
 
 	fa_head_carve(&hd, sc, T, S);
-	cast(st, qb, q, nq);          /* dq, dk, dv are zero already (the caller's gpu_zero) */
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
+	/* dq, dk, dv are zero already (the caller's gpu_zero) */
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 	if (ver != 3) {
 		cast(st, dob, dout, nq);
 		rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out,
@@ -2420,6 +2438,12 @@ static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, 
 /* bytes of the scratch's head: the chunk ranges, rounded to 256 */
 #define AT_RANGE_BYTES(z) (((size_t)(z).nchunk * 8 + 255) / 256 * 256)
 
+static int at_forward(cudaStream_t st, float *out, float *stat, const struct at_in *in, int T,
+                      int S, int NH, int NKV, int HD, const struct attn_mask *m);
+static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                       const struct at_in *in, const float *out, const float *stat, int T,
+                       int S, int NH, int NKV, int HD, const struct attn_mask *m);
+
 int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                      int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
@@ -2429,6 +2453,22 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float *q,
                           const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
                           const struct attn_mask *m)
+{
+	struct at_in in = { q, k, v, NULL, NULL, NULL };
+	return at_forward(st, out, stat, &in, T, S, NH, NKV, HD, m);
+}
+
+int gpu_attention_tc_stat_bf(cudaStream_t st, float *out, float *stat, const void *qb,
+                             const void *kb, const void *vb, int T, int S, int NH, int NKV,
+                             int HD, const struct attn_mask *m)
+{
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb, (const bf16 *)vb };
+	return at_forward(st, out, stat, &in, T, S, NH, NKV, HD, m);
+}
+
+/* gpu_attention_tc_stat on the operands in */
+static int at_forward(cudaStream_t st, float *out, float *stat, const struct at_in *in, int T,
+                      int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
@@ -2443,18 +2483,18 @@ int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float 
 		return 0;
 	int ver = fa_version(0, HD);
 	if (fa_ok(ver, T, S, HD))
-		return fa_attention(st, ver, out, stat, q, k, v, T, S, NH, NKV, HD, m);
+		return fa_attention(st, ver, out, stat, in, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qb = p + cs, *kb = qb + nq, *vb = kb + nk;
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qs = p + cs;
 	long long gh = (long long)z.group * HD;    /* head stride of the batch (q, out) */
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 	/* per chunk and group member g: the NKV heads g, g + group, ... in one batch */
 	for (int c = 0; c < z.nchunk; c++) {
 		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
@@ -2490,6 +2530,24 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
                                    const float *v, const float *out, const float *stat, int T,
                                    int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
+	struct at_in in = { q, k, v, NULL, NULL, NULL };
+	return at_backward(st, dq, dk, dv, dout, &in, out, stat, T, S, NH, NKV, HD, m);
+}
+
+int gpu_attention_tc_backward_stat_bf(cudaStream_t st, float *dq, float *dk, float *dv,
+                                      const float *dout, const void *qb, const void *kb,
+                                      const void *vb, const float *out, const float *stat, int T,
+                                      int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb, (const bf16 *)vb };
+	return at_backward(st, dq, dk, dv, dout, &in, out, stat, T, S, NH, NKV, HD, m);
+}
+
+/* gpu_attention_tc_backward_stat on the operands in */
+static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                       const struct at_in *in, const float *out, const float *stat, int T,
+                       int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
 
@@ -2503,21 +2561,21 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
 		return 0;
 	int ver = fa_version(1, HD);
 	if (fa_ok(ver, T, S, HD))
-		return fa_attention_backward(st, ver, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH,
+		return fa_attention_backward(st, ver, dq, dk, dv, dout, in, out, stat, T, S, NH,
 		                             NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z)), *d = sf + cs;
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qb = ds + cs;
-	__nv_bfloat16 *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qs = ds + cs;
+	__nv_bfloat16 *dob = qs + nq + 2 * nk;
 	long long gh = (long long)z.group * HD;
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 	cast(st, dob, dout, nq);
 	int rows = T * NH, wpb = AT_THREADS / 32;
 	rowdot_kernel<<<CEIL_DIV(rows, wpb), AT_THREADS, 0, st>>>(d, dout, out, rows, HD);

@@ -201,3 +201,22 @@ void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int
 	TRAIN_CALL("swiglu_cat_backward_bb",
 	           gpu_swiglu_cat_backward_bb(gpu_stream(), dgub, dy, gub, N, I));
 }
+
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_stat_bf",
+	           gpu_attention_tc_stat_bf(gpu_stream(), out, stat, qb, kb, vb, T, S, NH, NKV, HD,
+	                                    m));
+}
+
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_backward_stat_bf",
+	           gpu_attention_tc_backward_stat_bf(gpu_stream(), dq, dk, dv, dout, qb, kb, vb, out,
+	                                             stat, T, S, NH, NKV, HD, m));
+}

@@ -58,5 +58,12 @@ void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float 
 void cu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out);
 void cu_swiglu_cat_bb(void *hb, const void *gub, int N, int I);
 void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I);
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m);
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m);
 
 #endif

@@ -5,7 +5,8 @@
  * several query chunks (each with its own key range), packed samples over several 64-row
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
- * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
+ * the backward) and their _bf forms (q, k, v in bf16; their CPU twins bitwise against the
+ * fp32 twins); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
  * fused kernels: version 2 (or DICE_FA in the environment: 1 to 3 for both passes, two
  * digits for each), every case then again with version 3 (DICE_FA=3, or 3 and the
  * environment's backward digit, set here; version 2 runs where version 3 does not: head dim
@@ -23,6 +24,19 @@ static float *rand_bf16(size_t n, float lo, float hi)
 	for (size_t i = 0; i < n; i++)
 		p[i] = dice_bf16_to_f32(dice_f32_to_bf16(p[i]));
 	return p;
+}
+
+/* x (n floats, bf16 values) as bf16 on the device */
+static void *up_bf16(const float *x, size_t n)
+{
+	uint16_t *h = (uint16_t *)xmalloc((n ? n : 1) * 2);
+	void *d;
+
+	for (size_t i = 0; i < n; i++)
+		h[i] = dice_f32_to_bf16(x[i]);
+	d = gt_up(h, n * 2);
+	free(h);
+	return d;
 }
 
 /* the device output d (n floats) against the twin's, named op + what */
@@ -103,8 +117,47 @@ static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dm
 		hg[1] = gt_down(dk_d, kn);
 		hg[2] = gt_down(dv_d, kn);
 	}
+	/* the _bf pair: q, k, v given in bf16 (the values are bf16 already: the same results) */
+	void *qb_d = up_bf16(q, qn), *kb_d = up_bf16(k, kn), *vb_d = up_bf16(v, kn);
+	G->attention_tc_stat_bf(o2_d, st_d, qb_d, kb_d, vb_d, c->T, c->S, c->NH, c->NKV, c->HD,
+	                        &dm);
+	cmp_dev("attention_tc_stat_bf out", what, o2_d, out, qn);
+	G->attention_tc_backward_stat_bf(dq_d, dk_d, dv_d, do_d, qb_d, kb_d, vb_d, o_d, st_d, c->T,
+	                                 c->S, c->NH, c->NKV, c->HD, &dm);
+	cmp_dev("attention_tc_backward_stat_bf dq", what, dq_d, rdq, qn);
+	cmp_dev("attention_tc_backward_stat_bf dk", c->name, dk_d, rdk, kn);
+	cmp_dev("attention_tc_backward_stat_bf dv", c->name, dv_d, rdv, kn);
+	G->free(qb_d); G->free(kb_d); G->free(vb_d);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d); G->free(st_d); G->free(o2_d);
+}
+
+/* the CPU twins of the _bf ops (widen, then the fp32 twins) against the fp32 twins' results
+ * (out, rdq, rdk, rdv), bitwise: q, k, v hold bf16 values */
+static void bf_twin_check(const struct gt_acase *c, const struct attn_mask *hm, const float *q,
+                          const float *k, const float *v, const float *dout, const float *out,
+                          const float *rdq, const float *rdk, const float *rdv)
+{
+	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
+	uint16_t *qb = (uint16_t *)xmalloc(qn * 2 + 2), *kb = (uint16_t *)xmalloc(kn * 2 + 2);
+	uint16_t *vb = (uint16_t *)xmalloc(kn * 2 + 2);
+	float *o = (float *)xmalloc(qn * 4 + 4), *dq = (float *)xmalloc(qn * 4 + 4);
+	float *dk = (float *)xmalloc(kn * 4 + 4), *dv = (float *)xmalloc(kn * 4 + 4);
+	char what[200];
+
+	for (size_t i = 0; i < qn; i++)
+		qb[i] = dice_f32_to_bf16(q[i]);
+	for (size_t i = 0; i < kn; i++) {
+		kb[i] = dice_f32_to_bf16(k[i]);
+		vb[i] = dice_f32_to_bf16(v[i]);
+	}
+	H->attention_tc_stat_bf(o, NULL, qb, kb, vb, c->T, c->S, c->NH, c->NKV, c->HD, hm);
+	H->attention_tc_backward_stat_bf(dq, dk, dv, dout, qb, kb, vb, out, NULL, c->T, c->S, c->NH,
+	                                 c->NKV, c->HD, hm);
+	snprintf(what, sizeof what, "cpu attention_tc_stat_bf and backward bitwise, %s", c->name);
+	CHECK(!memcmp(o, out, qn * 4) && !memcmp(dq, rdq, qn * 4) && !memcmp(dk, rdk, kn * 4) &&
+	      !memcmp(dv, rdv, kn * 4), what);
+	free(qb); free(kb); free(vb); free(o); free(dq); free(dk); free(dv);
 }
 
 static void run(const struct gt_acase *c)
@@ -120,6 +173,7 @@ static void run(const struct gt_acase *c)
 	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
 	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
 	                         c->HD, &hm);
+	bf_twin_check(c, &hm, q, k, v, dout, out, rdq, rdk, rdv);
 	float *hg[2][3];
 	for (int fv = 0; fv < 2; fv++)
 		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv, hg[fv]);
