@@ -1660,7 +1660,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
        float *dq, float *dk, float *dv, const float *lseT, const float *DT, const int *fct,
        const unsigned char *map, const int *order, int T, int S, int NH, int NKV, int Tp,
-       float sl2, float scale)
+       float sl2, float scale, int pkv)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 	extern __shared__ uint4 f3_smem[];
@@ -1677,7 +1677,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	uint64_t *dsfull = lempty + 2, *dsempty = dsfull + 2;         /* mode 3 */
 	int *lcnt = (int *)(dsempty + 2), *lst = lcnt + 4;
 	int group = NH / NKV, nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
-	int nitems = CEIL_DIV(nkt, 2) * NH;
+	int NI = pkv ? NKV : NH, nh = pkv ? group : 1, nitems = CEIL_DIV(nkt, 2) * NI;
 	const int HD = 128;
 
 	if (tid == 0) {
@@ -1711,7 +1711,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			int x = f3_item(k);
 			if (x >= nitems)
 				continue;
-			int b = ii & 1, u = order[x / NH], h = x % NH, hk = h / group, *list = lst + b * nqt;
+			int b = ii & 1, u = order[x / NI], hk = pkv ? x % NI : x % NI / group;
+			int h0 = pkv ? hk * group : x % NI, *list = lst + b * nqt;
 			/* the list's buffer (read by the consumers of item ii - 2), then K and V (of
 			 * item ii - 1) given back */
 			mb_wait(&lempty[b], ((ii >> 1) & 1) ^ 1);
@@ -1729,8 +1730,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 				mb_arrive(kvfull);
 			}
 			ii++;
-			for (int it = 0; it < nl; it++, gt++) {
-				int slot = gt % F3B_NS, i0 = (list[it] >> 4) * FA_T;
+			for (int it = 0; it < nl * nh; it++, gt++) {
+				int slot = gt % F3B_NS, i0 = (list[it % nl] >> 4) * FA_T, h = h0 + it / nl;
 				char *st = stg + slot * F3B_STAGE;
 				float *rows = (float *)(st + 4 * F3_HALF);
 				if (tid)
@@ -1760,12 +1761,12 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			int x = f3_item(k);
 			if (x >= nitems)
 				continue;
-			int b = ii & 1, h = x % NH;
+			int b = ii & 1, h0 = pkv ? x % NI * group : x % NI;
 			mb_wait(kvfull, ii & 1);
 			int nl = lcnt[b];
 			const int *list = lst + b * nqt;
-			for (int it = 0; it < nl; it++) {
-				int rt = gt + it, db = rt & 1, qt = list[it] >> 4;
+			for (int it = 0; it < nl * nh; it++) {
+				int rt = gt + it, db = rt & 1, qt = list[it % nl] >> 4, h = h0 + it / nl;
 				const char *ds = sds + db * F3B_DS;
 				mb_wait(&dsfull[db], (rt >> 1) & 1);
 #pragma unroll 1
@@ -1794,7 +1795,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 				mb_arrive(kvempty);
 				mb_arrive(&lempty[b]);
 			}
-			gt += nl;
+			gt += nl * nh;
 			ii++;
 		}
 		return;
@@ -1808,7 +1809,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	int x = f3_item(k);
 	if (x >= nitems)
 		continue;
-	int b = ii & 1, u = order[x / NH], h = x % NH, hk = h / group, j0 = u * FB_M;
+	int b = ii & 1, u = order[x / NI], hk = pkv ? x % NI : x % NI / group, j0 = u * FB_M;
+	int h0 = pkv ? hk * group : x % NI;
 	int kb[2], kf[2];
 	float dka[16][4], dva[16][4];
 
@@ -1825,9 +1827,10 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	mb_wait(kvfull, ii & 1);
 	int nl = lcnt[b];
 	const int *list = lst + b * nqt;
-	for (int it = 0; it < nl; it++) {
+	for (int it = 0; it < nl * nh; it++) {
 		int rt = gt + it;               /* the tile's number in the ring */
-		int slot = rt % F3B_NS, e = list[it], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
+		int slot = rt % F3B_NS, e = list[it % nl], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
+		int h = h0 + it / nl;
 		int code = wg ? c1 : c0;
 		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
 		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
@@ -1988,10 +1991,10 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		mb_arrive(kvempty);
 		mb_arrive(&lempty[b]);
 	}
-	gt += nl;
+	gt += nl * nh;
 	ii++;
 	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
-	             group > 1);
+	             !pkv && group > 1);
 	}
 	if (MODE == 1 && lane < 16)
 		f3b_bulk_wait();
@@ -2013,6 +2016,15 @@ static int f3b_mode(void)
 {
 	const char *e = getenv("DICE_FA3B_MODE");
 	return e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 0;
+}
+
+/* whether version 3's backward takes an item per kv head (the heads of its group in turn: dK,
+ * dV summed in registers and stored, no atomics, no zeroing) rather than per query head:
+ * DICE_FA3B_KV=1 in the environment (for measurement) */
+static int f3b_pkv(void)
+{
+	const char *e = getenv("DICE_FA3B_KV");
+	return e && *e == '1';
 }
 
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
@@ -2320,7 +2332,8 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		CUDA_CHECK_LAUNCH();
 		/* persistent blocks as the forward's (DICE_FA3_PERS) */
 		const char *ps = getenv("DICE_FA3_PERS");
-		int md = f3b_mode(), grid = fb_units(T, S, 0) * NH, pn = ps && *ps ? atoi(ps) : 1;
+		int md = f3b_mode(), pkv = f3b_pkv(), pn = ps && *ps ? atoi(ps) : 1;
+		int grid = fb_units(T, S, 0) * (pkv ? NKV : NH);
 		if (pn == 1)
 			pn = gpu_sm_count();
 		if (pn > 0 && grid > pn)
@@ -2328,7 +2341,7 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		(md == 3 ? f3_bwd<3> : md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<
 			grid, md == 3 ? 512 : F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
-			sl2, scale);
+			sl2, scale, pkv);
 	} else if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
@@ -2554,13 +2567,15 @@ static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const f
 	if (at_check(&z, T, S, NH, NKV, HD, m) < 0)
 		return -1;
 	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD;
-	gpu_zero(st, dk, nk * 4);
-	gpu_zero(st, dv, nk * 4);
+	int ver = fa_version(1, HD), fused = T && S && fa_ok(ver, T, S, HD);
+	if (!(fused && ver == 3 && f3b_pkv())) {   /* (else every row is stored) */
+		gpu_zero(st, dk, nk * 4);
+		gpu_zero(st, dv, nk * 4);
+	}
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
-	int ver = fa_version(1, HD);
-	if (fa_ok(ver, T, S, HD))
+	if (fused)
 		return fa_attention_backward(st, ver, dq, dk, dv, dout, in, out, stat, T, S, NH,
 		                             NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
