@@ -46,9 +46,12 @@ static __global__ void cast_bf16_x8_kernel(uint4 *d, const float4 *s, size_t n8)
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float4 a = s[2 * i], b = s[2 * i + 1];
-		__nv_bfloat162 x = __floats2bfloat162_rn(a.x, a.y), y = __floats2bfloat162_rn(a.z, a.w);
-		__nv_bfloat162 z = __floats2bfloat162_rn(b.x, b.y), w = __floats2bfloat162_rn(b.z, b.w);
-		d[i] = make_uint4(*(unsigned *)&x, *(unsigned *)&y, *(unsigned *)&z, *(unsigned *)&w);
+		__nv_bfloat162 x = __floats2bfloat162_rn(a.x, a.y);
+		__nv_bfloat162 y = __floats2bfloat162_rn(a.z, a.w);
+		__nv_bfloat162 z = __floats2bfloat162_rn(b.x, b.y);
+		__nv_bfloat162 w = __floats2bfloat162_rn(b.z, b.w);
+		d[i] = make_uint4(*(unsigned *)&x, *(unsigned *)&y, *(unsigned *)&z,
+		                  *(unsigned *)&w);
 	}
 }
 
@@ -1776,8 +1779,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 #pragma unroll
 					for (int kk = 0; kk < 8; kk++)
 						f3b_ss_tt<32>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
-						              D(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64 + kk * 2048,
-						                F3B_KV), kk);
+						              D(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64 +
+						                kk * 2048, F3B_KV), kk);
 					wg_commit();
 					wg_wait<0>();
 					wg_fence_acc<16>(&acc[0][0]);
@@ -2475,7 +2478,8 @@ int gpu_attention_tc_stat_bf(cudaStream_t st, float *out, float *stat, const voi
                              const void *kb, const void *vb, int T, int S, int NH, int NKV,
                              int HD, const struct attn_mask *m)
 {
-	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb, (const bf16 *)vb };
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb,
+	                    (const bf16 *)vb };
 	return at_forward(st, out, stat, &in, T, S, NH, NKV, HD, m);
 }
 
@@ -2552,7 +2556,8 @@ int gpu_attention_tc_backward_stat_bf(cudaStream_t st, float *dq, float *dk, flo
                                       const void *vb, const float *out, const float *stat, int T,
                                       int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
-	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb, (const bf16 *)vb };
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb,
+	                    (const bf16 *)vb };
 	return at_backward(st, dq, dk, dv, dout, &in, out, stat, T, S, NH, NKV, HD, m);
 }
 
