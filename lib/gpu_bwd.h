@@ -122,6 +122,14 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *out, const float *stat, int T,
                                    int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* the same two with q, k, v given in bf16 (lib/ops.h .attention_tc_stat_bf) */
+int gpu_attention_tc_stat_bf(cudaStream_t st, float *out, float *stat, const void *qb,
+                             const void *kb, const void *vb, int T, int S, int NH, int NKV,
+                             int HD, const struct attn_mask *m);
+int gpu_attention_tc_backward_stat_bf(cudaStream_t st, float *dq, float *dk, float *dv,
+                                      const float *dout, const void *qb, const void *kb,
+                                      const void *vb, const float *out, const float *stat, int T,
+                                      int S, int NH, int NKV, int HD, const struct attn_mask *m);
 /* device memory in use (total - free, bytes) and the dense bf16 peak FLOP/s of the device by
  * its name (H100/H200: 989e12; 0 when unknown) */
 int gpu_device_info(size_t *mem_used, double *peak_flops);

@@ -297,6 +297,18 @@ struct ops {
 	 * (y may equal c; else c is only read): a residual add without a copy first */
 	void (*matmul_xb_add)(float *y, const void *xb, const void *w, const float *c, int N,
 	                      int in, int out);
+	/* ---- (appended) .attention_tc_stat and .attention_tc_backward_stat with q(T, NH*HD),
+	 * k and v(S, NKV*HD) given in bf16 (qb, kb, vb; made by the caller's own passes, so that
+	 * the op casts none): the results of the fp32 ops on their widened values, bit for bit
+	 * where those are deterministic (CUDA rounds its operands to bf16 anyway; CPU: widens,
+	 * then the fp32 twins) */
+	void (*attention_tc_stat_bf)(float *out, float *stat, const void *qb, const void *kb,
+	                             const void *vb, int T, int S, int NH, int NKV, int HD,
+	                             const struct attn_mask *m);
+	void (*attention_tc_backward_stat_bf)(float *dq, float *dk, float *dv, const float *dout,
+	                                      const void *qb, const void *kb, const void *vb,
+	                                      const float *out, const float *stat, int T, int S,
+	                                      int NH, int NKV, int HD, const struct attn_mask *m);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -613,6 +613,45 @@ static void cpu_attention_tc_backward_stat(float *dq, float *dk, float *dv, cons
 	cpu_attention_backward(dq, dk, dv, dout, q, k, v, out, T, S, NH, NKV, HD, m);
 }
 
+/* n bf16 values widened into a new fp32 array (freed by the caller) */
+static float *cpu_widen_bf16(const void *xb, size_t n)
+{
+	const uint16_t *h = xb;
+	float *x = xmalloc((n ? n : 1) * sizeof *x);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = dice_bf16_to_f32(h[i]);
+	return x;
+}
+
+static void cpu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                                     const void *vb, int T, int S, int NH, int NKV, int HD,
+                                     const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	float *q = cpu_widen_bf16(qb, nq), *k = cpu_widen_bf16(kb, nk), *v = cpu_widen_bf16(vb, nk);
+
+	cpu_attention_tc_stat(out, stat, q, k, v, T, S, NH, NKV, HD, m);
+	free(q);
+	free(k);
+	free(v);
+}
+
+static void cpu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                              const void *qb, const void *kb, const void *vb,
+                                              const float *out, const float *stat, int T, int S,
+                                              int NH, int NKV, int HD,
+                                              const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	float *q = cpu_widen_bf16(qb, nq), *k = cpu_widen_bf16(kb, nk), *v = cpu_widen_bf16(vb, nk);
+
+	cpu_attention_tc_backward_stat(dq, dk, dv, dout, q, k, v, out, stat, T, S, NH, NKV, HD, m);
+	free(q);
+	free(k);
+	free(v);
+}
+
 static void cpu_rmsnorm_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N,
                            int C, float eps)
 {
@@ -748,6 +787,8 @@ const struct ops ops_cpu = {
 	.swiglu_cat_backward_bb = cpu_swiglu_cat_backward_bb,
 	.cross_entropy_xb = cpu_cross_entropy_xb,
 	.matmul_xb_add = cpu_matmul_xb_add,
+	.attention_tc_stat_bf = cpu_attention_tc_stat_bf,
+	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

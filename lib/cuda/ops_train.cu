@@ -216,3 +216,22 @@ void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, i
 {
 	TRAIN_CALL("matmul_xb_add", gpu_matmul_xb_add(gpu_stream(), y, xb, w, c, N, in, out));
 }
+
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_stat_bf",
+	           gpu_attention_tc_stat_bf(gpu_stream(), out, stat, qb, kb, vb, T, S, NH, NKV, HD,
+	                                    m));
+}
+
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_backward_stat_bf",
+	           gpu_attention_tc_backward_stat_bf(gpu_stream(), dq, dk, dv, dout, qb, kb, vb, out,
+	                                             stat, T, S, NH, NKV, HD, m));
+}

@@ -63,5 +63,12 @@ void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, i
                       int out);
 void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
                          const float *weight, int N, int V);
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m);
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m);
 
 #endif
