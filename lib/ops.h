@@ -309,6 +309,10 @@ struct ops {
 	                                      const void *qb, const void *kb, const void *vb,
 	                                      const float *out, const float *stat, int T, int S,
 	                                      int NH, int NKV, int HD, const struct attn_mask *m);
+	/* ---- (appended) .rmsnorm_rope with y rounded to bf16 (yb, as .cast_bf16): the
+	 * attention's q and k made in bf16 in one pass */
+	void (*rmsnorm_rope_xb)(void *yb, const float *x, const void *w, enum dice_dtype wdt,
+	                        const int *pos, int N, int NH, int HD, float theta, float eps);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -426,6 +426,7 @@ static const struct ops ops_cuda = {
 	cu_matmul_xb_add,
 	cu_attention_tc_stat_bf,
 	cu_attention_tc_backward_stat_bf,
+	cu_rmsnorm_rope_xb,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */
