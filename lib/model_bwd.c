@@ -24,10 +24,11 @@
  * bf16 (t->lp 1, else NULL): xn1b, attb, xn2b, hb, the GEMM inputs rounded once; and
  * (t->lp 1) stat, what ops->attention_tc_stat keeps for the attention backward. With the
  * MLP in bf16 (gu_fused) gub holds the gate and up products as bf16 rows [gate | up] and
- * gate, up are NULL. */
+ * gate, up are NULL; with the attention's inputs in bf16 (att_bf) qb, kb, vb hold q, k, v
+ * (the normed, rotated q and k) and q, k, v are NULL. */
 struct acts {
 	float *xn1, *qraw, *q, *kraw, *k, *v, *att, *xmid, *xn2, *gate, *up, *h;
-	void *xn1b, *attb, *xn2b, *hb, *gub;
+	void *xn1b, *attb, *xn2b, *hb, *gub, *qb, *kb, *vb;
 	float *stat;                    /* t->lp: (rows, NH) attention statistics */
 };
 
@@ -37,18 +38,21 @@ static size_t bf16_bytes(size_t n)
 	return (n * 2 + 15) & ~(size_t)15;
 }
 
-static size_t acts_bytes(const struct model_config *c, int rows, int lp, int gu)
+static size_t acts_bytes(const struct model_config *c, int rows, int lp, int gu, int ab)
 {
 	size_t R = (size_t)rows, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
 	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
 	if (!lp)
 		return R * (3 * C + 3 * QD + 3 * KVD + 3 * I) * 4;
-	return R * (C + 3 * QD + 3 * KVD + (gu ? 0 : 2 * I) + (size_t)c->num_heads) * 4 +
+	return R * (C + (ab ? 2 : 3) * QD + (ab ? 1 : 3) * KVD + (gu ? 0 : 2 * I) +
+	            (size_t)c->num_heads) * 4 +
 	       2 * bf16_bytes(R * C) + bf16_bytes(R * QD) + bf16_bytes(R * I) +
-	       (gu ? bf16_bytes(R * 2 * I) : 0);
+	       (gu ? bf16_bytes(R * 2 * I) : 0) +
+	       (ab ? bf16_bytes(R * QD) + 2 * bf16_bytes(R * KVD) : 0);
 }
 
 static int gu_fused(const struct model_train *t);
+static int att_bf(const struct model_train *t);
 
 static struct acts acts_carve(const struct model_train *t, int l)
 {
@@ -63,7 +67,12 @@ static struct acts acts_carve(const struct model_train *t, int l)
 	memset(&a, 0, sizeof a);
 #define TAKE(f, n) (a.f = (float *)p, p += R * (n) * 4)
 #define TAKE_B(f, n) (a.f = p, p += bf16_bytes(R * (n)))
-	TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	if (att_bf(t)) {
+		TAKE(qraw, QD); TAKE(kraw, KVD);
+		TAKE_B(qb, QD); TAKE_B(kb, KVD); TAKE_B(vb, KVD);
+	} else {
+		TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	}
 	TAKE(att, QD); TAKE(xmid, C);
 	if (gu_fused(t))
 		TAKE_B(gub, 2 * I);
@@ -153,7 +162,45 @@ static int gu_fused(const struct model_train *t)
 	       o->swiglu_cat_bb && o->swiglu_cat_backward_bb && o->matmul_backward_xbb;
 }
 
-/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
+/* the head in bf16 passes: the final norm's output made in bf16 (in the memory of t->xnf),
+ * dlogits rounded to bf16 by the cross-entropy (t->dlb) for the lm_head backward: the same
+ * bits as the fp32 ops, whose products round both anyway */
+static int head_xb(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
+	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
+}
+
+/* the attention's q, k, v made in bf16 by the passes before it (rmsnorm_rope_xb, the v
+ * product rounded to bf16): the attention casts none, and no fp32 copies are kept */
+static int att_bf(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && o->attention_tc_stat_bf &&
+	       o->attention_tc_backward_stat_bf && o->rmsnorm_rope_xb && o->matmul_xbb;
+}
+
+/* the residual adds in the products' epilogue (no copy of the stream first) */
+static int res_add(const struct model_train *t)
+{
+	return t->lp && !t->unfused && t->ops->matmul_xb_add;
+}
+
+/* the residual stream's gradient kept in bf16 too (t->dxb), made by the norms' backward,
+ * for the o and down products' backward */
+static int dres_bf16(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && o->rmsnorm_backward_add && o->matmul_backward_xbb &&
+	       o->cast_bf16;
+}
+
+/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw +=; with
+ * dres_bf16, t->dxb = bf16(dres) */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
 {
@@ -161,11 +208,22 @@ static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, co
 	float eps = t->m->cfg.rms_norm_eps;
 
 	if (o->rmsnorm_backward_add && !t->unfused) {
-		o->rmsnorm_backward_add(dres, dw, dy, x, w.p, w.dt, N, C, eps);
+		o->rmsnorm_backward_add(dres, dres_bf16(t) ? t->dxb : NULL, dw, dy, x, w.p, w.dt, N,
+		                        C, eps);
 	} else {
 		o->rmsnorm_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, C, eps);
 		o->add(dres, t->dtmp, (size_t)N * C);
 	}
+}
+
+/* the backward of a product whose dy is the residual stream's gradient t->dx */
+static void mm_bwd_res(const struct model_train *t, float *dx, float *dw, const float *x,
+                       const void *xb, struct wref w, int N, int in, int out)
+{
+	if (dres_bf16(t))
+		t->ops->matmul_backward_xbb(dx, dw, t->dxb, xb, w.p, N, in, out, 0);
+	else
+		mm_bwd(t, dx, dw, t->dx, x, xb, w, N, in, out, 0);
 }
 
 int model_train_init(struct model_train *t, struct model *m, int recompute)
@@ -338,7 +396,7 @@ static void scratch_free(struct model_train *t)
 	const struct ops *o = t->ops;
 	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
 	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d,
-	                &t->dqkvb };
+	                &t->dqkvb, &t->dlb, &t->dxb };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
@@ -401,7 +459,7 @@ static void reserve(struct model_train *t, int N)
 	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
 	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
 	for (int l = 0; l < t->nlayer_acts; l++)
-		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp, gu_fused(t)));
+		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp, gu_fused(t), att_bf(t)));
 	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
 	t->xnf = o->alloc(R * C * 4);
 	t->sel = o->alloc(R * C * 4);
@@ -418,6 +476,8 @@ static void reserve(struct model_train *t, int N)
 	t->dh = o->alloc(R * I * 4);
 	if (qkv_fused(t))
 		t->dqkvb = o->alloc(R * (QD + 2 * KVD) * 2);
+	if (dres_bf16(t))
+		t->dxb = o->alloc(R * C * 2);
 	t->weight_d = o->alloc(R * 4);
 	t->ids_d = o->alloc(R * sizeof(int));
 	t->pos_d = o->alloc(R * sizeof(int));
@@ -451,9 +511,17 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f norm1");
 	mm(t, a.qraw, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
 	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
-	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
+	if (att_bf(t))
+		o->matmul_xbb(a.vb, a.xn1b, w->v_proj.p, N, C, KVD);
+	else
+		mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
 	model_train_op(t, "f qkv gemm");
-	if (o->rmsnorm_rope && !t->unfused) {
+	if (att_bf(t)) {
+		o->rmsnorm_rope_xb(a.qb, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
+		                   c->rope_theta, eps);
+		o->rmsnorm_rope_xb(a.kb, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
+		                   c->rope_theta, eps);
+	} else if (o->rmsnorm_rope && !t->unfused) {
 		o->rmsnorm_rope(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
 		                c->rope_theta, eps);
 		o->rmsnorm_rope(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
@@ -469,7 +537,12 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		if (t->lp)
+		if (att_bf(t))
+			o->attention_tc_stat_bf(a.att + off * QD, a.stat + off * NH,
+			                        (char *)a.qb + off * QD * 2, (char *)a.kb + off * KVD * 2,
+			                        (char *)a.vb + off * KVD * 2, b->len[s], b->len[s], NH,
+			                        NKV, HD, &mk);
+		else if (t->lp)
 			o->attention_tc_stat(a.att + off * QD, a.stat + off * NH, a.q + off * QD,
 			                     a.k + off * KVD, a.v + off * KVD, b->len[s], b->len[s], NH,
 			                     NKV, HD, &mk);
@@ -480,9 +553,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f attention");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
 	keep_bf16(t, a.attb, a.att, (size_t)N * QD);
-	o->copy(a.xmid, xin, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(a.xmid, xin, (size_t)N * C * 4);
 	model_train_op(t, "f cast att, copy");
-	mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(a.xmid, a.attb, w->o_proj.p, xin, N, QD, C);
+	else
+		mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
 	model_train_op(t, "f o gemm");
 	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "f norm2");
@@ -499,9 +576,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
 	else
 		o->swiglu(a.h, a.gate, a.up, N, I);
-	o->copy(xout, a.xmid, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(xout, a.xmid, (size_t)N * C * 4);
 	model_train_op(t, "f swiglu, copy");
-	mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(xout, a.hb, w->down_proj.p, a.xmid, N, I, C);
+	else
+		mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
 	model_train_op(t, "f down gemm");
 }
 
@@ -523,7 +604,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	a = acts_carve(t, l);
 	model_train_op(t, "b recompute");
 	/* MLP */
-	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
+	mm_bwd_res(t, t->dh, (float *)g->down_proj.p, a.h, a.hb, w->down_proj, N, I, C);
 	model_train_op(t, "b down gemm");
 	if (gu_fused(t)) {
 		/* [dgate | dup] in bf16 rows (in the memory of t->dg), one GEMM pair over both */
@@ -550,13 +631,21 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	norm_bwd_add(t, t->dx, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "b norm2, add");
 	/* attention */
-	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
+	mm_bwd_res(t, t->datt, (float *)g->o_proj.p, a.att, a.attb, w->o_proj, N, QD, C);
 	model_train_op(t, "b o gemm");
 	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		if (t->lp)
+		if (att_bf(t))
+			o->attention_tc_backward_stat_bf(t->dq + off * QD, t->dk + off * KVD,
+			                                 t->dv + off * KVD, t->datt + off * QD,
+			                                 (char *)a.qb + off * QD * 2,
+			                                 (char *)a.kb + off * KVD * 2,
+			                                 (char *)a.vb + off * KVD * 2, a.att + off * QD,
+			                                 a.stat + off * NH, b->len[s], b->len[s], NH, NKV,
+			                                 HD, &mk);
+		else if (t->lp)
 			o->attention_tc_backward_stat(t->dq + off * QD, t->dk + off * KVD,
 			                              t->dv + off * KVD, t->datt + off * QD,
 			                              a.q + off * QD, a.k + off * KVD, a.v + off * KVD,
@@ -652,8 +741,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		if (t->logits)
 			o->free(t->logits);
 		t->logits = o->alloc((size_t)R * V * 4);
+		if (t->dlb)
+			o->free(t->dlb);
+		t->dlb = head_xb(t) ? o->alloc((size_t)R * V * 2) : NULL;
 		t->lrows = R;
 	}
+	int hx = head_xb(t) && t->dlb;      /* (dlb made with the logits) */
 	o->to_device(t->ids_d, b->ids, (size_t)N * sizeof(int));
 	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));
 	o->to_device(t->noisy_d, b->noisy, (size_t)N);
@@ -664,7 +757,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	free(wsel);
 
 	model_train_mark(t, MT_PROF_OPT);      /* zeroing, uploads: charged to the last step */
-	model_train_op(t, "optimizer, uploads");
+	model_train_op(t, "uploads");
 	t->in_bwd = 0;
 	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
 	model_train_op(t, "embed");
@@ -675,8 +768,15 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	float *xf = t->xs + (size_t)L * t->rows * C;
 	if (R) {
 		o->embed(t->sel, t->rowsel_d, xf, DICE_F32, R, C);
-		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
-		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		if (hx) {
+			o->rmsnorm_xb(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			              c->rms_norm_eps);
+			o->matmul_xb(t->logits, t->xnf, w->lm_head.p, R, C, V, 0);
+		} else {
+			o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			           c->rms_norm_eps);
+			o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		}
 		lossh = xmalloc((size_t)R * sizeof *lossh);
 		if (fn) {
 			/* unit weights give -log p of each target (dlogits to a scratch so the
@@ -698,7 +798,10 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 			free(wsel);
 			free(one);
 		}
-		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
+		if (hx)
+			o->cross_entropy_xb(t->loss, t->dlb, t->logits, t->target_d, t->weight_d, R, V);
+		else
+			o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
 		o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
 		for (int r = 0; r < R; r++)
 			sum += lossh[r];
@@ -712,8 +815,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		return 0;
 	}
 	/* backward: head, layers in reverse, embedding */
-	o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf, w->lm_head.p,
-	                   w->lm_head.dt, R, C, V);
+	if (hx)
+		o->matmul_backward_xbb(t->dxn, (float *)t->g.lm_head.p, t->dlb, t->xnf, w->lm_head.p,
+		                       R, C, V, 0);
+	else
+		o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf,
+		                   w->lm_head.p, w->lm_head.dt, R, C, V);
 	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
 	                    w->final_norm.dt, R, C, c->rms_norm_eps);
 	model_train_op(t, "head backward");
@@ -721,6 +828,8 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	t->in_bwd = 1;
 	o->zero(t->dx, (size_t)N * C * 4);
 	o->embed_backward(t->dx, t->rowsel_d, t->dxn, R, C);
+	if (dres_bf16(t))
+		o->cast_bf16(t->dxb, t->dx, (size_t)N * C);
 	for (int l = L - 1; l >= 0; l--)
 		layer_backward(t, b, l);
 	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);
