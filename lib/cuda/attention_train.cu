@@ -1613,6 +1613,7 @@ static __device__ __forceinline__ void f3b_bar(int id, int n)
 
 /* items (key units x NKV with pkv, else x NH) walked by gridDim.x blocks (f3_item); lseT,
  * DT: f3b_prep_kernel's (Tp rows a head); fct: f3_facts_kernel's (Tp query rows) */
+template <int SPLIT>
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -1763,7 +1764,9 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_wait<0>();
 			wg_fence_acc<32>(&s[0][0]);
 			wg_fence_acc<32>(&dp[0][0]);
-			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries) */
+			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries); the
+			 * products dV += P^T dO, dK += dS^T Q issued before dS^T is stored (SPLIT: dV's
+			 * before dS^T is computed) */
 #pragma unroll
 			for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -1773,9 +1776,48 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 					if (code != 2 && (!code || !fa_sees(QB[c], QF[c], kb[r], kf[r])))
 						p = 0.0f;
 					s[n][x] = p;
-					dp[n][x] = p * (dp[n][x] - Dd[c]);
+					if (!SPLIT)
+						dp[n][x] = p * (dp[n][x] - Dd[c]);
 				}
 			}
+			if (SPLIT) {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++)
+					frag_c2a(pa[kk], s, kk);
+				wg_fence();
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++)
+					wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
+					                                       pa[kk][3]),
+					                D(sdo + kk * 2048, F3_HALF), 1, 0);
+				wg_commit();
+#pragma unroll
+				for (int n = 0; n < 8; n++) {
+#pragma unroll
+					for (int x = 0; x < 4; x++)
+						dp[n][x] = s[n][x] * (dp[n][x] - Dd[n * 8 + 2 * t4 + (x & 1)]);
+				}
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				if (!SPLIT)
+					frag_c2a(pa[kk], s, kk);
+				frag_c2a(da[kk], dp, kk);
+			}
+			wg_fence();
+			if (!SPLIT) {
+#pragma unroll
+				for (int kk = 0; kk < 4; kk++)
+					wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
+					                                       pa[kk][3]),
+					                D(sdo + kk * 2048, F3_HALF), 1, 0);
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
+				                                       da[kk][3]),
+				                D(stq + kk * 2048, F3_HALF), 1, 0);
+			wg_commit();
 			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 */
 #pragma unroll
 			for (int n = 0; n < 8; n++) {
@@ -1786,23 +1828,6 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
 				}
 			}
-#pragma unroll
-			for (int kk = 0; kk < 4; kk++) {
-				frag_c2a(pa[kk], s, kk);
-				frag_c2a(da[kk], dp, kk);
-			}
-			wg_fence();
-#pragma unroll
-			for (int kk = 0; kk < 4; kk++)
-				wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
-				                                       pa[kk][3]),
-				                D(sdo + kk * 2048, F3_HALF), 1, 0);
-#pragma unroll
-			for (int kk = 0; kk < 4; kk++)
-				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
-				                                       da[kk][3]),
-				                D(stq + kk * 2048, F3_HALF), 1, 0);
-			wg_commit();
 		}
 		wg_fence_proxy();               /* dS^T written, for the tensor cores */
 		f3b_bar(1, 256);                /* both consumers' dS^T */
@@ -1929,8 +1954,9 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd, (const void *)f3_bwd };
-		for (int i = 0; i < 10; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
+		                      (const void *)f3_bwd<1> };
+		for (int i = 0; i < 11; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -2163,7 +2189,8 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 			pn = gpu_sm_count();
 		if (pn > 0 && grid > pn)
 			grid = pn;
-		f3_bwd<<<grid, F3_THREADS, sm, st>>>(
+		const char *se = getenv("DICE_FA3B_SPLIT");       /* (for measurement) */
+		(se && *se == '1' ? f3_bwd<1> : f3_bwd<0>)<<<grid, F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
 			sl2, scale, pkv);
 	} else if (ver == 1)
