@@ -1548,8 +1548,9 @@ static size_t f3_smem_size(int nkt)
  *                                  a named barrier), A M-major and B N-major, then fp32 atomics
  * dS^T has two buffers, so that a consumer writes the next tile's while the other may still
  * read this one. A consumer whose map column does not see a tile computes it all the same,
- * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). Measured and dropped
- * (H100, SFT shape, 1.70 ms this way with an item per query head): dQ staged in shared
+ * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). 1.505 ms at the SFT
+ * shape on an H100 (bench/attn-train.cu; 2.144 for version 2). Measured and dropped (1.70 ms
+ * this way then, with an item per query head and a plan built every call): dQ staged in shared
  * memory and added by bulk reductions (1.74), each consumer's own dQ over its 64 keys
  * without the barrier (1.84: twice the atomics), a fourth warpgroup for dQ (2.59: the
  * registers it takes from the consumers). */
@@ -1613,7 +1614,6 @@ static __device__ __forceinline__ void f3b_bar(int id, int n)
 
 /* items (key units x NKV with pkv, else x NH) walked by gridDim.x blocks (f3_item); lseT,
  * DT: f3b_prep_kernel's (Tp rows a head); fct: f3_facts_kernel's (Tp query rows) */
-template <int SPLIT>
 static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -1765,8 +1765,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_fence_acc<32>(&s[0][0]);
 			wg_fence_acc<32>(&dp[0][0]);
 			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries); the
-			 * products dV += P^T dO, dK += dS^T Q issued before dS^T is stored (SPLIT: dV's
-			 * before dS^T is computed) */
+			 * products dV += P^T dO, dK += dS^T Q issued before dS^T is stored (dV's issued
+			 * before dS^T is computed measured slower: 1.62 ms against 1.51, spills) */
 #pragma unroll
 			for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -1776,42 +1776,20 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 					if (code != 2 && (!code || !fa_sees(QB[c], QF[c], kb[r], kf[r])))
 						p = 0.0f;
 					s[n][x] = p;
-					if (!SPLIT)
-						dp[n][x] = p * (dp[n][x] - Dd[c]);
-				}
-			}
-			if (SPLIT) {
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++)
-					frag_c2a(pa[kk], s, kk);
-				wg_fence();
-#pragma unroll
-				for (int kk = 0; kk < 4; kk++)
-					wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
-					                                       pa[kk][3]),
-					                D(sdo + kk * 2048, F3_HALF), 1, 0);
-				wg_commit();
-#pragma unroll
-				for (int n = 0; n < 8; n++) {
-#pragma unroll
-					for (int x = 0; x < 4; x++)
-						dp[n][x] = s[n][x] * (dp[n][x] - Dd[n * 8 + 2 * t4 + (x & 1)]);
+					dp[n][x] = p * (dp[n][x] - Dd[c]);
 				}
 			}
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++) {
-				if (!SPLIT)
-					frag_c2a(pa[kk], s, kk);
+				frag_c2a(pa[kk], s, kk);
 				frag_c2a(da[kk], dp, kk);
 			}
 			wg_fence();
-			if (!SPLIT) {
 #pragma unroll
-				for (int kk = 0; kk < 4; kk++)
-					wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
-					                                       pa[kk][3]),
-					                D(sdo + kk * 2048, F3_HALF), 1, 0);
-			}
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
+				                                       pa[kk][3]),
+				                D(sdo + kk * 2048, F3_HALF), 1, 0);
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++)
 				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
@@ -1873,7 +1851,7 @@ static size_t f3b_smem_size(int nqt)
 }
 
 /* whether version 3's backward takes an item per kv head (the heads of its group in turn: dK,
- * dV summed in registers and stored, no atomics, no zeroing; 1.615 ms against 1.703 per
+ * dV summed in registers and stored, no atomics, no zeroing; 1.505 ms against 1.593 per
  * query head at the SFT shape, H100), the default, or per query head as version 2
  * (DICE_FA3B_KV=0 in the environment) */
 static int f3b_pkv(void)
@@ -1954,9 +1932,8 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
-		                      (const void *)f3_bwd<1> };
-		for (int i = 0; i < 11; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd };
+		for (int i = 0; i < 10; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -2189,8 +2166,7 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 			pn = gpu_sm_count();
 		if (pn > 0 && grid > pn)
 			grid = pn;
-		const char *se = getenv("DICE_FA3B_SPLIT");       /* (for measurement) */
-		(se && *se == '1' ? f3_bwd<1> : f3_bwd<0>)<<<grid, F3_THREADS, sm, st>>>(
+		f3_bwd<<<grid, F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
 			sl2, scale, pkv);
 	} else if (ver == 1)
