@@ -1966,6 +1966,7 @@ struct fa_head {
 	unsigned char *map;
 	int *ordf, *ordb, *work;
 	int *fct;
+	int *flag;                      /* 4: plan changed, forward order built, backward's */
 };
 
 /* the rows of version 3's facts: query rows (whole 128-row units), keys (whole tiles) */
@@ -1980,6 +1981,7 @@ static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
 	size_t o1 = FA_RND(nmap), o2 = o1 + FA_RND((size_t)nf * 4), o3 = o2 + FA_RND((size_t)nb * 4);
 	size_t o4 = o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
+	size_t o5 = o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
 
 	if (hd) {
 		hd->map = (unsigned char *)sc;
@@ -1987,8 +1989,9 @@ static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 		hd->ordb = (int *)(sc + o2);
 		hd->work = (int *)(sc + o3);
 		hd->fct = (int *)(sc + o4);
+		hd->flag = (int *)(sc + o5);
 	}
-	return o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
+	return o5 + FA_RND(16);
 }
 
 /* The plan of the fused kernels lives in device memory of its own, kept from call to call
@@ -2013,17 +2016,17 @@ static void fa_prepare(cudaStream_t st, struct fa_head *hd, int T, int S,
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	int fresh = T != fa_plan.T || S != fa_plan.S, mb = CEIL_DIV(nqt * nkt, FB_MAPW);
 
-	if (nh + 16 > fa_plan.cap) {
+	if (nh > fa_plan.cap) {
 		if (fa_plan.buf)
 			CUDA_CHECK(cudaFree(fa_plan.buf));      /* (waits for the kernels using it) */
-		CUDA_CHECK(cudaMalloc((void **)&fa_plan.buf, nh + 16));
-		fa_plan.cap = nh + 16;
+		CUDA_CHECK(cudaMalloc((void **)&fa_plan.buf, nh));
+		fa_plan.cap = nh;
 		fresh = 1;
 	}
 	fa_plan.T = T;
 	fa_plan.S = S;
 	fa_head_carve(hd, fa_plan.buf, T, S);
-	int *flag = (int *)(fa_plan.buf + nh);
+	int *flag = hd->flag;
 	CUDA_CHECK(cudaMemsetAsync(flag, fresh, 4, st));    /* (bytes of 1: flag[0] set) */
 	f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m, nz,
 	                                                         sg, flag);
@@ -2539,13 +2542,22 @@ int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k
 	GPU_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0 && m && m->block > 0, "attention_bf16");
 	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
 	fa_head_carve(&hd, (char *)scratch, T, S);
-	/* fa_prepare's map and forward order, the map by pf_map_kernel */
+	/* fa_prepare's facts, map and forward order, built every call (flag[0] set: the plan
+	 * kept by the training calls is not this one), the map by pf_map_kernel */
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	int nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
+	CUDA_CHECK(cudaMemsetAsync(hd.flag, 1, 4, st));
+	f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd.fct, T, S, nqr, nkr, *m, nz,
+	                                                         sg, hd.flag);
+	CUDA_CHECK_LAUNCH();
 	pf_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0, st>>>(
 		hd.map, T, S, *m, nz, sg);
 	CUDA_CHECK_LAUNCH();
-	if (ver != 1)
-		fb_order(st, hd.ordf, hd.work, hd.map, T, S, 1);
+	if (ver != 1) {
+		fb_order_kernel<<<1, 1024, 0, st>>>(hd.ordf, hd.work, hd.map, CEIL_DIV(T, FA_T), nkt,
+		                                    1, hd.flag);
+		CUDA_CHECK_LAUNCH();
+	}
 	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
 	                  &hd, T, S, NH, NKV, HD, m);
 }
