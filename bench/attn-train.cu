@@ -8,8 +8,9 @@
  * version 2, DICE_FA=3: version 3 forward and backward, version 2 where version 3 does not
  * run: HD 64, not sm_90; set in this process between calls; BENCH_FA
  * names the versions to time, e.g. "2 3", default all three) is timed in the same process,
- * interleaved run by run; a run is one op call between CUDA events (casts, tile map and ordering
- * included, as the trainer calls it); the table gives the median of REPS runs (default 9)
+ * interleaved run by run; a run is one op call between CUDA events (casts included, as the
+ * trainer calls it; the tile map and orders are kept from call to call, as for the trainer's
+ * layers, which share a mask); the table gives the median of REPS runs (default 9)
  * after 2 warm-up calls of each. FLOP/s two ways: "pairs" counts 4 HD flops per visible
  * (query, key) pair and head forward, 10 backward (S, dP, dV, dK, dQ); "tiles" counts every
  * pair of the 64 x 64 tiles with a visible pair (bench/NOTES-device.md's estimate of 4224

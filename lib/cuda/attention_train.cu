@@ -381,25 +381,6 @@ static __device__ __forceinline__ void fa_facts(const struct attn_mask &m, int n
 	*f = (sg ? 2 * (q ? m.qseg : m.kseg)[i] : 0) + (nz ? (q ? m.qnoisy : m.knoisy)[i] : 0);
 }
 
-/* map[qt * nkt + kt] for block (kt, qt): 0 none visible, 1 some, 2 all */
-static __global__ void fa_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz,
-                                     int sg)
-{
-	int qt = blockIdx.y, kt = blockIdx.x, any = 0, all = 1;
-
-	for (int e = threadIdx.x; e < FA_T * FA_T; e += blockDim.x) {
-		int qb, qf, kb, kf, v;
-		fa_facts(m, nz, sg, 1, qt * FA_T + e / FA_T, T, &qb, &qf);
-		fa_facts(m, nz, sg, 0, kt * FA_T + e % FA_T, S, &kb, &kf);
-		v = fa_sees(qb, qf, kb, kf);
-		any |= v;
-		all &= v;
-	}
-	any = __syncthreads_or(any);
-	all = __syncthreads_and(all);
-	if (threadIdx.x == 0)
-		map[(size_t)qt * gridDim.x + kt] = any ? (all ? 2 : 1) : 0;
-}
 
 /* list[] = (j << sh) + code for every j < n with code = map[j stride] + (two ? 4 map[j stride
  * + off2] : 0) != 0, in order, by the calling warp; returns the count to every lane */
@@ -912,15 +893,15 @@ fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 #define FB_BT 256               /* backward threads: 8 warps x 16 keys */
 #define FB_MAPW 8               /* key tiles (one a warp) of a map block */
 
-/* the summary of a 64-row tile's facts (query rows: q 1) for the calling warp: the smallest
- * and largest row block, and the common flags f (fa_facts), or -1 where they differ */
-static __device__ void fb_tile_sum(const struct attn_mask &m, int nz, int sg, int q, int t,
-                                   int n, int *bmin, int *bmax, int *f)
+/* the summary of a 64-row tile's facts (fb at row blocks, ff at flags: f3_facts_kernel's)
+ * for the calling warp: the smallest and largest row block, and the common flags f, or -1
+ * where they differ */
+static __device__ void fb_tile_sum(const int *fb, const int *ff, int t, int *bmin, int *bmax,
+                                   int *f)
 {
-	int lane = threadIdx.x & 31, b0, f0, b1, f1, fl;
+	int lane = threadIdx.x & 31, r = t * FA_T + lane, fl;
+	int b0 = fb[r], f0 = ff[r], b1 = fb[r + 32], f1 = ff[r + 32];
 
-	fa_facts(m, nz, sg, q, t * FA_T + lane, n, &b0, &f0);
-	fa_facts(m, nz, sg, q, t * FA_T + 32 + lane, n, &b1, &f1);
 	*bmin = __reduce_min_sync(0xffffffffu, min(b0, b1));
 	*bmax = __reduce_max_sync(0xffffffffu, max(b0, b1));
 	fl = __shfl_sync(0xffffffffu, f0, 0);
@@ -949,70 +930,77 @@ static __device__ __forceinline__ int fb_code_sum(int qlo, int qhi, int qf, int 
 	return klo <= qhi ? (khi <= qlo ? 2 : 1) : 0;   /* kb <= qb */
 }
 
-/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles), one warp a
- * tile: the code from the tiles' summaries where they decide it (fb_code_sum), else the mask
- * rule over the 4096 pairs */
+/* map[qt * nkt + kt] for query tile qt and key tile kt: 0 none visible, 1 some, 2 all; one
+ * warp a tile (FB_MAPW warps a block, walking the tiles): the code from the tiles' summaries
+ * where they decide it (fb_code_sum), else the mask rule over the 4096 pairs; the rows'
+ * facts from fct (f3_facts_kernel: nqr query rows, nkr keys). Only where flag[0] is set
+ * (the plan changed: fa_plan), clearing flag[1], flag[2] (the orders built from the map) */
 static __global__ void __launch_bounds__(32 * FB_MAPW)
-fb_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
+fb_map_kernel(unsigned char *map, const int *fct, int nqr, int nkr, int nqt, int nkt, int *flag)
 {
-	int qt = blockIdx.y, nkt = CEIL_DIV(S, FA_T), lane = threadIdx.x & 31;
-	int kt = blockIdx.x * FB_MAPW + (threadIdx.x >> 5), qlo, qhi, qf, klo, khi, kf, code;
+	const int *fqb = fct, *fqf = fct + nqr, *fkb = fqf + nqr, *fkf = fkb + nkr;
+	int lane = threadIdx.x & 31, w = blockIdx.x * FB_MAPW + (threadIdx.x >> 5);
 
-	if (kt >= nkt)
-		return;                         /* (a whole warp) */
-	fb_tile_sum(m, nz, sg, 1, qt, T, &qlo, &qhi, &qf);
-	fb_tile_sum(m, nz, sg, 0, kt, S, &klo, &khi, &kf);
-	code = fb_code_sum(qlo, qhi, qf, klo, khi, kf);
-	if (code < 0) {
-		int any = 0, all = 1, kb0, kf0, kb1, kf1;
-		fa_facts(m, nz, sg, 0, kt * FA_T + lane, S, &kb0, &kf0);
-		fa_facts(m, nz, sg, 0, kt * FA_T + 32 + lane, S, &kb1, &kf1);
-		for (int r = 0; r < FA_T; r++) {
-			int qb, qfr, v0, v1;
-			fa_facts(m, nz, sg, 1, qt * FA_T + r, T, &qb, &qfr);
-			v0 = fa_sees(qb, qfr, kb0, kf0);
-			v1 = fa_sees(qb, qfr, kb1, kf1);
-			any |= v0 | v1;
-			all &= v0 & v1;
-		}
-		any = __any_sync(0xffffffffu, any);
-		all = __all_sync(0xffffffffu, all);
-		code = any ? (all ? 2 : 1) : 0;
-	}
-	if (lane == 0)
-		map[(size_t)qt * nkt + kt] = code;
-}
-
-/* work[u] (one warp each) = the tiles with a visible pair among map lines 2u and 2u + 1:
- * rows (byrow: query tiles, the forward's blocks) or columns (key tiles, the backward's) */
-static __global__ void fb_work_kernel(int *work, const unsigned char *map, int nqt, int nkt,
-                                      int byrow)
-{
-	int u = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	int nline = byrow ? nqt : nkt, len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
-
-	if (a >= nline)
-		return;                         /* (a whole warp) */
-	for (int x = lane; x < len; x += 32) {
-		size_t ia = byrow ? (size_t)a * nkt + x : (size_t)x * nkt + a;
-		size_t ib = byrow ? (size_t)b * nkt + x : (size_t)x * nkt + b;
-		c += (map[ia] | (b < nline ? map[ib] : 0)) != 0;
-	}
-	c = __reduce_add_sync(0xffffffffu, c);
-	if (lane == 0)
-		work[u] = c;
-}
-
-/* order[rank] = u for the nu units by falling work (ties: the lower u first) */
-static __global__ void fb_rank_kernel(int *order, const int *work, int nu)
-{
-	int u = blockIdx.x * blockDim.x + threadIdx.x, r = 0;
-
-	if (u >= nu)
+	if (!flag[0])
 		return;
-	for (int x = 0; x < nu; x++)
-		r += work[x] > work[u] || (work[x] == work[u] && x < u);
-	order[r] = u;
+	if (w == 0 && lane == 0)
+		flag[1] = flag[2] = 0;
+	for (int t = w; t < nqt * nkt; t += gridDim.x * FB_MAPW) {   /* (a whole warp) */
+		int qt = t / nkt, kt = t % nkt, qlo, qhi, qf, klo, khi, kf, code;
+		fb_tile_sum(fqb, fqf, qt, &qlo, &qhi, &qf);
+		fb_tile_sum(fkb, fkf, kt, &klo, &khi, &kf);
+		code = fb_code_sum(qlo, qhi, qf, klo, khi, kf);
+		if (code < 0) {
+			int any = 0, all = 1, j = kt * FA_T + lane;
+			int kb0 = fkb[j], kf0 = fkf[j], kb1 = fkb[j + 32], kf1 = fkf[j + 32];
+			for (int r = qt * FA_T; r < qt * FA_T + FA_T; r++) {
+				int v0 = fa_sees(fqb[r], fqf[r], kb0, kf0), v1 = fa_sees(fqb[r], fqf[r], kb1, kf1);
+				any |= v0 | v1;
+				all &= v0 & v1;
+			}
+			any = __any_sync(0xffffffffu, any);
+			all = __all_sync(0xffffffffu, all);
+			code = any ? (all ? 2 : 1) : 0;
+		}
+		if (lane == 0)
+			map[t] = code;
+	}
+}
+
+/* one block: work[u] = the tiles with a visible pair among map lines 2u and 2u + 1 (rows,
+ * byrow: query tiles, the forward's units; or columns: key tiles, the backward's), a warp a
+ * unit; then order[rank] = u for the nu units by falling work (ties: the lower u first).
+ * Only where the plan changed (flag[0]) or this order is not built yet (flag[1 + !byrow]),
+ * which it then marks built */
+static __global__ void fb_order_kernel(int *order, int *work, const unsigned char *map, int nqt,
+                                       int nkt, int byrow, int *flag)
+{
+	int lane = threadIdx.x & 31, nw = blockDim.x >> 5, *built = &flag[1 + !byrow];
+	int nline = byrow ? nqt : nkt, len = byrow ? nkt : nqt, nu = CEIL_DIV(nline, 2);
+
+	if (!flag[0] && *built)
+		return;                         /* (the whole block) */
+	for (int u = threadIdx.x >> 5; u < nu; u += nw) {
+		int a = 2 * u, b = 2 * u + 1, c = 0;
+		for (int x = lane; x < len; x += 32) {
+			size_t ia = byrow ? (size_t)a * nkt + x : (size_t)x * nkt + a;
+			size_t ib = byrow ? (size_t)b * nkt + x : (size_t)x * nkt + b;
+			c += (map[ia] | (b < nline ? map[ib] : 0)) != 0;
+		}
+		c = __reduce_add_sync(0xffffffffu, c);
+		if (lane == 0)
+			work[u] = c;
+	}
+	__syncthreads();
+	for (int u = threadIdx.x; u < nu; u += blockDim.x) {
+		int r = 0;
+		for (int x = 0; x < nu; x++)
+			r += work[x] > work[u] || (work[x] == work[u] && x < u);
+		order[r] = u;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0)
+		*built = 1;
 }
 
 /* out (NULL: only lse) and/or lse (NULL: only out); grid (query units x NH): block b takes
@@ -1503,17 +1491,30 @@ f3_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 #endif
 }
 
-/* fct for version 3: the facts (fa_facts) of the query rows (row blocks qb, then flags qf;
- * nqr rows: whole 128-row units) and of the keys (kb, kf; nkt tiles), rows past T or S
- * as fa_facts gives them */
+/* fct: the facts (fa_facts) of the query rows (row blocks qb, then flags qf; nqr rows: whole
+ * 128-row units) and of the keys (kb, kf; nkr: whole tiles), rows past T or S as fa_facts
+ * gives them; flag[0] set where they differ from what fct held (fa_plan) */
 static __global__ void f3_facts_kernel(int *fct, int T, int S, int nqr, int nkr,
-                                       struct attn_mask m, int nz, int sg)
+                                       struct attn_mask m, int nz, int sg, int *flag)
 {
-	int i = blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < nqr)
-		fa_facts(m, nz, sg, 1, i, T, &fct[i], &fct[nqr + i]);
-	else if (i < nqr + nkr)
-		fa_facts(m, nz, sg, 0, i - nqr, S, &fct[nqr + i], &fct[nqr + nkr + i]);
+	int i = blockIdx.x * blockDim.x + threadIdx.x, b, f, *pb, *pf;
+
+	if (i >= nqr + nkr)
+		return;
+	if (i < nqr) {
+		fa_facts(m, nz, sg, 1, i, T, &b, &f);
+		pb = &fct[i];
+		pf = &fct[nqr + i];
+	} else {
+		fa_facts(m, nz, sg, 0, i - nqr, S, &b, &f);
+		pb = &fct[nqr + i];
+		pf = &fct[nqr + nkr + i];
+	}
+	if (*pb != b || *pf != f) {
+		*pb = b;
+		*pf = f;
+		atomicOr(flag, 1);
+	}
 }
 
 /* version 3's dynamic shared memory (nkt key tiles) */
@@ -1526,14 +1527,18 @@ static size_t f3_smem_size(int nkt)
 /* ---------------------------------------------------------------- version 3's backward
  *
  * The backward on wgmma and TMA (head dim 128, compute capability 9.0; the default there):
- * version 2's items (128 keys of unit order[x / NH], query head x % NH; the same map, list,
- * rounding and dK, dV contract: stored, or added atomically for GQA) in blocks of 3
- * warpgroups. Warpgroup 0 is the producer: one thread copies by TMA the item's K and V (128
- * rows each, once), then for every query tile of the item's list (64 rows) Q, dO and the
- * rows' lse, D and facts (f3b_prep_kernel, f3_facts_kernel) into the next slot of a ring of
- * F3B_NS stages ("full" barriers with the copies' bytes, "empty" ones with an arrival of each
- * consumer warp). Warpgroups 1 and 2 are the consumers, 64 keys (one map column) each, all
- * operands from shared memory in 128-byte swizzled rows of 64 columns:
+ * version 2's map, unit order, rounding and contract, in persistent blocks (one an SM, as
+ * the forward's; DICE_FA3_PERS) of 3 warpgroups that walk items (128 keys of unit
+ * order[x / NKV], kv head x % NKV: the query heads of its group in turn, so that dK and dV
+ * are summed in registers and stored, no atomics; DICE_FA3B_KV=0: an item per query head as
+ * version 2, dK and dV added atomically for GQA). Warpgroup 0 is the producer: one warp
+ * builds each item's list of visible query tiles, one thread copies by TMA the item's K and
+ * V (128 rows each, once the consumers are done with the last item's: "kvempty"), then for
+ * every (head, query tile) of the item Q, dO and the rows' lse, D and facts
+ * (f3b_prep_kernel, f3_facts_kernel) into the next slot of a ring of F3B_NS stages ("full"
+ * barriers with the copies' bytes, "empty" ones with an arrival of each consumer warp).
+ * Warpgroups 1 and 2 are the consumers, 64 keys (one map column) each, all operands from
+ * shared memory in 128-byte swizzled rows of 64 columns:
  *   S^T = K Q^T, dP^T = V dO^T     8 k16 products m64n64 each (K, V, Q, dO K-major)
  *   P^T, dS^T = P^T (dP^T - D)     in registers as version 2 (fa_bwd_step), dS^T also
  *                                  into shared memory (bf16, rows = keys)
@@ -1543,20 +1548,18 @@ static size_t f3_smem_size(int nkt)
  *                                  a named barrier), A M-major and B N-major, then fp32 atomics
  * dS^T has two buffers, so that a consumer writes the next tile's while the other may still
  * read this one. A consumer whose map column does not see a tile computes it all the same,
- * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). The dQ of a tile goes
- * out by fp32 atomics (mode 0), or staged in shared memory and added by bulk reductions, a
- * row of 64 columns each (mode 1); mode 2 drops the barrier between the consumers: each
- * takes the dQ of its own 64 keys, all 128 columns (m64n128 over 4 k16 slices), by atomics
- * (twice the atomic traffic; the consumers drift apart, one's softmax under the other's
- * products). DICE_FA3B_MODE picks one (for measurement). */
+ * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). 1.505 ms at the SFT
+ * shape on an H100 (bench/attn-train.cu; 2.144 for version 2). Measured and dropped (1.70 ms
+ * this way then, with an item per query head and a plan built every call): dQ staged in shared
+ * memory and added by bulk reductions (1.74), each consumer's own dQ over its 64 keys
+ * without the barrier (1.84: twice the atomics), a fourth warpgroup for dQ (2.59: the
+ * registers it takes from the consumers). */
 
 #define F3B_NS 2                        /* stages of the Q, dO ring */
 #define F3B_KV (FB_M * 128)             /* 128 rows of 128 bytes: a column half of K or V */
 #define F3B_DS (FB_M * 128)             /* one dS^T buffer: 128 keys by 64 queries */
 #define F3B_ROWS (4 * FA_T * 4)         /* a stage's lse, D, row blocks, row flags */
 #define F3B_STAGE (4 * F3_HALF + F3B_ROWS)  /* Q halves 0, 1, dO halves 0, 1, the rows */
-#define F3B_DQLD 72                     /* floats a row of mode 1's dQ staging (64 + 8) */
-#define F3B_DQW (16 * F3B_DQLD * 4)     /* a consumer warp's dQ staging (16 rows) */
 
 /* one warp a (query row, head) of Tp rows (whole 128-row units): dob = dout in bf16; the
  * per-head arrays DT[h Tp + i] = rowsum(dout out) (rowdot_kernel's order of sums) and
@@ -1586,54 +1589,11 @@ static __global__ void f3b_prep_kernel(bf16 *dob, float *DT, float *lseT, const 
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* D = A B (acc 0) or + D, m64nNk16 bf16 (N 64 or 128), A M-major and B N-major from shared
- * memory */
-template <int N>
-static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc);
-
-template <>
-__device__ __forceinline__ void f3b_ss_tt<32>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile(WG_SSP32 WG_MMA(32, "bf16") "{" WG_R32 "}" ", %16, %17, p, 1, 1, 1, 1;\n}\n"
-	             : WG_O32 : "l"(da), "l"(db), "r"(acc));
-}
-
-template <>
-__device__ __forceinline__ void f3b_ss_tt<64>(float *d, uint64_t da, uint64_t db, int acc)
+/* D = A B (acc 0) or + D, m64n64k16 bf16, A M-major and B N-major from shared memory */
+static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc)
 {
 	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
 	             : WG_O64 : "l"(da), "l"(db), "r"(acc));
-}
-
-template <>
-__device__ __forceinline__ void f3b_ss_tt<128>(float *d, uint64_t da, uint64_t db, int acc)
-{
-	asm volatile(WG_SSP128 WG_MMA(128, "bf16") "{" WG_R128 "}" ", %64, %65, p, 1, 1, 1, 1;\n}\n"
-	             : WG_O128 : "l"(da), "l"(db), "r"(acc));
-}
-
-/* the bulk reduction (add, f32) of bytes at src in shared memory into global dst (both
- * 16-byte aligned), in this thread's current bulk group; the group's end; waiting until this
- * thread's groups have read their sources (read) or are done */
-static __device__ __forceinline__ void f3b_red_add(float *dst, const void *src, unsigned bytes)
-{
-	asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-	             :: "l"(dst), "r"(wg_smem(src)), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void f3b_bulk_commit(void)
-{
-	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void f3b_bulk_wait_read(void)
-{
-	asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void f3b_bulk_wait(void)
-{
-	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 /* the descriptor (wg_desc) of a 128-byte swizzled operand (8-row groups 1024 bytes apart) at
@@ -1652,13 +1612,9 @@ static __device__ __forceinline__ void f3b_bar(int id, int n)
 
 #endif
 
-/* grid (key units x NH) as fb_bwd; lseT, DT: f3b_prep_kernel's (Tp rows a head); fct:
- * f3_facts_kernel's (Tp query rows). MODE 0 and 1: dQ as above, added by fp32 atomics (0) or
- * staged in shared memory and added by bulk reductions, a row a lane (1); MODE 2: each
- * consumer on its own (no barrier between them), dQ of its 64 keys (all 128 columns, dS^T
- * its own) by fp32 atomics */
-template <int MODE>
-static __global__ void __launch_bounds__(MODE == 3 ? 512 : F3_THREADS, 1)
+/* items (key units x NKV with pkv, else x NH) walked by gridDim.x blocks (f3_item); lseT,
+ * DT: f3b_prep_kernel's (Tp rows a head); fct: f3_facts_kernel's (Tp query rows) */
+static __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
        const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
        float *dq, float *dk, float *dv, const float *lseT, const float *DT, const int *fct,
@@ -1674,11 +1630,9 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	auto D = [&](const char *p, unsigned lbo) {
 		return f3b_desc(b4 + (unsigned)((p - sk) >> 4), lbo);
 	};
-	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
-	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
+	uint64_t *full = (uint64_t *)(stg + F3B_NS * F3B_STAGE), *empty = full + F3B_NS;
 	uint64_t *kvfull = empty + F3B_NS, *kvempty = kvfull + 1, *lempty = kvempty + 1;
-	uint64_t *dsfull = lempty + 2, *dsempty = dsfull + 2;         /* mode 3 */
-	int *lcnt = (int *)(dsempty + 2), *lst = lcnt + 4;
+	int *lcnt = (int *)(lempty + 2), *lst = lcnt + 4;
 	int group = NH / NKV, nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
 	int NI = pkv ? NKV : NH, nh = pkv ? group : 1, nitems = CEIL_DIV(nkt, 2) * NI;
 	const int HD = 128;
@@ -1689,17 +1643,15 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			mb_init(&empty[i], 8);
 		}
 		mb_init(kvfull, 32);
-		mb_init(kvempty, MODE == 3 ? 12 : 8);
+		mb_init(kvempty, 8);
 		for (int i = 0; i < 2; i++) {
-			mb_init(&lempty[i], MODE == 3 ? 12 : 8);
-			mb_init(&dsfull[i], 8);
-			mb_init(&dsempty[i], 4);
+			mb_init(&lempty[i], 8);
 		}
 		mb_fence_init();
 	}
 	__syncthreads();
 	if (tid < 128) {
-		wg_setmaxnreg_dec<MODE == 3 ? 24 : 40>();
+		wg_setmaxnreg_dec<40>();
 		if (tid >= 32)
 			return;
 		const int *fqb = fct, *fqf = fct + Tp;
@@ -1754,56 +1706,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		}
 		return;
 	}
-	if (MODE == 3 && tid >= 384) {
-		/* mode 3's dQ warpgroup: for every tile, once both consumers' dS^T is in, dQ = dS K
-		 * over the 128 keys, 32 columns at a time (N-major B: the odd quarters 64 bytes
-		 * into the swizzled rows), by atomics */
-		wg_setmaxnreg_dec<56>();
-		int w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, gt = 0;
-		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
-			int x = f3_item(k);
-			if (x >= nitems)
-				continue;
-			int b = ii & 1, h0 = pkv ? x % NI * group : x % NI;
-			mb_wait(kvfull, ii & 1);
-			int nl = lcnt[b];
-			const int *list = lst + b * nqt;
-			for (int it = 0; it < nl * nh; it++) {
-				int rt = gt + it, db = rt & 1, qt = list[it % nl] >> 4, h = h0 + it / nl;
-				const char *ds = sds + db * F3B_DS;
-				mb_wait(&dsfull[db], (rt >> 1) & 1);
-#pragma unroll 1
-				for (int qu = 0; qu < 4; qu++) {
-					float acc[4][4];
-					wg_fence();
-#pragma unroll
-					for (int kk = 0; kk < 8; kk++)
-						f3b_ss_tt<32>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
-						              D(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64 +
-						                kk * 2048, F3B_KV), kk);
-					wg_commit();
-					wg_wait<0>();
-					wg_fence_acc<16>(&acc[0][0]);
-					if (qu == 3) {
-						__syncwarp();
-						if (lane == 0)
-							mb_arrive(&dsempty[rt & 1]);
-					}
-					fa_dq_add(dq, acc, 4, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
-					          (size_t)h * HD + qu * 32, scale);
-				}
-			}
-			__syncwarp();
-			if (lane == 0) {
-				mb_arrive(kvempty);
-				mb_arrive(&lempty[b]);
-			}
-			gt += nl * nh;
-			ii++;
-		}
-		return;
-	}
-	wg_setmaxnreg_inc<MODE == 3 ? 216 : 232>();
+	wg_setmaxnreg_inc<232>();
 	int ct = tid - 128, wg = ct >> 7, w4 = (ct >> 5) & 3, lane = tid & 31, g = lane >> 2;
 	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the item */
 	const int *fkb = fct + 2 * Tp, *fkf = fkb + nkt * FA_T;
@@ -1838,8 +1741,7 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
 		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
 		const int *QB = (const int *)(Dd + FA_T), *QF = QB + FA_T;
-		char *ds = sds + (rt & 1) * F3B_DS + (MODE == 2 ? wg * (F3B_DS / 2) : 0);
-		int dr = MODE == 2 ? jr - wg * 64 : jr;    /* this thread's first row in ds */
+		char *ds = sds + (rt & 1) * F3B_DS;
 
 		mb_wait(&full[slot], (rt / F3B_NS) & 1);
 		/* every product runs, also where this warpgroup's column does not see the tile (P
@@ -1862,7 +1764,9 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 			wg_wait<0>();
 			wg_fence_acc<32>(&s[0][0]);
 			wg_fence_acc<32>(&dp[0][0]);
-			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries) */
+			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries); the
+			 * products dV += P^T dO, dK += dS^T Q issued before dS^T is stored (dV's issued
+			 * before dS^T is computed measured slower: 1.62 ms against 1.51, spills) */
 #pragma unroll
 			for (int n = 0; n < 8; n++) {
 #pragma unroll
@@ -1874,25 +1778,6 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 					s[n][x] = p;
 					dp[n][x] = p * (dp[n][x] - Dd[c]);
 				}
-			}
-			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 (mode 3: once
-			 * the dQ warpgroup is done with the buffer's last tile) */
-			if (MODE == 3)
-				mb_wait(&dsempty[rt & 1], ((rt >> 1) & 1) ^ 1);
-#pragma unroll
-			for (int n = 0; n < 8; n++) {
-#pragma unroll
-				for (int r = 0; r < 2; r++) {
-					int R = dr + 8 * r;
-					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
-						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
-				}
-			}
-			if (MODE == 3) {
-				wg_fence_proxy();
-				__syncwarp();
-				if (lane == 0)
-					mb_arrive(&dsfull[rt & 1]);
 			}
 #pragma unroll
 			for (int kk = 0; kk < 4; kk++) {
@@ -1911,46 +1796,25 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 				                                       da[kk][3]),
 				                D(stq + kk * 2048, F3_HALF), 1, 0);
 			wg_commit();
-		}
-		if (MODE == 3) {
-			wg_wait<0>();
-			wg_fence_acc<64>(&dka[0][0]);
-			wg_fence_acc<64>(&dva[0][0]);
-			__syncwarp();
-			if (lane == 0)
-				mb_arrive(&empty[slot]);
-			continue;
+			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 */
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					int R = jr + 8 * r;
+					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
+						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+				}
+			}
 		}
 		wg_fence_proxy();               /* dS^T written, for the tensor cores */
-		if (MODE == 2) {
-			/* dQ of the tile's 64 queries, 128 columns, over this warpgroup's 64 keys */
-			float acc[16][4];
-			f3b_bar(2 + wg, 128);
-			wg_wait<0>();               /* dV, dK done: their A fragments free */
-			wg_fence_acc<64>(&dka[0][0]);
-			wg_fence_acc<64>(&dva[0][0]);
-			wg_fence();
-#pragma unroll
-			for (int kk = 0; kk < 4; kk++)
-				f3b_ss_tt<128>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
-				               D(sk + wg * 64 * 128 + kk * 2048, F3B_KV), kk);
-			wg_commit();
-			wg_wait<0>();
-			wg_fence_acc<64>(&acc[0][0]);
-			__syncwarp();
-			if (lane == 0)
-				mb_arrive(&empty[slot]);
-			fa_dq_add(dq, acc, 16, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
-			          (size_t)h * HD, scale);
-			continue;
-		}
 		f3b_bar(1, 256);                /* both consumers' dS^T */
 		/* dQ of the tile's 64 queries, columns 64 wg .. + 63, over the 128 keys */
 		float acc[8][4];
 		wg_fence();
 #pragma unroll
 		for (int kk = 0; kk < 8; kk++)
-			f3b_ss_tt<64>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+			f3b_ss_tt(&acc[0][0], D(ds + kk * 2048, F3B_DS),
 			              D(sk + wg * F3B_KV + kk * 2048, F3B_KV), kk);
 		wg_commit();
 		wg_wait<0>();
@@ -1960,33 +1824,8 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 		__syncwarp();
 		if (lane == 0)
 			mb_arrive(&empty[slot]);
-		if (MODE == 0) {
-			fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
-			          (size_t)h * HD + wg * 64, scale);
-			continue;
-		}
-		/* mode 1: this warp's 16 rows into its staging (its last reductions have read
-		 * it), then a bulk reduction a row */
-		float *dqs = sdq + (ct >> 5) * (F3B_DQW / 4);
-		if (rt && lane < 16)
-			f3b_bulk_wait_read();
-		__syncwarp();
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-#pragma unroll
-			for (int r = 0; r < 2; r++)
-				*(float2 *)(dqs + (g + 8 * r) * F3B_DQLD + n * 8 + 2 * t4) =
-					make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
-		}
-		wg_fence_proxy();
-		__syncwarp();
-		if (lane < 16) {
-			int row = qt * FA_T + w4 * 16 + lane;
-			if (row < T)
-				f3b_red_add(dq + (size_t)row * NH * HD + (size_t)h * HD + wg * 64,
-				            dqs + lane * F3B_DQLD, 64 * 4);
-			f3b_bulk_commit();
-		}
+		fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+		          (size_t)h * HD + wg * 64, scale);
 	}
 	/* K, V and the list read no more (every product waited for) */
 	__syncwarp();
@@ -1999,8 +1838,6 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
 	             !pkv && group > 1);
 	}
-	if (MODE == 1 && lane < 16)
-		f3b_bulk_wait();
 #else
 	__trap();                               /* built without sm_90a: never launched */
 #endif
@@ -2009,25 +1846,18 @@ f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorM
 /* version 3's backward dynamic shared memory (nqt query tiles) */
 static size_t f3b_smem_size(int nqt)
 {
-	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + 8 * F3B_DQW +
-	       (2 * F3B_NS + 8) * 8 + 16 + (size_t)2 * nqt * 4;
-}
-
-/* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 3),
- * else 0; read at every call (a bench compares them in one process) */
-static int f3b_mode(void)
-{
-	const char *e = getenv("DICE_FA3B_MODE");
-	return e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 0;
+	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + (2 * F3B_NS + 4) * 8 + 16 +
+	       (size_t)2 * nqt * 4;
 }
 
 /* whether version 3's backward takes an item per kv head (the heads of its group in turn: dK,
- * dV summed in registers and stored, no atomics, no zeroing) rather than per query head:
- * DICE_FA3B_KV=1 in the environment (for measurement) */
+ * dV summed in registers and stored, no atomics, no zeroing; 1.505 ms against 1.593 per
+ * query head at the SFT shape, H100), the default, or per query head as version 2
+ * (DICE_FA3B_KV=0 in the environment) */
 static int f3b_pkv(void)
 {
 	const char *e = getenv("DICE_FA3B_KV");
-	return e && *e == '1';
+	return !(e && *e == '0');
 }
 
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
@@ -2102,10 +1932,8 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
-		                      (const void *)f3_bwd<1>, (const void *)f3_bwd<2>,
-		                      (const void *)f3_bwd<3> };
-		for (int i = 0; i < 13; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd };
+		for (int i = 0; i < 10; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -2126,43 +1954,19 @@ static int fa_ok(int ver, int T, int S, int HD)
 	       fa_bwd_smem(ver, HD, CEIL_DIV(T, FA_T)) <= fa_smem_cap();
 }
 
-/* the tile map (nqt x nkt bytes) of the mask */
-static void fa_map(cudaStream_t st, int ver, unsigned char *map, int T, int S,
-                   const struct attn_mask *m)
-{
-	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
-	if (ver == 1)
-		fa_map_kernel<<<dim3(nkt, CEIL_DIV(T, FA_T)), 256, 0, st>>>(map, T, S, *m, nz, sg);
-	else
-		fb_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0,
-		                st>>>(map, T, S, *m, nz, sg);
-	CUDA_CHECK_LAUNCH();
-}
-
 /* units (pairs of map lines) of version 2's blocks: query units (byrow) or key units */
 static int fb_units(int T, int S, int byrow)
 {
 	return CEIL_DIV(CEIL_DIV(byrow ? T : S, FA_T), 2);
 }
 
-/* order (fb_units ints) = version 2's units by falling work; work: as many ints of scratch */
-static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char *map, int T,
-                     int S, int byrow)
-{
-	int nu = fb_units(T, S, byrow);
-	fb_work_kernel<<<CEIL_DIV(nu, 4), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
-	                                                 CEIL_DIV(S, FA_T), byrow);
-	CUDA_CHECK_LAUNCH();
-	fb_rank_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(order, work, nu);
-	CUDA_CHECK_LAUNCH();
-}
-
-/* the head of the fused path's scratch: the tile map, then version 2's forward and backward
- * unit orders and the work array that ranks them */
+/* the fused path's plan: the tile map, version 2's forward and backward unit orders and the
+ * work array that ranks them, the rows' facts (f3_facts_kernel) */
 struct fa_head {
 	unsigned char *map;
 	int *ordf, *ordb, *work;
-	int *fct;                       /* version 3's row and key facts (f3_facts_kernel) */
+	int *fct;
+	int *flag;                      /* 4: plan changed, forward order built, backward's */
 };
 
 /* the rows of version 3's facts: query rows (whole 128-row units), keys (whole tiles) */
@@ -2177,6 +1981,7 @@ static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 	size_t nmap = (size_t)CEIL_DIV(T, FA_T) * CEIL_DIV(S, FA_T);
 	size_t o1 = FA_RND(nmap), o2 = o1 + FA_RND((size_t)nf * 4), o3 = o2 + FA_RND((size_t)nb * 4);
 	size_t o4 = o3 + FA_RND((size_t)(nf > nb ? nf : nb) * 4);
+	size_t o5 = o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
 
 	if (hd) {
 		hd->map = (unsigned char *)sc;
@@ -2184,22 +1989,58 @@ static size_t fa_head_carve(struct fa_head *hd, char *sc, int T, int S)
 		hd->ordb = (int *)(sc + o2);
 		hd->work = (int *)(sc + o3);
 		hd->fct = (int *)(sc + o4);
+		hd->flag = (int *)(sc + o5);
 	}
-	return o4 + FA_RND((size_t)(f3_facts_rows(T, S, 1) + f3_facts_rows(T, S, 0)) * 8);
+	return o5 + FA_RND(16);
 }
 
-/* the tile map and, for version 2, the order of the forward's units (with fwd) and of the
- * backward's (with bwd) */
-static void fa_prepare(cudaStream_t st, int ver, const struct fa_head *hd, int T, int S,
+/* The plan of the fused kernels lives in device memory of its own, kept from call to call
+ * (the trainer's layers, forward and backward, share a mask): every call computes the rows'
+ * facts and compares them with the kept ones on the device (flag[0]); the tile map and the
+ * orders are built again only where they differ, or T, S did (their kernels look at the flag
+ * and return at once), and an order where it was not built yet (flag[1] forward, flag[2]
+ * backward). */
+static struct {
+	char *buf;
+	size_t cap;
+	int T, S;
+} fa_plan = { NULL, 0, -1, -1 };
+
+/* hd = the plan for T, S and the mask m: the tile map and the facts, and the order of the
+ * forward's units (with fwd) and of the backward's (with bwd); on the stream st */
+static void fa_prepare(cudaStream_t st, struct fa_head *hd, int T, int S,
                        const struct attn_mask *m, int fwd, int bwd)
 {
-	fa_map(st, ver, hd->map, T, S, m);
-	if (ver == 1)
-		return;
-	if (fwd)
-		fb_order(st, hd->ordf, hd->work, hd->map, T, S, 1);
-	if (bwd)
-		fb_order(st, hd->ordb, hd->work, hd->map, T, S, 0);
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nqt = CEIL_DIV(T, FA_T);
+	int nkt = CEIL_DIV(S, FA_T), nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
+	size_t nh = fa_head_carve(NULL, NULL, T, S);
+	int fresh = T != fa_plan.T || S != fa_plan.S, mb = CEIL_DIV(nqt * nkt, FB_MAPW);
+
+	if (nh > fa_plan.cap) {
+		if (fa_plan.buf)
+			CUDA_CHECK(cudaFree(fa_plan.buf));      /* (waits for the kernels using it) */
+		CUDA_CHECK(cudaMalloc((void **)&fa_plan.buf, nh));
+		fa_plan.cap = nh;
+		fresh = 1;
+	}
+	fa_plan.T = T;
+	fa_plan.S = S;
+	fa_head_carve(hd, fa_plan.buf, T, S);
+	int *flag = hd->flag;
+	CUDA_CHECK(cudaMemsetAsync(flag, fresh, 4, st));    /* (bytes of 1: flag[0] set) */
+	f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m, nz,
+	                                                         sg, flag);
+	CUDA_CHECK_LAUNCH();
+	fb_map_kernel<<<mb < 1024 ? mb : 1024, 32 * FB_MAPW, 0, st>>>(hd->map, hd->fct, nqr, nkr,
+	                                                                nqt, nkt, flag);
+	CUDA_CHECK_LAUNCH();
+	for (int byrow = 1; byrow >= 0; byrow--) {
+		if (!(byrow ? fwd : bwd))
+			continue;
+		fb_order_kernel<<<1, 1024, 0, st>>>(byrow ? hd->ordf : hd->ordb, hd->work, hd->map,
+		                                    nqt, nkt, byrow, flag);
+		CUDA_CHECK_LAUNCH();
+	}
 }
 
 /* out NULL (only lse): version 1 or 2 */
@@ -2213,15 +2054,11 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 
 	if (ver == 3) {
 		CUtensorMap tq, tk, tv;
-		int nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
 		int grid = fb_units(T, S, 1) * NH, sms = gpu_sm_count();
 		if (wg_tensor_map(&tq, q, 0, NH * HD, T, 64, FB_M, 1) ||
 		    wg_tensor_map(&tk, k, 0, NKV * HD, S, 64, FA_T, 1) ||
 		    wg_tensor_map(&tv, v, 0, NKV * HD, S, 64, FA_T, 1))
 			return -1;
-		f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd->fct, T, S, nqr, nkr, *m,
-		                                                          nz, sg);
-		CUDA_CHECK_LAUNCH();
 		/* persistent blocks, one an SM (0.535 ms against 0.558 with one block an item at
 		 * the SFT shape, H200); DICE_FA3_PERS=0 in the environment: one block an item, n > 1:
 		 * n blocks (for the tests: few blocks walking many items) */
@@ -2268,16 +2105,13 @@ static int fa_attention(cudaStream_t st, int ver, float *out, float *lse,
                         const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
-	size_t nh = fa_head_carve(NULL, NULL, T, S);
-	char *sc = (char *)gpu_scratch(nh + (nq + 2 * nk) * 2);
+	bf16 *qs = (bf16 *)gpu_scratch((nq + 2 * nk) * 2);
 	struct fa_head hd;
-	bf16 *qs = (bf16 *)(sc + nh);
 	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
 	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
 	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 
-	fa_head_carve(&hd, sc, T, S);
-	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
+	fa_prepare(st, &hd, T, S, m, ver != 1, 0);
 	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
 
@@ -2289,21 +2123,19 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
                                  const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
-	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
 	int Tp = f3_facts_rows(T, S, 1);        /* version 3's rows a head (whole 128-row units) */
 	size_t nr = FA_RND((size_t)Tp * NH * 4);
-	char *sc = (char *)gpu_scratch(nh + 3 * nr + (2 * nq + 2 * nk) * 2);
+	char *sc = (char *)gpu_scratch(3 * nr + (2 * nq + 2 * nk) * 2);
 	struct fa_head hd;
-	float *lse = (float *)(sc + nh), *d = (float *)((char *)lse + nr);
+	float *lse = (float *)sc, *d = (float *)((char *)lse + nr);
 	float *lset = (float *)((char *)d + nr);
 	bf16 *qs = (bf16 *)((char *)lset + nr), *dob = qs + nq + 2 * nk;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
 	size_t sm = fa_bwd_smem(ver, HD, nqt);
 
-	fa_head_carve(&hd, sc, T, S);
-	/* dq, dk, dv are zero already (the caller's gpu_zero) */
+	/* dq (and dk, dv unless version 3 stores them) are zero already (the caller's gpu_zero) */
 	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
 	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
 	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
@@ -2313,7 +2145,7 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		                                                                      rows, HD);
 		CUDA_CHECK_LAUNCH();
 	}
-	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
+	fa_prepare(st, &hd, T, S, m, stat == NULL && ver != 1, ver != 1);
 	if (stat)
 		lse = (float *)stat;
 	else if (fa_forward(st, ver == 3 ? 2 : ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD,
@@ -2321,7 +2153,6 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		return -1;
 	if (ver == 3) {
 		CUtensorMap tq, tdo, tk, tv;
-		int nkr = f3_facts_rows(T, S, 0);
 		if (wg_tensor_map(&tq, qb, 0, NH * HD, T, 64, FA_T, 1) ||
 		    wg_tensor_map(&tdo, dob, 0, NH * HD, T, 64, FA_T, 1) ||
 		    wg_tensor_map(&tk, kb, 0, NKV * HD, S, 64, FB_M, 1) ||
@@ -2330,19 +2161,15 @@ static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk,
 		f3b_prep_kernel<<<CEIL_DIV(Tp * NH, AT_THREADS / 32), AT_THREADS, 0, st>>>(
 			dob, d, lset, dout, out, lse, T, Tp, NH, HD);
 		CUDA_CHECK_LAUNCH();
-		f3_facts_kernel<<<CEIL_DIV(Tp + nkr, 256), 256, 0, st>>>(hd.fct, T, S, Tp, nkr, *m,
-		                                                         nz, sg);
-		CUDA_CHECK_LAUNCH();
 		/* persistent blocks as the forward's (DICE_FA3_PERS) */
 		const char *ps = getenv("DICE_FA3_PERS");
-		int md = f3b_mode(), pkv = f3b_pkv(), pn = ps && *ps ? atoi(ps) : 1;
+		int pkv = f3b_pkv(), pn = ps && *ps ? atoi(ps) : 1;
 		int grid = fb_units(T, S, 0) * (pkv ? NKV : NH);
 		if (pn == 1)
 			pn = gpu_sm_count();
 		if (pn > 0 && grid > pn)
 			grid = pn;
-		(md == 3 ? f3_bwd<3> : md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<
-			grid, md == 3 ? 512 : F3_THREADS, sm, st>>>(
+		f3_bwd<<<grid, F3_THREADS, sm, st>>>(
 			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
 			sl2, scale, pkv);
 	} else if (ver == 1)
@@ -2715,13 +2542,22 @@ int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k
 	GPU_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0 && m && m->block > 0, "attention_bf16");
 	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
 	fa_head_carve(&hd, (char *)scratch, T, S);
-	/* fa_prepare's map and forward order, the map by pf_map_kernel */
+	/* fa_prepare's facts, map and forward order, built every call (flag[0] set: the plan
+	 * kept by the training calls is not this one), the map by pf_map_kernel */
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	int nqr = f3_facts_rows(T, S, 1), nkr = f3_facts_rows(T, S, 0);
+	CUDA_CHECK(cudaMemsetAsync(hd.flag, 1, 4, st));
+	f3_facts_kernel<<<CEIL_DIV(nqr + nkr, 256), 256, 0, st>>>(hd.fct, T, S, nqr, nkr, *m, nz,
+	                                                         sg, hd.flag);
+	CUDA_CHECK_LAUNCH();
 	pf_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0, st>>>(
 		hd.map, T, S, *m, nz, sg);
 	CUDA_CHECK_LAUNCH();
-	if (ver != 1)
-		fb_order(st, hd.ordf, hd.work, hd.map, T, S, 1);
+	if (ver != 1) {
+		fb_order_kernel<<<1, 1024, 0, st>>>(hd.ordf, hd.work, hd.map, CEIL_DIV(T, FA_T), nkt,
+		                                    1, hd.flag);
+		CUDA_CHECK_LAUNCH();
+	}
 	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
 	                  &hd, T, S, NH, NKV, HD, m);
 }

@@ -3,7 +3,8 @@
  * cpu_attention_backward) under the trainer's masks: SFT [x_t | x_0] with noisy flags, packed
  * samples, block-causal, queries that see no key, GQA, head dims 64..128, a sequence of
  * several query chunks (each with its own key range), packed samples over several 64-row
- * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
+ * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4, two masks
+ * of the same T and S in turn (the fused path keeps its plan from call to call); the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
  * the backward) and their _bf forms (q, k, v in bf16; their CPU twins bitwise against the
  * fp32 twins); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
@@ -249,6 +250,12 @@ int main(void)
 	sft_layout(3, len, pos, seg, nz);
 	struct gt_acase sp = { "sft noisy packed", n, n, 4, 2, 128, 4, pos, pos, seg, seg, nz, nz };
 	run(&sp);
+	/* the same T and S under another mask right after (the fused path's kept plan: its
+	 * facts differ, so its map and orders are built again) */
+	int *p160 = gt_iota(n, 0);
+	struct gt_acase sb = { "block-causal after sft, same T and S", n, n, 4, 2, 128, 4, p160,
+	                    p160, NULL, NULL, NULL, NULL };
+	run(&sb);
 	/* one long sample, as the trainer calls it (no segments), SDAR head geometry */
 	int one[1] = { 300 }, n1 = 600;
 	int *pos1 = (int *)xmalloc(n1 * sizeof(int)), *seg1 = (int *)xmalloc(n1 * sizeof(int));
