@@ -307,14 +307,25 @@ static void reserve_logits(struct model *m, int lrows)
 	m->lrows = lrows;
 }
 
-/* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
- * (nseq+1), len, cap (nseq), rowseq (N), and the cache bases k, v (nseq pointers). */
-static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N,
-                      struct kv_batch *b)
+/* whether row t of sequence q wants logits */
+static int row_wants(const struct model_seq *q, int t)
 {
-	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1, off_p = (ni * sizeof(int) + 15) / 16 * 16;
+	int j = t - q->logits_from;
+
+	return q->logits && j >= 0 && t < q->T && !(j < 32 && (q->logits_skip >> j & 1u));
+}
+
+/* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
+ * (nseq+1), len, cap (nseq), rowseq (N), then the rows that want logits (R, in sequence
+ * order: *sel, what the gather of those rows reads), and the cache bases k, v (nseq
+ * pointers). */
+static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N, int R,
+                      struct kv_batch *b, const int **sel)
+{
+	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1 + R;
+	size_t off_p = (ni * sizeof(int) + 15) / 16 * 16;
 	size_t bytes = off_p + 2 * (size_t)nseq * sizeof(void *);
-	int *h, *row0, *len, *cap, *rowseq;
+	int *h, *row0, *len, *cap, *rowseq, *selh;
 	void **kp;
 
 	if (bytes > m->meta_cap) {
@@ -330,8 +341,9 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 	len = row0 + nseq + 1;
 	cap = len + nseq;
 	rowseq = cap + nseq;
+	selh = rowseq + N;
 	kp = (void **)((char *)m->meta_h + off_p);
-	for (int s = 0, n = 0; s < nseq; s++) {
+	for (int s = 0, n = 0, r = 0; s < nseq; s++) {
 		const struct kvcache *kv = seqs[s].kv;
 		row0[s] = n;
 		len[s] = kv->len;
@@ -342,6 +354,8 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 			h[n] = seqs[s].ids[t];
 			h[N + n] = kv->len + t;
 			rowseq[n] = s;
+			if (row_wants(&seqs[s], t) && r < R)
+				selh[r++] = n;
 		}
 	}
 	row0[nseq] = N;
@@ -357,6 +371,7 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 	b->len = b->row0 + nseq + 1;
 	b->cap = b->len + nseq;
 	b->rowseq = b->cap + nseq;
+	*sel = b->rowseq + N;
 	b->k = (void *const *)((char *)m->meta_d + off_p);
 	b->v = b->k + nseq;
 }
@@ -397,6 +412,7 @@ struct fwd {
 	const struct model_seq *seqs;
 	int nseq, N, R;
 	int hrow;                           /* R < N and the logit rows contiguous: the first */
+	const int *sel;                     /* (R) device: the rows that want logits */
 	struct kv_batch kb;
 };
 
@@ -406,7 +422,6 @@ static void forward_launch(void *arg)
 	struct model *m = f->m;
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
-	const struct model_seq *seqs = f->seqs;
 	int C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads, HD = c->head_dim;
 	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
 	int N = f->N, R = f->R;
@@ -464,15 +479,8 @@ static void forward_launch(void *arg)
 		const float *h = m->x;
 		if (f->hrow >= 0) {             /* the rows that want logits, in one piece */
 			h = m->x + (size_t)f->hrow * C;
-		} else if (R < N) {             /* gather them */
-			for (int s = 0, off = 0, r = 0; s < f->nseq; off += seqs[s].T, s++) {
-				if (!seqs[s].logits)
-					continue;
-				int from = seqs[s].logits_from, n = seqs[s].T - from;
-				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(off + from) * C,
-				        (size_t)n * C * sizeof(float));
-				r += n;
-			}
+		} else if (R < N) {             /* gather them: the embedding op over fp32 rows */
+			o->embed(m->hsel, f->sel, m->x, DICE_F32, R, C);
 			h = m->hsel;
 		}
 		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
@@ -482,8 +490,8 @@ static void forward_launch(void *arg)
 
 /* Forwards of up to GRAPH_ROWS rows in GRAPH_SEQS sequences go through ops->replay (CUDA
  * graphs): decoding steps, whose launches repeat with new cache lengths in device memory. */
-#define GRAPH_ROWS 64
-#define GRAPH_SEQS 16
+#define GRAPH_ROWS MODEL_GRAPH_ROWS
+#define GRAPH_SEQS MODEL_GRAPH_SEQS
 
 /* what forward_launch's launches depend on, host side (see ops->replay) */
 struct fwd_key {
@@ -498,7 +506,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
 	int V = c->vocab_size, C = c->hidden_size;
-	int N = 0, R = 0, maxpos = 0, maxT = 0, maxcap = 0;
+	int N = 0, R = 0, maxpos = 0, maxT = 0, maxcap = 0, skips = 0;
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
@@ -520,7 +528,9 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		}
 		N += q->T;
 		maxT = q->T > maxT ? q->T : maxT;
-		R += q->logits ? q->T - q->logits_from : 0;
+		for (int t = q->logits_from; q->logits && t < q->T; t++)
+			R += row_wants(q, t);
+		skips |= q->logits && q->logits_skip;
 		if (q->kv->len + q->T > maxpos)
 			maxpos = q->kv->len + q->T;
 		if (q->kv->cap > maxcap)
@@ -532,10 +542,10 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	if (R)
 		reserve_logits(m, R);
 	struct fwd f = { .m = m, .seqs = seqs, .nseq = nseq, .N = N, .R = R, .hrow = -1 };
-	meta_fill(m, seqs, nseq, N, &f.kb);
+	meta_fill(m, seqs, nseq, N, R, &f.kb, &f.sel);
 	f.kb.maxT = maxT;
 	f.kb.maxS = maxpos;
-	if (R && R < N) {                       /* the logit rows in one piece? (its first row) */
+	if (R && R < N && !skips) {             /* the logit rows in one piece? (its first row) */
 		int next = -1, pieces = 0;
 		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
 			if (!seqs[s].logits)
@@ -570,7 +580,8 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	}
 	if (R && logits)
 		o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
-	o->sync();
+	else if (!m->lazy)
+		o->sync();
 	for (int s = 0; s < nseq; s++)
 		seqs[s].kv->len += seqs[s].store ? seqs[s].T : seqs[s].commit_rows;
 	return 0;

@@ -19,7 +19,8 @@
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
- *       size, the sample op and the host work, CUDA graphs off)
+ *       size, the sample op and the host work, CUDA graphs off; BENCH_NSYS=A,B: a profiler
+ *       capture range from the sampling run's sample call A to its call B)
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +42,8 @@ static double now_s(void)
 }
 
 #ifdef DICE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "gpu.h"
 
 /* BENCH_OPS=1: where a decode forward's time goes. The forward runs through a copy of the
@@ -503,6 +506,25 @@ static void tr_trace(struct model *m, int on, double total_s)
 	       total_s - fs - tr_sample_s);
 }
 
+/* BENCH_NSYS=A,B: a profiler's capture range (cudaProfilerStart / Stop, for `nsys profile
+ * --capture-range=cudaProfilerApi`) from the sampler's sample call A to its call B, through a
+ * copy of the backend table whose sample op counts its calls (nothing else changes) */
+#ifdef DICE_CUDA
+static struct ops np_table;
+static const struct ops *np_real;
+static int np_from, np_to, np_n;
+
+static void np_sample(int *tok, float *prob, const float *logits, const int *rows,
+                      const double *u, int R, int V, float temperature, int top_k, float top_p)
+{
+	if (np_n == np_from)
+		cudaProfilerStart();
+	np_real->sample(tok, prob, logits, rows, u, R, V, temperature, top_k, top_p);
+	if (++np_n == np_to)
+		cudaProfilerStop();
+}
+#endif
+
 /* one workload: up to B requests of P prompt tokens and G new ones, decoded together */
 static void bench_one(struct model *m, const char *preset, int B, int P, int G, double bw,
                       const char *geom, const char *dtn)
@@ -597,10 +619,21 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	int trace = getenv("BENCH_TRACE") != NULL;
 	if (trace)
 		tr_trace(m, 1, 0);
+#ifdef DICE_CUDA
+	const struct ops *np_keep = m->ops;
+	if (getenv("BENCH_NSYS") && sscanf(getenv("BENCH_NSYS"), "%d,%d", &np_from, &np_to) == 2) {
+		np_real = m->ops, np_table = *m->ops, np_n = 0;
+		np_table.sample = np_sample;
+		m->ops = &np_table;
+	}
+#endif
 	t = now_s();
 	if (sampler_run(m, &o, rq, B, r, NULL, NULL) < 0)
 		die("sampling failed");
 	t = now_s() - t;
+#ifdef DICE_CUDA
+	m->ops = np_keep;
+#endif
 	if (trace)
 		tr_trace(m, 0, t);
 	for (int b = 0; b < B; b++) {
