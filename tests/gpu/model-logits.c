@@ -463,7 +463,10 @@ static void tr_embed(float *y, const int *ids, const void *w, enum dice_dtype wd
 static void tr_sample(int *tok, float *prob, const float *logits, const int *rows,
                       const double *u, int R, int V, float temperature, int top_k, float top_p)
 {
-	double t = now_s();
+	double t;
+
+	tr_real->sync();                /* the forward before: the sampler does not wait for it */
+	t = now_s();
 
 	tr_close(t);
 	tr_real->sample(tok, prob, logits, rows, u, R, V, temperature, top_k, top_p);
