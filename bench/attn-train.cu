@@ -5,8 +5,8 @@
  * flags of the first half, block 4, no segments (lib/sft.c sft_batch_build_masked with
  * lib/model_bwd.c sample_mask), 16 query heads over 8 kv heads of HD (default 128).
  * Each fused-kernel version of lib/cuda/attention_train.cu (DICE_FA=1: version 1, DICE_FA=2:
- * version 2, DICE_FA=3: version 3's forward with version 2's backward, version 2 where
- * version 3 does not run: HD 64, not sm_90; set in this process between calls; BENCH_FA
+ * version 2, DICE_FA=3: version 3 forward and backward, version 2 where version 3 does not
+ * run: HD 64, not sm_90; set in this process between calls; BENCH_FA
  * names the versions to time, e.g. "2 3", default all three) is timed in the same process,
  * interleaved run by run; a run is one op call between CUDA events (casts, tile map and ordering
  * included, as the trainer calls it); the table gives the median of REPS runs (default 9)
@@ -14,6 +14,8 @@
  * (query, key) pair and head forward, 10 backward (S, dP, dV, dK, dQ); "tiles" counts every
  * pair of the 64 x 64 tiles with a visible pair (bench/NOTES-device.md's estimate of 4224
  * tiles a head). Last, each version's outputs against the first's (max |diff| / max |first|).
+ * BENCH_BF=1 in the environment times the _bf ops instead (q, k, v in bf16, cast once before
+ * the runs: what a caller that makes them in bf16 saves).
  * Usage: attn-train [REPS [L [HD]]]. Run by `BENCH=attn-train sh bench/gpu-ops.sh`. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +141,17 @@ int main(int argc, char **argv)
 		CK(cudaMalloc(&dk[x], nk * 4));
 		CK(cudaMalloc(&dv[x], nk * 4));
 	}
+	const char *be = getenv("BENCH_BF");
+	int bf = be && *be && *be != '0';
+	void *qb = NULL, *kb = NULL, *vb = NULL;
+	if (bf) {
+		CK(cudaMalloc(&qb, nq * 2));
+		CK(cudaMalloc(&kb, nk * 2));
+		CK(cudaMalloc(&vb, nk * 2));
+		if (gpu_cast_bf16(st, qb, q, nq) || gpu_cast_bf16(st, kb, k, nk) ||
+		    gpu_cast_bf16(st, vb, v, nk))
+			return 1;
+	}
 	double *tf = (double *)malloc(sizeof(double) * NV * reps);
 	double *tb = (double *)malloc(sizeof(double) * NV * reps);
 	for (int r = -2; r < reps; r++)
@@ -146,7 +159,9 @@ int main(int argc, char **argv)
 			float ms;
 			setenv("DICE_FA", vers[x], 1);
 			CK(cudaEventRecord(e0, st));
-			if (gpu_attention_tc_stat(st, out[x], lse[x], q, k, v, T, T, NH, NKV, HD, &m))
+			if (bf ? gpu_attention_tc_stat_bf(st, out[x], lse[x], qb, kb, vb, T, T, NH, NKV, HD,
+			                                  &m)
+			       : gpu_attention_tc_stat(st, out[x], lse[x], q, k, v, T, T, NH, NKV, HD, &m))
 				return 1;
 			CK(cudaEventRecord(e1, st));
 			CK(cudaEventSynchronize(e1));
@@ -154,8 +169,10 @@ int main(int argc, char **argv)
 			if (r >= 0)
 				tf[x * reps + r] = ms;
 			CK(cudaEventRecord(e0, st));
-			if (gpu_attention_tc_backward_stat(st, dq[x], dk[x], dv[x], dout, q, k, v,
-			                                   out[x], lse[x], T, T, NH, NKV, HD, &m))
+			if (bf ? gpu_attention_tc_backward_stat_bf(st, dq[x], dk[x], dv[x], dout, qb, kb, vb,
+			                                           out[x], lse[x], T, T, NH, NKV, HD, &m)
+			       : gpu_attention_tc_backward_stat(st, dq[x], dk[x], dv[x], dout, q, k, v,
+			                                        out[x], lse[x], T, T, NH, NKV, HD, &m))
 				return 1;
 			CK(cudaEventRecord(e1, st));
 			CK(cudaEventSynchronize(e1));
@@ -168,9 +185,10 @@ int main(int argc, char **argv)
 	double fl_pf = 4.0 * HD * NH * pairs, fl_pb = 10.0 * HD * NH * pairs;
 	double fl_tf = 4.0 * HD * NH * tiles * 4096, fl_tb = 10.0 * HD * NH * tiles * 4096;
 	double med[NVMAX][2];
-	printf("# attn-train: T=S=%d (L=%d [x_t|x_0], block %d), NH %d, NKV %d, HD %d; "
+	printf("# attn-train%s: T=S=%d (L=%d [x_t|x_0], block %d), NH %d, NKV %d, HD %d; "
 	       "visible pairs %.0f (%.2f%%), visible 64x64 tiles %.0f of %d per head; "
-	       "median of %d runs each, versions interleaved\n", T, L, block, NH, NKV, HD, pairs,
+	       "median of %d runs each, versions interleaved\n", bf ? " (the _bf ops)" : "", T, L,
+	       block, NH, NKV, HD, pairs,
 	       100.0 * pairs / ((double)T * T), tiles, nt * nt, reps);
 	printf("| op | version | median ms | min ms | max ms | TFLOP/s (pairs) | TFLOP/s (tiles) |\n");
 	printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");

@@ -26,9 +26,9 @@ int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
                          const void *w, enum dice_dtype wdt, int N, int C, float eps);
 /* the same with dx added into dres(N,C) (dres += dx; dres is neither dy nor x); C <= 16384
  * for both */
-int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const float *dy,
-                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
-                             float eps);
+int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, void *dresb, float *dw,
+                             const float *dy, const float *x, const void *w,
+                             enum dice_dtype wdt, int N, int C, float eps);
 /* gpu_rope_backward on dy then gpu_rmsnorm_backward over rows of HD, in one pass where HD is
  * 64, 128 or 256: dx(N,NH,HD) (write; may equal dy), dw(HD) += (skipped if NULL), x the
  * norm's input; with dxb, bf16 into token rows of dxb (stride ldb elements), dx scratch */
@@ -51,6 +51,9 @@ int gpu_attention_backward(cudaStream_t st, float *dq, float *dk, float *dv, con
 /* dw(V,C) += dy(N,C) rows at ids(N) (atomics: repeated ids add up) */
 int gpu_embed_backward(cudaStream_t st, float *dw, const int *ids, const float *dy, int N, int C);
 /* loss(N), dlogits(N,V) (write; dlogits may equal logits); target < 0: zeros */
+/* gpu_cross_entropy with dlogits rounded to bf16 into dlb (lib/ops.h .cross_entropy_xb) */
+int gpu_cross_entropy_xb(cudaStream_t st, float *loss, void *dlb, const float *logits,
+                         const int *target, const float *weight, int N, int V);
 int gpu_cross_entropy(cudaStream_t st, float *loss, float *dlogits, const float *logits,
                       const int *target, const float *weight, int N, int V);
 /* p(bytes) = 0 */
@@ -89,6 +92,9 @@ int gpu_swiglu_xb(cudaStream_t st, void *yb, const float *gate, const float *up,
 int gpu_matmul_xbb(cudaStream_t st, void *yb, const void *xb, const void *w, int N, int in,
                    int out);
 int gpu_swiglu_cat_bb(cudaStream_t st, void *hb, const void *gub, int N, int I);
+/* y(N,out) = c + xb @ w^T (lib/ops.h .matmul_xb_add; lib/cuda/matmul.cu) */
+int gpu_matmul_xb_add(cudaStream_t st, float *y, const void *xb, const void *w, const float *c,
+                      int N, int in, int out);
 int gpu_swiglu_cat_backward_bb(cudaStream_t st, void *dgub, const float *dy, const void *gub,
                                int N, int I);
 /* gpu_rmsnorm over rows of HD then gpu_rope on y(N,NH,HD) (y may equal x): one pass where HD
@@ -116,6 +122,14 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
                                    const float *dout, const float *q, const float *k,
                                    const float *v, const float *out, const float *stat, int T,
                                    int S, int NH, int NKV, int HD, const struct attn_mask *m);
+/* the same two with q, k, v given in bf16 (lib/ops.h .attention_tc_stat_bf) */
+int gpu_attention_tc_stat_bf(cudaStream_t st, float *out, float *stat, const void *qb,
+                             const void *kb, const void *vb, int T, int S, int NH, int NKV,
+                             int HD, const struct attn_mask *m);
+int gpu_attention_tc_backward_stat_bf(cudaStream_t st, float *dq, float *dk, float *dv,
+                                      const float *dout, const void *qb, const void *kb,
+                                      const void *vb, const float *out, const float *stat, int T,
+                                      int S, int NH, int NKV, int HD, const struct attn_mask *m);
 /* device memory in use (total - free, bytes) and the dense bf16 peak FLOP/s of the device by
  * its name (H100/H200: 989e12; 0 when unknown) */
 int gpu_device_info(size_t *mem_used, double *peak_flops);

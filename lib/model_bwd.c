@@ -153,7 +153,35 @@ static int gu_fused(const struct model_train *t)
 	       o->swiglu_cat_bb && o->swiglu_cat_backward_bb && o->matmul_backward_xbb;
 }
 
-/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw += */
+/* the head in bf16 passes: the final norm's output made in bf16 (in the memory of t->xnf),
+ * dlogits rounded to bf16 by the cross-entropy (t->dlb) for the lm_head backward: the same
+ * bits as the fp32 ops, whose products round both anyway */
+static int head_xb(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
+	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
+}
+
+/* the residual adds in the products' epilogue (no copy of the stream first) */
+static int res_add(const struct model_train *t)
+{
+	return t->lp && !t->unfused && t->ops->matmul_xb_add;
+}
+
+/* the residual stream's gradient kept in bf16 too (t->dxb), made by the norms' backward,
+ * for the o and down products' backward */
+static int dres_bf16(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && o->rmsnorm_backward_add && o->matmul_backward_xbb &&
+	       o->cast_bf16;
+}
+
+/* dres(N,C) += the rmsnorm backward's dx from dy and the norm's input x; dw +=; with
+ * dres_bf16, t->dxb = bf16(dres) */
 static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, const float *dy,
                          const float *x, struct wref w, int N, int C)
 {
@@ -161,11 +189,22 @@ static void norm_bwd_add(const struct model_train *t, float *dres, float *dw, co
 	float eps = t->m->cfg.rms_norm_eps;
 
 	if (o->rmsnorm_backward_add && !t->unfused) {
-		o->rmsnorm_backward_add(dres, dw, dy, x, w.p, w.dt, N, C, eps);
+		o->rmsnorm_backward_add(dres, dres_bf16(t) ? t->dxb : NULL, dw, dy, x, w.p, w.dt, N,
+		                        C, eps);
 	} else {
 		o->rmsnorm_backward(t->dtmp, dw, dy, x, w.p, w.dt, N, C, eps);
 		o->add(dres, t->dtmp, (size_t)N * C);
 	}
+}
+
+/* the backward of a product whose dy is the residual stream's gradient t->dx */
+static void mm_bwd_res(const struct model_train *t, float *dx, float *dw, const float *x,
+                       const void *xb, struct wref w, int N, int in, int out)
+{
+	if (dres_bf16(t))
+		t->ops->matmul_backward_xbb(dx, dw, t->dxb, xb, w.p, N, in, out, 0);
+	else
+		mm_bwd(t, dx, dw, t->dx, x, xb, w, N, in, out, 0);
 }
 
 int model_train_init(struct model_train *t, struct model *m, int recompute)
@@ -338,7 +377,7 @@ static void scratch_free(struct model_train *t)
 	const struct ops *o = t->ops;
 	float **f[] = { &t->xs, &t->xnf, &t->sel, &t->logits, &t->loss, &t->dx, &t->dtmp, &t->dxn,
 	                &t->dq, &t->dk, &t->dv, &t->datt, &t->dg, &t->du, &t->dh, &t->weight_d,
-	                &t->dqkvb };
+	                &t->dqkvb, &t->dlb, &t->dxb };
 	for (size_t i = 0; i < ARRAY_LEN(f); i++) {
 		if (*f[i])
 			o->free(*f[i]);
@@ -418,6 +457,8 @@ static void reserve(struct model_train *t, int N)
 	t->dh = o->alloc(R * I * 4);
 	if (qkv_fused(t))
 		t->dqkvb = o->alloc(R * (QD + 2 * KVD) * 2);
+	if (dres_bf16(t))
+		t->dxb = o->alloc(R * C * 2);
 	t->weight_d = o->alloc(R * 4);
 	t->ids_d = o->alloc(R * sizeof(int));
 	t->pos_d = o->alloc(R * sizeof(int));
@@ -480,9 +521,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f attention");
 	model_train_mark(t, t->recompute && t->in_bwd ? MT_PROF_BWD_ATT : MT_PROF_FWD_ATT);
 	keep_bf16(t, a.attb, a.att, (size_t)N * QD);
-	o->copy(a.xmid, xin, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(a.xmid, xin, (size_t)N * C * 4);
 	model_train_op(t, "f cast att, copy");
-	mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(a.xmid, a.attb, w->o_proj.p, xin, N, QD, C);
+	else
+		mm(t, a.xmid, a.att, a.attb, w->o_proj, N, QD, C, 1);
 	model_train_op(t, "f o gemm");
 	norm_in(t, a.xn2, a.xn2b, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "f norm2");
@@ -499,9 +544,13 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 		o->swiglu_xb(a.hb, a.gate, a.up, N, I);
 	else
 		o->swiglu(a.h, a.gate, a.up, N, I);
-	o->copy(xout, a.xmid, (size_t)N * C * 4);
+	if (!res_add(t))
+		o->copy(xout, a.xmid, (size_t)N * C * 4);
 	model_train_op(t, "f swiglu, copy");
-	mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
+	if (res_add(t))
+		o->matmul_xb_add(xout, a.hb, w->down_proj.p, a.xmid, N, I, C);
+	else
+		mm(t, xout, a.h, a.hb, w->down_proj, N, I, C, 1);
 	model_train_op(t, "f down gemm");
 }
 
@@ -523,7 +572,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	a = acts_carve(t, l);
 	model_train_op(t, "b recompute");
 	/* MLP */
-	mm_bwd(t, t->dh, (float *)g->down_proj.p, t->dx, a.h, a.hb, w->down_proj, N, I, C, 0);
+	mm_bwd_res(t, t->dh, (float *)g->down_proj.p, a.h, a.hb, w->down_proj, N, I, C);
 	model_train_op(t, "b down gemm");
 	if (gu_fused(t)) {
 		/* [dgate | dup] in bf16 rows (in the memory of t->dg), one GEMM pair over both */
@@ -550,7 +599,7 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	norm_bwd_add(t, t->dx, (float *)g->post_norm.p, t->dxn, a.xmid, w->post_norm, N, C);
 	model_train_op(t, "b norm2, add");
 	/* attention */
-	mm_bwd(t, t->datt, (float *)g->o_proj.p, t->dx, a.att, a.attb, w->o_proj, N, QD, C, 0);
+	mm_bwd_res(t, t->datt, (float *)g->o_proj.p, a.att, a.attb, w->o_proj, N, QD, C);
 	model_train_op(t, "b o gemm");
 	model_train_mark(t, MT_PROF_BWD);
 	for (int s = 0; s < b->nsamp; s++) {
@@ -652,8 +701,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		if (t->logits)
 			o->free(t->logits);
 		t->logits = o->alloc((size_t)R * V * 4);
+		if (t->dlb)
+			o->free(t->dlb);
+		t->dlb = head_xb(t) ? o->alloc((size_t)R * V * 2) : NULL;
 		t->lrows = R;
 	}
+	int hx = head_xb(t) && t->dlb;      /* (dlb made with the logits) */
 	o->to_device(t->ids_d, b->ids, (size_t)N * sizeof(int));
 	o->to_device(t->pos_d, b->pos, (size_t)N * sizeof(int));
 	o->to_device(t->noisy_d, b->noisy, (size_t)N);
@@ -664,7 +717,7 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	free(wsel);
 
 	model_train_mark(t, MT_PROF_OPT);      /* zeroing, uploads: charged to the last step */
-	model_train_op(t, "optimizer, uploads");
+	model_train_op(t, "uploads");
 	t->in_bwd = 0;
 	o->embed(t->xs, t->ids_d, w->embed.p, w->embed.dt, N, C);
 	model_train_op(t, "embed");
@@ -675,8 +728,15 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	float *xf = t->xs + (size_t)L * t->rows * C;
 	if (R) {
 		o->embed(t->sel, t->rowsel_d, xf, DICE_F32, R, C);
-		o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C, c->rms_norm_eps);
-		o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		if (hx) {
+			o->rmsnorm_xb(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			              c->rms_norm_eps);
+			o->matmul_xb(t->logits, t->xnf, w->lm_head.p, R, C, V, 0);
+		} else {
+			o->rmsnorm(t->xnf, t->sel, w->final_norm.p, w->final_norm.dt, R, C,
+			           c->rms_norm_eps);
+			o->matmul(t->logits, t->xnf, w->lm_head.p, w->lm_head.dt, R, C, V);
+		}
 		lossh = xmalloc((size_t)R * sizeof *lossh);
 		if (fn) {
 			/* unit weights give -log p of each target (dlogits to a scratch so the
@@ -698,7 +758,10 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 			free(wsel);
 			free(one);
 		}
-		o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
+		if (hx)
+			o->cross_entropy_xb(t->loss, t->dlb, t->logits, t->target_d, t->weight_d, R, V);
+		else
+			o->cross_entropy(t->loss, t->logits, t->logits, t->target_d, t->weight_d, R, V);
 		o->to_host(lossh, t->loss, (size_t)R * sizeof *lossh);
 		for (int r = 0; r < R; r++)
 			sum += lossh[r];
@@ -712,8 +775,12 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 		return 0;
 	}
 	/* backward: head, layers in reverse, embedding */
-	o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf, w->lm_head.p,
-	                   w->lm_head.dt, R, C, V);
+	if (hx)
+		o->matmul_backward_xbb(t->dxn, (float *)t->g.lm_head.p, t->dlb, t->xnf, w->lm_head.p,
+		                       R, C, V, 0);
+	else
+		o->matmul_backward(t->dxn, (float *)t->g.lm_head.p, t->logits, t->xnf,
+		                   w->lm_head.p, w->lm_head.dt, R, C, V);
 	o->rmsnorm_backward(t->dxn, (float *)t->g.final_norm.p, t->dxn, t->sel, w->final_norm.p,
 	                    w->final_norm.dt, R, C, c->rms_norm_eps);
 	model_train_op(t, "head backward");
@@ -721,6 +788,8 @@ static int run(struct model_train *t, const struct train_batch *b, double *loss,
 	t->in_bwd = 1;
 	o->zero(t->dx, (size_t)N * C * 4);
 	o->embed_backward(t->dx, t->rowsel_d, t->dxn, R, C);
+	if (dres_bf16(t))
+		o->cast_bf16(t->dxb, t->dx, (size_t)N * C);
 	for (int l = L - 1; l >= 0; l--)
 		layer_backward(t, b, l);
 	o->embed_backward((float *)t->g.embed.p, t->ids_d, t->dx, N, C);

@@ -65,6 +65,8 @@ struct model_train {
 	float *xs;                   /* (L+1, rows, C) layer inputs; xs[L] is the final residual */
 	float *xnf, *sel, *logits, *loss, *dx, *dtmp, *dxn, *dq, *dk, *dv, *datt, *dg, *du, *dh;
 	float *dqkvb;                /* (rows, QD + 2 KVD) bf16 q/k/v gradients, when fused */
+	float *dlb;                  /* (lrows, V) bf16 dlogits, with head_xb */
+	float *dxb;                  /* (rows, C) bf16 of dx, with dres_bf16 */
 	int g_qkv;                   /* the q/k/v gradients lie one after the other */
 	int g_gu;                    /* the gate/up gradients lie one after the other */
 	int *ids_d, *pos_d, *target_d, *rowsel_h, *rowsel_d;

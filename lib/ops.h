@@ -264,13 +264,14 @@ struct ops {
 	                            const void *w, int N, int in, int out, int dx_acc);
 	/* ---- (appended) fused backward passes, each the composition of the ops above:
 	 * .rmsnorm_backward with its dx added into dres(N,C) (dres += dx; dres is neither dy
-	 * nor x), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
+	 * nor x; dresb not NULL: also the new dres rounded to bf16 there, as .cast_bf16), and .rope_backward on dy(N,NH,HD) then .rmsnorm_backward over its rows of HD
 	 * (the per-head norm in front of RoPE): dx (write; may equal dy), dw(HD) +=, x(N,NH,HD)
 	 * the norm's input; with dxb not NULL the result goes to dxb instead, in bf16 (as
 	 * .cast_bf16), token n's NH HD values at dxb + n ldb (ldb >= NH HD, in elements), and
 	 * dx's contents afterwards are undefined (scratch) */
-	void (*rmsnorm_backward_add)(float *dres, float *dw, const float *dy, const float *x,
-	                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+	void (*rmsnorm_backward_add)(float *dres, void *dresb, float *dw, const float *dy,
+	                             const float *x, const void *w, enum dice_dtype wdt, int N,
+	                             int C, float eps);
 	void (*rope_rmsnorm_backward)(float *dx, void *dxb, int ldb, float *dw, const float *dy,
 	                              const float *x, const void *w, enum dice_dtype wdt,
 	                              const int *pos, int N, int NH, int HD, float theta, float eps);
@@ -288,6 +289,26 @@ struct ops {
 	void (*matmul_xbb)(void *yb, const void *xb, const void *w, int N, int in, int out);
 	void (*swiglu_cat_bb)(void *hb, const void *gub, int N, int I);
 	void (*swiglu_cat_backward_bb)(void *dgub, const float *dy, const void *gub, int N, int I);
+	/* ---- (appended) .cross_entropy with dlogits rounded to bf16 into dlb(N,V) (as
+	 * .cast_bf16; dlb is not logits): the lm_head backward's GEMM input in one pass */
+	void (*cross_entropy_xb)(float *loss, void *dlb, const float *logits, const int *target,
+	                         const float *weight, int N, int V);
+	/* ---- (appended) .matmul_xb added to another array: y(N,out) = c(N,out) + xb @ w^T
+	 * (y may equal c; else c is only read): a residual add without a copy first */
+	void (*matmul_xb_add)(float *y, const void *xb, const void *w, const float *c, int N,
+	                      int in, int out);
+	/* ---- (appended) .attention_tc_stat and .attention_tc_backward_stat with q(T, NH*HD),
+	 * k and v(S, NKV*HD) given in bf16 (qb, kb, vb; made by the caller's own passes, so that
+	 * the op casts none): the results of the fp32 ops on their widened values, bit for bit
+	 * where those are deterministic (CUDA rounds its operands to bf16 anyway; CPU: widens,
+	 * then the fp32 twins) */
+	void (*attention_tc_stat_bf)(float *out, float *stat, const void *qb, const void *kb,
+	                             const void *vb, int T, int S, int NH, int NKV, int HD,
+	                             const struct attn_mask *m);
+	void (*attention_tc_backward_stat_bf)(float *dq, float *dk, float *dv, const float *dout,
+	                                      const void *qb, const void *kb, const void *vb,
+	                                      const float *out, const float *stat, int T, int S,
+	                                      int NH, int NKV, int HD, const struct attn_mask *m);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

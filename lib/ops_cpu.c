@@ -550,9 +550,9 @@ static void cpu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, cons
 }
 
 /* a row at a time through a row of scratch, then added */
-static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                                     const void *w, enum dice_dtype wdt, int N, int C,
-                                     float eps)
+static void cpu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                                     const float *x, const void *w, enum dice_dtype wdt, int N,
+                                     int C, float eps)
 {
 	float *row = xmalloc((size_t)C * sizeof *row);
 
@@ -561,6 +561,8 @@ static void cpu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, co
 		cpu_rmsnorm_backward(row, dw, dy + o, x + o, w, wdt, 1, C, eps);
 		cpu_add(dres + o, row, (size_t)C);
 	}
+	if (dresb)
+		cpu_cast_bf16(dresb, dres, (size_t)N * C);
 	free(row);
 }
 
@@ -609,6 +611,45 @@ static void cpu_attention_tc_backward_stat(float *dq, float *dk, float *dv, cons
                                            int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	cpu_attention_backward(dq, dk, dv, dout, q, k, v, out, T, S, NH, NKV, HD, m);
+}
+
+/* n bf16 values widened into a new fp32 array (freed by the caller) */
+static float *cpu_widen_bf16(const void *xb, size_t n)
+{
+	const uint16_t *h = xb;
+	float *x = xmalloc((n ? n : 1) * sizeof *x);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = dice_bf16_to_f32(h[i]);
+	return x;
+}
+
+static void cpu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                                     const void *vb, int T, int S, int NH, int NKV, int HD,
+                                     const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	float *q = cpu_widen_bf16(qb, nq), *k = cpu_widen_bf16(kb, nk), *v = cpu_widen_bf16(vb, nk);
+
+	cpu_attention_tc_stat(out, stat, q, k, v, T, S, NH, NKV, HD, m);
+	free(q);
+	free(k);
+	free(v);
+}
+
+static void cpu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                              const void *qb, const void *kb, const void *vb,
+                                              const float *out, const float *stat, int T, int S,
+                                              int NH, int NKV, int HD,
+                                              const struct attn_mask *m)
+{
+	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
+	float *q = cpu_widen_bf16(qb, nq), *k = cpu_widen_bf16(kb, nk), *v = cpu_widen_bf16(vb, nk);
+
+	cpu_attention_tc_backward_stat(dq, dk, dv, dout, q, k, v, out, stat, T, S, NH, NKV, HD, m);
+	free(q);
+	free(k);
+	free(v);
 }
 
 static void cpu_rmsnorm_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt, int N,
@@ -668,6 +709,25 @@ static void cpu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *
 	free(gu);
 }
 
+static void cpu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
+                                 const float *weight, int N, int V)
+{
+	size_t n = (size_t)N * V;
+	float *d = xmalloc((n ? n : 1) * sizeof *d);
+
+	cpu_cross_entropy(loss, d, logits, target, weight, N, V);
+	cpu_cast_bf16(dlb, d, n);
+	free(d);
+}
+
+static void cpu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N,
+                              int in, int out)
+{
+	if (y != c)
+		memcpy(y, c, (size_t)N * out * sizeof *y);
+	cpu_matmul_xb(y, xb, w, N, in, out, 1);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -725,6 +785,10 @@ const struct ops ops_cpu = {
 	.matmul_xbb = cpu_matmul_xbb,
 	.swiglu_cat_bb = cpu_swiglu_cat_bb,
 	.swiglu_cat_backward_bb = cpu_swiglu_cat_backward_bb,
+	.cross_entropy_xb = cpu_cross_entropy_xb,
+	.matmul_xb_add = cpu_matmul_xb_add,
+	.attention_tc_stat_bf = cpu_attention_tc_stat_bf,
+	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -100,6 +100,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	k = s->nbatch - s->batch < (size_t)s->grad_accum ? (int)(s->nbatch - s->batch)
 	                                                 : s->grad_accum;
 	model_train_zero_grad(&s->t);
+	model_train_op(&s->t, "zero grads");
 	for (int i = 0; i < k; i++) {
 		size_t mb = s->batch + (size_t)i, b0 = s->starts[mb], ns = s->starts[mb + 1] - b0;
 		const struct sft_sample **smp = xmalloc(ns * sizeof *smp);
@@ -114,6 +115,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 		}
 		sft_batch_build(&tb, smp, (int)ns, s->m->cfg.mask_token_id, (double)k, &s->noise,
 		                NULL);
+		model_train_op(&s->t, "batch build (host)");
 		rc = model_train_batch(&s->t, &tb, &loss);
 		sft_batch_free(&tb);
 		free(smp);
@@ -126,6 +128,7 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	out->grad_norm = optim_step(&s->op, &out->lr);
 	if (!s->op.lp)                  /* else the optimizer's pass rewrote the bf16 copies */
 		model_train_refresh(&s->t);
+	model_train_op(&s->t, "optimizer");
 	model_train_mark(&s->t, MT_PROF_OPT);
 	model_train_profile_print(&s->t);       /* the sums so far, when profiling */
 	return 0;

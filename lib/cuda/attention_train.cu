@@ -39,6 +39,22 @@ static __global__ void cast_bf16_kernel(__nv_bfloat16 *d, const float *s, size_t
 		d[i] = __float2bfloat16_rn(s[i]);
 }
 
+/* the same, 8 elements a thread (n8 groups of 8; s and d 16-byte aligned): two 16-byte loads,
+ * one 16-byte store */
+static __global__ void cast_bf16_x8_kernel(uint4 *d, const float4 *s, size_t n8)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float4 a = s[2 * i], b = s[2 * i + 1];
+		__nv_bfloat162 x = __floats2bfloat162_rn(a.x, a.y);
+		__nv_bfloat162 y = __floats2bfloat162_rn(a.z, a.w);
+		__nv_bfloat162 z = __floats2bfloat162_rn(b.x, b.y);
+		__nv_bfloat162 w = __floats2bfloat162_rn(b.z, b.w);
+		d[i] = make_uint4(*(unsigned *)&x, *(unsigned *)&y, *(unsigned *)&z,
+		                  *(unsigned *)&w);
+	}
+}
+
 /* the row's visibility of key j, given the row's block, segment and noisy flag */
 static __device__ __forceinline__ int at_sees(const struct attn_mask &m, int qb, int qs, int qn,
                                               int j)
@@ -181,6 +197,14 @@ static void cast(cudaStream_t st, __nv_bfloat16 *d, const float *s, size_t n)
 	size_t g = CEIL_DIV(n, (size_t)256);
 	if (!n)
 		return;
+	if (n % 8 == 0 && !((uintptr_t)d & 15) && !((uintptr_t)s & 15)) {
+		g = CEIL_DIV(n / 8, (size_t)256);
+		cast_bf16_x8_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>((uint4 *)d,
+		                                                               (const float4 *)s,
+		                                                               n / 8);
+		CUDA_CHECK_LAUNCH();
+		return;
+	}
 	cast_bf16_kernel<<<(int)(g < 8192 ? g : 8192), 256, 0, st>>>(d, s, n);
 	CUDA_CHECK_LAUNCH();
 }
@@ -214,7 +238,7 @@ int gpu_cast_bf16(cudaStream_t st, void *dst, const float *src, size_t n)
 #define FA_THREADS 128          /* 4 warps x 16 rows */
 #define FA_PAD 8                /* bf16 elements of padding per shared-memory row */
 #define FA_DS_LD (FA_T + FA_PAD)
-#define FA_SMEM_MAX (200 * 1024)
+#define FA_SMEM_MAX (227 * 1024)      /* Hopper's opt-in limit */
 
 typedef __nv_bfloat16 bf16;
 
@@ -888,50 +912,95 @@ fa_bwd(float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16
 #define FB_BT 256               /* backward threads: 8 warps x 16 keys */
 #define FB_MAPW 8               /* key tiles (one a warp) of a map block */
 
-/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles) */
+/* the summary of a 64-row tile's facts (query rows: q 1) for the calling warp: the smallest
+ * and largest row block, and the common flags f (fa_facts), or -1 where they differ */
+static __device__ void fb_tile_sum(const struct attn_mask &m, int nz, int sg, int q, int t,
+                                   int n, int *bmin, int *bmax, int *f)
+{
+	int lane = threadIdx.x & 31, b0, f0, b1, f1, fl;
+
+	fa_facts(m, nz, sg, q, t * FA_T + lane, n, &b0, &f0);
+	fa_facts(m, nz, sg, q, t * FA_T + 32 + lane, n, &b1, &f1);
+	*bmin = __reduce_min_sync(0xffffffffu, min(b0, b1));
+	*bmax = __reduce_max_sync(0xffffffffu, max(b0, b1));
+	fl = __shfl_sync(0xffffffffu, f0, 0);
+	*f = __all_sync(0xffffffffu, f0 == fl && f1 == fl) ? fl : -1;
+}
+
+/* a tile's map code from the summaries of its query rows (qlo, qhi, qf) and keys (klo,
+ * khi, kf), where they decide it (fa_sees over every pair in closed form: the rows' flags
+ * alike on each side, the rule a comparison of blocks), else -1 */
+static __device__ __forceinline__ int fb_code_sum(int qlo, int qhi, int qf, int klo, int khi,
+                                                  int kf)
+{
+	if (qf < 0 || kf < 0)
+		return -1;
+	if ((qf >> 1) != (kf >> 1))
+		return 0;
+	if (qf & 1) {
+		if (!(kf & 1))                  /* kb < qb */
+			return klo < qhi ? (khi < qlo ? 2 : 1) : 0;
+		if (khi < qlo || klo > qhi)     /* kb == qb */
+			return 0;
+		return qlo == qhi && klo == khi ? 2 : -1;
+	}
+	if (kf & 1)
+		return 0;
+	return klo <= qhi ? (khi <= qlo ? 2 : 1) : 0;   /* kb <= qb */
+}
+
+/* map[qt * nkt + kt] as fa_map_kernel; grid (key tiles / FB_MAPW, query tiles), one warp a
+ * tile: the code from the tiles' summaries where they decide it (fb_code_sum), else the mask
+ * rule over the 4096 pairs */
 static __global__ void __launch_bounds__(32 * FB_MAPW)
 fb_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
 {
-	__shared__ int sqb[FA_T], sqf[FA_T], skb[FB_MAPW * FA_T], skf[FB_MAPW * FA_T];
-	int qt = blockIdx.y, kt0 = blockIdx.x * FB_MAPW, nkt = CEIL_DIV(S, FA_T);
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kt = kt0 + w, any = 0, all = 1;
+	int qt = blockIdx.y, nkt = CEIL_DIV(S, FA_T), lane = threadIdx.x & 31;
+	int kt = blockIdx.x * FB_MAPW + (threadIdx.x >> 5), qlo, qhi, qf, klo, khi, kf, code;
 
-	if (threadIdx.x < FA_T)
-		fa_facts(m, nz, sg, 1, qt * FA_T + threadIdx.x, T, &sqb[threadIdx.x],
-		         &sqf[threadIdx.x]);
-	for (int j = threadIdx.x; j < FB_MAPW * FA_T; j += blockDim.x)
-		fa_facts(m, nz, sg, 0, kt0 * FA_T + j, S, &skb[j], &skf[j]);
-	__syncthreads();
 	if (kt >= nkt)
-		return;
-	for (int e = lane; e < FA_T * FA_T; e += 32) {
-		int r = e / FA_T, c = w * FA_T + e % FA_T;
-		int v = fa_sees(sqb[r], sqf[r], skb[c], skf[c]);
-		any |= v;
-		all &= v;
+		return;                         /* (a whole warp) */
+	fb_tile_sum(m, nz, sg, 1, qt, T, &qlo, &qhi, &qf);
+	fb_tile_sum(m, nz, sg, 0, kt, S, &klo, &khi, &kf);
+	code = fb_code_sum(qlo, qhi, qf, klo, khi, kf);
+	if (code < 0) {
+		int any = 0, all = 1, kb0, kf0, kb1, kf1;
+		fa_facts(m, nz, sg, 0, kt * FA_T + lane, S, &kb0, &kf0);
+		fa_facts(m, nz, sg, 0, kt * FA_T + 32 + lane, S, &kb1, &kf1);
+		for (int r = 0; r < FA_T; r++) {
+			int qb, qfr, v0, v1;
+			fa_facts(m, nz, sg, 1, qt * FA_T + r, T, &qb, &qfr);
+			v0 = fa_sees(qb, qfr, kb0, kf0);
+			v1 = fa_sees(qb, qfr, kb1, kf1);
+			any |= v0 | v1;
+			all &= v0 & v1;
+		}
+		any = __any_sync(0xffffffffu, any);
+		all = __all_sync(0xffffffffu, all);
+		code = any ? (all ? 2 : 1) : 0;
 	}
-	any = __any_sync(0xffffffffu, any);
-	all = __all_sync(0xffffffffu, all);
 	if (lane == 0)
-		map[(size_t)qt * nkt + kt] = any ? (all ? 2 : 1) : 0;
+		map[(size_t)qt * nkt + kt] = code;
 }
 
-/* work[u] (one thread each) = the tiles with a visible pair among map lines 2u and 2u + 1:
+/* work[u] (one warp each) = the tiles with a visible pair among map lines 2u and 2u + 1:
  * rows (byrow: query tiles, the forward's blocks) or columns (key tiles, the backward's) */
 static __global__ void fb_work_kernel(int *work, const unsigned char *map, int nqt, int nkt,
                                       int byrow)
 {
-	int u = blockIdx.x * blockDim.x + threadIdx.x, nline = byrow ? nqt : nkt;
-	int len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
+	int u = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+	int nline = byrow ? nqt : nkt, len = byrow ? nkt : nqt, a = 2 * u, b = 2 * u + 1, c = 0;
 
 	if (a >= nline)
-		return;
-	for (int x = 0; x < len; x++) {
+		return;                         /* (a whole warp) */
+	for (int x = lane; x < len; x += 32) {
 		size_t ia = byrow ? (size_t)a * nkt + x : (size_t)x * nkt + a;
 		size_t ib = byrow ? (size_t)b * nkt + x : (size_t)x * nkt + b;
 		c += (map[ia] | (b < nline ? map[ib] : 0)) != 0;
 	}
-	work[u] = c;
+	c = __reduce_add_sync(0xffffffffu, c);
+	if (lane == 0)
+		work[u] = c;
 }
 
 /* order[rank] = u for the nu units by falling work (ties: the lower u first) */
@@ -1454,6 +1523,513 @@ static size_t f3_smem_size(int nkt)
 	       (2 * F3_NS * FA_T + 4 * FB_M + 4) * 4 + (size_t)2 * nkt * 4;
 }
 
+/* ---------------------------------------------------------------- version 3's backward
+ *
+ * The backward on wgmma and TMA (head dim 128, compute capability 9.0; the default there):
+ * version 2's items (128 keys of unit order[x / NH], query head x % NH; the same map, list,
+ * rounding and dK, dV contract: stored, or added atomically for GQA) in blocks of 3
+ * warpgroups. Warpgroup 0 is the producer: one thread copies by TMA the item's K and V (128
+ * rows each, once), then for every query tile of the item's list (64 rows) Q, dO and the
+ * rows' lse, D and facts (f3b_prep_kernel, f3_facts_kernel) into the next slot of a ring of
+ * F3B_NS stages ("full" barriers with the copies' bytes, "empty" ones with an arrival of each
+ * consumer warp). Warpgroups 1 and 2 are the consumers, 64 keys (one map column) each, all
+ * operands from shared memory in 128-byte swizzled rows of 64 columns:
+ *   S^T = K Q^T, dP^T = V dO^T     8 k16 products m64n64 each (K, V, Q, dO K-major)
+ *   P^T, dS^T = P^T (dP^T - D)     in registers as version 2 (fa_bwd_step), dS^T also
+ *                                  into shared memory (bf16, rows = keys)
+ *   dV += P^T dO, dK += dS^T Q     4 k16 products m64n128 each, P^T and dS^T as register A
+ *                                  fragments, dO and Q N-major (the transpose bit)
+ *   dQ (64 rows, the warpgroup's 64 columns) = dS K over the 128 keys (both consumers' dS^T:
+ *                                  a named barrier), A M-major and B N-major, then fp32 atomics
+ * dS^T has two buffers, so that a consumer writes the next tile's while the other may still
+ * read this one. A consumer whose map column does not see a tile computes it all the same,
+ * with P^T and dS^T zero (exact zeros in dV, dK and dQ; see the loop). The dQ of a tile goes
+ * out by fp32 atomics (mode 0), or staged in shared memory and added by bulk reductions, a
+ * row of 64 columns each (mode 1); mode 2 drops the barrier between the consumers: each
+ * takes the dQ of its own 64 keys, all 128 columns (m64n128 over 4 k16 slices), by atomics
+ * (twice the atomic traffic; the consumers drift apart, one's softmax under the other's
+ * products). DICE_FA3B_MODE picks one (for measurement). */
+
+#define F3B_NS 2                        /* stages of the Q, dO ring */
+#define F3B_KV (FB_M * 128)             /* 128 rows of 128 bytes: a column half of K or V */
+#define F3B_DS (FB_M * 128)             /* one dS^T buffer: 128 keys by 64 queries */
+#define F3B_ROWS (4 * FA_T * 4)         /* a stage's lse, D, row blocks, row flags */
+#define F3B_STAGE (4 * F3_HALF + F3B_ROWS)  /* Q halves 0, 1, dO halves 0, 1, the rows */
+#define F3B_DQLD 72                     /* floats a row of mode 1's dQ staging (64 + 8) */
+#define F3B_DQW (16 * F3B_DQLD * 4)     /* a consumer warp's dQ staging (16 rows) */
+
+/* one warp a (query row, head) of Tp rows (whole 128-row units): dob = dout in bf16; the
+ * per-head arrays DT[h Tp + i] = rowsum(dout out) (rowdot_kernel's order of sums) and
+ * lseT[h Tp + i] = lse[i NH + h]; rows past T: D 0, lse infinity (no visible key) */
+static __global__ void f3b_prep_kernel(bf16 *dob, float *DT, float *lseT, const float *dout,
+                                       const float *out, const float *lse, int T, int Tp,
+                                       int NH, int HD)
+{
+	int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	int i = r / NH, h = r % NH;
+	float acc = 0.0f;
+
+	if (r >= Tp * NH)
+		return;
+	if (i < T) {
+		for (int c = lane; c < HD; c += 32) {
+			float x = dout[(size_t)r * HD + c];
+			acc += x * out[(size_t)r * HD + c];
+			dob[(size_t)r * HD + c] = __float2bfloat16_rn(x);
+		}
+		acc = warp_sum(acc);
+	}
+	if (lane == 0) {
+		DT[(size_t)h * Tp + i] = i < T ? acc : 0.0f;
+		lseT[(size_t)h * Tp + i] = i < T ? lse[r] : INFINITY;
+	}
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* D = A B (acc 0) or + D, m64nNk16 bf16 (N 64 or 128), A M-major and B N-major from shared
+ * memory */
+template <int N>
+static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc);
+
+template <>
+__device__ __forceinline__ void f3b_ss_tt<32>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile(WG_SSP32 WG_MMA(32, "bf16") "{" WG_R32 "}" ", %16, %17, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O32 : "l"(da), "l"(db), "r"(acc));
+}
+
+template <>
+__device__ __forceinline__ void f3b_ss_tt<64>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O64 : "l"(da), "l"(db), "r"(acc));
+}
+
+template <>
+__device__ __forceinline__ void f3b_ss_tt<128>(float *d, uint64_t da, uint64_t db, int acc)
+{
+	asm volatile(WG_SSP128 WG_MMA(128, "bf16") "{" WG_R128 "}" ", %64, %65, p, 1, 1, 1, 1;\n}\n"
+	             : WG_O128 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* the bulk reduction (add, f32) of bytes at src in shared memory into global dst (both
+ * 16-byte aligned), in this thread's current bulk group; the group's end; waiting until this
+ * thread's groups have read their sources (read) or are done */
+static __device__ __forceinline__ void f3b_red_add(float *dst, const void *src, unsigned bytes)
+{
+	asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+	             :: "l"(dst), "r"(wg_smem(src)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_wait_read(void)
+{
+	asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void f3b_bulk_wait(void)
+{
+	asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* the descriptor (wg_desc) of a 128-byte swizzled operand (8-row groups 1024 bytes apart) at
+ * shared-memory address a4 << 4, leading byte offset lbo: one add on a base for the
+ * compiler, where wg_desc converts and masks an address for every product */
+static __device__ __forceinline__ uint64_t f3b_desc(unsigned a4, unsigned lbo)
+{
+	return (uint64_t)(a4 + ((lbo >> 4) << 16)) | (uint64_t)((1024 >> 4) | (1u << 30)) << 32;
+}
+
+/* named barrier id for n threads */
+static __device__ __forceinline__ void f3b_bar(int id, int n)
+{
+	asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
+#endif
+
+/* grid (key units x NH) as fb_bwd; lseT, DT: f3b_prep_kernel's (Tp rows a head); fct:
+ * f3_facts_kernel's (Tp query rows). MODE 0 and 1: dQ as above, added by fp32 atomics (0) or
+ * staged in shared memory and added by bulk reductions, a row a lane (1); MODE 2: each
+ * consumer on its own (no barrier between them), dQ of its 64 keys (all 128 columns, dS^T
+ * its own) by fp32 atomics */
+template <int MODE>
+static __global__ void __launch_bounds__(MODE == 3 ? 512 : F3_THREADS, 1)
+f3_bwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
+       const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+       float *dq, float *dk, float *dv, const float *lseT, const float *DT, const int *fct,
+       const unsigned char *map, const int *order, int T, int S, int NH, int NKV, int Tp,
+       float sl2, float scale, int pkv)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ uint4 f3_smem[];
+	char *sk = (char *)(((uintptr_t)f3_smem + 1023) & ~(uintptr_t)1023);
+	char *sv = sk + 2 * F3B_KV, *sds = sv + 2 * F3B_KV, *stg = sds + 2 * F3B_DS;
+	unsigned b4 = wg_smem(sk) >> 4;
+	/* the descriptor of the operand at p (wg_desc's, from b4) */
+	auto D = [&](const char *p, unsigned lbo) {
+		return f3b_desc(b4 + (unsigned)((p - sk) >> 4), lbo);
+	};
+	float *sdq = (float *)(stg + F3B_NS * F3B_STAGE);           /* mode 1 */
+	uint64_t *full = (uint64_t *)((char *)sdq + 8 * F3B_DQW), *empty = full + F3B_NS;
+	uint64_t *kvfull = empty + F3B_NS, *kvempty = kvfull + 1, *lempty = kvempty + 1;
+	uint64_t *dsfull = lempty + 2, *dsempty = dsfull + 2;         /* mode 3 */
+	int *lcnt = (int *)(dsempty + 2), *lst = lcnt + 4;
+	int group = NH / NKV, nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), tid = threadIdx.x;
+	int NI = pkv ? NKV : NH, nh = pkv ? group : 1, nitems = CEIL_DIV(nkt, 2) * NI;
+	const int HD = 128;
+
+	if (tid == 0) {
+		for (int i = 0; i < F3B_NS; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 8);
+		}
+		mb_init(kvfull, 32);
+		mb_init(kvempty, MODE == 3 ? 12 : 8);
+		for (int i = 0; i < 2; i++) {
+			mb_init(&lempty[i], MODE == 3 ? 12 : 8);
+			mb_init(&dsfull[i], 8);
+			mb_init(&dsempty[i], 4);
+		}
+		mb_fence_init();
+	}
+	__syncthreads();
+	if (tid < 128) {
+		wg_setmaxnreg_dec<MODE == 3 ? 24 : 40>();
+		if (tid >= 32)
+			return;
+		const int *fqb = fct, *fqf = fct + Tp;
+		if (tid == 0) {
+			tma_prefetch_map(&tq);
+			tma_prefetch_map(&tdo);
+			tma_prefetch_map(&tk);
+			tma_prefetch_map(&tv);
+		}
+		int gt = 0;                     /* tiles sent into the ring so far */
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii & 1, u = order[x / NI], hk = pkv ? x % NI : x % NI / group;
+			int h0 = pkv ? hk * group : x % NI, *list = lst + b * nqt;
+			/* the list's buffer (read by the consumers of item ii - 2), then K and V (of
+			 * item ii - 1) given back */
+			mb_wait(&lempty[b], ((ii >> 1) & 1) ^ 1);
+			int nl = fb_list_warp(list, map + 2 * u, nqt, nkt, 1, 2 * u + 1 < nkt, 4);
+			__syncwarp();
+			mb_wait(kvempty, (ii & 1) ^ 1);
+			if (tid == 0) {
+				lcnt[b] = nl;
+				mb_expect(kvfull, 4 * F3B_KV);
+				for (int c = 0; c < 2; c++) {
+					tma_load2(sk + c * F3B_KV, &tk, hk * HD + c * 64, u * FB_M, kvfull);
+					tma_load2(sv + c * F3B_KV, &tv, hk * HD + c * 64, u * FB_M, kvfull);
+				}
+			} else {
+				mb_arrive(kvfull);
+			}
+			ii++;
+			for (int it = 0; it < nl * nh; it++, gt++) {
+				int slot = gt % F3B_NS, i0 = (list[it % nl] >> 4) * FA_T, h = h0 + it / nl;
+				char *st = stg + slot * F3B_STAGE;
+				float *rows = (float *)(st + 4 * F3_HALF);
+				if (tid)
+					continue;
+				mb_wait(&empty[slot], ((gt / F3B_NS) & 1) ^ 1);
+				mb_expect(&full[slot], F3B_STAGE);
+				for (int c = 0; c < 2; c++) {
+					tma_load2(st + c * F3_HALF, &tq, h * HD + c * 64, i0, &full[slot]);
+					tma_load2(st + (2 + c) * F3_HALF, &tdo, h * HD + c * 64, i0,
+					          &full[slot]);
+				}
+				tma_load1(rows, lseT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + FA_T, DT + (size_t)h * Tp + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + 2 * FA_T, fqb + i0, FA_T * 4, &full[slot]);
+				tma_load1(rows + 3 * FA_T, fqf + i0, FA_T * 4, &full[slot]);
+			}
+		}
+		return;
+	}
+	if (MODE == 3 && tid >= 384) {
+		/* mode 3's dQ warpgroup: for every tile, once both consumers' dS^T is in, dQ = dS K
+		 * over the 128 keys, 32 columns at a time (N-major B: the odd quarters 64 bytes
+		 * into the swizzled rows), by atomics */
+		wg_setmaxnreg_dec<56>();
+		int w4 = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, gt = 0;
+		for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+			int x = f3_item(k);
+			if (x >= nitems)
+				continue;
+			int b = ii & 1, h0 = pkv ? x % NI * group : x % NI;
+			mb_wait(kvfull, ii & 1);
+			int nl = lcnt[b];
+			const int *list = lst + b * nqt;
+			for (int it = 0; it < nl * nh; it++) {
+				int rt = gt + it, db = rt & 1, qt = list[it % nl] >> 4, h = h0 + it / nl;
+				const char *ds = sds + db * F3B_DS;
+				mb_wait(&dsfull[db], (rt >> 1) & 1);
+#pragma unroll 1
+				for (int qu = 0; qu < 4; qu++) {
+					float acc[4][4];
+					wg_fence();
+#pragma unroll
+					for (int kk = 0; kk < 8; kk++)
+						f3b_ss_tt<32>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+						              D(sk + (qu >> 1) * F3B_KV + (qu & 1) * 64 +
+						                kk * 2048, F3B_KV), kk);
+					wg_commit();
+					wg_wait<0>();
+					wg_fence_acc<16>(&acc[0][0]);
+					if (qu == 3) {
+						__syncwarp();
+						if (lane == 0)
+							mb_arrive(&dsempty[rt & 1]);
+					}
+					fa_dq_add(dq, acc, 4, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+					          (size_t)h * HD + qu * 32, scale);
+				}
+			}
+			__syncwarp();
+			if (lane == 0) {
+				mb_arrive(kvempty);
+				mb_arrive(&lempty[b]);
+			}
+			gt += nl * nh;
+			ii++;
+		}
+		return;
+	}
+	wg_setmaxnreg_inc<MODE == 3 ? 216 : 232>();
+	int ct = tid - 128, wg = ct >> 7, w4 = (ct >> 5) & 3, lane = tid & 31, g = lane >> 2;
+	int t4 = lane & 3, jr = wg * 64 + w4 * 16 + g;  /* this thread's first key in the item */
+	const int *fkb = fct + 2 * Tp, *fkf = fkb + nkt * FA_T;
+	int gt = 0;                             /* ring tiles of the items before this one */
+	for (int k = 0, ii = 0; k * (int)gridDim.x < nitems; k++) {
+	int x = f3_item(k);
+	if (x >= nitems)
+		continue;
+	int b = ii & 1, u = order[x / NI], hk = pkv ? x % NI : x % NI / group, j0 = u * FB_M;
+	int h0 = pkv ? hk * group : x % NI;
+	int kb[2], kf[2];
+	float dka[16][4], dva[16][4];
+
+	for (int r = 0; r < 2; r++) {
+		int j = j0 + jr + 8 * r, in = j < nkt * FA_T;
+		kb[r] = in ? fkb[j] : 0x7fffffff;
+		kf[r] = in ? fkf[j] : 0;
+	}
+#pragma unroll
+	for (int n = 0; n < 16; n++) {
+		dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.0f;
+		dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.0f;
+	}
+	mb_wait(kvfull, ii & 1);
+	int nl = lcnt[b];
+	const int *list = lst + b * nqt;
+	for (int it = 0; it < nl * nh; it++) {
+		int rt = gt + it;               /* the tile's number in the ring */
+		int slot = rt % F3B_NS, e = list[it % nl], qt = e >> 4, c0 = e & 3, c1 = (e >> 2) & 3;
+		int h = h0 + it / nl;
+		int code = wg ? c1 : c0;
+		const char *stq = stg + slot * F3B_STAGE, *sdo = stq + 2 * F3_HALF;
+		const float *L = (const float *)(stq + 4 * F3_HALF), *Dd = L + FA_T;
+		const int *QB = (const int *)(Dd + FA_T), *QF = QB + FA_T;
+		char *ds = sds + (rt & 1) * F3B_DS + (MODE == 2 ? wg * (F3B_DS / 2) : 0);
+		int dr = MODE == 2 ? jr - wg * 64 : jr;    /* this thread's first row in ds */
+
+		mb_wait(&full[slot], (rt / F3B_NS) & 1);
+		/* every product runs, also where this warpgroup's column does not see the tile (P
+		 * and dS^T zeros then): a product under a branch or a guard would serialise all of
+		 * them (ptxas C7520); version 2 skips those (a few per cent at the SFT shape) */
+		{
+			float s[8][4], dp[8][4];
+			unsigned pa[4][4], da[4][4];
+			const char *kw = sk + wg * 64 * 128, *vw = sv + wg * 64 * 128;
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+				wg_op<64>::ss(&s[0][0], D(kw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16),
+				              D(stq + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16), kk, 0);
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+				wg_op<64>::ss(&dp[0][0], D(vw + (kk >> 2) * F3B_KV + (kk & 3) * 32, 16),
+				              D(sdo + (kk >> 2) * F3_HALF + (kk & 3) * 32, 16), kk, 0);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_acc<32>(&s[0][0]);
+			wg_fence_acc<32>(&dp[0][0]);
+			/* P^T and dS^T (rows: this thread's keys, columns: the tile's queries) */
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int x = 0; x < 4; x++) {
+					int c = n * 8 + 2 * t4 + (x & 1), r = x >> 1;
+					float p = exp2f(s[n][x] * sl2 - L[c]);
+					if (code != 2 && (!code || !fa_sees(QB[c], QF[c], kb[r], kf[r])))
+						p = 0.0f;
+					s[n][x] = p;
+					dp[n][x] = p * (dp[n][x] - Dd[c]);
+				}
+			}
+			/* dS^T into its buffer: key row R, 16-byte chunk n at n ^ R % 8 (mode 3: once
+			 * the dQ warpgroup is done with the buffer's last tile) */
+			if (MODE == 3)
+				mb_wait(&dsempty[rt & 1], ((rt >> 1) & 1) ^ 1);
+#pragma unroll
+			for (int n = 0; n < 8; n++) {
+#pragma unroll
+				for (int r = 0; r < 2; r++) {
+					int R = dr + 8 * r;
+					*(unsigned *)(ds + R * 128 + ((n ^ (R & 7)) << 4) + t4 * 4) =
+						pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+				}
+			}
+			if (MODE == 3) {
+				wg_fence_proxy();
+				__syncwarp();
+				if (lane == 0)
+					mb_arrive(&dsfull[rt & 1]);
+			}
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++) {
+				frag_c2a(pa[kk], s, kk);
+				frag_c2a(da[kk], dp, kk);
+			}
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dva[0][0], make_uint4(pa[kk][0], pa[kk][1], pa[kk][2],
+				                                       pa[kk][3]),
+				                D(sdo + kk * 2048, F3_HALF), 1, 0);
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				wg_op<128>::rst(&dka[0][0], make_uint4(da[kk][0], da[kk][1], da[kk][2],
+				                                       da[kk][3]),
+				                D(stq + kk * 2048, F3_HALF), 1, 0);
+			wg_commit();
+		}
+		if (MODE == 3) {
+			wg_wait<0>();
+			wg_fence_acc<64>(&dka[0][0]);
+			wg_fence_acc<64>(&dva[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+			continue;
+		}
+		wg_fence_proxy();               /* dS^T written, for the tensor cores */
+		if (MODE == 2) {
+			/* dQ of the tile's 64 queries, 128 columns, over this warpgroup's 64 keys */
+			float acc[16][4];
+			f3b_bar(2 + wg, 128);
+			wg_wait<0>();               /* dV, dK done: their A fragments free */
+			wg_fence_acc<64>(&dka[0][0]);
+			wg_fence_acc<64>(&dva[0][0]);
+			wg_fence();
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				f3b_ss_tt<128>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+				               D(sk + wg * 64 * 128 + kk * 2048, F3B_KV), kk);
+			wg_commit();
+			wg_wait<0>();
+			wg_fence_acc<64>(&acc[0][0]);
+			__syncwarp();
+			if (lane == 0)
+				mb_arrive(&empty[slot]);
+			fa_dq_add(dq, acc, 16, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+			          (size_t)h * HD, scale);
+			continue;
+		}
+		f3b_bar(1, 256);                /* both consumers' dS^T */
+		/* dQ of the tile's 64 queries, columns 64 wg .. + 63, over the 128 keys */
+		float acc[8][4];
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++)
+			f3b_ss_tt<64>(&acc[0][0], D(ds + kk * 2048, F3B_DS),
+			              D(sk + wg * F3B_KV + kk * 2048, F3B_KV), kk);
+		wg_commit();
+		wg_wait<0>();
+		wg_fence_acc<32>(&acc[0][0]);
+		wg_fence_acc<64>(&dka[0][0]);
+		wg_fence_acc<64>(&dva[0][0]);
+		__syncwarp();
+		if (lane == 0)
+			mb_arrive(&empty[slot]);
+		if (MODE == 0) {
+			fa_dq_add(dq, acc, 8, qt * FA_T + w4 * 16 + g, T, (size_t)NH * HD,
+			          (size_t)h * HD + wg * 64, scale);
+			continue;
+		}
+		/* mode 1: this warp's 16 rows into its staging (its last reductions have read
+		 * it), then a bulk reduction a row */
+		float *dqs = sdq + (ct >> 5) * (F3B_DQW / 4);
+		if (rt && lane < 16)
+			f3b_bulk_wait_read();
+		__syncwarp();
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				*(float2 *)(dqs + (g + 8 * r) * F3B_DQLD + n * 8 + 2 * t4) =
+					make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
+		}
+		wg_fence_proxy();
+		__syncwarp();
+		if (lane < 16) {
+			int row = qt * FA_T + w4 * 16 + lane;
+			if (row < T)
+				f3b_red_add(dq + (size_t)row * NH * HD + (size_t)h * HD + wg * 64,
+				            dqs + lane * F3B_DQLD, 64 * 4);
+			f3b_bulk_commit();
+		}
+	}
+	/* K, V and the list read no more (every product waited for) */
+	__syncwarp();
+	if (lane == 0) {
+		mb_arrive(kvempty);
+		mb_arrive(&lempty[b]);
+	}
+	gt += nl * nh;
+	ii++;
+	fa_dkv_store(dk, dv, dka, dva, 16, j0 + jr, S, (size_t)NKV * HD, (size_t)hk * HD, scale,
+	             !pkv && group > 1);
+	}
+	if (MODE == 1 && lane < 16)
+		f3b_bulk_wait();
+#else
+	__trap();                               /* built without sm_90a: never launched */
+#endif
+}
+
+/* version 3's backward dynamic shared memory (nqt query tiles) */
+static size_t f3b_smem_size(int nqt)
+{
+	return 1024 + 4 * F3B_KV + 2 * F3B_DS + F3B_NS * F3B_STAGE + 8 * F3B_DQW +
+	       (2 * F3B_NS + 8) * 8 + 16 + (size_t)2 * nqt * 4;
+}
+
+/* the mode of version 3's backward (f3_bwd): DICE_FA3B_MODE in the environment (0 to 3),
+ * else 0; read at every call (a bench compares them in one process) */
+static int f3b_mode(void)
+{
+	const char *e = getenv("DICE_FA3B_MODE");
+	return e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 0;
+}
+
+/* whether version 3's backward takes an item per kv head (the heads of its group in turn: dK,
+ * dV summed in registers and stored, no atomics, no zeroing) rather than per query head:
+ * DICE_FA3B_KV=1 in the environment (for measurement) */
+static int f3b_pkv(void)
+{
+	const char *e = getenv("DICE_FA3B_KV");
+	return e && *e == '1';
+}
+
 /* whether version 3 runs here: head dim 128, a compute-capability-9.0 device, the driver's
  * tensor-map encoder */
 static int f3_ok(int HD)
@@ -1466,30 +2042,27 @@ static int f3_ok(int HD)
 #define FA_RND(x) (((x) + 255) / 256 * 256)
 
 /* the fused kernels' version for the forward (bwd 0) or the backward op (bwd 1) at head dim
- * HD: by default 2, except the forward at HD 64 (version 1 measured faster there: 0.81 ms
- * against 0.85 at the SFT shape, bench/NOTES-device.md session 6) and at HD 128 where version
- * 3 runs (f3_ok; 0.54 ms against 1.04 on an H200, NOTES-device.md session 7); DICE_FA in the
- * environment overrides: "1" or "2" for both ops, "3" for version 3's forward (the
- * backward's default), two digits for the forward's (1 to 3) and the backward's (1 or 2):
- * "12" is version 1 forward, version 2 backward, "32" version 3 forward, version 2 backward.
- * Version 3 only where it runs, else 2. Read at every call, so that a bench can time the
- * versions in one process. */
+ * HD: by default 3 where it runs (f3_ok: HD 128 on compute capability 9.0; forward 0.54 ms
+ * against 1.04 on an H200, NOTES-device.md session 7), else 2, except the forward at HD 64
+ * (version 1 measured faster there: 0.81 ms against 0.85 at the SFT shape, NOTES-device.md
+ * session 6); DICE_FA in the environment overrides: "1", "2" or "3" for both ops, two digits
+ * for the forward's and the backward's (1 to 3 each): "12" is version 1 forward, version 2
+ * backward, "32" version 3 forward, version 2 backward. Version 3 only where it runs, else 2.
+ * Read at every call, so that a bench can time the versions in one process. */
 static int fa_version(int bwd, int HD)
 {
 	static int warned;
 	const char *e = getenv("DICE_FA");
-	int v = bwd ? 2 : HD == 64 ? 1 : 3;
+	int v = bwd ? 3 : HD == 64 ? 1 : 3;
 	if (e && *e) {
-		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || ((e[1] == '1' || e[1] == '2') && !e[2]))) {
-			if (!bwd)
+		if (e[0] >= '1' && e[0] <= '3' && (!e[1] || (e[1] >= '1' && e[1] <= '3' && !e[2]))) {
+			if (!bwd || !e[1])
 				v = e[0] - '0';
-			else if (e[1])
+			else
 				v = e[1] - '0';
-			else if (e[0] != '3')
-				v = e[0] - '0';
 		} else if (!warned++) {
-			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit (1 to 3) and a "
-			        "backward digit (1 or 2); using the default\n", e);
+			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit and a "
+			        "backward digit (1 to 3 each); using the default\n", e);
 		}
 	}
 	return v == 3 && !f3_ok(HD) ? 2 : v;
@@ -1507,6 +2080,8 @@ static size_t fa_fwd_smem(int ver, int HD, int nkt)
 
 static size_t fa_bwd_smem(int ver, int HD, int nqt)
 {
+	if (ver == 3)
+		return f3b_smem_size(nqt);
 	size_t rows = ver == 1 ? 5 * FA_T : 2 * FB_M + 4 * FA_T;
 	size_t dsr = ver == 1 ? FA_T : FB_M;
 	return rows * (HD + FA_PAD) * 2 + dsr * FA_DS_LD * 2 + 8 * FA_T * 4 +
@@ -1527,8 +2102,10 @@ static size_t fa_smem_cap(void)
 		                      (const void *)fa_bwd<128>, (const void *)fa_bwd<64>,
 		                      (const void *)fb_fwd<128>, (const void *)fb_fwd<64>,
 		                      (const void *)fb_bwd<128>, (const void *)fb_bwd<64>,
-		                      (const void *)f3_fwd };
-		for (int i = 0; i < 9; i++)
+		                      (const void *)f3_fwd, (const void *)f3_bwd<0>,
+		                      (const void *)f3_bwd<1>, (const void *)f3_bwd<2>,
+		                      (const void *)f3_bwd<3> };
+		for (int i = 0; i < 13; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                cap));
 	}
@@ -1573,8 +2150,8 @@ static void fb_order(cudaStream_t st, int *order, int *work, const unsigned char
                      int S, int byrow)
 {
 	int nu = fb_units(T, S, byrow);
-	fb_work_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
-	                                                   CEIL_DIV(S, FA_T), byrow);
+	fb_work_kernel<<<CEIL_DIV(nu, 4), 128, 0, st>>>(work, map, CEIL_DIV(T, FA_T),
+	                                                 CEIL_DIV(S, FA_T), byrow);
 	CUDA_CHECK_LAUNCH();
 	fb_rank_kernel<<<CEIL_DIV(nu, 128), 128, 0, st>>>(order, work, nu);
 	CUDA_CHECK_LAUNCH();
@@ -1668,57 +2245,107 @@ static int fa_forward(cudaStream_t st, int ver, float *out, float *lse, const bf
 	return 0;
 }
 
+/* the operands q, k, v of an attention call: fp32 (rounded to bf16 here) or given in bf16
+ * (qb, kb, vb; then q, k, v are not read) */
+struct at_in {
+	const float *q, *k, *v;
+	const bf16 *qb, *kb, *vb;
+};
+
+/* x's bf16 copy: xb where given, else x cast into the n elements at sc */
+static const bf16 *at_operand(cudaStream_t st, bf16 *sc, const float *x, const bf16 *xb,
+                              size_t n)
+{
+	if (xb)
+		return xb;
+	cast(st, sc, x, n);
+	return sc;
+}
+
 /* lse: NULL, or (T, NH) to keep the statistics for fa_attention_backward */
-static int fa_attention(cudaStream_t st, int ver, float *out, float *lse, const float *q,
-                        const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
+static int fa_attention(cudaStream_t st, int ver, float *out, float *lse,
+                        const struct at_in *in, int T, int S, int NH, int NKV, int HD,
                         const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	char *sc = (char *)gpu_scratch(nh + (nq + 2 * nk) * 2);
 	struct fa_head hd;
-	bf16 *qb = (bf16 *)(sc + nh), *kb = qb + nq, *vb = kb + nk;
+	bf16 *qs = (bf16 *)(sc + nh);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 
 	fa_head_carve(&hd, sc, T, S);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
 	fa_prepare(st, ver, &hd, T, S, m, 1, 0);
 	return fa_forward(st, ver, out, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m);
 }
 
-/* stat: the forward's lse (fa_attention), or NULL: a stats-only forward recomputes it */
+/* stat: the forward's lse (fa_attention), or NULL: a stats-only forward (version 2 for a
+ * version-3 backward) recomputes it */
 static int fa_attention_backward(cudaStream_t st, int ver, float *dq, float *dk, float *dv,
-                                 const float *dout, const float *q, const float *k,
-                                 const float *v, const float *out, const float *stat, int T,
-                                 int S, int NH, int NKV, int HD, const struct attn_mask *m)
+                                 const float *dout, const struct at_in *in, const float *out,
+                                 const float *stat, int T, int S, int NH, int NKV, int HD,
+                                 const struct attn_mask *m)
 {
 	size_t nq = (size_t)T * NH * HD, nk = (size_t)S * NKV * HD;
 	size_t nh = fa_head_carve(NULL, NULL, T, S);
 	int nqt = CEIL_DIV(T, FA_T), nkt = CEIL_DIV(S, FA_T), rows = T * NH;
 	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg;
-	size_t nr = FA_RND((size_t)rows * 4);
-	char *sc = (char *)gpu_scratch(nh + 2 * nr + (2 * nq + 2 * nk) * 2);
+	int Tp = f3_facts_rows(T, S, 1);        /* version 3's rows a head (whole 128-row units) */
+	size_t nr = FA_RND((size_t)Tp * NH * 4);
+	char *sc = (char *)gpu_scratch(nh + 3 * nr + (2 * nq + 2 * nk) * 2);
 	struct fa_head hd;
 	float *lse = (float *)(sc + nh), *d = (float *)((char *)lse + nr);
-	bf16 *qb = (bf16 *)((char *)d + nr), *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	float *lset = (float *)((char *)d + nr);
+	bf16 *qs = (bf16 *)((char *)lset + nr), *dob = qs + nq + 2 * nk;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
 	size_t sm = fa_bwd_smem(ver, HD, nqt);
 
 	fa_head_carve(&hd, sc, T, S);
-	cast(st, qb, q, nq);          /* dq, dk, dv are zero already (the caller's gpu_zero) */
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
-	cast(st, dob, dout, nq);
-	rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out, rows,
-	                                                                      HD);
-	CUDA_CHECK_LAUNCH();
+	/* dq, dk, dv are zero already (the caller's gpu_zero) */
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
+	if (ver != 3) {
+		cast(st, dob, dout, nq);
+		rowdot_kernel<<<CEIL_DIV(rows, AT_THREADS / 32), AT_THREADS, 0, st>>>(d, dout, out,
+		                                                                      rows, HD);
+		CUDA_CHECK_LAUNCH();
+	}
 	fa_prepare(st, ver, &hd, T, S, m, stat == NULL, 1);
 	if (stat)
 		lse = (float *)stat;
-	else if (fa_forward(st, ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD, m))
+	else if (fa_forward(st, ver == 3 ? 2 : ver, NULL, lse, qb, kb, vb, &hd, T, S, NH, NKV, HD,
+	                    m))
 		return -1;
-	if (ver == 1)
+	if (ver == 3) {
+		CUtensorMap tq, tdo, tk, tv;
+		int nkr = f3_facts_rows(T, S, 0);
+		if (wg_tensor_map(&tq, qb, 0, NH * HD, T, 64, FA_T, 1) ||
+		    wg_tensor_map(&tdo, dob, 0, NH * HD, T, 64, FA_T, 1) ||
+		    wg_tensor_map(&tk, kb, 0, NKV * HD, S, 64, FB_M, 1) ||
+		    wg_tensor_map(&tv, vb, 0, NKV * HD, S, 64, FB_M, 1))
+			return -1;
+		f3b_prep_kernel<<<CEIL_DIV(Tp * NH, AT_THREADS / 32), AT_THREADS, 0, st>>>(
+			dob, d, lset, dout, out, lse, T, Tp, NH, HD);
+		CUDA_CHECK_LAUNCH();
+		f3_facts_kernel<<<CEIL_DIV(Tp + nkr, 256), 256, 0, st>>>(hd.fct, T, S, Tp, nkr, *m,
+		                                                         nz, sg);
+		CUDA_CHECK_LAUNCH();
+		/* persistent blocks as the forward's (DICE_FA3_PERS) */
+		const char *ps = getenv("DICE_FA3_PERS");
+		int md = f3b_mode(), pkv = f3b_pkv(), pn = ps && *ps ? atoi(ps) : 1;
+		int grid = fb_units(T, S, 0) * (pkv ? NKV : NH);
+		if (pn == 1)
+			pn = gpu_sm_count();
+		if (pn > 0 && grid > pn)
+			grid = pn;
+		(md == 3 ? f3_bwd<3> : md == 2 ? f3_bwd<2> : md == 1 ? f3_bwd<1> : f3_bwd<0>)<<<
+			grid, md == 3 ? 512 : F3_THREADS, sm, st>>>(
+			tq, tdo, tk, tv, dq, dk, dv, lset, d, hd.fct, hd.map, hd.ordb, T, S, NH, NKV, Tp,
+			sl2, scale, pkv);
+	} else if (ver == 1)
 		(HD == 128 ? fa_bwd<128> : fa_bwd<64>)<<<dim3(nkt, NKV), FA_THREADS, sm, st>>>(
 			dq, dk, dv, qb, kb, vb, dob, lse, d, hd.map, T, S, NH, NKV, *m, nz, sg, sl2,
 			scale);
@@ -1827,6 +2454,12 @@ static void softmax(cudaStream_t st, __nv_bfloat16 *p, const float *sf, int nr, 
 /* bytes of the scratch's head: the chunk ranges, rounded to 256 */
 #define AT_RANGE_BYTES(z) (((size_t)(z).nchunk * 8 + 255) / 256 * 256)
 
+static int at_forward(cudaStream_t st, float *out, float *stat, const struct at_in *in, int T,
+                      int S, int NH, int NKV, int HD, const struct attn_mask *m);
+static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                       const struct at_in *in, const float *out, const float *stat, int T,
+                       int S, int NH, int NKV, int HD, const struct attn_mask *m);
+
 int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k, const float *v,
                      int T, int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
@@ -1836,6 +2469,23 @@ int gpu_attention_tc(cudaStream_t st, float *out, const float *q, const float *k
 int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float *q,
                           const float *k, const float *v, int T, int S, int NH, int NKV, int HD,
                           const struct attn_mask *m)
+{
+	struct at_in in = { q, k, v, NULL, NULL, NULL };
+	return at_forward(st, out, stat, &in, T, S, NH, NKV, HD, m);
+}
+
+int gpu_attention_tc_stat_bf(cudaStream_t st, float *out, float *stat, const void *qb,
+                             const void *kb, const void *vb, int T, int S, int NH, int NKV,
+                             int HD, const struct attn_mask *m)
+{
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb,
+	                    (const bf16 *)vb };
+	return at_forward(st, out, stat, &in, T, S, NH, NKV, HD, m);
+}
+
+/* gpu_attention_tc_stat on the operands in */
+static int at_forward(cudaStream_t st, float *out, float *stat, const struct at_in *in, int T,
+                      int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
@@ -1850,18 +2500,18 @@ int gpu_attention_tc_stat(cudaStream_t st, float *out, float *stat, const float 
 		return 0;
 	int ver = fa_version(0, HD);
 	if (fa_ok(ver, T, S, HD))
-		return fa_attention(st, ver, out, stat, q, k, v, T, S, NH, NKV, HD, m);
+		return fa_attention(st, ver, out, stat, in, T, S, NH, NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + cs * 2 + (nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z));
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qb = p + cs, *kb = qb + nq, *vb = kb + nk;
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(sf + cs), *qs = p + cs;
 	long long gh = (long long)z.group * HD;    /* head stride of the batch (q, out) */
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 	/* per chunk and group member g: the NKV heads g, g + group, ... in one batch */
 	for (int c = 0; c < z.nchunk; c++) {
 		int r0 = c * AT_CHUNK, nr = T - r0 < AT_CHUNK ? T - r0 : AT_CHUNK;
@@ -1897,34 +2547,55 @@ int gpu_attention_tc_backward_stat(cudaStream_t st, float *dq, float *dk, float 
                                    const float *v, const float *out, const float *stat, int T,
                                    int S, int NH, int NKV, int HD, const struct attn_mask *m)
 {
+	struct at_in in = { q, k, v, NULL, NULL, NULL };
+	return at_backward(st, dq, dk, dv, dout, &in, out, stat, T, S, NH, NKV, HD, m);
+}
+
+int gpu_attention_tc_backward_stat_bf(cudaStream_t st, float *dq, float *dk, float *dv,
+                                      const float *dout, const void *qb, const void *kb,
+                                      const void *vb, const float *out, const float *stat, int T,
+                                      int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
+	struct at_in in = { NULL, NULL, NULL, (const bf16 *)qb, (const bf16 *)kb,
+	                    (const bf16 *)vb };
+	return at_backward(st, dq, dk, dv, dout, &in, out, stat, T, S, NH, NKV, HD, m);
+}
+
+/* gpu_attention_tc_backward_stat on the operands in */
+static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const float *dout,
+                       const struct at_in *in, const float *out, const float *stat, int T,
+                       int S, int NH, int NKV, int HD, const struct attn_mask *m)
+{
 	struct at_shape z;
 	cublasHandle_t h = gpu_cublas();
 
 	if (at_check(&z, T, S, NH, NKV, HD, m) < 0)
 		return -1;
 	size_t nq = (size_t)T * z.QD, nk = (size_t)S * z.KVD;
-	gpu_zero(st, dk, nk * 4);
-	gpu_zero(st, dv, nk * 4);
+	int ver = fa_version(1, HD), fused = T && S && fa_ok(ver, T, S, HD);
+	if (!(fused && ver == 3 && f3b_pkv())) {   /* (else every row is stored) */
+		gpu_zero(st, dk, nk * 4);
+		gpu_zero(st, dv, nk * 4);
+	}
 	gpu_zero(st, dq, nq * 4);
 	if (T == 0 || S == 0)
 		return 0;
-	int ver = fa_version(1, HD);
-	if (fa_ok(ver, T, S, HD))
-		return fa_attention_backward(st, ver, dq, dk, dv, dout, q, k, v, out, stat, T, S, NH,
+	if (fused)
+		return fa_attention_backward(st, ver, dq, dk, dv, dout, in, out, stat, T, S, NH,
 		                             NKV, HD, m);
 	size_t cs = (size_t)(T < AT_CHUNK ? T : AT_CHUNK) * S * NKV;
 	char *sc = (char *)gpu_scratch(AT_RANGE_BYTES(z) + cs * 4 + (size_t)T * NH * 4 + cs * 4 +
 	                               (2 * nq + 2 * nk) * 2);
 	float *sf = (float *)(sc + AT_RANGE_BYTES(z)), *d = sf + cs;
-	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qb = ds + cs;
-	__nv_bfloat16 *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+	__nv_bfloat16 *p = (__nv_bfloat16 *)(d + (size_t)T * NH), *ds = p + cs, *qs = ds + cs;
+	__nv_bfloat16 *dob = qs + nq + 2 * nk;
 	long long gh = (long long)z.group * HD;
 
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	at_ranges(st, &z, (int *)sc, m);
-	cast(st, qb, q, nq);
-	cast(st, kb, k, nk);
-	cast(st, vb, v, nk);
+	const bf16 *qb = at_operand(st, qs, in->q, in->qb, nq);
+	const bf16 *kb = at_operand(st, qs + nq, in->k, in->kb, nk);
+	const bf16 *vb = at_operand(st, qs + nq + nk, in->v, in->vb, nk);
 	cast(st, dob, dout, nq);
 	int rows = T * NH, wpb = AT_THREADS / 32;
 	rowdot_kernel<<<CEIL_DIV(rows, wpb), AT_THREADS, 0, st>>>(d, dout, out, rows, HD);

@@ -422,6 +422,10 @@ static const struct ops ops_cuda = {
 	cu_matmul_xbb,
 	cu_swiglu_cat_bb,
 	cu_swiglu_cat_backward_bb,
+	cu_cross_entropy_xb,
+	cu_matmul_xb_add,
+	cu_attention_tc_stat_bf,
+	cu_attention_tc_backward_stat_bf,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -4,7 +4,7 @@
  *   dlogits = weight (softmax - onehot(target)),  loss = weight (logsumexp - logit[target]).
  * target < 0: loss 0 and a zero row. dlogits may equal logits: the target logit is read by
  * every thread before the reduction's barriers, each other element is read and written by
- * the same thread. */
+ * the same thread. gpu_cross_entropy_xb: the gradient rounded to bf16, into another buffer. */
 #include <math.h>
 
 #include "gpu_bwd.h"
@@ -29,19 +29,27 @@ static __device__ __forceinline__ void ce_merge(float *m, float *s, float m2, fl
 	*m = M;
 }
 
-static __global__ void ce_kernel(float *loss, float *dlogits, const float *logits,
+/* the gradient's element type: fp32, or bf16 rounded as gpu_cast_bf16 rounds */
+static __device__ __forceinline__ void ce_put(float *d, float v) { *d = v; }
+static __device__ __forceinline__ void ce_put(__nv_bfloat16 *d, float v)
+{
+	*d = __float2bfloat16_rn(v);
+}
+
+template <typename D>
+static __global__ void ce_kernel(float *loss, D *dlogits, const float *logits,
                                  const int *target, const float *weight, int V)
 {
 	__shared__ float pm[CE_THREADS / 32], ps[CE_THREADS / 32];
 	size_t row = blockIdx.x;
 	const float *l = logits + row * V;
-	float *d = dlogits + row * V;
+	D *d = dlogits + row * V;
 	int tgt = target[row], lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	float w = weight[row], m = -INFINITY, s = 0.0f;
 
 	if (tgt < 0) {
 		for (int i = threadIdx.x; i < V; i += blockDim.x)
-			d[i] = 0.0f;
+			ce_put(d + i, 0.0f);
 		if (threadIdx.x == 0)
 			loss[row] = 0.0f;
 		return;
@@ -74,7 +82,7 @@ static __global__ void ce_kernel(float *loss, float *dlogits, const float *logit
 		loss[row] = w * (lse - lt);
 	for (int i = threadIdx.x; i < V; i += blockDim.x) {
 		float p = w * expf(l[i] - lse);
-		d[i] = i == tgt ? p - w : p;
+		ce_put(d + i, i == tgt ? p - w : p);
 	}
 }
 
@@ -88,6 +96,18 @@ int gpu_cross_entropy(cudaStream_t st, float *loss, float *dlogits, const float 
 		return 0;
 	int threads = V >= CE_THREADS ? CE_THREADS : 32 * CEIL_DIV(V, 32);
 	ce_kernel<<<N, threads, 0, st>>>(loss, dlogits, logits, target, weight, V);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+int gpu_cross_entropy_xb(cudaStream_t st, float *loss, void *dlb, const float *logits,
+                         const int *target, const float *weight, int N, int V)
+{
+	GPU_REQUIRE(N >= 0 && V > 0 && dlb != (const void *)logits, "cross_entropy_xb");
+	if (N == 0)
+		return 0;
+	int threads = V >= CE_THREADS ? CE_THREADS : 32 * CEIL_DIV(V, 32);
+	ce_kernel<<<N, threads, 0, st>>>(loss, (__nv_bfloat16 *)dlb, logits, target, weight, V);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

@@ -4,6 +4,10 @@
  * fp32. Two paths: for decode-sized N (<= GPU_GEMV_NMAX) a bandwidth-bound kernel that reads
  * each weight row once with 16-byte loads, 4 rows per block, all N tokens per row; otherwise
  * cuBLAS (x converted into the backend scratch, GemmEx with fp32 compute and fp32 output). */
+#include <string.h>
+
+#include <cublasLt.h>
+
 #include "gpu_bwd.h"
 #include "common.cuh"
 
@@ -312,6 +316,101 @@ int gpu_matmul_xbb(cudaStream_t st, void *yb, const void *xb, const void *w, int
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_xbb");
 	CUBLAS_CHECK(cublasSetStream(h, st));
 	return gemm_xw_t(h, yb, CUDA_R_16BF, xb, w, CUDA_R_16BF, N, in, out, 0);
+}
+
+/* ---- y = c + xb w^T with c and y apart (gpu_matmul_xb_add): cuBLASLt, whose epilogue reads
+ * C and writes D at other addresses, so the residual stream needs no copy before its add.
+ * A plan (descriptors and the heuristic's first algorithm) is made once per shape; without
+ * one (no handle, no algorithm, a failed call) the copy and GemmEx's += run instead. */
+
+#define LT_PLANS 16
+#define LT_WS ((size_t)32 << 20)        /* workspace, as cuBLAS gives Hopper's GEMMs */
+
+struct lt_plan {
+	int N, in, out, ok;
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t a, b, c;
+	cublasLtMatmulAlgo_t algo;
+};
+
+static cublasLtHandle_t lt_handle;
+static void *lt_ws;
+static int lt_state;                    /* 0 not tried, 1 ready, -1 unavailable */
+static struct lt_plan lt_plans[LT_PLANS];
+static int lt_nplans;
+
+static const struct lt_plan *lt_plan_get(int N, int in, int out)
+{
+	struct lt_plan *p;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res;
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	size_t ws = LT_WS;
+	int n = 0;
+
+	if (!lt_state) {
+		lt_state = cublasLtCreate(&lt_handle) == CUBLAS_STATUS_SUCCESS &&
+		           cudaMalloc(&lt_ws, LT_WS) == cudaSuccess ? 1 : -1;
+		cudaGetLastError();
+	}
+	if (lt_state < 0)
+		return NULL;
+	for (int i = 0; i < lt_nplans; i++)
+		if (lt_plans[i].N == N && lt_plans[i].in == in && lt_plans[i].out == out)
+			return lt_plans[i].ok ? &lt_plans[i] : NULL;
+	if (lt_nplans == LT_PLANS) {            /* full: the oldest goes */
+		p = &lt_plans[0];
+		if (p->ok) {
+			cublasLtMatmulDescDestroy(p->op);
+			cublasLtMatrixLayoutDestroy(p->a);
+			cublasLtMatrixLayoutDestroy(p->b);
+			cublasLtMatrixLayoutDestroy(p->c);
+		}
+		memmove(&lt_plans[0], &lt_plans[1], sizeof lt_plans[0] * (LT_PLANS - 1));
+		lt_nplans--;
+	}
+	p = &lt_plans[lt_nplans++];
+	memset(p, 0, sizeof *p);
+	p->N = N;
+	p->in = in;
+	p->out = out;
+	/* column-major view as gemm_xw: y^T(out,N) = w(in,out)^T x^T(in,N) + c^T */
+	if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+	    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+	    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+	    cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, in, out, in) ||
+	    cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, in, N, in) ||
+	    cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, N, out) ||
+	    cublasLtMatmulPreferenceCreate(&pref) ||
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+	                                         &ws, sizeof ws) ||
+	    cublasLtMatmulAlgoGetHeuristic(lt_handle, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
+	                                   &n) || n < 1) {
+		if (pref)
+			cublasLtMatmulPreferenceDestroy(pref);
+		return NULL;                    /* p stays, not ok: the fallback from now on */
+	}
+	cublasLtMatmulPreferenceDestroy(pref);
+	p->algo = res.algo;
+	p->ok = 1;
+	return p;
+}
+
+int gpu_matmul_xb_add(cudaStream_t st, float *y, const void *xb, const void *w, const float *c,
+                      int N, int in, int out)
+{
+	const float one = 1.0f;
+	const struct lt_plan *p;
+
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_xb_add");
+	if (y != c && (p = lt_plan_get(N, in, out)) &&
+	    cublasLtMatmul(lt_handle, p->op, &one, w, p->a, xb, p->b, &one, c, p->c, y, p->c,
+	                   &p->algo, lt_ws, LT_WS, st) == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	if (y != c)
+		CUDA_CHECK(cudaMemcpyAsync(y, c, (size_t)N * out * sizeof(float),
+		                           cudaMemcpyDeviceToDevice, st));
+	return gpu_matmul_xb(st, y, xb, w, N, in, out, 1);
 }
 
 /* The decode kernel where it measured faster than cuBLAS on an H200 (bench/NOTES-gpu-ops.md):

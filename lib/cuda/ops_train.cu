@@ -22,11 +22,13 @@ void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
 	           gpu_rmsnorm_backward(gpu_stream(), dx, dw, dy, x, w, wdt, N, C, eps));
 }
 
-void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                             const void *w, enum dice_dtype wdt, int N, int C, float eps)
+void cu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                             float eps)
 {
 	TRAIN_CALL("rmsnorm_backward_add",
-	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dw, dy, x, w, wdt, N, C, eps));
+	           gpu_rmsnorm_backward_add(gpu_stream(), dres, dresb, dw, dy, x, w, wdt, N, C,
+	                                    eps));
 }
 
 void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
@@ -200,4 +202,36 @@ void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int
 {
 	TRAIN_CALL("swiglu_cat_backward_bb",
 	           gpu_swiglu_cat_backward_bb(gpu_stream(), dgub, dy, gub, N, I));
+}
+
+void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
+                         const float *weight, int N, int V)
+{
+	TRAIN_CALL("cross_entropy_xb",
+	           gpu_cross_entropy_xb(gpu_stream(), loss, dlb, logits, target, weight, N, V));
+}
+
+void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N, int in,
+                      int out)
+{
+	TRAIN_CALL("matmul_xb_add", gpu_matmul_xb_add(gpu_stream(), y, xb, w, c, N, in, out));
+}
+
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_stat_bf",
+	           gpu_attention_tc_stat_bf(gpu_stream(), out, stat, qb, kb, vb, T, S, NH, NKV, HD,
+	                                    m));
+}
+
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m)
+{
+	TRAIN_CALL("attention_tc_backward_stat_bf",
+	           gpu_attention_tc_backward_stat_bf(gpu_stream(), dq, dk, dv, dout, qb, kb, vb, out,
+	                                             stat, T, S, NH, NKV, HD, m));
 }

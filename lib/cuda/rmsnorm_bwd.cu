@@ -9,7 +9,8 @@
  * holding the E <= 16 columns t, t + G, .. of x, dy and w in registers; a block walks units
  * (a row, or with RoPE a token's NH rows, one sincos a column for all of them), the row's
  * two sums (x^2, dy w x) by shuffles (and shared memory across a group's warps), dx written
- * or added from the registers, and each thread's dw columns summed over the rows it saw.
+ * or added from the registers (and, asked, its bf16 copy: instead of dx without the add, beside
+ * it with the add), and each thread's dw columns summed over the rows it saw.
  * The blocks' dw partials go to the scratch and rb_dw_kernel adds them to dw in block
  * order: dw's bits do not depend on timing. dx may equal dy: a row is read before it is
  * written, by the same threads. */
@@ -103,7 +104,7 @@ rb_kernel(float *dx, __nv_bfloat16 *xb, int ldb, float *part, const float *dy, c
 					d += dx[row * C + c];
 				if (xb)         /* uniform */
 					xb[(size_t)u * ldb + (size_t)h * C + c] = __float2bfloat16_rn(d);
-				else
+				if (!xb || ACC)
 					dx[row * C + c] = d;
 				if (DW)
 					dwa[e] += gv[e] * xv[e] * r;
@@ -223,15 +224,16 @@ int gpu_rmsnorm_backward(cudaStream_t st, float *dx, float *dw, const float *dy,
 	return rb_run(st, dx, NULL, 0, dw, dy, x, w, wdt, NULL, 0.0f, 0, 0, N, 1, C, eps);
 }
 
-int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, float *dw, const float *dy,
-                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
-                             float eps)
+int gpu_rmsnorm_backward_add(cudaStream_t st, float *dres, void *dresb, float *dw,
+                             const float *dy, const float *x, const void *w,
+                             enum dice_dtype wdt, int N, int C, float eps)
 {
 	GPU_REQUIRE(N >= 0 && C > 0 && C <= RB_CMAX && dres && dy && x && w && dres != dy &&
 	            dres != x, "rmsnorm_backward_add");
 	if (N == 0)
 		return 0;
-	return rb_run(st, dres, NULL, 0, dw, dy, x, w, wdt, NULL, 0.0f, 0, 1, N, 1, C, eps);
+	return rb_run(st, dres, (__nv_bfloat16 *)dresb, C, dw, dy, x, w, wdt, NULL, 0.0f, 0, 1, N, 1,
+	              C, eps);
 }
 
 int gpu_rope_rmsnorm_backward(cudaStream_t st, float *dx, void *dxb, int ldb, float *dw,

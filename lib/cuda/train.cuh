@@ -11,8 +11,9 @@ void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, c
 void cu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                          enum dice_dtype wdt, int N, int C, float eps);
 void cu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
-void cu_rmsnorm_backward_add(float *dres, float *dw, const float *dy, const float *x,
-                             const void *w, enum dice_dtype wdt, int N, int C, float eps);
+void cu_rmsnorm_backward_add(float *dres, void *dresb, float *dw, const float *dy,
+                             const float *x, const void *w, enum dice_dtype wdt, int N, int C,
+                             float eps);
 void cu_rmsnorm_rope(float *y, const float *x, const void *w, enum dice_dtype wdt,
                      const int *pos, int N, int NH, int HD, float theta, float eps);
 void cu_rope_rmsnorm_backward(float *dx, void *dxb, int ldb, float *dw, const float *dy,
@@ -58,5 +59,16 @@ void cu_swiglu_backward_xb(void *dgate, void *dup, const float *dy, const float 
 void cu_matmul_xbb(void *yb, const void *xb, const void *w, int N, int in, int out);
 void cu_swiglu_cat_bb(void *hb, const void *gub, int N, int I);
 void cu_swiglu_cat_backward_bb(void *dgub, const float *dy, const void *gub, int N, int I);
+void cu_matmul_xb_add(float *y, const void *xb, const void *w, const float *c, int N, int in,
+                      int out);
+void cu_cross_entropy_xb(float *loss, void *dlb, const float *logits, const int *target,
+                         const float *weight, int N, int V);
+void cu_attention_tc_stat_bf(float *out, float *stat, const void *qb, const void *kb,
+                             const void *vb, int T, int S, int NH, int NKV, int HD,
+                             const struct attn_mask *m);
+void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const float *dout,
+                                      const void *qb, const void *kb, const void *vb,
+                                      const float *out, const float *stat, int T, int S, int NH,
+                                      int NKV, int HD, const struct attn_mask *m);
 
 #endif

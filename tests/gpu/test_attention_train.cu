@@ -5,11 +5,15 @@
  * several query chunks (each with its own key range), packed samples over several 64-row
  * tiles with a partial last tile, an odd count of 64-row tiles, T < S, GQA 3 and 4; the same
  * through attention_tc_stat and attention_tc_backward_stat (the forward's statistics kept for
- * the backward); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
- * fused kernels: version 2 (or DICE_FA in the environment: 1 or 2 for both passes, two
- * digits for each), every case then again with version 3's forward (DICE_FA=3 and the
- * backward's digit, set here; version 2 runs where version 3 does not: head dim 64, not
- * sm_90); run it again with DICE_ATTN_CUBLAS=1 for the chunked cuBLAS path. The twin
+ * the backward) and their _bf forms (q, k, v in bf16; their CPU twins bitwise against the
+ * fp32 twins); and cast_bf16 against its twin (bitwise). Head dims 64 and 128 take the
+ * fused kernels: version 2 (or DICE_FA in the environment: 1 to 3 for both passes, two
+ * digits for each), every case then again with version 3 (DICE_FA=3, or 3 and the
+ * environment's backward digit, set here; version 2 runs where version 3 does not: head dim
+ * 64, not sm_90), and the backward's gradients of the two runs against each other (dq 2e-5
+ * and dk, dv 1e-5 of their largest: the order of fp32 atomics and of the tensor cores' sums;
+ * version 3's backward keeps version 2's rounding); run it again with DICE_ATTN_CUBLAS=1
+ * for the chunked cuBLAS path. The twin
  * gets q, k, v, dout rounded to bf16 (the kernel's operands), so what remains is the bf16
  * rounding of P and dS: tolerance 1e-2 + 2e-2 |ref|. */
 #include "gpu_test.h"
@@ -20,6 +24,19 @@ static float *rand_bf16(size_t n, float lo, float hi)
 	for (size_t i = 0; i < n; i++)
 		p[i] = dice_bf16_to_f32(dice_f32_to_bf16(p[i]));
 	return p;
+}
+
+/* x (n floats, bf16 values) as bf16 on the device */
+static void *up_bf16(const float *x, size_t n)
+{
+	uint16_t *h = (uint16_t *)xmalloc((n ? n : 1) * 2);
+	void *d;
+
+	for (size_t i = 0; i < n; i++)
+		h[i] = dice_f32_to_bf16(x[i]);
+	d = gt_up(h, n * 2);
+	free(h);
+	return d;
 }
 
 /* the device output d (n floats) against the twin's, named op + what */
@@ -37,9 +54,13 @@ static void cmp_dev(const char *op, const char *what, const float *d, const floa
 /* the device ops of case c against the twin's results (out, rdq, rdk, rdv), under the
  * environment's DICE_FA or 2 (fv 0), or version 3's forward (fv 1: DICE_FA=3, or 3 and the
  * environment's backward digit) */
+/* the gradients of the backward without the forward's statistics (recomputed by version 2's
+ * or 1's stats pass: the same lse whichever backward runs): hg[0..2] = dq, dk, dv (host
+ * copies) */
 static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dmp,
                     const float *q, const float *k, const float *v, const float *dout,
-                    const float *out, const float *rdq, const float *rdk, const float *rdv)
+                    const float *out, const float *rdq, const float *rdk, const float *rdv,
+                    float **hg)
 {
 	static char env0[8];
 	static int have_env = -1;
@@ -90,9 +111,53 @@ static void run_dev(const struct gt_acase *c, int fv, const struct attn_mask *dm
 		cmp_dev(op, w2, dk_d, rdk, kn);
 		snprintf(w2, sizeof w2, "dv %s", c->name);
 		cmp_dev(op, w2, dv_d, rdv, kn);
+		if (stat)
+			continue;
+		hg[0] = gt_down(dq_d, qn);
+		hg[1] = gt_down(dk_d, kn);
+		hg[2] = gt_down(dv_d, kn);
 	}
+	/* the _bf pair: q, k, v given in bf16 (the values are bf16 already: the same results) */
+	void *qb_d = up_bf16(q, qn), *kb_d = up_bf16(k, kn), *vb_d = up_bf16(v, kn);
+	G->attention_tc_stat_bf(o2_d, st_d, qb_d, kb_d, vb_d, c->T, c->S, c->NH, c->NKV, c->HD,
+	                        &dm);
+	cmp_dev("attention_tc_stat_bf out", what, o2_d, out, qn);
+	G->attention_tc_backward_stat_bf(dq_d, dk_d, dv_d, do_d, qb_d, kb_d, vb_d, o_d, st_d, c->T,
+	                                 c->S, c->NH, c->NKV, c->HD, &dm);
+	cmp_dev("attention_tc_backward_stat_bf dq", what, dq_d, rdq, qn);
+	cmp_dev("attention_tc_backward_stat_bf dk", c->name, dk_d, rdk, kn);
+	cmp_dev("attention_tc_backward_stat_bf dv", c->name, dv_d, rdv, kn);
+	G->free(qb_d); G->free(kb_d); G->free(vb_d);
 	G->free(q_d); G->free(k_d); G->free(v_d); G->free(o_d); G->free(do_d);
 	G->free(dq_d); G->free(dk_d); G->free(dv_d); G->free(st_d); G->free(o2_d);
+}
+
+/* the CPU twins of the _bf ops (widen, then the fp32 twins) against the fp32 twins' results
+ * (out, rdq, rdk, rdv), bitwise: q, k, v hold bf16 values */
+static void bf_twin_check(const struct gt_acase *c, const struct attn_mask *hm, const float *q,
+                          const float *k, const float *v, const float *dout, const float *out,
+                          const float *rdq, const float *rdk, const float *rdv)
+{
+	size_t qn = (size_t)c->T * c->NH * c->HD, kn = (size_t)c->S * c->NKV * c->HD;
+	uint16_t *qb = (uint16_t *)xmalloc(qn * 2 + 2), *kb = (uint16_t *)xmalloc(kn * 2 + 2);
+	uint16_t *vb = (uint16_t *)xmalloc(kn * 2 + 2);
+	float *o = (float *)xmalloc(qn * 4 + 4), *dq = (float *)xmalloc(qn * 4 + 4);
+	float *dk = (float *)xmalloc(kn * 4 + 4), *dv = (float *)xmalloc(kn * 4 + 4);
+	char what[200];
+
+	for (size_t i = 0; i < qn; i++)
+		qb[i] = dice_f32_to_bf16(q[i]);
+	for (size_t i = 0; i < kn; i++) {
+		kb[i] = dice_f32_to_bf16(k[i]);
+		vb[i] = dice_f32_to_bf16(v[i]);
+	}
+	H->attention_tc_stat_bf(o, NULL, qb, kb, vb, c->T, c->S, c->NH, c->NKV, c->HD, hm);
+	H->attention_tc_backward_stat_bf(dq, dk, dv, dout, qb, kb, vb, out, NULL, c->T, c->S, c->NH,
+	                                 c->NKV, c->HD, hm);
+	snprintf(what, sizeof what, "cpu attention_tc_stat_bf and backward bitwise, %s", c->name);
+	CHECK(!memcmp(o, out, qn * 4) && !memcmp(dq, rdq, qn * 4) && !memcmp(dk, rdk, kn * 4) &&
+	      !memcmp(dv, rdv, kn * 4), what);
+	free(qb); free(kb); free(vb); free(o); free(dq); free(dk); free(dv);
 }
 
 static void run(const struct gt_acase *c)
@@ -108,8 +173,24 @@ static void run(const struct gt_acase *c)
 	H->attention_tc(out, q, k, v, c->T, c->S, c->NH, c->NKV, c->HD, &hm);
 	H->attention_tc_backward(rdq, rdk, rdv, dout, q, k, v, out, c->T, c->S, c->NH, c->NKV,
 	                         c->HD, &hm);
+	bf_twin_check(c, &hm, q, k, v, dout, out, rdq, rdk, rdv);
+	float *hg[2][3];
 	for (int fv = 0; fv < 2; fv++)
-		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv);
+		run_dev(c, fv, &dm, q, k, v, dout, out, rdq, rdk, rdv, hg[fv]);
+	/* the backwards of the two runs against each other, to their largest magnitude */
+	for (int x = 0; x < 3; x++) {
+		static const char *nm[3] = { "dq", "dk", "dv" };
+		size_t n = x ? kn : qn;
+		double mx = 0;
+		char what[200];
+		for (size_t i = 0; i < n; i++)
+			mx = fabs(hg[0][x][i]) > mx ? fabs(hg[0][x][i]) : mx;
+		snprintf(what, sizeof what, "backward %s, the second run against the first, %s",
+		         nm[x], c->name);
+		gt_compare(what, hg[1][x], hg[0][x], n, (x ? 1e-5 : 2e-5) * mx, 0);
+		free(hg[0][x]);
+		free(hg[1][x]);
+	}
 	free(q); free(k); free(v); free(dout); free(out); free(rdq); free(rdk); free(rdv);
 	gt_masks_free(&dm);
 }
@@ -128,9 +209,9 @@ static int sft_layout(int nsamp, const int *len, int *pos, int *seg, uint8_t *nz
 	return i;
 }
 
-static void cast_check(void)
+/* n elements: a multiple of 8 takes the 8-a-thread kernel, another n the plain one */
+static void cast_check(size_t n)
 {
-	size_t n = 1000;
 	float *x = gt_rand(n, -300, 300);
 	uint16_t *ref = (uint16_t *)xmalloc(n * 2), *got = (uint16_t *)xmalloc(n * 2);
 	float *x_d = (float *)gt_up(x, n * 4);
@@ -155,7 +236,8 @@ int main(void)
 {
 	if (gt_init(41))
 		return 0;
-	cast_check();
+	cast_check(1000);
+	cast_check(1001);
 
 	int *p600 = gt_iota(600, 0);
 	struct gt_acase bc = { "block-causal", 67, 67, 8, 2, 64, 4, p600, p600, NULL, NULL, NULL, NULL };
@@ -217,6 +299,18 @@ int main(void)
 	struct gt_acase s6 = { "queries with no visible key, several tiles", 150, 200, 4, 4, 64, 4,
 	                    qp6, kp6, NULL, NULL, NULL, NULL };
 	run(&s6);
+
+	/* the same at head dim 128 (version 3's backward: no segments, no noisy halves, GQA 1,
+	 * T != S, neither a multiple of 128) */
+	struct gt_acase s7 = { "queries with no visible key, several tiles, HD 128", 150, 200, 4,
+	                    4, 128, 4, qp6, kp6, NULL, NULL, NULL, NULL };
+	run(&s7);
+
+	/* block-causal, GQA 1, T > S, head dim 128 */
+	int *qp8 = gt_iota(333, 0), *kp8 = gt_iota(270, 0);
+	struct gt_acase s8 = { "block-causal T > S, GQA 1, HD 128", 333, 270, 2, 2, 128, 4, qp8,
+	                    kp8, NULL, NULL, NULL, NULL };
+	run(&s8);
 
 	int qz[8] = { 0, 1, 2, 3, 8, 9, 10, 11 };
 	int *kz = gt_iota(16, 4);

@@ -4,7 +4,8 @@
  * test draws them bf16-exact so the twin sees the same operands. matmul_xb and
  * matmul_backward_xb (x given in bf16, y and dx written or accumulated) the same way, and
  * matmul_backward_xbb (dy given in bf16 too): bitwise matmul_backward_xb's results, GPU and
- * CPU; matmul_xbb (y rounded to bf16) against its twin. */
+ * CPU; matmul_xbb (y rounded to bf16) and matmul_xb_add (y = c + x w^T, y apart from c or
+ * equal to it) against their twins. */
 #include "gpu_test.h"
 
 static void one(enum dice_dtype dt, int N, int in, int out, int want_dx, int want_dw)
@@ -138,6 +139,37 @@ static void one_xbb(int N, int in, int out)
 	G->free(xb_d); G->free(w_d); G->free(y_d);
 }
 
+static void one_add(int N, int in, int out, int same)
+{
+	size_t nx = (size_t)N * in, ny = (size_t)N * out, nw = (size_t)out * in;
+	float *x = gt_rand(nx, -1, 1), *c = gt_rand(ny, -4, 4);
+	void *w = gt_rand_w(nw, DICE_BF16, -1, 1);
+	uint16_t *xb = (uint16_t *)xmalloc(nx * 2 + 2);
+	float *ry = (float *)xmalloc(ny * 4 + 4);
+	char what[128];
+
+	for (size_t i = 0; i < nx; i++)
+		xb[i] = dice_f32_to_bf16(x[i]);
+	void *xb_d = gt_up(xb, nx * 2), *w_d = gt_up(w, nw * 2);
+	float *c_d = (float *)gt_up(c, ny * 4), *y_d = same ? c_d : gt_poisoned(ny);
+	H->matmul_xb_add(ry, xb, w, c, N, in, out);
+	G->matmul_xb_add(y_d, xb_d, w_d, c_d, N, in, out);
+	float *gy = gt_down(y_d, ny);
+	snprintf(what, sizeof what, "matmul_xb_add y = c + x w^T N=%d in=%d out=%d%s vs twin", N, in,
+	         out, same ? " (y is c)" : "");
+	gt_compare(what, gy, ry, ny, 1e-4, 1e-4);
+	if (!same) {
+		float *gc = gt_down(c_d, ny);
+		snprintf(what, sizeof what, "matmul_xb_add N=%d in=%d out=%d: c unchanged", N, in, out);
+		CHECK(!memcmp(gc, c, ny * 4), what);
+		free(gc);
+	}
+	free(x); free(c); free(w); free(xb); free(ry); free(gy);
+	G->free(xb_d); G->free(w_d); G->free(c_d);
+	if (!same)
+		G->free(y_d);
+}
+
 int main(void)
 {
 	if (gt_init(31))
@@ -158,5 +190,9 @@ int main(void)
 	one_xb(9, 40, 24, 1);
 	one_xbb(17, 96, 200);
 	one_xbb(300, 128, 1000);
+	one_add(300, 128, 1000, 0);
+	one_add(1024, 512, 256, 0);
+	one_add(17, 96, 200, 1);
+	one_add(3, 40, 24, 0);
 	return test_done();
 }

@@ -1,12 +1,13 @@
 /* test_rmsnorm_bwd: the CUDA rmsnorm backward against the CPU twin: dx written, dw
  * accumulated onto random values over many rows (the per-head q/k norm shape), 16-bit
  * weights, dx in place over dy, dw skipped (NULL); the fused forms: dx added into a random
- * dres (rmsnorm_backward_add) and RoPE's backward in front (rope_rmsnorm_backward, one pass
- * at head dims 64, 128, 256, two passes at others); row widths from 1 to 16384 (one warp a
- * row, several warps, groups that leave threads of a block idle). */
+ * dres (rmsnorm_backward_add; with its bf16 copy, the cast of dres bit for bit) and RoPE's
+ * backward in front (rope_rmsnorm_backward, one pass at head dims 64, 128, 256, two passes
+ * at others); row widths from 1 to 16384 (one warp a row, several warps, groups that leave
+ * threads of a block idle). */
 #include "gpu_test.h"
 
-enum { PLAIN, ADD, ROPE };
+enum { PLAIN, ADD, ROPE, ADDB };
 
 /* mode ROPE: N tokens of NH heads of C = HD */
 static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace, int want_dw)
@@ -18,27 +19,29 @@ static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace,
 	float *rdx = (float *)xmalloc(n * sizeof(float)), *rdw = (float *)xmalloc(C * sizeof(float));
 	int *pos = (int *)xmalloc((size_t)N * sizeof(int));
 	static const char *name[] = { "rmsnorm_backward", "rmsnorm_backward_add",
-	                              "rope_rmsnorm_backward" };
+	                              "rope_rmsnorm_backward", "rmsnorm_backward_add (+ bf16)" };
+	uint16_t *b_d = mode == ADDB ? (uint16_t *)G->alloc(n * 2 + 2) : NULL;
 	char what[160];
 
 	for (int i = 0; i < N; i++)
 		pos[i] = (i * 37) % 5000;
 	memcpy(rdw, dw0, C * sizeof(float));
-	if (mode == ADD)
+	if (mode == ADD || mode == ADDB)
 		memcpy(rdx, res, n * sizeof(float));
 	float *x_d = (float *)gt_up(x, n * sizeof(float)), *dy_d = (float *)gt_up(dy, n * sizeof(float));
 	float *dw_d = want_dw ? (float *)gt_up(dw0, C * sizeof(float)) : NULL;
 	void *w_d = gt_up(w, C * dice_dtype_size(dt));
 	int *pos_d = (int *)gt_up(pos, (size_t)N * sizeof(int));
-	float *dx_d = inplace ? dy_d : mode == ADD ? (float *)gt_up(res, n * sizeof(float))
-	                                           : gt_poisoned(n);
+	float *dx_d = inplace ? dy_d : mode == ADD || mode == ADDB ?
+	              (float *)gt_up(res, n * sizeof(float)) : gt_poisoned(n);
 
 	if (mode == PLAIN) {
 		H->rmsnorm_backward(rdx, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C, 1e-6f);
 		G->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
-	} else if (mode == ADD) {
-		H->rmsnorm_backward_add(rdx, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C, 1e-6f);
-		G->rmsnorm_backward_add(dx_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
+	} else if (mode == ADD || mode == ADDB) {
+		H->rmsnorm_backward_add(rdx, NULL, want_dw ? rdw : NULL, dy, x, w, dt, (int)rows, C,
+		                        1e-6f);
+		G->rmsnorm_backward_add(dx_d, b_d, dw_d, dy_d, x_d, w_d, dt, (int)rows, C, 1e-6f);
 	} else {
 		H->rope_rmsnorm_backward(rdx, NULL, 0, want_dw ? rdw : NULL, dy, x, w, dt, pos, N, NH,
 		                         C, 1e6f, 1e-6f);
@@ -49,6 +52,16 @@ static void one(int mode, enum dice_dtype dt, int N, int NH, int C, int inplace,
 	snprintf(what, sizeof what, "%s dx dt=%d rows=%zu C=%d%s", name[mode], (int)dt, rows, C,
 	         inplace ? " in place" : "");
 	gt_compare(what, got, rdx, n, 1e-5, 1e-4);
+	if (b_d) {              /* the bf16 copy: the cast of the dres written, bit for bit */
+		uint16_t *gb = (uint16_t *)xmalloc(n * 2 + 2), *cb = (uint16_t *)xmalloc(n * 2 + 2);
+		G->to_host(gb, b_d, n * 2);
+		H->cast_bf16(cb, got, n);
+		snprintf(what, sizeof what, "%s rows=%zu C=%d: the bf16 copy is the cast of dres",
+		         name[mode], rows, C);
+		CHECK(!memcmp(gb, cb, n * 2), what);
+		free(gb); free(cb);
+		G->free(b_d);
+	}
 	free(got);
 	if (want_dw) {
 		got = gt_down(dw_d, C);
@@ -143,6 +156,8 @@ int main(void)
 	one(ADD, DICE_BF16, 1000, 1, 2560, 0, 1);
 	one(ADD, DICE_F32, 17, 1, 70, 0, 0);
 	one(ADD, DICE_F16, 5, 1, 9000, 0, 1);
+	one(ADDB, DICE_BF16, 1000, 1, 2048, 0, 1);
+	one(ADDB, DICE_F32, 17, 1, 70, 0, 0);
 	for (int hd = 64; hd <= 256; hd *= 2) {
 		one(ROPE, DICE_F32, 257, 16, hd, 1, 1);
 		one(ROPE, DICE_BF16, 33, 8, hd, 0, 1);
