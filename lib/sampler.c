@@ -1,5 +1,6 @@
 /* sampler: block-diffusion decoding (SPEC §2): the per-position draw, the commit rules, and
  * the scheduler that runs many requests through shared forwards (see sampler.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,6 +299,29 @@ static void st_lap(double *st, int phase, double *t)
 	*t = now;
 }
 
+/* The decode rows of a round (DICE_SAMPLER_ROWS=N: N, 0 no cap). Where every block takes
+ * `steps` denoising forwards (static, sequential decoding), A sequences whose blocks are spread
+ * evenly over the rounds give A B (steps + 1) / (steps + separate_save) rows a round, the save
+ * rows included. After the staggered prefills they are not (e.g. 36, 36, 28, 28 sequences of
+ * 128 saving in turn: 656 rows a round, then 624), and a round past a multiple of the
+ * products' row tiles pays for a whole tile more. With a cap at that mean, rounded up to 128
+ * rows, the last sequences that would save a block (the rows past the mean) wait a round,
+ * which moves them to the next round's group, and the groups even out within a few rounds; a
+ * request's tokens do not depend on its batch, so the results are the same. Dynamic
+ * decoding takes a varying number of forwards a block: no cap. */
+static int decode_cap(const struct sampler_opts *o, int A)
+{
+	const char *e = getenv("DICE_SAMPLER_ROWS");
+	long n, d = o->steps + (o->separate_save != 0);
+
+	if (e && *e)
+		return atoi(e) > 0 ? atoi(e) : INT_MAX;
+	if (o->decoding == SAMPLER_DYNAMIC || o->steps < 1)
+		return INT_MAX;
+	n = ((long)A * o->block * (o->steps + 1) + d - 1) / d;
+	return n > INT_MAX - 128 ? INT_MAX : (int)((n + 127) / 128 * 128);
+}
+
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg)
 {
@@ -324,11 +348,12 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 	/* DICE_SAMPLER_LOGITS=all: the logits of every row of a denoised block, as before */
 	const char *lg_env = getenv("DICE_SAMPLER_LOGITS");
 	int skip_ok = !o->on_logits && B <= 32 && !(lg_env && !strcmp(lg_env, "all"));
+	int dcap = decode_cap(o, A);
 	m->cfg.block_size = B;
 	for (int a = 0; a < A; a++)
 		sl[a].req = -1;
 	while (done < nreq) {
-		int ns = 0, rows = 0;
+		int ns = 0, rows = 0, drows = 0;
 
 		for (int a = 0; a < A; a++) {
 			struct slot *s = &sl[a];
@@ -359,8 +384,17 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			if (rows && rows + q.T > max_rows)
 				continue;
 			rows += q.T;
+			drows += s->ph == PH_DECODE ? q.T : 0;
 			who[ns] = a;
 			seq[ns++] = q;
+		}
+		/* past the decode cap: the last sequences that would save a block wait a round */
+		for (int i = ns - 1; i > 0 && drows > dcap; i--) {
+			if (sl[who[i]].ph != PH_DECODE || !sl[who[i]].pending)
+				continue;
+			rows -= seq[i].T, drows -= seq[i].T, ns--;
+			memmove(&who[i], &who[i + 1], (size_t)(ns - i) * sizeof *who);
+			memmove(&seq[i], &seq[i + 1], (size_t)(ns - i) * sizeof *seq);
 		}
 		if (!ns)
 			break;
