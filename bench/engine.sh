@@ -20,7 +20,9 @@
 # prefill forward of the big batch's sampler: 8K rows of prompts), BENCH_SKIP (unset; 1:
 # the decode forward as it runs with the attention, the small ops, both, or the products
 # left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
-# the sample op and the host work, CUDA graphs off).
+# the sample op and the host work, CUDA graphs off), BENCH_PREFILL (unset; N: instead of the
+# workloads, a prefill forward of N prompts of PROMPT with the prefill attention on and off,
+# DICE_PREFILL_FA, and its ops each way; with WORKLOADS=one REF=0).
 set -u
 geom=${1:?usage: engine.sh GEOM [BIN]}
 root=$(cd "$(dirname "$0")/.." && pwd)

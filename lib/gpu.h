@@ -146,6 +146,25 @@ int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, c
 int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C);
 int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
                     int C, float eps);
+/* the prefill attention (struct ops .attention_prefill, decode.cu): the out rows of sequences
+ * s0 .. nseq-1 of b through the fused training attention; row0h, lenh host copies of b's
+ * row0 and len. -1 (nothing done) where it does not serve: off (gpu_set_prefill_fa /
+ * DICE_PREFILL_FA=0), a cache other than bf16, HD other than 64 or 128, before sm_80, or a
+ * group of keys the fused kernels do not take. out NULL: only whether it would (row0h NULL:
+ * whether it could for this cache type and head dim). */
+int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
+                          int s0, const int *row0h, const int *lenh, int l, int NH, int NKV,
+                          int HD, int block);
+/* 0 off, 1 on, -1 back to DICE_PREFILL_FA (on unless "0"). For tests and benches. */
+void gpu_set_prefill_fa(int on);
+/* the fused training attention's forward on bf16 operands (attention_train.cu): whether it
+ * takes (T, S, HD), the device scratch it needs, and the call: out(T,NH,HD) fp32 from q(T,NH,
+ * HD), k, v(S,NKV,HD) bf16 under m (device arrays), every row written */
+int gpu_attention_bf16_ok(int T, int S, int HD);
+size_t gpu_attention_bf16_scratch(int T, int S);
+int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k, const void *v,
+                       int T, int S, int NH, int NKV, int HD, const struct attn_mask *m,
+                       void *scratch);
 
 #ifdef __cplusplus
 }

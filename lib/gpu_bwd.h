@@ -99,6 +99,9 @@ int gpu_swiglu_cat_backward_bb(cudaStream_t st, void *dgub, const float *dy, con
                                int N, int I);
 /* gpu_rmsnorm over rows of HD then gpu_rope on y(N,NH,HD) (y may equal x): one pass where HD
  * is 64, 128 or 256 (lib/ops.h .rmsnorm_rope; lib/cuda/rope.cu) */
+int gpu_rmsnorm_rope_xb(cudaStream_t st, void *yb, const float *x, const void *w,
+                        enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
+                        float eps);
 int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
                      float eps);

@@ -316,16 +316,16 @@ static int row_wants(const struct model_seq *q, int t)
 }
 
 /* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
- * (nseq+1), len, cap (nseq), rowseq (N), then the rows that want logits (R, in sequence
- * order: *sel, what the gather of those rows reads), and the cache bases k, v (nseq
- * pointers). */
+ * (nseq+1), len, cap (nseq), rowseq (N), then selr (R, when given: the packed rows whose
+ * logits are wanted, in the caller's sequence order; *sel, what the gather of those rows
+ * reads), and the cache bases k, v (nseq pointers). */
 static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N, int R,
-                      struct kv_batch *b, const int **sel)
+                      const int *selr, struct kv_batch *b, const int **sel)
 {
 	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1 + R;
 	size_t off_p = (ni * sizeof(int) + 15) / 16 * 16;
 	size_t bytes = off_p + 2 * (size_t)nseq * sizeof(void *);
-	int *h, *row0, *len, *cap, *rowseq, *selh;
+	int *h, *row0, *len, *cap, *rowseq;
 	void **kp;
 
 	if (bytes > m->meta_cap) {
@@ -341,9 +341,10 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 	len = row0 + nseq + 1;
 	cap = len + nseq;
 	rowseq = cap + nseq;
-	selh = rowseq + N;
+	if (selr)
+		memcpy(rowseq + N, selr, (size_t)R * sizeof *selr);
 	kp = (void **)((char *)m->meta_h + off_p);
-	for (int s = 0, n = 0, r = 0; s < nseq; s++) {
+	for (int s = 0, n = 0; s < nseq; s++) {
 		const struct kvcache *kv = seqs[s].kv;
 		row0[s] = n;
 		len[s] = kv->len;
@@ -354,8 +355,6 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 			h[n] = seqs[s].ids[t];
 			h[N + n] = kv->len + t;
 			rowseq[n] = s;
-			if (row_wants(&seqs[s], t) && r < R)
-				selh[r++] = n;
 		}
 	}
 	row0[nseq] = N;
@@ -409,11 +408,19 @@ void kvcache_free(struct kvcache *kv, const struct model *m)
  * ops->replay needs). */
 struct fwd {
 	struct model *m;
-	const struct model_seq *seqs;
+	const struct model_seq *seqs;       /* the caller's order (the logit rows' order) */
+	const int *roff;                    /* the packed row of each one's first row; NULL: in
+	                                     * the caller's order */
 	int nseq, N, R;
 	int hrow;                           /* R < N and the logit rows contiguous: the first */
 	const int *sel;                     /* (R) device: the rows that want logits */
 	struct kv_batch kb;
+	/* the packed sequences s0 .. nseq-1 take ops->attention_prefill (nseq: none), the
+	 * others attention_kv over kbd, the prefix of kb that holds them; row0h, lenh: kb's
+	 * row0 and len on the host */
+	int s0;
+	struct kv_batch kbd;
+	const int *row0h, *lenh;
 };
 
 static void forward_launch(void *arg)
@@ -453,7 +460,17 @@ static void forward_launch(void *arg)
 			o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
 			o->kv_append(kb, l, m->k, m->v, NKV, HD);
 		}
-		o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
+		if (f->s0 == f->nseq) {
+			o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
+		} else {
+			int B = c->block_size;
+			if (f->s0)
+				o->attention_kv(m->att, m->q, &f->kbd, l, NH, NKV, HD, B);
+			/* (model_forward asked first: it serves) */
+			if (o->attention_prefill(m->att, m->q, kb, f->s0, f->row0h, f->lenh, l, NH, NKV,
+			                         HD, B))
+				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
+		}
 		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
@@ -492,6 +509,12 @@ static void forward_launch(void *arg)
  * graphs): decoding steps, whose launches repeat with new cache lengths in device memory. */
 #define GRAPH_ROWS MODEL_GRAPH_ROWS
 #define GRAPH_SEQS MODEL_GRAPH_SEQS
+
+/* A sequence of at least PREFILL_ROWS new rows (a prompt; the sampler's decoding steps are 4
+ * or 8 rows) takes ops->attention_prefill where the backend has it and it serves (CUDA: a
+ * bf16 cache, head dim 64 or 128, sm_80 or later, DICE_PREFILL_FA not 0): a rule on the
+ * sequence alone, so that its rows' results never depend on the batch. */
+#define PREFILL_ROWS 64
 
 /* what forward_launch's launches depend on, host side (see ops->replay) */
 struct fwd_key {
@@ -541,25 +564,85 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	reserve_rows(m, N);
 	if (R)
 		reserve_logits(m, R);
-	struct fwd f = { .m = m, .seqs = seqs, .nseq = nseq, .N = N, .R = R, .hrow = -1 };
-	meta_fill(m, seqs, nseq, N, R, &f.kb, &f.sel);
+	struct fwd f = { .m = m, .seqs = seqs, .nseq = nseq, .N = N, .R = R, .hrow = -1,
+	                 .s0 = nseq };
+	/* the prefill sequences (PREFILL_ROWS) go last in the packed rows, the others keep
+	 * their order before them (the rows' results do not depend on it) */
+	const struct model_seq *ps = seqs;
+	struct model_seq *perm = NULL;
+	int *roff = NULL, nf = 0, late = 0;
+	if (o->attention_prefill) {
+		struct kv_batch probe = { .dt = c->kv_dtype };
+		if (o->attention_prefill(NULL, NULL, &probe, 0, NULL, NULL, 0, c->num_heads,
+		                         c->num_kv_heads, c->head_dim, c->block_size) == 0) {
+			for (int s = 0; s < nseq; s++) {
+				int pf = seqs[s].T >= PREFILL_ROWS;
+				late |= nf && !pf;      /* one of the others after a prefill one */
+				nf += pf;
+			}
+		}
+	}
+	if (late) {
+		perm = xmalloc((size_t)nseq * sizeof *perm);
+		roff = xmalloc((size_t)nseq * sizeof *roff);
+		for (int pass = 0, k = 0, n = 0; pass < 2; pass++) {
+			for (int s = 0; s < nseq; s++) {
+				if ((seqs[s].T >= PREFILL_ROWS) != pass)
+					continue;
+				perm[k++] = seqs[s];
+				roff[s] = n;
+				n += seqs[s].T;
+			}
+		}
+		ps = perm;
+		f.roff = roff;
+	}
+	/* the rows that want logits, in sequence order (gathered by forward_launch) */
+	int *selh = NULL;
+	if (R && R < N) {
+		selh = xmalloc((size_t)R * sizeof *selh);
+		for (int s = 0, off = 0, r = 0; s < nseq; off += seqs[s].T, s++)
+			for (int t = 0; t < seqs[s].T; t++)
+				if (row_wants(&seqs[s], t))
+					selh[r++] = (roff ? roff[s] : off) + t;
+	}
+	meta_fill(m, ps, nseq, N, R, selh, &f.kb, &f.sel);
 	f.kb.maxT = maxT;
 	f.kb.maxS = maxpos;
+	if (nf) {
+		f.row0h = (const int *)m->meta_h + 2 * N;
+		f.lenh = f.row0h + nseq + 1;
+		f.s0 = nseq - nf;
+		if (o->attention_prefill(NULL, NULL, &f.kb, f.s0, f.row0h, f.lenh, 0, c->num_heads,
+		                         c->num_kv_heads, c->head_dim, c->block_size) != 0)
+			f.s0 = nseq;                    /* it would not: attention_kv for all */
+		f.kbd = f.kb;
+		f.kbd.nseq = f.s0;
+		f.kbd.N = f.row0h[f.s0];
+		f.kbd.maxT = f.kbd.maxS = 0;
+		for (int s = 0; s < f.s0; s++) {
+			int T = ps[s].T, S = ps[s].kv->len + T;
+			f.kbd.maxT = T > f.kbd.maxT ? T : f.kbd.maxT;
+			f.kbd.maxS = S > f.kbd.maxS ? S : f.kbd.maxS;
+		}
+	}
 	if (R && R < N && !skips) {             /* the logit rows in one piece? (its first row) */
 		int next = -1, pieces = 0;
 		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
+			int at = roff ? roff[s] : off;
 			if (!seqs[s].logits)
 				continue;
-			if (off + seqs[s].logits_from != next) {
+			if (at + seqs[s].logits_from != next) {
 				pieces++;
-				f.hrow = off + seqs[s].logits_from;
+				f.hrow = at + seqs[s].logits_from;
 			}
-			next = off + seqs[s].T;
+			next = at + seqs[s].T;
 		}
 		if (pieces != 1 || (size_t)f.hrow * C % 4)
 			f.hrow = -1;
 	}
-	if (o->replay && N <= GRAPH_ROWS && nseq <= GRAPH_SEQS) {
+	/* (a prefill attention's launches depend on the cache lengths: never a graph) */
+	if (o->replay && f.s0 == nseq && N <= GRAPH_ROWS && nseq <= GRAPH_SEQS) {
 		struct fwd_key k;
 		/* the launches may not depend on the lengths: the attention's grid is sized for
 		 * the caches' capacity (its blocks past a sequence's keys return at once) */
@@ -582,6 +665,9 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
 	else if (!m->lazy)
 		o->sync();
+	free(perm);
+	free(roff);
+	free(selh);
 	for (int s = 0; s < nseq; s++)
 		seqs[s].kv->len += seqs[s].store ? seqs[s].T : seqs[s].commit_rows;
 	return 0;

@@ -24,10 +24,11 @@
  * bf16 (t->lp 1, else NULL): xn1b, attb, xn2b, hb, the GEMM inputs rounded once; and
  * (t->lp 1) stat, what ops->attention_tc_stat keeps for the attention backward. With the
  * MLP in bf16 (gu_fused) gub holds the gate and up products as bf16 rows [gate | up] and
- * gate, up are NULL. */
+ * gate, up are NULL; with the attention's inputs in bf16 (att_bf) qb, kb, vb hold q, k, v
+ * (the normed, rotated q and k) and q, k, v are NULL. */
 struct acts {
 	float *xn1, *qraw, *q, *kraw, *k, *v, *att, *xmid, *xn2, *gate, *up, *h;
-	void *xn1b, *attb, *xn2b, *hb, *gub;
+	void *xn1b, *attb, *xn2b, *hb, *gub, *qb, *kb, *vb;
 	float *stat;                    /* t->lp: (rows, NH) attention statistics */
 };
 
@@ -37,18 +38,21 @@ static size_t bf16_bytes(size_t n)
 	return (n * 2 + 15) & ~(size_t)15;
 }
 
-static size_t acts_bytes(const struct model_config *c, int rows, int lp, int gu)
+static size_t acts_bytes(const struct model_config *c, int rows, int lp, int gu, int ab)
 {
 	size_t R = (size_t)rows, C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
 	size_t KVD = (size_t)c->num_kv_heads * c->head_dim, I = (size_t)c->intermediate_size;
 	if (!lp)
 		return R * (3 * C + 3 * QD + 3 * KVD + 3 * I) * 4;
-	return R * (C + 3 * QD + 3 * KVD + (gu ? 0 : 2 * I) + (size_t)c->num_heads) * 4 +
+	return R * (C + (ab ? 2 : 3) * QD + (ab ? 1 : 3) * KVD + (gu ? 0 : 2 * I) +
+	            (size_t)c->num_heads) * 4 +
 	       2 * bf16_bytes(R * C) + bf16_bytes(R * QD) + bf16_bytes(R * I) +
-	       (gu ? bf16_bytes(R * 2 * I) : 0);
+	       (gu ? bf16_bytes(R * 2 * I) : 0) +
+	       (ab ? bf16_bytes(R * QD) + 2 * bf16_bytes(R * KVD) : 0);
 }
 
 static int gu_fused(const struct model_train *t);
+static int att_bf(const struct model_train *t);
 
 static struct acts acts_carve(const struct model_train *t, int l)
 {
@@ -63,7 +67,12 @@ static struct acts acts_carve(const struct model_train *t, int l)
 	memset(&a, 0, sizeof a);
 #define TAKE(f, n) (a.f = (float *)p, p += R * (n) * 4)
 #define TAKE_B(f, n) (a.f = p, p += bf16_bytes(R * (n)))
-	TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	if (att_bf(t)) {
+		TAKE(qraw, QD); TAKE(kraw, KVD);
+		TAKE_B(qb, QD); TAKE_B(kb, KVD); TAKE_B(vb, KVD);
+	} else {
+		TAKE(qraw, QD); TAKE(q, QD); TAKE(kraw, KVD); TAKE(k, KVD); TAKE(v, KVD);
+	}
 	TAKE(att, QD); TAKE(xmid, C);
 	if (gu_fused(t))
 		TAKE_B(gub, 2 * I);
@@ -162,6 +171,16 @@ static int head_xb(const struct model_train *t)
 
 	return t->lp && !t->unfused && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
 	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
+}
+
+/* the attention's q, k, v made in bf16 by the passes before it (rmsnorm_rope_xb, the v
+ * product rounded to bf16): the attention casts none, and no fp32 copies are kept */
+static int att_bf(const struct model_train *t)
+{
+	const struct ops *o = t->ops;
+
+	return t->lp && !t->unfused && o->attention_tc_stat_bf &&
+	       o->attention_tc_backward_stat_bf && o->rmsnorm_rope_xb && o->matmul_xbb;
 }
 
 /* the residual adds in the products' epilogue (no copy of the stream first) */
@@ -440,7 +459,7 @@ static void reserve(struct model_train *t, int N)
 	t->nlayer_acts = t->recompute ? 1 : c->num_layers;
 	t->acts = xcalloc((size_t)t->nlayer_acts, sizeof *t->acts);
 	for (int l = 0; l < t->nlayer_acts; l++)
-		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp, gu_fused(t)));
+		t->acts[l] = o->alloc(acts_bytes(c, N, t->lp, gu_fused(t), att_bf(t)));
 	t->xs = o->alloc((size_t)(c->num_layers + 1) * R * C * 4);
 	t->xnf = o->alloc(R * C * 4);
 	t->sel = o->alloc(R * C * 4);
@@ -492,9 +511,17 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	model_train_op(t, "f norm1");
 	mm(t, a.qraw, a.xn1, a.xn1b, w->q_proj, N, C, QD, 0);
 	mm(t, a.kraw, a.xn1, a.xn1b, w->k_proj, N, C, KVD, 0);
-	mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
+	if (att_bf(t))
+		o->matmul_xbb(a.vb, a.xn1b, w->v_proj.p, N, C, KVD);
+	else
+		mm(t, a.v, a.xn1, a.xn1b, w->v_proj, N, C, KVD, 0);
 	model_train_op(t, "f qkv gemm");
-	if (o->rmsnorm_rope && !t->unfused) {
+	if (att_bf(t)) {
+		o->rmsnorm_rope_xb(a.qb, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
+		                   c->rope_theta, eps);
+		o->rmsnorm_rope_xb(a.kb, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
+		                   c->rope_theta, eps);
+	} else if (o->rmsnorm_rope && !t->unfused) {
 		o->rmsnorm_rope(a.q, a.qraw, w->q_norm.p, w->q_norm.dt, t->pos_d, N, NH, HD,
 		                c->rope_theta, eps);
 		o->rmsnorm_rope(a.k, a.kraw, w->k_norm.p, w->k_norm.dt, t->pos_d, N, NKV, HD,
@@ -510,7 +537,12 @@ static void layer_forward(struct model_train *t, const struct train_batch *b, in
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		if (t->lp)
+		if (att_bf(t))
+			o->attention_tc_stat_bf(a.att + off * QD, a.stat + off * NH,
+			                        (char *)a.qb + off * QD * 2, (char *)a.kb + off * KVD * 2,
+			                        (char *)a.vb + off * KVD * 2, b->len[s], b->len[s], NH,
+			                        NKV, HD, &mk);
+		else if (t->lp)
 			o->attention_tc_stat(a.att + off * QD, a.stat + off * NH, a.q + off * QD,
 			                     a.k + off * KVD, a.v + off * KVD, b->len[s], b->len[s], NH,
 			                     NKV, HD, &mk);
@@ -605,7 +637,15 @@ static void layer_backward(struct model_train *t, const struct train_batch *b, i
 	for (int s = 0; s < b->nsamp; s++) {
 		size_t off = (size_t)b->start[s];
 		struct attn_mask mk = sample_mask(t, b, s);
-		if (t->lp)
+		if (att_bf(t))
+			o->attention_tc_backward_stat_bf(t->dq + off * QD, t->dk + off * KVD,
+			                                 t->dv + off * KVD, t->datt + off * QD,
+			                                 (char *)a.qb + off * QD * 2,
+			                                 (char *)a.kb + off * KVD * 2,
+			                                 (char *)a.vb + off * KVD * 2, a.att + off * QD,
+			                                 a.stat + off * NH, b->len[s], b->len[s], NH, NKV,
+			                                 HD, &mk);
+		else if (t->lp)
 			o->attention_tc_backward_stat(t->dq + off * QD, t->dk + off * KVD,
 			                              t->dv + off * KVD, t->datt + off * QD,
 			                              a.q + off * QD, a.k + off * KVD, a.v + off * KVD,

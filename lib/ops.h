@@ -309,6 +309,21 @@ struct ops {
 	                                      const void *qb, const void *kb, const void *vb,
 	                                      const float *out, const float *stat, int T, int S,
 	                                      int NH, int NKV, int HD, const struct attn_mask *m);
+	/* ---- (appended) .rmsnorm_rope with y rounded to bf16 (yb, as .cast_bf16): the
+	 * attention's q and k made in bf16 in one pass */
+	void (*rmsnorm_rope_xb)(void *yb, const float *x, const void *w, enum dice_dtype wdt,
+	                        const int *pos, int N, int NH, int HD, float theta, float eps);
+	/* ---- (appended) the prefill attention: .attention_kv's out rows for the sequences s0 ..
+	 * b->nseq-1 of b (rows row0[s0] .. N-1; the other rows are not touched) by a kernel built
+	 * for many rows a sequence (CUDA: the fused training attention, bf16 q and P; its own
+	 * rounding, but a row's result depends on its sequence alone, never on the batch).
+	 * row0h, lenh: HOST copies of b's row0 (nseq+1) and len (nseq). Returns 0, or -1 with
+	 * nothing done where it does not serve (the caller takes .attention_kv); with out NULL it
+	 * only answers whether it would (row0h NULL too: whether it could for b->dt and HD at
+	 * all). NULL on the CPU backend. */
+	int (*attention_prefill)(float *out, const float *q, const struct kv_batch *b, int s0,
+	                         const int *row0h, const int *lenh, int l, int NH, int NKV, int HD,
+	                         int block);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -728,6 +728,17 @@ static void cpu_matmul_xb_add(float *y, const void *xb, const void *w, const flo
 	cpu_matmul_xb(y, xb, w, N, in, out, 1);
 }
 
+static void cpu_rmsnorm_rope_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt,
+                                const int *pos, int N, int NH, int HD, float theta, float eps)
+{
+	size_t n = (size_t)N * NH * HD;
+	float *y = xmalloc((n ? n : 1) * sizeof *y);
+
+	cpu_rmsnorm_rope(y, x, w, wdt, pos, N, NH, HD, theta, eps);
+	cpu_cast_bf16(yb, y, n);
+	free(y);
+}
+
 static void *cpu_alloc(size_t bytes) { return xcalloc(1, bytes); }
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -789,6 +800,7 @@ const struct ops ops_cpu = {
 	.matmul_xb_add = cpu_matmul_xb_add,
 	.attention_tc_stat_bf = cpu_attention_tc_stat_bf,
 	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
+	.rmsnorm_rope_xb = cpu_rmsnorm_rope_xb,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

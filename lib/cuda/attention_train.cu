@@ -2629,3 +2629,99 @@ static int at_backward(cudaStream_t st, float *dq, float *dk, float *dv, const f
 	free(z.range);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- bf16 operands (the engine) */
+
+/* the lowest and highest of v over the warp, to every lane */
+static __device__ __forceinline__ void pf_minmax(int *lo, int *hi)
+{
+	for (int o = 16; o; o >>= 1) {
+		*lo = min(*lo, __shfl_xor_sync(0xffffffffu, *lo, o));
+		*hi = max(*hi, __shfl_xor_sync(0xffffffffu, *hi, o));
+	}
+}
+
+/* fb_map_kernel's map, the same bytes, for masks of many segments (the engine's packed
+ * sequences): a tile whose query rows and keys have disjoint ranges of segments (fa_sees
+ * sees nothing there) is 0 without its 4096 pairs; grid (key tiles / FB_MAPW, query tiles) */
+static __global__ void __launch_bounds__(32 * FB_MAPW)
+pf_map_kernel(unsigned char *map, int T, int S, struct attn_mask m, int nz, int sg)
+{
+	__shared__ int sqb[FA_T], sqf[FA_T], skb[FB_MAPW * FA_T], skf[FB_MAPW * FA_T];
+	int qt = blockIdx.y, kt0 = blockIdx.x * FB_MAPW, nkt = CEIL_DIV(S, FA_T);
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kt = kt0 + w, any = 0, all = 1;
+
+	if (threadIdx.x < FA_T)
+		fa_facts(m, nz, sg, 1, qt * FA_T + threadIdx.x, T, &sqb[threadIdx.x],
+		         &sqf[threadIdx.x]);
+	for (int j = threadIdx.x; j < FB_MAPW * FA_T; j += blockDim.x)
+		fa_facts(m, nz, sg, 0, kt0 * FA_T + j, S, &skb[j], &skf[j]);
+	__syncthreads();
+	if (kt >= nkt)
+		return;
+	int qlo = 0x7fffffff, qhi = -0x7fffffff, klo = 0x7fffffff, khi = -0x7fffffff;
+	for (int r = lane; r < FA_T; r += 32) {
+		qlo = min(qlo, sqf[r] >> 1);
+		qhi = max(qhi, sqf[r] >> 1);
+		klo = min(klo, skf[w * FA_T + r] >> 1);
+		khi = max(khi, skf[w * FA_T + r] >> 1);
+	}
+	pf_minmax(&qlo, &qhi);
+	pf_minmax(&klo, &khi);
+	if (qhi < klo || khi < qlo) {           /* (warp-uniform) no segment in common */
+		if (lane == 0)
+			map[(size_t)qt * nkt + kt] = 0;
+		return;
+	}
+	for (int e = lane; e < FA_T * FA_T; e += 32) {
+		int r = e / FA_T, c = w * FA_T + e % FA_T;
+		int v = fa_sees(sqb[r], sqf[r], skb[c], skf[c]);
+		any |= v;
+		all &= v;
+	}
+	any = __any_sync(0xffffffffu, any);
+	all = __all_sync(0xffffffffu, all);
+	if (lane == 0)
+		map[(size_t)qt * nkt + kt] = any ? (all ? 2 : 1) : 0;
+}
+
+/* The fused forward on operands that are bf16 already (the engine's prefill attention,
+ * decode.cu: q cast once, K and V gathered from its bf16 caches): whether it takes the
+ * shape (HD 64 or 128, an sm_80 or later GPU, and fa_ok for S keys), the scratch it
+ * needs, and the call. Same kernels, versions (DICE_FA) and rounding as gpu_attention_tc_stat
+ * on the fused path, which rounds its fp32 operands to these same bf16 values. */
+int gpu_attention_bf16_ok(int T, int S, int HD)
+{
+	/* (fa_ok's T sizes only the backward's shared memory: not this one's) */
+	return T > 0 && S > 0 && (HD == 64 || HD == 128) && gpu_cc() >= 80 &&
+	       fa_ok(fa_version(0, HD), 1, S, HD);
+}
+
+size_t gpu_attention_bf16_scratch(int T, int S)
+{
+	return fa_head_carve(NULL, NULL, T, S);
+}
+
+/* out(T,NH,HD) fp32 from q(T,NH,HD), k, v(S,NKV,HD) bf16 (device, 16-byte aligned rows) under
+ * mask m (device arrays); scratch: gpu_attention_bf16_scratch(T, S) bytes of device memory,
+ * 256-aligned. Every row of out is written (zeros for a row without a visible key). */
+int gpu_attention_bf16(cudaStream_t st, float *out, const void *q, const void *k, const void *v,
+                       int T, int S, int NH, int NKV, int HD, const struct attn_mask *m,
+                       void *scratch)
+{
+	struct fa_head hd;
+	int ver = fa_version(0, HD);
+
+	GPU_REQUIRE(NH > 0 && NKV > 0 && NH % NKV == 0 && m && m->block > 0, "attention_bf16");
+	GPU_REQUIRE(gpu_attention_bf16_ok(T, S, HD), "attention_bf16");
+	fa_head_carve(&hd, (char *)scratch, T, S);
+	/* fa_prepare's map and forward order, the map by pf_map_kernel */
+	int nz = m->qnoisy && m->knoisy, sg = m->qseg && m->kseg, nkt = CEIL_DIV(S, FA_T);
+	pf_map_kernel<<<dim3(CEIL_DIV(nkt, FB_MAPW), CEIL_DIV(T, FA_T)), 32 * FB_MAPW, 0, st>>>(
+		hd.map, T, S, *m, nz, sg);
+	CUDA_CHECK_LAUNCH();
+	if (ver != 1)
+		fb_order(st, hd.ordf, hd.work, hd.map, T, S, 1);
+	return fa_forward(st, ver, out, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+	                  &hd, T, S, NH, NKV, HD, m);
+}

@@ -285,6 +285,14 @@ static void cu_attention_kv(float *out, const float *q, const struct kv_batch *b
 	OPS_CALL("attention_kv", gpu_attention_kv(gpu_stream(), out, q, b, l, NH, NKV, HD, block));
 }
 
+static int cu_attention_prefill(float *out, const float *q, const struct kv_batch *b, int s0,
+                                const int *row0h, const int *lenh, int l, int NH, int NKV,
+                                int HD, int block)
+{
+	return gpu_attention_prefill(gpu_stream(), out, q, b, s0, row0h, lenh, l, NH, NKV, HD,
+	                             block);
+}
+
 static void cu_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
                         const int *pos, const struct kv_batch *b, int l, int NH, int NKV,
                         int HD, float eps, float theta)
@@ -426,6 +434,8 @@ static const struct ops ops_cuda = {
 	cu_matmul_xb_add,
 	cu_attention_tc_stat_bf,
 	cu_attention_tc_backward_stat_bf,
+	cu_rmsnorm_rope_xb,
+	cu_attention_prefill,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

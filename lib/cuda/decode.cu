@@ -1643,3 +1643,179 @@ int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const f
 	gpu_launch((const void *)add_rmsnorm_kernel, dim3(N), dim3(threads), 0, st, args);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- prefill attention
+ *
+ * attention_prefill: the rows of the sequences s0 .. nseq-1 of a kv_batch through the fused
+ * training attention (attention_train.cu, gpu_attention_bf16: flash attention on the tensor
+ * cores, version 3 on sm_90 at HD 128), instead of attention_kv's flash-decoding, which is
+ * built for a few rows a sequence. The rows stay where they are (q's rows row0[s0] .. N-1,
+ * cast to bf16 once); each sequence's keys 0 .. len+T-1 (its cache, the new rows appended
+ * already) are gathered from the bf16 caches into one key array, each sequence from a
+ * multiple of 64 keys (the fused kernels' key tile) with the tail of its last tile zero, and
+ * the mask is the engine's: segment = the sequence, positions len + t and 0 .. len+T-1,
+ * block-causal. So a sequence's keys fall into the same tiles, in the same order, alone or
+ * in any batch, and a query row's result is the same bits either way: the tiles of the other
+ * sequences that its 64-row line visits are all masked for it (P = 0 against finite V: the
+ * sums do not move). Sequences go to the fused kernels in groups of at most PF_CHUNK keys
+ * (a longer sequence alone), which bounds the tile map's cost (T x S) and changes no bit.
+ * The rounding is the fused path's (bf16 q and P, fp32 accumulation), not attention_kv's. */
+
+#define PF_CHUNK 8192                   /* keys of one fused call (a longer sequence alone) */
+#define PF_KT 64                        /* the fused kernels' key tile */
+#define PF_GR 16                        /* keys a block of pf_kv_kernel gathers */
+
+static int pf_on = -1;                  /* -1: DICE_PREFILL_FA; 0 off; 1 on */
+
+void gpu_set_prefill_fa(int on)
+{
+	pf_on = on < 0 ? -1 : !!on;
+}
+
+/* q rows r0 .. r0+Np-1 to bf16 (qb, rows from 0), 8 values a thread; the rows' positions and
+ * sequences (the mask's qpos, qseg) */
+static __global__ void pf_q_kernel(__nv_bfloat16 *qb, int *qpos, int *qseg, const float *q,
+                                   struct kv_batch b, int r0, int Np, int QD)
+{
+	int ch = QD / 8;
+	size_t total = (size_t)Np * ch;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int r = (int)(i / ch), c = (int)(i % ch), n = r0 + r;
+		const float4 *src = (const float4 *)(q + (size_t)n * QD + (size_t)c * 8);
+		float4 a = src[0], e = src[1];
+		__nv_bfloat162 h[4] = { __floats2bfloat162_rn(a.x, a.y),
+		                        __floats2bfloat162_rn(a.z, a.w),
+		                        __floats2bfloat162_rn(e.x, e.y),
+		                        __floats2bfloat162_rn(e.z, e.w) };
+		*(uint4 *)(qb + (size_t)r * QD + (size_t)c * 8) = *(const uint4 *)h;
+		if (c == 0) {
+			int s = b.rowseq[n];
+			qpos[r] = b.len[s] + n - b.row0[s];
+			qseg[r] = s;
+		}
+	}
+}
+
+/* keys PF_GR blockIdx.x .. of sequence s0 + blockIdx.y (up to the end of its last tile of
+ * PF_KT): its layer-l cache rows into kb, vb from the sequence's key offset (the sum of the
+ * whole tiles of the sequences before it, from s0), zeros past its len + T keys; the keys'
+ * positions and sequences (-1: no sequence, seen by no row) */
+static __global__ void pf_kv_kernel(__nv_bfloat16 *kb, __nv_bfloat16 *vb, int *kpos, int *kseg,
+                                    struct kv_batch b, int s0, int l, int KVD)
+{
+	__shared__ int off;
+	int s = s0 + blockIdx.y, S = b.len[s] + b.row0[s + 1] - b.row0[s];
+	int p0 = blockIdx.x * PF_GR, ch = KVD / 8;
+
+	if (p0 >= CEIL_DIV(S, PF_KT) * PF_KT)   /* (block-uniform) past the sequence's tiles */
+		return;
+	if (threadIdx.x == 0) {
+		int o = 0;
+		for (int x = s0; x < s; x++)
+			o += CEIL_DIV(b.len[x] + b.row0[x + 1] - b.row0[x], PF_KT) * PF_KT;
+		off = o;
+	}
+	__syncthreads();
+	size_t layer = (size_t)l * b.cap[s] * KVD;
+	const uint4 *kc = (const uint4 *)((const __nv_bfloat16 *)b.k[s] + layer);
+	const uint4 *vc = (const uint4 *)((const __nv_bfloat16 *)b.v[s] + layer);
+	for (int i = threadIdx.x; i < PF_GR * ch; i += blockDim.x) {
+		int r = i / ch, c = i % ch, p = p0 + r;
+		size_t at = (size_t)(off + p) * ch + c;
+		uint4 z = make_uint4(0, 0, 0, 0);
+		((uint4 *)kb)[at] = p < S ? kc[(size_t)p * ch + c] : z;
+		((uint4 *)vb)[at] = p < S ? vc[(size_t)p * ch + c] : z;
+		if (c == 0) {
+			kpos[off + p] = p;
+			kseg[off + p] = p < S ? s : -1;
+		}
+	}
+}
+
+#define PF_RND(x) (((x) + 255) / 256 * 256)
+
+/* the keys a sequence of S takes in the gathered key array: whole tiles */
+static int pf_keys(int S)
+{
+	return CEIL_DIV(S, PF_KT) * PF_KT;
+}
+
+int gpu_attention_prefill(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
+                          int s0, const int *row0h, const int *lenh, int l, int NH, int NKV,
+                          int HD, int block)
+{
+	static int sw = -1;
+
+	if (!(pf_on < 0 ? gpu_switch(&sw, "DICE_PREFILL_FA") : pf_on))
+		return -1;
+	if (!b || b->dt != DICE_BF16 || (HD != 64 && HD != 128) || gpu_cc() < 80 || NKV <= 0 ||
+	    NH % NKV || block <= 0)
+		return -1;
+	if (!row0h)                             /* only whether it could serve this model */
+		return out ? -1 : 0;
+	GPU_REQUIRE(lenh && s0 >= 0 && s0 <= b->nseq && l >= 0, "attention_prefill");
+	int np = b->nseq - s0, r0 = row0h[s0], Np = b->N - r0, QD = NH * HD, KVD = NKV * HD;
+	if (np == 0 || Np == 0)
+		return 0;
+	/* the groups of sequences: keys of each, whether the fused kernels take them, the
+	 * largest scratch */
+	size_t head = 0;
+	int Sall = 0, keys = 0, rows = 0, g0 = s0;
+	for (int s = s0; s <= b->nseq; s++) {
+		int Ss = s < b->nseq ? pf_keys(lenh[s] + row0h[s + 1] - row0h[s]) : 0;
+		if (s == b->nseq || (s > g0 && keys + Ss > PF_CHUNK)) {  /* group g0 .. s-1 ends */
+			if (rows && !gpu_attention_bf16_ok(rows, keys, HD))
+				return -1;
+			size_t h = rows ? gpu_attention_bf16_scratch(rows, keys) : 0;
+			head = h > head ? h : head;
+			g0 = s;
+			keys = rows = 0;
+		}
+		keys += Ss;
+		rows += s < b->nseq ? row0h[s + 1] - row0h[s] : 0;
+		Sall += Ss;
+	}
+	if (!out)
+		return 0;
+	head = PF_RND(head);
+	size_t nq = (size_t)Np * QD, nk = (size_t)Sall * KVD;
+	size_t oq = head, ok = oq + PF_RND(nq * 2), ov = ok + PF_RND(nk * 2);
+	size_t of = ov + PF_RND(nk * 2), total = of + (size_t)(2 * Np + 2 * Sall) * 4;
+	char *sc = (char *)gpu_scratch(total);
+	__nv_bfloat16 *qb = (__nv_bfloat16 *)(sc + oq), *kb = (__nv_bfloat16 *)(sc + ok);
+	__nv_bfloat16 *vb = (__nv_bfloat16 *)(sc + ov);
+	int *qpos = (int *)(sc + of), *qseg = qpos + Np, *kpos = qseg + Np, *kseg = kpos + Sall;
+	struct kv_batch bb = *b;
+	int maxg = CEIL_DIV(pf_keys(b->maxS), PF_GR);
+
+	pf_q_kernel<<<grid_for(nq / 8), 256, 0, st>>>(qb, qpos, qseg, q, bb, r0, Np, QD);
+	CUDA_CHECK_LAUNCH();
+	pf_kv_kernel<<<dim3(maxg, np), 256, 0, st>>>(kb, vb, kpos, kseg, bb, s0, l, KVD);
+	CUDA_CHECK_LAUNCH();
+	keys = rows = 0;
+	g0 = s0;
+	for (int s = s0, ko = 0, qo = 0; s <= b->nseq; s++) {
+		int Ss = s < b->nseq ? pf_keys(lenh[s] + row0h[s + 1] - row0h[s]) : 0;
+		if (s == b->nseq || (s > g0 && keys + Ss > PF_CHUNK)) {
+			if (rows) {
+				struct attn_mask m = { block, qpos + qo, kpos + ko, qseg + qo, kseg + ko,
+				                       NULL, NULL };
+				float *o = out + (size_t)(r0 + qo) * QD;
+				const void *gq = qb + (size_t)qo * QD, *gk = kb + (size_t)ko * KVD;
+				const void *gv = vb + (size_t)ko * KVD;
+				int e = gpu_attention_bf16(st, o, gq, gk, gv, rows, keys, NH, NKV, HD, &m,
+				                           sc);
+				if (e)
+					return -1;
+			}
+			g0 = s;
+			ko += keys;
+			qo += rows;
+			keys = rows = 0;
+		}
+		keys += Ss;
+		rows += s < b->nseq ? row0h[s + 1] - row0h[s] : 0;
+	}
+	return 0;
+}

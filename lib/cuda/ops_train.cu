@@ -235,3 +235,10 @@ void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const flo
 	           gpu_attention_tc_backward_stat_bf(gpu_stream(), dq, dk, dv, dout, qb, kb, vb, out,
 	                                             stat, T, S, NH, NKV, HD, m));
 }
+
+void cu_rmsnorm_rope_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt,
+                        const int *pos, int N, int NH, int HD, float theta, float eps)
+{
+	TRAIN_CALL("rmsnorm_rope_xb",
+	           gpu_rmsnorm_rope_xb(gpu_stream(), yb, x, w, wdt, pos, N, NH, HD, theta, eps));
+}

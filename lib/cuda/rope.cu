@@ -37,8 +37,14 @@ static __global__ void rope_kernel(float *x, const int *pos, const float *inv_fr
  * token, its lane t holding columns t + 32 e (e < E = HD / 32, so column j < HD / 2 and its
  * partner j + HD / 2 are elements e and e + E / 2 of one lane), one sincos a column for the
  * token's NH heads; the products in the order of gpu_rmsnorm then gpu_rope */
-template <int E>
-static __global__ void rmsnorm_rope_kernel(float *y, const float *x, const void *w, int dt,
+static __device__ __forceinline__ void rr_put(float *y, float v) { *y = v; }
+static __device__ __forceinline__ void rr_put(__nv_bfloat16 *y, float v)
+{
+	*y = __float2bfloat16_rn(v);
+}
+
+template <int E, typename Y>
+static __global__ void rmsnorm_rope_kernel(Y *y, const float *x, const void *w, int dt,
                                            const int *pos, const float *inv_freq, int N, int NH,
                                            float eps)
 {
@@ -69,8 +75,8 @@ static __global__ void rmsnorm_rope_kernel(float *y, const float *x, const void 
 #pragma unroll
 		for (int e = 0; e < E / 2; e++) {
 			float x1 = v[e], x2 = v[e + E / 2];
-			y[o + 32 * e] = x1 * cs[e] - x2 * sn[e];
-			y[o + 32 * (e + E / 2)] = x2 * cs[e] + x1 * sn[e];
+			rr_put(y + o + 32 * e, x1 * cs[e] - x2 * sn[e]);
+			rr_put(y + o + 32 * (e + E / 2), x2 * cs[e] + x1 * sn[e]);
 		}
 	}
 }
@@ -105,6 +111,41 @@ const float *gpu_rope_table(float theta, int HD)
 	return tables[i].d;
 }
 
+/* the one pass (HD 64, 128, 256) into y of type Y */
+template <typename Y>
+static void rr_launch(cudaStream_t st, Y *y, const float *x, const void *w, int d, const int *pos,
+                      const float *inv_freq, int N, int NH, int HD, float eps)
+{
+	int grid = CEIL_DIV(N, 8);
+
+	if (HD == 64)
+		rmsnorm_rope_kernel<2><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	else if (HD == 128)
+		rmsnorm_rope_kernel<4><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	else
+		rmsnorm_rope_kernel<8><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+}
+
+int gpu_rmsnorm_rope_xb(cudaStream_t st, void *yb, const float *x, const void *w,
+                        enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
+                        float eps)
+{
+	GPU_REQUIRE(N >= 0 && NH > 0 && HD > 0 && HD % 2 == 0 && HD <= 1024, "rmsnorm_rope_xb");
+	if (N == 0)
+		return 0;
+	if (HD != 64 && HD != 128 && HD != 256) {       /* the fp32 op, then the cast */
+		size_t n = (size_t)N * NH * HD;
+		float *s = (float *)gpu_scratch(n * sizeof(float));
+		if (gpu_rmsnorm_rope(st, s, x, w, wdt, pos, N, NH, HD, theta, eps))
+			return -1;
+		return gpu_cast_bf16(st, yb, s, n);
+	}
+	rr_launch(st, (__nv_bfloat16 *)yb, x, w, (int)wdt, pos, gpu_rope_table(theta, HD), N, NH,
+	          HD, eps);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, const int *pos, int N, int NH, int HD, float theta,
                      float eps)
@@ -117,14 +158,7 @@ int gpu_rmsnorm_rope(cudaStream_t st, float *y, const float *x, const void *w,
 			return -1;
 		return gpu_rope(st, y, pos, N, NH, HD, theta);
 	}
-	const float *inv_freq = gpu_rope_table(theta, HD);
-	int grid = CEIL_DIV(N, 8), d = (int)wdt;
-	if (HD == 64)
-		rmsnorm_rope_kernel<2><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
-	else if (HD == 128)
-		rmsnorm_rope_kernel<4><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
-	else
-		rmsnorm_rope_kernel<8><<<grid, 256, 0, st>>>(y, x, w, d, pos, inv_freq, N, NH, eps);
+	rr_launch(st, y, x, w, (int)wdt, pos, gpu_rope_table(theta, HD), N, NH, HD, eps);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

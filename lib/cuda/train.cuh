@@ -70,5 +70,7 @@ void cu_attention_tc_backward_stat_bf(float *dq, float *dk, float *dv, const flo
                                       const void *qb, const void *kb, const void *vb,
                                       const float *out, const float *stat, int T, int S, int NH,
                                       int NKV, int HD, const struct attn_mask *m);
+void cu_rmsnorm_rope_xb(void *yb, const float *x, const void *w, enum dice_dtype wdt,
+                        const int *pos, int N, int NH, int HD, float theta, float eps);
 
 #endif

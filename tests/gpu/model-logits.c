@@ -20,7 +20,9 @@
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
  *       size, the sample op and the host work, CUDA graphs off; BENCH_NSYS=A,B: a profiler
- *       capture range from the sampling run's sample call A to its call B)
+ *       capture range from the sampling run's sample call A to its call B); BENCH_PREFILL=N:
+ *       instead of all that, a prefill forward of N prompts of P with the prefill attention
+ *       on and off, and its ops each way
  */
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +101,19 @@ static void ot_attention_kv(float *out, const float *q, const struct kv_batch *b
 	ot_mark("attention_kv (+ merge)", b->N, NH, NKV, 1);
 }
 
+static int ot_attention_prefill(float *out, const float *q, const struct kv_batch *b, int s0,
+                                const int *row0h, const int *lenh, int l, int NH, int NKV, int HD,
+                                int block)
+{
+	if (!out)                               /* (a question, not work) */
+		return ot_real->attention_prefill(out, q, b, s0, row0h, lenh, l, NH, NKV, HD,
+		                                  block);
+	ot_mark(NULL, 0, 0, 0, 0);
+	int r = ot_real->attention_prefill(out, q, b, s0, row0h, lenh, l, NH, NKV, HD, block);
+	ot_mark("attention_prefill", b->N - row0h[s0], NH, NKV, 1);
+	return r;
+}
+
 static void ot_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                            float eps)
 {
@@ -135,6 +150,8 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	if (ot_table.matmul_fixed_glu)
 		ot_table.matmul_fixed_glu = ot_matmul_fixed_glu;
 	ot_table.attention_kv = ot_attention_kv, ot_table.add_rmsnorm = ot_add_rmsnorm;
+	if (ot_table.attention_prefill)
+		ot_table.attention_prefill = ot_attention_prefill;
 	ot_table.swiglu_cat = ot_swiglu_cat, ot_table.rmsnorm = ot_rmsnorm;
 	ot_table.replay = NULL;
 	for (int i = 0; i < OT_EVENTS; i++)
@@ -205,6 +222,44 @@ static void prefill_breakdown(struct model *m, const int *ids, int B, int P, int
 	t = (now_s() - t) / 3;
 	printf("prefill of %d prompts of %d (%d rows):\n", n, T, n * T);
 	ops_breakdown(m, sq, n, 3, t * 1e3);
+	for (int b = 0; b < n; b++)
+		kvcache_free(&kv[b], m);
+	free(kv), free(sq);
+}
+
+/* BENCH_PREFILL=N: a prefill forward of N prompts of P (whole blocks; store 0: repeatable)
+ * with the prefill attention on, then off (DICE_PREFILL_FA): the forward's time (mean of 5
+ * after one) and its ops (BENCH_OPS's table) each way */
+static void prefill_compare(struct model *m, const int *ids, int n, int P, int block,
+                            const char *geom)
+{
+	int T = P / block * block;
+	double t, ms[2];
+
+	if (n < 1 || T < 1)
+		return;
+	struct kvcache *kv = (struct kvcache *)xcalloc((size_t)n, sizeof *kv);
+	struct model_seq *sq = (struct model_seq *)xcalloc((size_t)n, sizeof *sq);
+	for (int b = 0; b < n; b++) {
+		kvcache_init(&kv[b], m, T);
+		sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = T };
+	}
+	for (int on = 1; on >= 0; on--) {
+		gpu_set_prefill_fa(on);
+		model_forward(m, sq, n, NULL);
+		t = now_s();
+		for (int i = 0; i < 5; i++)
+			model_forward(m, sq, n, NULL);
+		ms[on] = (now_s() - t) / 5 * 1e3;
+		printf("prefill-batch %s %d x %d prefill_fa %s: %.3f ms\n", geom, n, T,
+		       on ? "on" : "off", ms[on]);
+		fflush(stdout);
+		ops_breakdown(m, sq, n, 3, ms[on]);
+		fflush(stdout);
+	}
+	gpu_set_prefill_fa(-1);
+	printf("prefill-batch %s %d x %d: %.3f ms with the prefill attention, %.3f without "
+	       "(%.2fx)\n", geom, n, T, ms[1], ms[0], ms[0] / ms[1]);
 	for (int b = 0; b < n; b++)
 		kvcache_free(&kv[b], m);
 	free(kv), free(sq);
@@ -451,9 +506,16 @@ static void tr_close(double t)
 	tr_rows = 0;
 }
 
+static const struct model *tr_m;
+
 static void tr_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
 {
 	double t = now_s();
+
+	if (tr_m && w == tr_m->x) {     /* the gather of the logit rows, not a forward's start */
+		tr_real->embed(y, ids, w, wdt, N, C);
+		return;
+	}
 
 	tr_close(t);
 	tr_t0 = t, tr_rows = N;
@@ -488,7 +550,7 @@ static void tr_trace(struct model *m, int on, double total_s)
 	if (on) {
 		tr_real = m->ops, tr_table = *m->ops;
 		tr_table.embed = tr_embed, tr_table.sample = tr_sample, tr_table.replay = NULL;
-		tr_nb = tr_rows = tr_ns = 0, tr_sample_s = 0;
+		tr_nb = tr_rows = tr_ns = 0, tr_sample_s = 0, tr_m = m;
 		m->ops = &tr_table;
 		return;
 	}
@@ -550,6 +612,13 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	int *ids = xmalloc(sizeof(int) * P);
 	for (int i = 0; i < P; i++)
 		ids[i] = (i * 7919 + 13) % (c->vocab_size - 300);
+#ifdef DICE_CUDA
+	if (getenv("BENCH_PREFILL") && !strcmp(m->ops->name, "cuda")) {   /* that alone */
+		prefill_compare(m, ids, atoi(getenv("BENCH_PREFILL")), P, o.block, geom);
+		free(rq), free(r), free(ids);
+		return;
+	}
+#endif
 	for (int b = 0; b < B; b++)
 		rq[b] = (struct sampler_request){ ids, P, (uint64_t)b };
 	/* the decode forward alone: B sequences x one block against a cache of P, logits left

@@ -5,15 +5,17 @@
 # The draws run on the GPU (the sample op); with greedy settings (-p eval) the tokens must be
 # those of the CPU (fp32 weights) and batch 8 must give batch 1's tokens (bf16: the forward is
 # batch-invariant on cuda: matmul_fixed, attention_kv); -p rl (full softmax) must run and give
-# every record 48 tokens; and 24 records at batch 24 (forwards of more than 16 sequences: no
-# CUDA graphs, the logits of the masked rows only) must give batch 1's tokens. TAP lines; needs
-# bin/dice-sft and bin/dice-sample.
+# every record 48 tokens; 24 records at batch 24 (forwards of more than 16 sequences: no CUDA
+# graphs, the logits of the masked rows only, the decode row cap) must give batch 1's tokens.
+# With prompts of 64 to 148 ids and head dim 64 (the prefill attention,
+# ops->attention_prefill) batch 3 (slots refilled: prefills in the same forwards as decode
+# steps) must give batch 1's tokens too. TAP lines; needs bin/dice-sft and bin/dice-sample.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
-echo "1..4"
+echo "1..5"
 [ -x bin/dice-sample ] && [ -x bin/dice-sft ] || { echo "ok 1 # SKIP no bin/dice-sample (make)"; exit 0; }
 bin/dice-sft --init tests/fixtures/tiny-sdar.json -o "$t/m" -t tests/dice-sample/data 2>/dev/null ||
 	{ echo "not ok 1 - init"; exit 1; }
@@ -51,3 +53,17 @@ run b24-b1 -d cuda -t bf16 -p eval -b 1
 run b24-b24 -d cuda -t bf16 -p eval -b 24
 [ "$(wc -l <"$t/b24-b1")" -eq 24 ] && cmp -s "$t/b24-b1" "$t/b24-b24"
 echo "$([ $? -eq 0 ] || echo 'not ')ok 4 - greedy tokens on cuda bf16: 24 records at batch 24 equal batch 1"
+awk 'BEGIN { for (r = 0; r < 8; r++) { printf "{\"id\":\"p%d\",\"prompt_ids\":[", r
+	for (i = 0; i < 64 + 12 * r; i++) printf "%s%d", i ? "," : "", (r * 17 + i * 11) % 250
+	print "]}" } }' \
+	>"$t/in.jsonl"
+in=$t/in.jsonl
+# (head dim 64: one the prefill attention takes)
+sed 's/"head_dim": 32/"head_dim": 64/' tests/fixtures/tiny-sdar.json >"$t/hd64.json"
+bin/dice-sft --init "$t/hd64.json" -o "$t/m64" -t tests/dice-sample/data 2>/dev/null &&
+	rm -rf "$t/m" && mv "$t/m64" "$t/m"
+run long-b1 -d cuda -t bf16 -p eval -b 1
+run long-b3 -d cuda -t bf16 -p eval -b 3
+[ -s "$t/long-b1" ] && [ "$(wc -l <"$t/long-b1")" -eq 8 ] && cmp -s "$t/long-b1" "$t/long-b3"
+echo "$([ $? -eq 0 ] || echo 'not ')ok 5 - greedy tokens on cuda bf16, prompts of 64 to 148 ids" \
+	"(prefill attention): batch 3 equals batch 1"

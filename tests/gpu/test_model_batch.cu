@@ -5,7 +5,11 @@
  * prompt rows, then each block's rows) must be the same bits both ways; in bf16 also with the
  * batch's attention on attention_kv's unit kernel and the sequences alone on its cluster
  * kernel; and (the default kernels, both dtypes) the batch with some rows' logits skipped
- * (model_seq.logits_skip) gives the kept rows' bits, packed. */
+ * (model_seq.logits_skip) gives the kept rows' bits, packed. With a 16-bit cache the prompts of
+ * 64 tokens or more go through the prefill attention (ops->attention_prefill): also when some
+ * sequences prefill while the others decode in the same forward (mixed: the odd sequences'
+ * prompts join the even ones' first decode block), a sequence's logits must be those of its
+ * own forwards alone. */
 #include "gpu_test.h"
 #include "gt_model.h"
 
@@ -122,6 +126,69 @@ static void run(enum dice_dtype dt, int unit)
 	model_free(&m);
 }
 
+/* mixed: the even sequences prefill at step 0, the odd ones at step 1 while the even ones
+ * decode their first block, then every one decodes; each step's logits (the prefills' last
+ * 4 rows, the blocks' rows) alone and together the same bits */
+static void run_mixed(enum dice_dtype dt)
+{
+	struct model m;
+	struct kvcache alone[NSEQ], batch[NSEQ];
+	int *ids[NSEQ], V;
+	char what[160];
+
+	gt_model(&m, dt, 7);
+	V = m.cfg.vocab_size;
+	for (int s = 0; s < NSEQ; s++) {
+		ids[s] = (int *)xmalloc(sizeof(int) * (prompt_len(s) + 12));
+		for (int i = 0; i < prompt_len(s) + 12; i++)
+			ids[s][i] = (int)(rng_uniformf(&R) * (V - 1));
+		kvcache_init(&alone[s], &m, CAP);
+		kvcache_init(&batch[s], &m, CAP);
+	}
+	float *la = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
+	float *lb = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
+	for (int step = 0; step < 4; step++) {
+		struct model_seq q[NSEQ];
+		int who[NSEQ], n = 0;
+		for (int s = 0; s < NSEQ; s++) {
+			int start = s % 2;              /* the step of its prefill */
+			if (step < start)
+				continue;
+			int P = prompt_len(s), b = step - start, T = b ? 4 : P;
+			const int *at = ids[s] + (b ? P + 4 * (b - 1) : 0);
+			q[n] = (struct model_seq){ .kv = NULL, .ids = at, .T = T, .store = 1,
+			                           .logits = 1, .logits_from = T - 4 };
+			who[n++] = s;
+		}
+		for (int i = 0; i < n; i++) {
+			q[i].kv = &alone[who[i]];
+			if (model_forward(&m, &q[i], 1, la + (size_t)i * 4 * V) != 0)
+				CHECK(0, "forward of one sequence");
+			q[i].kv = &batch[who[i]];
+		}
+		CHECK(model_forward(&m, q, n, lb) == 0, "mixed forward");
+		int bad = 0;
+		for (int i = 0; i < n; i++)
+			bad += memcmp(la + (size_t)i * 4 * V, lb + (size_t)i * 4 * V,
+			              sizeof(float) * 4 * V) != 0;
+		if (bad)
+			printf("#   %d of %d sequences differ\n", bad, n);
+		snprintf(what, sizeof what, "model forward %s, step %d (%s): logits alone bitwise "
+		         "equal to the batch of %d", dt == DICE_BF16 ? "bf16" : "fp32", step,
+		         step == 1 ? "prefills among decode blocks" : step ? "decode blocks" :
+		         "prefills", n);
+		CHECK(bad == 0, what);
+	}
+	for (int s = 0; s < NSEQ; s++) {
+		kvcache_free(&alone[s], &m);
+		kvcache_free(&batch[s], &m);
+		free(ids[s]);
+	}
+	free(la);
+	free(lb);
+	model_free(&m);
+}
+
 int main(void)
 {
 	if (gt_init(23))
@@ -131,5 +198,7 @@ int main(void)
 	run(DICE_BF16, 2);
 	run(DICE_BF16, 3);
 	run(DICE_F32, 0);
+	run_mixed(DICE_BF16);
+	run_mixed(DICE_F32);
 	return test_done();
 }
