@@ -414,6 +414,7 @@ struct fwd {
 	int nseq, N, R;
 	int hrow;                           /* R < N and the logit rows contiguous: the first */
 	const int *sel;                     /* (R) device: the rows that want logits */
+	int skips;                          /* some sequence skips some of its logit rows */
 	struct kv_batch kb;
 	/* the packed sequences s0 .. nseq-1 take ops->attention_prefill (nseq: none), the
 	 * others attention_kv over kbd, the prefix of kb that holds them; row0h, lenh: kb's
@@ -496,6 +497,17 @@ static void forward_launch(void *arg)
 		const float *h = m->x;
 		if (f->hrow >= 0) {             /* the rows that want logits, in one piece */
 			h = m->x + (size_t)f->hrow * C;
+		} else if (R < N && f->roff && !f->skips) {     /* gather them, prefills packed last */
+			const struct model_seq *seqs = f->seqs;
+			for (int s = 0, r = 0; s < f->nseq; s++) {
+				if (!seqs[s].logits)
+					continue;
+				int from = seqs[s].logits_from, n = seqs[s].T - from;
+				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(f->roff[s] + from) * C,
+				        (size_t)n * C * sizeof(float));
+				r += n;
+			}
+			h = m->hsel;
 		} else if (R < N) {             /* gather them: the embedding op over fp32 rows */
 			o->embed(m->hsel, f->sel, m->x, DICE_F32, R, C);
 			h = m->hsel;
@@ -607,6 +619,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 					selh[r++] = (roff ? roff[s] : off) + t;
 	}
 	meta_fill(m, ps, nseq, N, R, selh, &f.kb, &f.sel);
+	f.skips = skips;
 	f.kb.maxT = maxT;
 	f.kb.maxS = maxpos;
 	if (nf) {

@@ -401,6 +401,10 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 		/* logits only for the masked rows, where the forward is not replayed as a graph (whose
 		 * shapes would multiply) and no hook wants the whole block's */
 		int skip = skip_ok && (rows > MODEL_GRAPH_ROWS || ns > MODEL_GRAPH_SEQS);
+		/* (nor in a round with a prompt's prefill: the forward packs those rows last, and
+		 * gathers the logit rows as it did before logits_skip) */
+		for (int i = 0; skip && i < ns; i++)
+			skip = sl[who[i]].ph != PH_PREFILL;
 		for (int i = 0; skip && i < ns; i++) {
 			struct slot *s = &sl[who[i]];
 			if (!seq[i].logits)
