@@ -307,12 +307,23 @@ static void reserve_logits(struct model *m, int lrows)
 	m->lrows = lrows;
 }
 
-/* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
- * (nseq+1), len, cap (nseq), rowseq (N), and the cache bases k, v (nseq pointers). */
-static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N,
-                      struct kv_batch *b)
+/* whether row t of sequence q wants logits */
+static int row_wants(const struct model_seq *q, int t)
 {
-	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1, off_p = (ni * sizeof(int) + 15) / 16 * 16;
+	int j = t - q->logits_from;
+
+	return q->logits && j >= 0 && t < q->T && !(j < 32 && (q->logits_skip >> j & 1u));
+}
+
+/* The forward's one upload: ids (N), pos (N), then the arrays of struct kv_batch: row0
+ * (nseq+1), len, cap (nseq), rowseq (N), then selr (R, when given: the packed rows whose
+ * logits are wanted, in the caller's sequence order; *sel, what the gather of those rows
+ * reads), and the cache bases k, v (nseq pointers). */
+static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, int N, int R,
+                      const int *selr, struct kv_batch *b, const int **sel)
+{
+	size_t ni = (size_t)3 * N + 3 * (size_t)nseq + 1 + R;
+	size_t off_p = (ni * sizeof(int) + 15) / 16 * 16;
 	size_t bytes = off_p + 2 * (size_t)nseq * sizeof(void *);
 	int *h, *row0, *len, *cap, *rowseq;
 	void **kp;
@@ -330,6 +341,8 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 	len = row0 + nseq + 1;
 	cap = len + nseq;
 	rowseq = cap + nseq;
+	if (selr)
+		memcpy(rowseq + N, selr, (size_t)R * sizeof *selr);
 	kp = (void **)((char *)m->meta_h + off_p);
 	for (int s = 0, n = 0; s < nseq; s++) {
 		const struct kvcache *kv = seqs[s].kv;
@@ -357,6 +370,7 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 	b->len = b->row0 + nseq + 1;
 	b->cap = b->len + nseq;
 	b->rowseq = b->cap + nseq;
+	*sel = b->rowseq + N;
 	b->k = (void *const *)((char *)m->meta_d + off_p);
 	b->v = b->k + nseq;
 }
@@ -399,6 +413,8 @@ struct fwd {
 	                                     * the caller's order */
 	int nseq, N, R;
 	int hrow;                           /* R < N and the logit rows contiguous: the first */
+	const int *sel;                     /* (R) device: the rows that want logits */
+	int skips;                          /* some sequence skips some of its logit rows */
 	struct kv_batch kb;
 	/* the packed sequences s0 .. nseq-1 take ops->attention_prefill (nseq: none), the
 	 * others attention_kv over kbd, the prefix of kb that holds them; row0h, lenh: kb's
@@ -414,7 +430,6 @@ static void forward_launch(void *arg)
 	struct model *m = f->m;
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
-	const struct model_seq *seqs = f->seqs;
 	int C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads, HD = c->head_dim;
 	int QD = NH * HD, KVD = NKV * HD, I = c->intermediate_size, V = c->vocab_size;
 	int N = f->N, R = f->R;
@@ -482,16 +497,19 @@ static void forward_launch(void *arg)
 		const float *h = m->x;
 		if (f->hrow >= 0) {             /* the rows that want logits, in one piece */
 			h = m->x + (size_t)f->hrow * C;
-		} else if (R < N) {             /* gather them */
-			for (int s = 0, off = 0, r = 0; s < f->nseq; off += seqs[s].T, s++) {
+		} else if (R < N && f->roff && !f->skips) {     /* gather them, prefills packed last */
+			const struct model_seq *seqs = f->seqs;
+			for (int s = 0, r = 0; s < f->nseq; s++) {
 				if (!seqs[s].logits)
 					continue;
 				int from = seqs[s].logits_from, n = seqs[s].T - from;
-				int at = f->roff ? f->roff[s] : off;
-				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(at + from) * C,
+				o->copy(m->hsel + (size_t)r * C, m->x + (size_t)(f->roff[s] + from) * C,
 				        (size_t)n * C * sizeof(float));
 				r += n;
 			}
+			h = m->hsel;
+		} else if (R < N) {             /* gather them: the embedding op over fp32 rows */
+			o->embed(m->hsel, f->sel, m->x, DICE_F32, R, C);
 			h = m->hsel;
 		}
 		o->rmsnorm(m->xn, h, m->w.final_norm.p, m->w.final_norm.dt, R, C, eps);
@@ -501,8 +519,8 @@ static void forward_launch(void *arg)
 
 /* Forwards of up to GRAPH_ROWS rows in GRAPH_SEQS sequences go through ops->replay (CUDA
  * graphs): decoding steps, whose launches repeat with new cache lengths in device memory. */
-#define GRAPH_ROWS 64
-#define GRAPH_SEQS 16
+#define GRAPH_ROWS MODEL_GRAPH_ROWS
+#define GRAPH_SEQS MODEL_GRAPH_SEQS
 
 /* A sequence of at least PREFILL_ROWS new rows (a prompt; the sampler's decoding steps are 4
  * or 8 rows) takes ops->attention_prefill where the backend has it and it serves (CUDA: a
@@ -523,7 +541,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
 	int V = c->vocab_size, C = c->hidden_size;
-	int N = 0, R = 0, maxpos = 0, maxT = 0, maxcap = 0;
+	int N = 0, R = 0, maxpos = 0, maxT = 0, maxcap = 0, skips = 0;
 
 	for (int s = 0; s < nseq; s++) {
 		const struct model_seq *q = &seqs[s];
@@ -545,7 +563,9 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		}
 		N += q->T;
 		maxT = q->T > maxT ? q->T : maxT;
-		R += q->logits ? q->T - q->logits_from : 0;
+		for (int t = q->logits_from; q->logits && t < q->T; t++)
+			R += row_wants(q, t);
+		skips |= q->logits && q->logits_skip;
 		if (q->kv->len + q->T > maxpos)
 			maxpos = q->kv->len + q->T;
 		if (q->kv->cap > maxcap)
@@ -589,7 +609,17 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		ps = perm;
 		f.roff = roff;
 	}
-	meta_fill(m, ps, nseq, N, &f.kb);
+	/* the rows that want logits, in sequence order (gathered by forward_launch) */
+	int *selh = NULL;
+	if (R && R < N) {
+		selh = xmalloc((size_t)R * sizeof *selh);
+		for (int s = 0, off = 0, r = 0; s < nseq; off += seqs[s].T, s++)
+			for (int t = 0; t < seqs[s].T; t++)
+				if (row_wants(&seqs[s], t))
+					selh[r++] = (roff ? roff[s] : off) + t;
+	}
+	meta_fill(m, ps, nseq, N, R, selh, &f.kb, &f.sel);
+	f.skips = skips;
 	f.kb.maxT = maxT;
 	f.kb.maxS = maxpos;
 	if (nf) {
@@ -609,7 +639,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			f.kbd.maxS = S > f.kbd.maxS ? S : f.kbd.maxS;
 		}
 	}
-	if (R && R < N) {                       /* the logit rows in one piece? (its first row) */
+	if (R && R < N && !skips) {             /* the logit rows in one piece? (its first row) */
 		int next = -1, pieces = 0;
 		for (int s = 0, off = 0; s < nseq; off += seqs[s].T, s++) {
 			int at = roff ? roff[s] : off;
@@ -646,9 +676,11 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 	}
 	if (R && logits)
 		o->to_host(logits, m->logits, (size_t)R * V * sizeof(float));
-	o->sync();
+	else if (!m->lazy)
+		o->sync();
 	free(perm);
 	free(roff);
+	free(selh);
 	for (int s = 0; s < nseq; s++)
 		seqs[s].kv->len += seqs[s].store ? seqs[s].T : seqs[s].commit_rows;
 	return 0;

@@ -93,7 +93,14 @@ struct model_seq {                   /* one sequence's part of a forward */
 	int logits;                  /* 1: logits of rows logits_from..T-1 are wanted */
 	int commit_rows;             /* without store: this many leading rows are committed */
 	int logits_from;             /* first row whose logits are wanted (0) */
+	unsigned logits_skip;        /* bit j: row logits_from + j wants none after all (0) */
 };
+
+/* Forwards of up to MODEL_GRAPH_ROWS rows in MODEL_GRAPH_SEQS sequences are replayed as CUDA
+ * graphs (ops->replay), one per shape: what the rows of each sequence are and which want
+ * logits (logits_skip aside: a caller that varies it keeps to larger forwards). */
+#define MODEL_GRAPH_ROWS 64
+#define MODEL_GRAPH_SEQS 16
 
 struct model {
 	struct model_config cfg;
@@ -110,6 +117,9 @@ struct model {
 	void *meta_d, *meta_h;       /* one upload per forward: ids, pos, the struct kv_batch arrays */
 	size_t meta_cap;
 	int fuse_qkv, fuse_gu;       /* q/k/v (gate/up) matrices adjacent: one product each */
+	int lazy;                    /* 1: model_forward returns without waiting for the device
+	                              * when it copies no logits to the host (the caller's next
+	                              * sync point, e.g. the sample op, waits); 0 after model_init */
 };
 
 /* Copy host weights (any dtype) to the backend, converting matrices to dt (norms to fp32).
@@ -132,13 +142,15 @@ void kvcache_init(struct kvcache *kv, const struct model *m, int cap);
 void kvcache_free(struct kvcache *kv, const struct model *m);
 
 /* One forward over nseq sequences. logits (host, may be NULL when no sequence wants them):
- * (R, V) for the R = sum of T - logits_from over sequences with .logits, in sequence order.
+ * (R, V) for the R rows that want them (of the sequences with .logits, rows logits_from..T-1
+ * less those in logits_skip), in sequence and row order.
  * A forward can end one block and start the next: rows [block b | block b+1] with
  * commit_rows = block commits block b (its queries cannot see block b+1 under the mask rule,
  * so its K/V are those of a forward of block b alone, bitwise on the CPU).
  * Forwards of up to 64 rows in up to 16 sequences (decoding steps) go through ops->replay
  * where the backend has it (CUDA graphs: the second forward of the same shapes is captured,
  * later ones replay it), with the same results.
+ * Returns when the device is done (unless m->lazy and logits NULL).
  * 0, or -1 with a warning (cache full, bad ids). */
 int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits);
 

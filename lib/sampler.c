@@ -1,6 +1,8 @@
 /* sampler: block-diffusion decoding (SPEC §2): the per-position draw, the commit rules, and
  * the scheduler that runs many requests through shared forwards (see sampler.h). */
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -278,6 +280,48 @@ static int block_has_mask(const struct slot *s, const struct sampler_opts *o)
 	return 0;
 }
 
+/* DICE_SAMPLER_TIMES=1: the run's wall time by phase, summed over its rounds, printed to
+ * stderr at its end: the schedule (slots started, sequences packed), model_forward (the host's
+ * checks and launches, and its wait for the device), the draws' inputs, the sample op (its
+ * uploads, kernel, wait and copies back) and the commits */
+enum { ST_SCHED, ST_FORWARD, ST_DRAWS, ST_SAMPLE, ST_COMMIT, ST_N };
+static const char *const st_names[ST_N] = { "schedule", "model_forward", "draw inputs",
+                                            "sample op", "commits" };
+
+static void st_lap(double *st, int phase, double *t)
+{
+	double now;
+
+	if (!st)
+		return;
+	now = now_ms();
+	st[phase] += now - *t;
+	*t = now;
+}
+
+/* The decode rows of a round (DICE_SAMPLER_ROWS=N: N, 0 no cap). Where every block takes
+ * `steps` denoising forwards (static, sequential decoding), A sequences whose blocks are spread
+ * evenly over the rounds give A B (steps + 1) / (steps + separate_save) rows a round, the save
+ * rows included. After the staggered prefills they are not (e.g. 36, 36, 28, 28 sequences of
+ * 128 saving in turn: 656 rows a round, then 624), and a round past a multiple of the
+ * products' row tiles pays for a whole tile more. With a cap at that mean, rounded up to 128
+ * rows, the last sequences that would save a block (the rows past the mean) wait a round,
+ * which moves them to the next round's group, and the groups even out within a few rounds; a
+ * request's tokens do not depend on its batch, so the results are the same. Dynamic
+ * decoding takes a varying number of forwards a block: no cap. */
+static int decode_cap(const struct sampler_opts *o, int A)
+{
+	const char *e = getenv("DICE_SAMPLER_ROWS");
+	long n, d = o->steps + (o->separate_save != 0);
+
+	if (e && *e)
+		return atoi(e) > 0 ? atoi(e) : INT_MAX;
+	if (o->decoding == SAMPLER_DYNAMIC || o->steps < 1)
+		return INT_MAX;
+	n = ((long)A * o->block * (o->steps + 1) + d - 1) / d;
+	return n > INT_MAX - 128 ? INT_MAX : (int)((n + 127) / 128 * 128);
+}
+
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg)
 {
@@ -291,13 +335,25 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 	int *srow = xmalloc((size_t)A * B * sizeof *srow), *tok = xmalloc((size_t)A * B * sizeof *tok);
 	double *u = xmalloc((size_t)A * B * sizeof *u);
 	float *prob = xmalloc((size_t)A * B * sizeof *prob);
-	double t0 = now_ms();
+	double t0 = now_ms(), st_t = t0, st_acc[ST_N] = { 0 };
+	const char *st_env = getenv("DICE_SAMPLER_TIMES");
+	double *st = st_env && strcmp(st_env, "0") ? st_acc : NULL;
+	int rounds = 0, lazy = m->lazy;
+	const char *sync_env = getenv("DICE_SAMPLER_SYNC");
 
+	/* the forward's launches return at once, and the host prepares the draws' inputs and
+	 * queues the sample op behind it; the sample op's wait is the round's one sync
+	 * (DICE_SAMPLER_SYNC=1: a sync after each forward too, as before) */
+	m->lazy = !(sync_env && strcmp(sync_env, "0"));
+	/* DICE_SAMPLER_LOGITS=all: the logits of every row of a denoised block, as before */
+	const char *lg_env = getenv("DICE_SAMPLER_LOGITS");
+	int skip_ok = !o->on_logits && B <= 32 && !(lg_env && !strcmp(lg_env, "all"));
+	int dcap = decode_cap(o, A);
 	m->cfg.block_size = B;
 	for (int a = 0; a < A; a++)
 		sl[a].req = -1;
 	while (done < nreq) {
-		int ns = 0, rows = 0;
+		int ns = 0, rows = 0, drows = 0;
 
 		for (int a = 0; a < A; a++) {
 			struct slot *s = &sl[a];
@@ -328,15 +384,42 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			if (rows && rows + q.T > max_rows)
 				continue;
 			rows += q.T;
+			drows += s->ph == PH_DECODE ? q.T : 0;
 			who[ns] = a;
 			seq[ns++] = q;
 		}
+		/* past the decode cap: the last sequences that would save a block wait a round */
+		for (int i = ns - 1; i > 0 && drows > dcap; i--) {
+			if (sl[who[i]].ph != PH_DECODE || !sl[who[i]].pending)
+				continue;
+			rows -= seq[i].T, drows -= seq[i].T, ns--;
+			memmove(&who[i], &who[i + 1], (size_t)(ns - i) * sizeof *who);
+			memmove(&seq[i], &seq[i + 1], (size_t)(ns - i) * sizeof *seq);
+		}
 		if (!ns)
 			break;
+		/* logits only for the masked rows, where the forward is not replayed as a graph (whose
+		 * shapes would multiply) and no hook wants the whole block's */
+		int skip = skip_ok && (rows > MODEL_GRAPH_ROWS || ns > MODEL_GRAPH_SEQS);
+		/* (nor in a round with a prompt's prefill: the forward packs those rows last, and
+		 * gathers the logit rows as it did before logits_skip) */
+		for (int i = 0; skip && i < ns; i++)
+			skip = sl[who[i]].ph != PH_PREFILL;
+		for (int i = 0; skip && i < ns; i++) {
+			struct slot *s = &sl[who[i]];
+			if (!seq[i].logits)
+				continue;
+			for (int j = 0; j < B; j++)
+				if (!s->msk[s->b * B + j])
+					seq[i].logits_skip |= 1u << j;
+		}
+		rounds++;
+		st_lap(st, ST_SCHED, &st_t);
 		if (model_forward(m, seq, ns, NULL) < 0) {
 			ret = -1;
 			break;
 		}
+		st_lap(st, ST_FORWARD, &st_t);
 		/* the masked rows of every denoising sequence, drawn together on the backend; each
 		 * slot's uniforms in position order, as one request alone would take them */
 		int nd = 0, lrows = 0;
@@ -344,17 +427,21 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			struct slot *s = &sl[who[i]];
 			if (s->ph == PH_PREFILL || s->action_save)
 				continue;
+			int nm = 0;
 			for (int j = 0; j < B; j++) {
 				if (!s->msk[s->b * B + j])
 					continue;
-				srow[nd] = lrows + j;
+				srow[nd] = lrows + (skip ? nm : j);
 				u[nd++] = rng_uniform(&s->rng);
+				nm++;
 			}
-			lrows += B;
+			lrows += skip ? nm : B;
 		}
+		st_lap(st, ST_DRAWS, &st_t);
 		if (nd)
 			m->ops->sample(tok, prob, m->logits, srow, u, nd, V, o->temperature, o->top_k,
 			               o->top_p);
+		st_lap(st, ST_SAMPLE, &st_t);
 		if (logits && lrows)
 			m->ops->to_host(logits, m->logits, (size_t)lrows * V * sizeof *logits);
 		for (int i = 0, lr = 0, k = 0; i < ns; i++) {
@@ -389,7 +476,18 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				s->it = 0;
 			}
 		}
+		st_lap(st, ST_COMMIT, &st_t);
 	}
+	if (st) {
+		double all = now_ms() - t0;
+		fprintf(stderr, "sampler times: %d rounds, %.3f s", rounds, all / 1e3);
+		for (int i = 0; i < ST_N; i++)
+			fprintf(stderr, "; %s %.3f s (%.3f ms a round)", st_names[i], st_acc[i] / 1e3,
+			        rounds ? st_acc[i] / rounds : 0.0);
+		fprintf(stderr, "\n");
+	}
+	m->ops->sync();
+	m->lazy = lazy;
 	for (int a = 0; a < A; a++) {
 		kvcache_free(&sl[a].kv, m);
 		free(sl[a].x), free(sl[a].msk), free(sl[a].step), free(sl[a].logp);

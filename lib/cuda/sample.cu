@@ -124,12 +124,31 @@ static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
 
 	int first = INT_MAX, n = 0;            /* top-k 1: this thread's first maximum, how many */
 
-	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float e = temperature == 1.0f ? l[i] : l[i] / temperature;
-		if (e > mx)
-			mx = e, first = i, n = 1;
-		else if (e == mx)
-			n++;
+	/* pass 1: 16-byte loads where the rows allow (V a multiple of 4), a few in flight a
+	 * thread; each thread still meets its indices in increasing order, so its first maximum
+	 * and count are those of the scalar walk */
+	if (!(V & 3)) {
+		const float4 *l4 = (const float4 *)l;
+#pragma unroll 4
+		for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+			float4 q = l4[i];
+			float e4[4] = { q.x, q.y, q.z, q.w };
+			for (int j = 0; j < 4; j++) {
+				float e = temperature == 1.0f ? e4[j] : e4[j] / temperature;
+				if (e > mx)
+					mx = e, first = 4 * i + j, n = 1;
+				else if (e == mx)
+					n++;
+			}
+		}
+	} else {
+		for (int i = threadIdx.x; i < V; i += blockDim.x) {
+			float e = temperature == 1.0f ? l[i] : l[i] / temperature;
+			if (e > mx)
+				mx = e, first = i, n = 1;
+			else if (e == mx)
+				n++;
+		}
 	}
 	float mine = mx;
 	mx = block_max_f(mx, shf);
@@ -190,9 +209,22 @@ extern "C" int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *l
 	return 0;
 }
 
-/* host staging of the table op, grown on demand */
-static void *g_host;
-static size_t g_host_cap;
+/* host staging of the table op, grown on demand: g_host for the rows of the host path,
+ * g_pin (page-locked, so that the copies are asynchronous and the host's wait is the op's
+ * one sync) for the draws' inputs and results */
+static void *g_host, *g_pin;
+static size_t g_host_cap, g_pin_cap;
+
+static void *pin_buf(size_t bytes)
+{
+	if (bytes > g_pin_cap) {
+		if (g_pin)
+			CUDA_CHECK(cudaFreeHost(g_pin));
+		g_pin_cap = bytes + bytes / 4;
+		CUDA_CHECK(cudaMallocHost(&g_pin, g_pin_cap));
+	}
+	return g_pin;
+}
 
 static void *host_buf(size_t bytes)
 {
@@ -232,7 +264,7 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 	}
 	/* one buffer each way: [u (R doubles) | rows (R ints)] and [tok (R ints) | prob (R floats)] */
 	size_t up = (size_t)R * (sizeof(double) + sizeof(int)), down = (size_t)R * 8;
-	char *h = (char *)host_buf(up + down), *d = (char *)gpu_scratch(up + down);
+	char *h = (char *)pin_buf(up + down), *d = (char *)gpu_scratch(up + down);
 	memcpy(h, u, (size_t)R * sizeof(double));
 	for (int r = 0; r < R; r++)
 		((int *)(h + (size_t)R * sizeof(double)))[r] = rows ? rows[r] : r;

@@ -19,9 +19,10 @@
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
- *       size, the sample op and the host work, CUDA graphs off); BENCH_PREFILL=N: instead
- *       of all that, a prefill forward of N prompts of P with the prefill attention on and
- *       off, and its ops each way
+ *       size, the sample op and the host work, CUDA graphs off; BENCH_NSYS=A,B: a profiler
+ *       capture range from the sampling run's sample call A to its call B); BENCH_PREFILL=N:
+ *       instead of all that, a prefill forward of N prompts of P with the prefill attention
+ *       on and off, and its ops each way
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,8 @@ static double now_s(void)
 }
 
 #ifdef DICE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "gpu.h"
 
 /* BENCH_OPS=1: where a decode forward's time goes. The forward runs through a copy of the
@@ -503,9 +506,16 @@ static void tr_close(double t)
 	tr_rows = 0;
 }
 
+static const struct model *tr_m;
+
 static void tr_embed(float *y, const int *ids, const void *w, enum dice_dtype wdt, int N, int C)
 {
 	double t = now_s();
+
+	if (tr_m && w == tr_m->x) {     /* the gather of the logit rows, not a forward's start */
+		tr_real->embed(y, ids, w, wdt, N, C);
+		return;
+	}
 
 	tr_close(t);
 	tr_t0 = t, tr_rows = N;
@@ -515,7 +525,10 @@ static void tr_embed(float *y, const int *ids, const void *w, enum dice_dtype wd
 static void tr_sample(int *tok, float *prob, const float *logits, const int *rows,
                       const double *u, int R, int V, float temperature, int top_k, float top_p)
 {
-	double t = now_s();
+	double t;
+
+	tr_real->sync();                /* the forward before: the sampler does not wait for it */
+	t = now_s();
 
 	tr_close(t);
 	tr_real->sample(tok, prob, logits, rows, u, R, V, temperature, top_k, top_p);
@@ -537,7 +550,7 @@ static void tr_trace(struct model *m, int on, double total_s)
 	if (on) {
 		tr_real = m->ops, tr_table = *m->ops;
 		tr_table.embed = tr_embed, tr_table.sample = tr_sample, tr_table.replay = NULL;
-		tr_nb = tr_rows = tr_ns = 0, tr_sample_s = 0;
+		tr_nb = tr_rows = tr_ns = 0, tr_sample_s = 0, tr_m = m;
 		m->ops = &tr_table;
 		return;
 	}
@@ -557,6 +570,25 @@ static void tr_trace(struct model *m, int on, double total_s)
 	printf("  sample op: %d calls, %.3f s; host work between: %.3f s\n", tr_ns, tr_sample_s,
 	       total_s - fs - tr_sample_s);
 }
+
+/* BENCH_NSYS=A,B: a profiler's capture range (cudaProfilerStart / Stop, for `nsys profile
+ * --capture-range=cudaProfilerApi`) from the sampler's sample call A to its call B, through a
+ * copy of the backend table whose sample op counts its calls (nothing else changes) */
+#ifdef DICE_CUDA
+static struct ops np_table;
+static const struct ops *np_real;
+static int np_from, np_to, np_n;
+
+static void np_sample(int *tok, float *prob, const float *logits, const int *rows,
+                      const double *u, int R, int V, float temperature, int top_k, float top_p)
+{
+	if (np_n == np_from)
+		cudaProfilerStart();
+	np_real->sample(tok, prob, logits, rows, u, R, V, temperature, top_k, top_p);
+	if (++np_n == np_to)
+		cudaProfilerStop();
+}
+#endif
 
 /* one workload: up to B requests of P prompt tokens and G new ones, decoded together */
 static void bench_one(struct model *m, const char *preset, int B, int P, int G, double bw,
@@ -659,10 +691,21 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	int trace = getenv("BENCH_TRACE") != NULL;
 	if (trace)
 		tr_trace(m, 1, 0);
+#ifdef DICE_CUDA
+	const struct ops *np_keep = m->ops;
+	if (getenv("BENCH_NSYS") && sscanf(getenv("BENCH_NSYS"), "%d,%d", &np_from, &np_to) == 2) {
+		np_real = m->ops, np_table = *m->ops, np_n = 0;
+		np_table.sample = np_sample;
+		m->ops = &np_table;
+	}
+#endif
 	t = now_s();
 	if (sampler_run(m, &o, rq, B, r, NULL, NULL) < 0)
 		die("sampling failed");
 	t = now_s() - t;
+#ifdef DICE_CUDA
+	m->ops = np_keep;
+#endif
 	if (trace)
 		tr_trace(m, 0, t);
 	for (int b = 0; b < B; b++) {

@@ -4,10 +4,12 @@
  * alone and once all of them in one forward per step; every sequence's logits (the last 4
  * prompt rows, then each block's rows) must be the same bits both ways; in bf16 also with the
  * batch's attention on attention_kv's unit kernel and the sequences alone on its cluster
- * kernel. With a 16-bit cache the prompts of 64 tokens or more go through the prefill
- * attention (ops->attention_prefill): also when some sequences prefill while the others decode
- * in the same forward (mixed: the odd sequences' prompts join the even ones' first decode
- * block), a sequence's logits must be those of its own forwards alone. */
+ * kernel; and (the default kernels, both dtypes) the batch with some rows' logits skipped
+ * (model_seq.logits_skip) gives the kept rows' bits, packed. With a 16-bit cache the prompts of
+ * 64 tokens or more go through the prefill attention (ops->attention_prefill): also when some
+ * sequences prefill while the others decode in the same forward (mixed: the odd sequences'
+ * prompts join the even ones' first decode block), a sequence's logits must be those of its
+ * own forwards alone. */
 #include "gpu_test.h"
 #include "gt_model.h"
 
@@ -19,7 +21,15 @@ static int prompt_len(int s)
 	return 20 + 53 * s;
 }
 
-/* logits (NSEQ, 4, V) of the step: step 0 = prefill (last 4 rows), then decode blocks */
+/* the rows of sequence s's 4 whose logits the skipping batch leaves out at a step (every
+ * pattern, none and all four among them) */
+static unsigned skip_bits(int s, int step)
+{
+	return (unsigned)(s * 7 + step * 3) % 16;
+}
+
+/* logits (NSEQ, 4, V) of the step: step 0 = prefill (last 4 rows), then decode blocks;
+ * together 2: the batch with skip_bits' rows left out (their logits packed) */
 static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, int step,
                          int together, float *lg)
 {
@@ -30,6 +40,8 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 		int P = prompt_len(s), T = step ? 4 : P;
 		q[s] = (struct model_seq){ .kv = &kv[s], .ids = ids[s] + (step ? P + 4 * (step - 1) : 0),
 		                           .T = T, .store = 1, .logits = 1, .logits_from = T - 4 };
+		if (together == 2)
+			q[s].logits_skip = skip_bits(s, step);
 	}
 	if (together) {
 		CHECK(model_forward(m, q, NSEQ, lg) == 0, "forward of 12 sequences");
@@ -47,7 +59,7 @@ static void forward_step(struct model *m, struct kvcache *kv, int *const *ids, i
 static void run(enum dice_dtype dt, int unit)
 {
 	struct model m;
-	struct kvcache alone[NSEQ], batch[NSEQ];
+	struct kvcache alone[NSEQ], batch[NSEQ], skip[NSEQ];
 	int *ids[NSEQ];
 	char what[160];
 
@@ -59,6 +71,7 @@ static void run(enum dice_dtype dt, int unit)
 			ids[s][i] = (int)(rng_uniformf(&R) * (V - 1));
 		kvcache_init(&alone[s], &m, CAP);
 		kvcache_init(&batch[s], &m, CAP);
+		kvcache_init(&skip[s], &m, CAP);
 	}
 	float *la = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
 	float *lb = (float *)xmalloc(sizeof(float) * NSEQ * 4 * V);
@@ -88,10 +101,24 @@ static void run(enum dice_dtype dt, int unit)
 		         unit == 3 ? " (batch on unit kernel 3 on 3 blocks, alone on the cluster "
 		                     "kernel)" : "");
 		CHECK(bad == 0, what);
+		if (unit)
+			continue;
+		forward_step(&m, skip, ids, step, 2, lb);
+		bad = 0;
+		for (int s = 0, k = 0; s < NSEQ; s++)
+			for (int j = 0; j < 4; j++)
+				if (!(skip_bits(s, step) >> j & 1))
+					bad += memcmp(la + ((size_t)s * 4 + j) * V, lb + (size_t)k++ * V,
+					              sizeof(float) * V) != 0;
+		snprintf(what, sizeof what, "model forward %s, %s: the batch with rows' logits "
+		         "skipped gives the other rows' bits (%d differ)",
+		         dt == DICE_BF16 ? "bf16" : "fp32", step ? "decode block" : "prefill", bad);
+		CHECK(bad == 0, what);
 	}
 	for (int s = 0; s < NSEQ; s++) {
 		kvcache_free(&alone[s], &m);
 		kvcache_free(&batch[s], &m);
+		kvcache_free(&skip[s], &m);
 		free(ids[s]);
 	}
 	free(la);

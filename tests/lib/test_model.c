@@ -222,6 +222,14 @@ int main(void)
 	CHECK(!memcmp(lb, l1, sizeof(float) * 13 * V), "batched logits == one sequence at a time (bitwise)");
 	CHECK(kc.len == 8 && !memcmp(kc.k, kc1.k, kvcache_bytes(&c, 32) / 2), "batched save pass == single");
 	CHECK(!memcmp(lb, step + 8 * V, sizeof(float) * 4 * V), "decode logits independent of batch mates");
+	/* the same decode rows of seq A with rows 0 and 2 skipped (beside a sequence without
+	 * logits): rows 1 and 3's bits, packed */
+	struct model_seq sk[2] = { { .kv = &kc, .ids = ids2 + 4, .T = 4 },
+	                           { .kv = &ka, .ids = ids + 8, .T = 4, .logits = 1,
+	                             .logits_skip = 0x5 } };
+	CHECK(model_forward(&m, sk, 2, l1) == 0 && !memcmp(l1, lb + V, sizeof(float) * V) &&
+	      !memcmp(l1 + V, lb + 3 * V, sizeof(float) * V),
+	      "logits_skip: the kept rows' logits, packed (bitwise)");
 
 	/* 4. errors and dtypes */
 	s = (struct model_seq){ .kv = &ka, .ids = ids, .T = 30, .store = 1, .logits = 0 };
