@@ -76,7 +76,7 @@ tests/bin/model-logits: tests/gpu/model-logits.c lib/libdice.a
 	@mkdir -p tests/bin
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< lib/libdice.a $(LDLIBS)
 
-tests/bin/gpu_%: tests/gpu/test_%.cu tests/gpu/gpu_test.h tests/gpu/gt_model.h tests/lib/test.h lib/libdice.a
+tests/bin/gpu_%: tests/gpu/test_%.cu tests/gpu/gpu_test.h tests/gpu/gt_model.h tests/gpu/gt_kv.h tests/lib/test.h lib/libdice.a
 	@mkdir -p tests/bin
 	$(NVCC) $(NVCCFLAGS) -Ilib -Itests/lib -DDICE_CUDA=1 -o $@ $< lib/libdice.a $(LDLIBS)
 

@@ -199,6 +199,29 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	printf("  sum of the ops: %.3f ms per forward\n", total / reps);
 }
 
+
+/* n sequences of the same T prompt ids, each with an empty cache of T positions */
+static struct model_seq *prompts_make(struct model *m, const int *ids, int n, int T,
+                                      struct kvcache **kvp)
+{
+	struct kvcache *kv = (struct kvcache *)xcalloc((size_t)n, sizeof *kv);
+	struct model_seq *sq = (struct model_seq *)xcalloc((size_t)n, sizeof *sq);
+
+	for (int b = 0; b < n; b++) {
+		kvcache_init(&kv[b], m, T);
+		sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = T };
+	}
+	*kvp = kv;
+	return sq;
+}
+
+static void prompts_free(struct model *m, struct model_seq *sq, struct kvcache *kv, int n)
+{
+	for (int b = 0; b < n; b++)
+		kvcache_free(&kv[b], m);
+	free(kv);
+	free(sq);
+}
 /* BENCH_OPS=2: also the ops of one prefill forward as the batch-B sampler runs it: as many
  * whole-block prompts of P as fit the sampler's 8192 rows (store 0: the same work, repeatable) */
 static void prefill_breakdown(struct model *m, const int *ids, int B, int P, int block)
@@ -209,12 +232,8 @@ static void prefill_breakdown(struct model *m, const int *ids, int B, int P, int
 	n = n < B ? n : B;
 	if (n < 1)
 		return;
-	struct kvcache *kv = (struct kvcache *)xcalloc((size_t)n, sizeof *kv);
-	struct model_seq *sq = (struct model_seq *)xcalloc((size_t)n, sizeof *sq);
-	for (int b = 0; b < n; b++) {
-		kvcache_init(&kv[b], m, T);
-		sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = T };
-	}
+	struct kvcache *kv;
+	struct model_seq *sq = prompts_make(m, ids, n, T, &kv);
 	model_forward(m, sq, n, NULL);
 	t = now_s();
 	for (int i = 0; i < 3; i++)
@@ -222,9 +241,7 @@ static void prefill_breakdown(struct model *m, const int *ids, int B, int P, int
 	t = (now_s() - t) / 3;
 	printf("prefill of %d prompts of %d (%d rows):\n", n, T, n * T);
 	ops_breakdown(m, sq, n, 3, t * 1e3);
-	for (int b = 0; b < n; b++)
-		kvcache_free(&kv[b], m);
-	free(kv), free(sq);
+	prompts_free(m, sq, kv, n);
 }
 
 /* BENCH_PREFILL=N: a prefill forward of N prompts of P (whole blocks; store 0: repeatable)
@@ -238,12 +255,8 @@ static void prefill_compare(struct model *m, const int *ids, int n, int P, int b
 
 	if (n < 1 || T < 1)
 		return;
-	struct kvcache *kv = (struct kvcache *)xcalloc((size_t)n, sizeof *kv);
-	struct model_seq *sq = (struct model_seq *)xcalloc((size_t)n, sizeof *sq);
-	for (int b = 0; b < n; b++) {
-		kvcache_init(&kv[b], m, T);
-		sq[b] = (struct model_seq){ .kv = &kv[b], .ids = ids, .T = T };
-	}
+	struct kvcache *kv;
+	struct model_seq *sq = prompts_make(m, ids, n, T, &kv);
 	for (int on = 1; on >= 0; on--) {
 		gpu_set_prefill_fa(on);
 		model_forward(m, sq, n, NULL);
@@ -260,9 +273,7 @@ static void prefill_compare(struct model *m, const int *ids, int n, int P, int b
 	gpu_set_prefill_fa(-1);
 	printf("prefill-batch %s %d x %d: %.3f ms with the prefill attention, %.3f without "
 	       "(%.2fx)\n", geom, n, T, ms[1], ms[0], ms[0] / ms[1]);
-	for (int b = 0; b < n; b++)
-		kvcache_free(&kv[b], m);
-	free(kv), free(sq);
+	prompts_free(m, sq, kv, n);
 }
 
 /* BENCH_SKIP=1: the decode forward as it runs (graphs and PDL on) with classes of ops left
