@@ -199,7 +199,6 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	printf("  sum of the ops: %.3f ms per forward\n", total / reps);
 }
 
-
 /* n sequences of the same T prompt ids, each with an empty cache of T positions */
 static struct model_seq *prompts_make(struct model *m, const int *ids, int n, int T,
                                       struct kvcache **kvp)
