@@ -388,6 +388,14 @@ static const struct lt_plan *lt_plan_get(int N, int in, int out)
 	                                   &n) || n < 1) {
 		if (pref)
 			cublasLtMatmulPreferenceDestroy(pref);
+		if (p->op)
+			cublasLtMatmulDescDestroy(p->op);
+		if (p->a)
+			cublasLtMatrixLayoutDestroy(p->a);
+		if (p->b)
+			cublasLtMatrixLayoutDestroy(p->b);
+		if (p->c)
+			cublasLtMatrixLayoutDestroy(p->c);
 		return NULL;                    /* p stays, not ok: the fallback from now on */
 	}
 	cublasLtMatmulPreferenceDestroy(pref);
