@@ -143,12 +143,18 @@ static void norm_in(const struct model_train *t, float *y, void *yb, const float
 		t->ops->rmsnorm(y, x, w.p, w.dt, N, C, eps);
 }
 
+/* the fused mixed-precision passes below are on: bf16 copies, DICE_SFT_UNFUSED unset */
+static int fused_lp(const struct model_train *t)
+{
+	return t->lp && !t->unfused;
+}
+
 /* the q/k/v backward as one GEMM pair over bf16 gradients side by side (t->dqkvb) */
 static int qkv_fused(const struct model_train *t)
 {
 	const struct ops *o = t->ops;
 
-	return t->lp && !t->unfused && t->g_qkv && t->m->fuse_qkv && o->rope_rmsnorm_backward &&
+	return fused_lp(t) && t->g_qkv && t->m->fuse_qkv && o->rope_rmsnorm_backward &&
 	       o->cast_bf16_rows && o->matmul_backward_xbb;
 }
 
@@ -158,7 +164,7 @@ static int gu_fused(const struct model_train *t)
 {
 	const struct ops *o = t->ops;
 
-	return t->lp && !t->unfused && t->g_gu && t->m->fuse_gu && o->matmul_xbb &&
+	return fused_lp(t) && t->g_gu && t->m->fuse_gu && o->matmul_xbb &&
 	       o->swiglu_cat_bb && o->swiglu_cat_backward_bb && o->matmul_backward_xbb;
 }
 
@@ -169,7 +175,7 @@ static int head_xb(const struct model_train *t)
 {
 	const struct ops *o = t->ops;
 
-	return t->lp && !t->unfused && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
+	return fused_lp(t) && t->wc->lm_head.dt == DICE_BF16 && o->rmsnorm_xb &&
 	       o->matmul_xb && o->cross_entropy_xb && o->matmul_backward_xbb;
 }
 
@@ -179,14 +185,14 @@ static int att_bf(const struct model_train *t)
 {
 	const struct ops *o = t->ops;
 
-	return t->lp && !t->unfused && o->attention_tc_stat_bf &&
-	       o->attention_tc_backward_stat_bf && o->rmsnorm_rope_xb && o->matmul_xbb;
+	return fused_lp(t) && o->attention_tc_stat_bf && o->attention_tc_backward_stat_bf &&
+	       o->rmsnorm_rope_xb && o->matmul_xbb;
 }
 
 /* the residual adds in the products' epilogue (no copy of the stream first) */
 static int res_add(const struct model_train *t)
 {
-	return t->lp && !t->unfused && t->ops->matmul_xb_add;
+	return fused_lp(t) && t->ops->matmul_xb_add;
 }
 
 /* the residual stream's gradient kept in bf16 too (t->dxb), made by the norms' backward,
@@ -195,7 +201,7 @@ static int dres_bf16(const struct model_train *t)
 {
 	const struct ops *o = t->ops;
 
-	return t->lp && !t->unfused && o->rmsnorm_backward_add && o->matmul_backward_xbb &&
+	return fused_lp(t) && o->rmsnorm_backward_add && o->matmul_backward_xbb &&
 	       o->cast_bf16;
 }
 
