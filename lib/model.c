@@ -424,6 +424,56 @@ struct fwd {
 	const int *row0h, *lenh;
 };
 
+typedef void (*mm_fn)(float *, const float *, const void *, enum dice_dtype, int, int, int);
+
+/* Whether the prefill sequences' products go through ops->matmul one sequence at a time
+ * (DICE_PREFILL_MM=0: never). */
+static int prefill_mm = -1;
+
+static int prefill_mm_on(void)
+{
+	if (prefill_mm < 0) {
+		const char *e = getenv("DICE_PREFILL_MM");
+		prefill_mm = !(e && e[0] == '0' && !e[1]);
+	}
+	return prefill_mm;
+}
+
+/* A layer's product y = x w^T over the forward's rows. The rows of the sequences that take
+ * the prefill attention (f->s0 ..) go through ops->matmul (CUDA: cuBLAS), one product a
+ * sequence: its rows then depend on that sequence alone, whatever else the forward holds,
+ * and a prompt's many rows take the fast GEMM (where in and out are multiples of 64); the
+ * others through mm, the batch-invariant product. glu: x holds rows of [gate | up] (2 in values each) and the product's input is
+ * their SwiGLU (ops->matmul_fixed_glu for mm's rows; ops->swiglu_cat into h, then the
+ * product, for the prefill rows). */
+static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const float *x, float *h,
+                     const void *w, enum dice_dtype dt, int in, int out)
+{
+	const struct ops *o = f->m->ops;
+	int nd = f->N;
+
+	/* (widths of 64: every sequence's rows start 256-byte aligned, as alone, so that the
+	 * GEMM's choice of kernel cannot differ) */
+	if (f->s0 < f->nseq && o->matmul_fixed && in % 64 == 0 && out % 64 == 0 &&
+	    prefill_mm_on())
+		nd = f->row0h[f->s0];
+	if (nd) {
+		if (glu)
+			o->matmul_fixed_glu(y, h, x, w, dt, nd, in, out);
+		else
+			mm(y, x, w, dt, nd, in, out);
+	}
+	for (int s = f->s0; nd < f->N && s < f->nseq; s++) {
+		int r0 = f->row0h[s], n = f->row0h[s + 1] - r0;
+		const float *xs = x + (size_t)r0 * (glu ? 2 : 1) * in;
+		if (glu) {
+			o->swiglu_cat(h + (size_t)r0 * in, xs, n, in);
+			xs = h + (size_t)r0 * in;
+		}
+		o->matmul(y + (size_t)r0 * out, xs, w, dt, n, in, out);
+	}
+}
+
 static void forward_launch(void *arg)
 {
 	struct fwd *f = arg;
@@ -437,8 +487,7 @@ static void forward_launch(void *arg)
 	struct kv_batch *kb = &f->kb;
 	/* the batch-invariant product where the backend has one: a sequence's logits are then
 	 * the same bits alone or in any batch */
-	void (*mm)(float *, const float *, const void *, enum dice_dtype, int, int, int) =
-		o->matmul_fixed ? o->matmul_fixed : o->matmul;
+	mm_fn mm = o->matmul_fixed ? o->matmul_fixed : o->matmul;
 	int glu = m->fuse_gu && o->matmul_fixed && o->matmul_fixed_glu;
 
 	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
@@ -448,13 +497,14 @@ static void forward_launch(void *arg)
 		const struct layer_weights *w = &m->w.layers[l];
 
 		if (m->fuse_qkv) {
-			mm(m->qkv, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD + 2 * KVD);
+			layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
+			         QD + 2 * KVD);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
 			            HD, eps, c->rope_theta);
 		} else {
-			mm(m->q, m->xn, w->q_proj.p, w->q_proj.dt, N, C, QD);
-			mm(m->k, m->xn, w->k_proj.p, w->k_proj.dt, N, C, KVD);
-			mm(m->v, m->xn, w->v_proj.p, w->v_proj.dt, N, C, KVD);
+			layer_mm(f, mm, 0, m->q, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C, QD);
+			layer_mm(f, mm, 0, m->k, m->xn, NULL, w->k_proj.p, w->k_proj.dt, C, KVD);
+			layer_mm(f, mm, 0, m->v, m->xn, NULL, w->v_proj.p, w->v_proj.dt, C, KVD);
 			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
@@ -472,22 +522,23 @@ static void forward_launch(void *arg)
 			                         HD, B))
 				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
 		}
-		mm(m->tmp, m->att, w->o_proj.p, w->o_proj.dt, N, QD, C);
+		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
-			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, 2 * I);
+			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C,
+			         2 * I);
 			if (!glu)
 				o->swiglu_cat(m->up, m->gate, N, I);
 		} else {
-			mm(m->gate, m->xn, w->gate_proj.p, w->gate_proj.dt, N, C, I);
-			mm(m->up, m->xn, w->up_proj.p, w->up_proj.dt, N, C, I);
+			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I);
+			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I);
 			o->swiglu(m->up, m->gate, m->up, N, I);
 		}
-		if (glu)                        /* the SwiGLU inside the down product (same bits) */
-			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, w->down_proj.dt,
-			                    N, I, C);
+		/* glu: the SwiGLU inside the down product (same bits) */
+		if (glu)
+			layer_mm(f, mm, 1, m->tmp, m->gate, m->up, w->down_proj.p, w->down_proj.dt, I, C);
 		else
-			mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, N, I, C);
+			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C);
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
 		else
@@ -524,8 +575,9 @@ static void forward_launch(void *arg)
 
 /* A sequence of at least PREFILL_ROWS new rows (a prompt; the sampler's decoding steps are 4
  * or 8 rows) takes ops->attention_prefill where the backend has it and it serves (CUDA: a
- * bf16 cache, head dim 64 or 128, sm_80 or later, DICE_PREFILL_FA not 0): a rule on the
- * sequence alone, so that its rows' results never depend on the batch. */
+ * bf16 cache, head dim 64 or 128, sm_80 or later, DICE_PREFILL_FA not 0), and its products
+ * ops->matmul one sequence at a time (layer_mm): a rule on the sequence alone, so that its
+ * rows' results never depend on the batch. */
 #define PREFILL_ROWS 64
 
 /* what forward_launch's launches depend on, host side (see ops->replay) */
