@@ -439,24 +439,30 @@ static int prefill_mm_on(void)
 	return prefill_mm;
 }
 
+/* the rows (from 0) that layer_mm puts on mm for a product of in -> out; the rest are the
+ * prefill sequences', a product each. (Widths of 64: every sequence's rows start 256-byte
+ * aligned, as alone, so that the GEMM's choice of kernel cannot differ.) */
+static int mm_rows(const struct fwd *f, int in, int out)
+{
+	if (f->s0 < f->nseq && f->m->ops->matmul_fixed && in % 64 == 0 && out % 64 == 0 &&
+	    prefill_mm_on())
+		return f->row0h[f->s0];
+	return f->N;
+}
+
 /* A layer's product y = x w^T over the forward's rows. The rows of the sequences that take
  * the prefill attention (f->s0 ..) go through ops->matmul (CUDA: cuBLAS), one product a
  * sequence: its rows then depend on that sequence alone, whatever else the forward holds,
  * and a prompt's many rows take the fast GEMM (where in and out are multiples of 64); the
- * others through mm, the batch-invariant product. glu: x holds rows of [gate | up] (2 in values each) and the product's input is
- * their SwiGLU (ops->matmul_fixed_glu for mm's rows; ops->swiglu_cat into h, then the
- * product, for the prefill rows). */
+ * others through mm, the batch-invariant product. glu: x holds rows of [gate | up] (2 in
+ * values each) and the product's input is their SwiGLU (ops->matmul_fixed_glu for mm's rows;
+ * ops->swiglu_cat into h, then the product, for the prefill rows). */
 static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const float *x, float *h,
                      const void *w, enum dice_dtype dt, int in, int out)
 {
 	const struct ops *o = f->m->ops;
-	int nd = f->N;
+	int nd = mm_rows(f, in, out);
 
-	/* (widths of 64: every sequence's rows start 256-byte aligned, as alone, so that the
-	 * GEMM's choice of kernel cannot differ) */
-	if (f->s0 < f->nseq && o->matmul_fixed && in % 64 == 0 && out % 64 == 0 &&
-	    prefill_mm_on())
-		nd = f->row0h[f->s0];
 	if (nd) {
 		if (glu)
 			o->matmul_fixed_glu(y, h, x, w, dt, nd, in, out);
@@ -471,6 +477,51 @@ static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const flo
 			xs = h + (size_t)r0 * in;
 		}
 		o->matmul(y + (size_t)r0 * out, xs, w, dt, n, in, out);
+	}
+}
+
+/* The MLP with gate and up in one product (rows [gate | up]): m->tmp = down(SwiGLU). With
+ * bf16 weights, a prefill sequence's rows (mm_rows) go as training's autocast runs them: xn
+ * rounded to bf16, gate and up kept in bf16, their SwiGLU in bf16, the down product from it,
+ * a sequence at a time (the bf16 copies in its own rows of m->tmp, m->gate and m->up); the
+ * other rows as layer_mm has them, glu: the SwiGLU folded into the down product. */
+static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer_weights *w)
+{
+	struct model *m = f->m;
+	const struct ops *o = m->ops;
+	int C = m->cfg.hidden_size, I = m->cfg.intermediate_size;
+	int nd = mm_rows(f, C, 2 * I);
+
+	if (nd == f->N || nd != mm_rows(f, I, C) || w->gate_proj.dt != DICE_BF16 ||
+	    w->down_proj.dt != DICE_BF16 || !o->cast_bf16 || !o->matmul_xbb ||
+	    !o->swiglu_cat_bb || !o->matmul_xb) {
+		layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I);
+		if (glu) {
+			layer_mm(f, mm, 1, m->tmp, m->gate, m->up, w->down_proj.p, w->down_proj.dt, I,
+			         C);
+		} else {
+			o->swiglu_cat(m->up, m->gate, f->N, I);
+			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C);
+		}
+		return;
+	}
+	if (nd) {
+		mm(m->gate, m->xn, w->gate_proj.p, DICE_BF16, nd, C, 2 * I);
+		if (glu) {
+			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, DICE_BF16, nd, I, C);
+		} else {
+			o->swiglu_cat(m->up, m->gate, nd, I);
+			mm(m->tmp, m->up, w->down_proj.p, DICE_BF16, nd, I, C);
+		}
+	}
+	for (int s = f->s0; s < f->nseq; s++) {
+		int r0 = f->row0h[s], n = f->row0h[s + 1] - r0;
+		float *y = m->tmp + (size_t)r0 * C;
+		void *gub = m->gate + (size_t)r0 * 2 * I, *hb = m->up + (size_t)r0 * I;
+		o->cast_bf16(y, m->xn + (size_t)r0 * C, (size_t)n * C);
+		o->matmul_xbb(gub, y, w->gate_proj.p, n, C, 2 * I);
+		o->swiglu_cat_bb(hb, gub, n, I);
+		o->matmul_xb(y, hb, w->down_proj.p, n, I, C, 0);
 	}
 }
 
@@ -525,20 +576,13 @@ static void forward_launch(void *arg)
 		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
-			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C,
-			         2 * I);
-			if (!glu)
-				o->swiglu_cat(m->up, m->gate, N, I);
+			mlp_fused(f, mm, glu, w);
 		} else {
 			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I);
 			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I);
 			o->swiglu(m->up, m->gate, m->up, N, I);
-		}
-		/* glu: the SwiGLU inside the down product (same bits) */
-		if (glu)
-			layer_mm(f, mm, 1, m->tmp, m->gate, m->up, w->down_proj.p, w->down_proj.dt, I, C);
-		else
 			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C);
+		}
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
 		else
