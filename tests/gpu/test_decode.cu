@@ -7,8 +7,9 @@
  * cases also run on the unit kernels (gpu_set_dk_unit: one block walks a unit's splits;
  * gpu_set_dk_unit_v: version 1, du_kernel, 2, the persistent dv_kernel, and 3, dv_kernel with
  * the splits' chains in turn over the warps, the persistent ones also on 3 blocks so that each
- * walks many units of different lengths) and must give the cluster kernel's bits, and the
- * invariance cases batch on the cluster kernel or dv_kernel (2 and 3). */
+ * walks many units of different lengths) and must give the cluster kernel's bits (also on
+ * batches of 4- and 8-row sequences at 1K to 4K keys, the engine's), and the invariance
+ * cases batch on the cluster kernel or dv_kernel (2 and 3). */
 #include "gpu_test.h"
 #include "gt_kv.h"
 
@@ -251,6 +252,22 @@ int main(void)
 		append_case(5, T5, len5, 8, 2, 128, dt);
 		append_case(3, T3, len3, 4, 4, 64, dt);
 	}
+	/* the engine's batches: 4 rows a sequence, 8 for those that save their finished block
+	 * (two row tiles; the others' second is empty), some 1 and 12, 1K to 4K keys, lengths
+	 * at and across block, tile and split ends; 33 sequences (3 row tiles: 792 units) take
+	 * dv_kernel by default (a batch of 128 passed too, helper att8, but costs CPU time) */
+	static const int mixn[2] = { 6, 33 };
+	for (int i = 0; i < 2; i++) {
+		int nb = mixn[i], Tm[33], lenm[33];
+		for (int s = 0; s < nb; s++) {
+			Tm[s] = s % 4 == 3 || s % 5 == 1 ? 8 : s % 11 == 7 ? 12 : s % 13 == 5 ? 1 : 4;
+			lenm[s] = s % 3 == 0 ? 1020 + 1024 * (s % 4) - 4 * (s % 2) :
+			          1000 + (s * 797 + nb * 37) % 3100;
+		}
+		attention_case(nb, Tm, lenm, 32, 8, 128, 4, DICE_BF16);
+		if (i == 0)
+			attention_case(nb, Tm, lenm, 32, 8, 128, 4, DICE_F16);
+	}
 	static const int inv[3] = { 0, 2, 3 };     /* batched on the cluster / unit kernel 2, 3 */
 	for (int i = 0; i < 3; i++) {
 		int unit = inv[i];
@@ -258,6 +275,7 @@ int main(void)
 		invariance_case(4, 300, 16, 8, 128, DICE_BF16, unit);   /* 1.7B, 2 splits */
 		invariance_case(4, 2500, 32, 8, 128, DICE_F16, unit);   /* past 2K keys: 8 */
 		invariance_case(1, 1, 32, 8, 128, DICE_BF16, unit);     /* S = 2 */
+		invariance_case(8, 1020, 32, 8, 128, DICE_BF16, unit);  /* two row tiles, 5 splits */
 	}
 	invariance_case(8, 61, 8, 2, 64, DICE_F32, 0);               /* one split */
 	elementwise_cases(5, 2048);
