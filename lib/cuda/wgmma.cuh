@@ -1,15 +1,15 @@
 /* wgmma.cuh: Hopper warpgroup matrix products (wgmma.mma_async, sm_90a only) for the
  * kernels built for that target: shared-memory matrix descriptors, the fence / commit / wait
  * steps, and wg_op<N>::ss (A and B from shared memory) and ::rs (A from registers, the
- * mma.sync m16n8k16 A fragment of the warp's 16 rows) for m64nNk16 with fp32 accumulators,
- * bf16 or fp16 operands. d: the N / 2 accumulators of a thread (n8 block j: d[4j], d[4j + 1]
+ * mma.sync m16n8k16 A fragment of the warp's 16 rows) for m64nNk16 (N = 8 .. 256 by powers
+ * of two, and 80, 112, 160) with fp32 accumulators, bf16 or fp16 operands. d: the N / 2 accumulators of a thread (n8 block j: d[4j], d[4j + 1]
  * = row g, columns 8j + 2q, + 1; d[4j + 2], d[4j + 3] = row g + 8; warp w: rows 16w + ...);
  * acc 0 ignores what d holds (D = A B), else D = A B + D; ::rs_if is ::rs under a guard, on 0
  * skipping the product (the same in the whole warpgroup: no branch around the asm, whose
  * copies of d would make ptxas wait for the products in flight); ::rst is ::rs with B
  * N-major (the transpose bit: B's rows along K hold N contiguous elements, as a row-major
  * V read as the B of P V). The operand lists below are spelled
- * out per N, each extending the last (inline PTX takes only literal operand numbers). Then
+ * out per N, each extending a shorter one (inline PTX takes only literal operand numbers). Then
  * the pieces of a TMA pipeline: mbarriers (init, arrive, arrive with expected bytes, wait on
  * a phase's parity), the bulk copies (2-d tensor, plain) that complete on one, setmaxnreg; and, for
  * the host, the tensor maps of those copies (wg_tensor_map, in matmul_wgmma.cu). */
@@ -168,6 +168,53 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 #define WG_RSG256 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %133, 0;\nsetp.ne.b32 g, %134, 0;\n@g "
 #define WG_RTI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
+/* N = 80, 112, 160: tiles of rows that fit 640 rows better than 128 (8 x 80, 6 x 112, 4 x 160) */
+#define WG_R80 \
+	WG_R64 ", " \
+	"%32, %33, %34, %35, %36, %37, %38, %39"
+#define WG_O80 \
+	WG_O64, \
+	"+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+	"+f"(d[38]), "+f"(d[39])
+#define WG_SSI80 ", %40, %41, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP80 "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+#define WG_RSI80 ", {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP80 "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+#define WG_RSG80 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %45, 0;\nsetp.ne.b32 g, %46, 0;\n@g "
+#define WG_RTI80 ", {%40, %41, %42, %43}, %44, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
+
+#define WG_R112 \
+	WG_R64 ", " \
+	"%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+	"%48, %49, %50, %51, %52, %53, %54, %55"
+#define WG_O112 \
+	WG_O64, \
+	"+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+	"+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+	"+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+	"+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define WG_SSI112 ", %56, %57, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP112 "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+#define WG_RSI112 ", {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP112 "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+#define WG_RSG112 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %61, 0;\nsetp.ne.b32 g, %62, 0;\n@g "
+#define WG_RTI112 ", {%56, %57, %58, %59}, %60, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
+
+#define WG_R160 \
+	WG_R128 ", " \
+	"%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define WG_O160 \
+	WG_O128, \
+	"+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
+	"+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
+	"+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define WG_SSI160 ", %80, %81, p, 1, 1, 0, 0;\n}\n" /* da, db */
+#define WG_SSP160 "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+#define WG_RSI160 ", {%80, %81, %82, %83}, %84, p, 1, 1, 0;\n}\n" /* a, db */
+#define WG_RSP160 "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
+#define WG_RSG160 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %85, 0;\nsetp.ne.b32 g, %86, 0;\n@g "
+#define WG_RTI160 ", {%80, %81, %82, %83}, %84, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
+
 template <int N>
 struct wg_op;
 
@@ -222,6 +269,9 @@ WG_DEF(32)
 WG_DEF(64)
 WG_DEF(128)
 WG_DEF(256)
+WG_DEF(80)
+WG_DEF(112)
+WG_DEF(160)
 #undef WG_DEF
 
 /* mbarriers in shared memory and the bulk tensor copy (TMA) that completes on one */
