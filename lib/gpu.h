@@ -94,6 +94,10 @@ void gpu_set_wgmma(int on);
  * warp of a tile adding the segments' sums in order; off unless DICE_MX_SPLIT is 1): 0 off, 1
  * on, -1 back to the environment. A split variant forced by number runs either way. */
 void gpu_set_mx_split(int on);
+/* whether the cost model may take the TMA variants of 80, 112 or 160 rows a tile (on unless
+ * DICE_MX_ROWS is 0): 0 off, 1 on, -1 back to the environment. Forced by number they run
+ * either way. */
+void gpu_set_mx_rows(int on);
 /* the TMA kernels' tensor maps: kept by their arguments (1, the default) or encoded on every
  * call (0); a bench hook */
 void gpu_set_mx_mapcache(int on);

@@ -15,7 +15,8 @@
  *    compute-capability-9.0 GPU the cost model also weighs matmul_wgmma.cu's Hopper kernels
  *    (wgmma, the same bits; some fed by TMA) and takes one where it is cheaper (DICE_WGMMA=0:
  *    never; DICE_WGMMA_TMA=0: none of the TMA ones; DICE_MX_SPLIT=1: also the TMA ones
- *    that run a tile's segments in blocks of their own).
+ *    that run a tile's segments in blocks of their own; DICE_MX_ROWS=0: none of the TMA
+ *    tiles of 80, 112 or 160 rows).
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
  * 32; mf_segments, a function of (in, out)); within a segment the products accumulate from
  * zero in 32-input blocks, ascending, each block two mma steps over a fixed permutation of its

@@ -445,6 +445,16 @@ static struct mw_variant {
 	MXV("wgmma tma split 128x64 wg2 s8", 2, 64, 8, 1, 0, 1, 1461.0, 0.0013),
 	MXV("wgmma tma split 128x64 wg2 s4 2/SM", 2, 64, 4, 2, 0, 1, 1457.0, 0.0010),
 	MXV("wgmma tma split 64x128 wg1 s4", 1, 128, 4, 2, 0, 1, 1819.0, 0.0011),
+	/* tiles of 80, 112 or 160 rows (weighed unless DICE_MX_ROWS is 0): 640 rows (the
+	 * batch-128 sampler's usual forward) are 8, 6 or 4 of them, against 5 of 128 rows, so
+	 * that e.g. 4B's o and down (20 output tiles) take 120 tiles of 112 rows, one round on
+	 * 132 SMs, and 8B's (32) 128 tiles of 160 rather than 160 of 128 (two rounds). Rates
+	 * guessed (session 10); an H100 table of the engine's 36 shapes (512, 640, 8192 rows)
+	 * put the picks they give within 1% of the fastest shape of each, summed
+	 * (NOTES-device.md) */
+	MXV("wgmma tma 128x112 wg2 s6", 2, 112, 6, 1, 1, 0, 1900.0, 0.0),
+	MXV("wgmma tma 128x160 wg2 s6", 2, 160, 6, 1, 1, 0, 2000.0, 0.0),
+	MXV("wgmma tma 128x80 wg2 s8", 2, 80, 8, 1, 1, 0, 1600.0, 0.0),
 #undef MWV
 #undef MXV
 };
@@ -468,7 +478,12 @@ static int mw_occupancy(struct mw_variant *v)
 	return v->occ;
 }
 
-static int mw_on = -1, mx_on = -1, mx_split_on = -1;
+static int mw_on = -1, mx_on = -1, mx_split_on = -1, mx_rows_on = -1;
+
+void gpu_set_mx_rows(int on)
+{
+	mx_rows_on = on < 0 ? -1 : on != 0;
+}
 
 void gpu_set_wgmma(int on)
 {
@@ -611,6 +626,8 @@ double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg)
 		return 1e30;
 	if (vr->split && !mx_split_ok(N, out, nseg, vr))
 		return 1e30;
+	if ((vr->bn & (vr->bn - 1)) && !gpu_switch(&mx_rows_on, "DICE_MX_ROWS"))
+		return 1e30;                    /* 80, 112 or 160 rows, off */
 	int sms = gpu_sm_count(), occ = mw_occupancy(vr);
 	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
 	double y = (double)N * out * 4;
