@@ -12,12 +12,13 @@
  * walk several tiles), every wgmma tile shape and the path the engine takes give the bits
  * of the mma.sync kernel (on other GPUs: the path alone); then matmul_fixed_glu (the SwiGLU
  * folded into the input conversion) against its twin and, bitwise, against swiglu_cat then
- * matmul_fixed, at every tile shape; then the decode forward's row counts, 512 and 1024, on
- * the engine's shapes: every wgmma tile shape (the split ones of mx_kernel too: (tile,
- * segment) units, the last warp of a tile adding the segments' sums) and the path as the
- * engine takes it, with the split variants off (the default) and on (DICE_MX_SPLIT=1's
- * switch), twice each (the split counters are back at zero after a launch). With the
- * argument "engine" only the last part and two tiles() shapes run. */
+ * matmul_fixed, at every tile shape; then the decode forward's row counts, 512, 640 (the
+ * batch-128 sampler's usual forward) and 1024, on the engine's shapes: every wgmma tile shape
+ * (the split ones of mx_kernel too: (tile, segment) units, the last warp of a tile adding the
+ * segments' sums; its tiles of 80, 112 and 160 rows) and the path as the engine takes it,
+ * with the split variants off (the default) and on (DICE_MX_SPLIT=1's switch), twice each
+ * (the split counters are back at zero after a launch). With the argument "engine" only the
+ * last part and three tiles() shapes run. */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -222,11 +223,11 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
  * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
 static void decode_rows(int in, int out)
 {
-	static const int Ns[] = { 512, 1024 };
+	static const int Ns[] = { 512, 640, 1024 };
 	struct mfd d = mfd_new(DICE_BF16, 1024, in, out);
 	char what[240];
 
-	for (int ni = 0; ni < 2; ni++) {
+	for (int ni = 0; ni < 3; ni++) {
 		int N = Ns[ni];
 		gpu_set_wgmma(0);
 		float *ref = product(d.dx, d.dw, DICE_BF16, N, in, out, 2);
@@ -277,6 +278,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "engine")) {
 		tiles(DICE_BF16, 203, 1000, 300);      /* 8 segments, the last block short */
 		tiles(DICE_BF16, 130, 4096, 2560);     /* 4 segments */
+		tiles(DICE_BF16, 100, 1000, 520);      /* row tiles of 80, 112, 160 past N */
 		decode_shapes();
 		return test_done();
 	}
@@ -309,6 +311,7 @@ int main(int argc, char **argv)
 	tiles(DICE_F16, 77, 1000, 77);
 	tiles(DICE_BF16, 99, 2056, 264);           /* 8 segments of 9 blocks: 64-input stages split */
 	tiles(DICE_F16, 45, 2080, 9000);           /* 1 segment of 65 blocks: a half last stage */
+	tiles(DICE_BF16, 100, 1000, 520);          /* row tiles of 80, 112, 160 past N */
 	static const int rows[] = { 33, 517, 1000, 2048 };
 	for (int gi = 0, n = 0; gi < 3; gi++) {
 		int C = geo[gi][0], QD = geo[gi][1], KV2 = geo[gi][2], I = geo[gi][3];
