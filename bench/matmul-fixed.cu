@@ -12,13 +12,17 @@
  *   fixed    the tiled path as the engine takes it (on an H100 / H200 the wgmma kernel where
  *            its cost model says faster: matmul_wgmma.cu), then on a line "wgmma" each
  *            wgmma tile shape forced, where they run (gpu_matmul_fixed_variants);
+ *   rows off the same with the TMA tiles of 80, 112 and 160 rows off (gpu_set_mx_rows(0):
+ *            main's variants before session 10), and the tile shape it takes then, on a
+ *            line of its own;
  *   and, with "sweep", every tile shape of the tiled kernel, split by segment and not.
  * A figure is the median over REPS samples, each the mean of INNER back-to-back launches
  * timed with CUDA events; data are random (never zeros). The weights of one shape are read
  * over and over: those that fit the L2 cache (50 MB on an H100) are timed warm, for all sides.
  * A line "host" gives the host's microseconds a call of the tiled path as the engine takes it,
  * with the TMA kernels' tensor maps kept (the default) and made each call, and of mma.sync.
- * Usage: matmul-fixed [REPS [GEOMS [NS [sweep]]]] (GEOMS e.g. 1.7b,4b,8b; NS e.g. 512,8192).
+ * Usage: matmul-fixed [REPS [GEOMS [NS [sweep]]]] (GEOMS e.g. 1.7b,4b,8b; NS e.g. 512,8192);
+ * MF_OPS (e.g. "o,down") times those products alone.
  * Run by bench/matmul-fixed.sh. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +127,18 @@ static double host_us(int N, int in, int out)
 	return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 100 / 1e3;
 }
 
+/* whether name is one of the comma-separated list */
+static int bench_listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; p; p = strchr(p, ',')) {
+		p += *p == ',';
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	}
+	return 0;
+}
+
 static int geometry(const char *g, int *C, int *QD, int *KVD, int *I)
 {
 	*QD = 4096, *KVD = 1024;
@@ -180,6 +196,8 @@ int main(int argc, char **argv)
 			int N = atoi(n);
 			for (int o = 0; o < 4; o++) {
 				int in = ins[o], out = outs[o], split;
+				if (getenv("MF_OPS") && !bench_listed(getenv("MF_OPS"), opn[o]))
+					continue;
 				double fl = 2.0 * N * in * out * 1e-9;   /* GFLOP: / ms = TFLOP/s */
 				double tc = time_ms(CUBLAS, N, in, out, 0, 0);
 				double to = time_ms(OP, N, in, out, 0, 0);
@@ -192,6 +210,12 @@ int main(int argc, char **argv)
 				       "%7.1f %5.0f%% | %s%s\n", g, opn[o], N, in, out, tc, fl / tc, to, tm, fl / tm,
 				       100 * tc / tm, tf, fl / tf, 100 * tc / tf, gpu_matmul_fixed_variant_name(v),
 				       split ? " split" : "");
+				gpu_set_mx_rows(0);
+				double tn = time_ms(FIXED, N, in, out, 0, 0);
+				v = gpu_matmul_fixed_choice(N, in, out, &split);
+				gpu_set_mx_rows(-1);
+				printf("  rows off: fixed %.4f ms %.0f%% (%s), default/this %.3f\n", tn,
+				       100 * tc / tn, gpu_matmul_fixed_variant_name(v), tf / tn);
 				for (int wv = 0, any = 0; wv < gpu_matmul_fixed_variants(); wv++) {
 					const char *name = gpu_matmul_fixed_variant_name(wv);
 					if (strncmp(name, "wgmma", 5))
