@@ -449,8 +449,8 @@ static struct mw_variant {
 	 * batch-128 sampler's usual forward) are 8, 6 or 4 of them, against 5 of 128 rows, so
 	 * that e.g. 4B's o and down (20 output tiles) take 120 tiles of 112 rows, one round on
 	 * 132 SMs, and 8B's (32) 128 tiles of 160 rather than 160 of 128 (two rounds). Rates
-	 * guessed (session 10); an H100 table of the engine's 36 shapes (512, 640, 8192 rows)
-	 * put the picks they give within 1% of the fastest shape of each, summed
+	 * guessed (session 10); on an H100 table of the engine's 36 shapes (512, 640, 8192
+	 * rows) the picks they give sum to 1.3% over the fastest TMA shape of each
 	 * (NOTES-device.md) */
 	MXV("wgmma tma 128x112 wg2 s6", 2, 112, 6, 1, 1, 0, 1900.0, 0.0),
 	MXV("wgmma tma 128x160 wg2 s6", 2, 160, 6, 1, 1, 0, 2000.0, 0.0),
