@@ -456,9 +456,10 @@ static int mm_rows(const struct fwd *f, int in, int out)
  * and a prompt's many rows take the fast GEMM (where in and out are multiples of 64); the
  * others through mm, the batch-invariant product. glu: x holds rows of [gate | up] (2 in
  * values each) and the product's input is their SwiGLU (ops->matmul_fixed_glu for mm's rows;
- * ops->swiglu_cat into h, then the product, for the prefill rows). */
+ * ops->swiglu_cat into h, then the product, for the prefill rows). seqs 0: mm's rows only,
+ * the caller takes the prefill sequences' own way. */
 static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const float *x, float *h,
-                     const void *w, enum dice_dtype dt, int in, int out)
+                     const void *w, enum dice_dtype dt, int in, int out, int seqs)
 {
 	const struct ops *o = f->m->ops;
 	int nd = mm_rows(f, in, out);
@@ -469,7 +470,7 @@ static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const flo
 		else
 			mm(y, x, w, dt, nd, in, out);
 	}
-	for (int s = f->s0; nd < f->N && s < f->nseq; s++) {
+	for (int s = f->s0; seqs && nd < f->N && s < f->nseq; s++) {
 		int r0 = f->row0h[s], n = f->row0h[s + 1] - r0;
 		const float *xs = x + (size_t)r0 * (glu ? 2 : 1) * in;
 		if (glu) {
@@ -491,30 +492,17 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 	const struct ops *o = m->ops;
 	int C = m->cfg.hidden_size, I = m->cfg.intermediate_size;
 	int nd = mm_rows(f, C, 2 * I);
+	int bf = nd < f->N && nd == mm_rows(f, I, C) && w->gate_proj.dt == DICE_BF16 &&
+	         w->down_proj.dt == DICE_BF16 && o->cast_bf16 && o->matmul_xbb &&
+	         o->swiglu_cat_bb && o->matmul_xb;
 
-	if (nd == f->N || nd != mm_rows(f, I, C) || w->gate_proj.dt != DICE_BF16 ||
-	    w->down_proj.dt != DICE_BF16 || !o->cast_bf16 || !o->matmul_xbb ||
-	    !o->swiglu_cat_bb || !o->matmul_xb) {
-		layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I);
-		if (glu) {
-			layer_mm(f, mm, 1, m->tmp, m->gate, m->up, w->down_proj.p, w->down_proj.dt, I,
-			         C);
-		} else {
-			o->swiglu_cat(m->up, m->gate, f->N, I);
-			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C);
-		}
-		return;
-	}
-	if (nd) {
-		mm(m->gate, m->xn, w->gate_proj.p, DICE_BF16, nd, C, 2 * I);
-		if (glu) {
-			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, DICE_BF16, nd, I, C);
-		} else {
-			o->swiglu_cat(m->up, m->gate, nd, I);
-			mm(m->tmp, m->up, w->down_proj.p, DICE_BF16, nd, I, C);
-		}
-	}
-	for (int s = f->s0; s < f->nseq; s++) {
+	/* mm's rows (and, without bf, the prefill sequences' as layer_mm takes them) */
+	layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I, !bf);
+	if (!glu)
+		o->swiglu_cat(m->up, m->gate, bf ? nd : f->N, I);
+	layer_mm(f, mm, glu, m->tmp, glu ? m->gate : m->up, glu ? m->up : NULL, w->down_proj.p,
+	         w->down_proj.dt, I, C, !bf);
+	for (int s = f->s0; bf && s < f->nseq; s++) {
 		int r0 = f->row0h[s], n = f->row0h[s + 1] - r0;
 		float *y = m->tmp + (size_t)r0 * C;
 		void *gub = m->gate + (size_t)r0 * 2 * I, *hb = m->up + (size_t)r0 * I;
@@ -549,13 +537,13 @@ static void forward_launch(void *arg)
 
 		if (m->fuse_qkv) {
 			layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
-			         QD + 2 * KVD);
+			         QD + 2 * KVD, 1);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
 			            HD, eps, c->rope_theta);
 		} else {
-			layer_mm(f, mm, 0, m->q, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C, QD);
-			layer_mm(f, mm, 0, m->k, m->xn, NULL, w->k_proj.p, w->k_proj.dt, C, KVD);
-			layer_mm(f, mm, 0, m->v, m->xn, NULL, w->v_proj.p, w->v_proj.dt, C, KVD);
+			layer_mm(f, mm, 0, m->q, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C, QD, 1);
+			layer_mm(f, mm, 0, m->k, m->xn, NULL, w->k_proj.p, w->k_proj.dt, C, KVD, 1);
+			layer_mm(f, mm, 0, m->v, m->xn, NULL, w->v_proj.p, w->v_proj.dt, C, KVD, 1);
 			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
@@ -573,15 +561,15 @@ static void forward_launch(void *arg)
 			                         HD, B))
 				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
 		}
-		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C);
+		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, 1);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
 			mlp_fused(f, mm, glu, w);
 		} else {
-			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I);
-			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I);
+			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I, 1);
+			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I, 1);
 			o->swiglu(m->up, m->gate, m->up, N, I);
-			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C);
+			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C, 1);
 		}
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
