@@ -23,7 +23,8 @@
  * q in and out (rows x 32 x 128 x 4 bytes each) are not counted. The kernels' outputs are
  * compared bit for bit. Usage: attention-kv [REPS [BATCHES [LEN [ROWS]]]] (defaults 15,
  * 1,16,32,64,128, 1024, 4); REPS 0: one launch of each, not timed (for a profiler);
- * BENCH_KERN=NAME,... runs only the kernels named. Run by bench/gpu-ops.sh
+ * BENCH_KERN=NAME,... runs only the kernels named; DICE_DK_EXACT=1 times the exact
+ * two-part products instead of the default one-part ones (lib/cuda/decode.cu). Run by bench/gpu-ops.sh
  * (BENCH=attention-kv). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -144,6 +144,11 @@ void gpu_set_dk_unit(int min_units);
  * DICE_DK_UNIT_V (1 to 3) or the default (2 from 3/4 of the number of its blocks that fit at
  * once, else 1). For tests and benches. */
 void gpu_set_dk_unit_v(int version, int grid);
+/* attention_kv's products on the tensor cores (16-bit caches, HD 128): 0 (the default), q and
+ * the probabilities each rounded to the cache's 16-bit type, as a bf16 / fp16 flash attention
+ * takes them; 1, each split into a high and a low 16-bit part (two products), fp32-accurate;
+ * -1 back to DICE_DK_EXACT (1: exact). For tests and benches. */
+void gpu_set_dk_exact(int on);
 int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
                  const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
                  float eps, float theta);

@@ -298,9 +298,14 @@ static __global__ void __launch_bounds__(DK_THREADS) dk_kernel16(struct dk_args 
  * rows, kv head, split); its 4 warps take the split's 32-key tiles in turn (warp w: tiles w,
  * w+4, ...), each with its own online softmax over all 16 rows, and the block merges the
  * four (max, sum, output) triples in warp order. Scores and P V run on the tensor cores
- * (mma m16n8k16, fp32 accumulation) with fp32 accuracy kept by splitting each fp32 operand
- * into a 16-bit high part and a 16-bit remainder (two products): q (scaled) against the
- * cache's exact keys, the probabilities against its exact values. Keys come from global
+ * (mma m16n8k16, fp32 accumulation). By default q (scaled) and the probabilities are each
+ * rounded to the cache's 16-bit type, as a bf16 / fp16 flash attention (and the prefill
+ * path) takes them, the softmax sums staying in fp32; with DICE_DK_EXACT=1
+ * (gpu_set_dk_exact) each is split into a 16-bit high part and a 16-bit remainder (two
+ * products each), which keeps fp32 accuracy against the cache's exact keys and values, at
+ * about twice the tensor work (template HL: the parts, 1 or 2; every kernel below takes the
+ * same, so the bits never depend on which runs). A tile multiplies its running output by
+ * the softmax's correction only when some row's maximum moved (o * 1 is o). Keys come from global
  * memory straight into the B fragments (16-byte loads); values go through shared memory
  * (cp.async, 16-byte chunks swizzled by key) and ldmatrix.trans. While a warp works on a tile,
  * the values of its next two are in flight (two buffers), the keys of the next one into the
@@ -440,7 +445,7 @@ static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, uns
  * P V. Once the scores are made, the warp's next tile's keys (s1 .., up to e1; in L2 by then)
  * go into kr and the keys of the one after (s2 .., up to e2) into L2; at the end, that one's
  * values into vs. */
-template <int KL = 0, int VL = 0>
+template <int KL = 0, int VL = 0, int HL = 2>
 static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *lsum,
                                                uint4 kr[4][4], unsigned vs, const uint4 *qf,
                                                const int *lim, int s0, int s1, int e1, int s2,
@@ -448,7 +453,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
                                                unsigned rowb, int f16)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	float sc[4][4];
+	float sc[4][4], cr[2];
 
 #pragma unroll
 	for (int j = 0; j < 4; j++)
@@ -458,7 +463,7 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 #pragma unroll
 		for (int st = 0; st < 2; st++) {
 #pragma unroll
-			for (int hl = 0; hl < 2; hl++) {
+			for (int hl = 0; hl < HL; hl++) {
 				uint4 qa = qf[((blk * 2 + st) * 2 + hl) * 32 + lane];
 #pragma unroll
 				for (int j = 0; j < 4; j++) {
@@ -502,20 +507,31 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 		rs += __shfl_xor_sync(0xffffffffu, rs, 2);
 		lsum[hh] = lsum[hh] * corr + rs;
 		m[hh] = mnew;
+		cr[hh] = corr;
+	}
+	/* o *= corr only where some row's maximum moved: o * 1 is o, so the same bits */
+	if (__any_sync(0xffffffffu, cr[0] != 1.0f || cr[1] != 1.0f)) {
 #pragma unroll
 		for (int nt = 0; nt < 16; nt++) {
-			o[nt][2 * hh] *= corr;
-			o[nt][2 * hh + 1] *= corr;
+#pragma unroll
+			for (int hh = 0; hh < 2; hh++) {
+				o[nt][2 * hh] *= cr[hh];
+				o[nt][2 * hh + 1] *= cr[hh];
+			}
 		}
 	}
 	/* P (hi + lo) as the A fragments of keys 16 kk .. 16 kk + 15 */
 	unsigned ph[2][4], pl[2][4];
 #pragma unroll
 	for (int kk = 0; kk < 2; kk++) {
-		dm_split(sc[2 * kk][0], sc[2 * kk][1], f16, &ph[kk][0], &pl[kk][0]);
-		dm_split(sc[2 * kk][2], sc[2 * kk][3], f16, &ph[kk][1], &pl[kk][1]);
-		dm_split(sc[2 * kk + 1][0], sc[2 * kk + 1][1], f16, &ph[kk][2], &pl[kk][2]);
-		dm_split(sc[2 * kk + 1][2], sc[2 * kk + 1][3], f16, &ph[kk][3], &pl[kk][3]);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float *p2 = &sc[2 * kk + (i >> 1)][2 * (i & 1)];
+			if (HL == 2)
+				dm_split(p2[0], p2[1], f16, &ph[kk][i], &pl[kk][i]);
+			else
+				ph[kk][i] = gpu_pack2(p2[0], p2[1], f16);
+		}
 	}
 	asm volatile("cp.async.wait_group 1;\n" ::: "memory");     /* this tile's values */
 	__syncwarp();
@@ -530,11 +546,14 @@ static __device__ __forceinline__ void dm_tile(float o[16][4], float *m, float *
 			asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 			             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr) : "memory");
 			gpu_mma16816(o[2 * np], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b0, b1, f16);
-			gpu_mma16816(o[2 * np], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b0, b1, f16);
+			if (HL == 2)
+				gpu_mma16816(o[2 * np], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b0, b1,
+				             f16);
 			gpu_mma16816(o[2 * np + 1], ph[kk][0], ph[kk][1], ph[kk][2], ph[kk][3], b2, b3,
 			             f16);
-			gpu_mma16816(o[2 * np + 1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b2, b3,
-			             f16);
+			if (HL == 2)
+				gpu_mma16816(o[2 * np + 1], pl[kk][0], pl[kk][1], pl[kk][2], pl[kk][3], b2, b3,
+				             f16);
 		}
 	}
 	__syncwarp();                                   /* every lane is done with the tile */
@@ -652,6 +671,7 @@ static __device__ __forceinline__ void dm_begin(const struct dk_args &a, int rba
 		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 }
 
+template <int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -701,8 +721,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	float o[16][4], m[2], lsum[2];
 	dm_begin(a, rbase, TG, len, s_end, lim, o, m, lsum);
 	for (; s0 < s_end; s0 += step) {
-		dm_tile(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step, s_end, kb,
-		        vb, rowb, f16);
+		dm_tile<0, 0, HL>(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step,
+		                  s_end, kb, vb, rowb, f16);
 		unsigned t = vs0;
 		vs0 = vs1;
 		vs1 = t;
@@ -895,7 +915,7 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
  * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
  * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
  * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
-template <int GROUPS, int KL = 0, int VL = 0, int ROT = 0>
+template <int GROUPS, int KL = 0, int VL = 0, int ROT = 0, int HL = 2>
 static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
                                                int grp, int wl, struct du_tile &cur,
                                                struct du_tile &n1, struct du_tile &n2,
@@ -911,7 +931,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 		du_range(z, x.split_len, x.S, x.kend, &b, &e);
 		dm_begin(a, x.rbase, x.TG, x.len, e, lim, o, m, lsum);
 		while (cur.z == z) {
-			dm_tile<KL, VL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
+			dm_tile<KL, VL, HL>(o, m, lsum, kr, vs0, qf, lim, cur.s0, n1.s0, n1.e, n2.s0, n2.e,
 			                x.kb, x.vb, rowb, f16);
 			unsigned t = vs0;
 			vs0 = vs1;
@@ -983,6 +1003,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 	}
 }
 
+template <int HL>
 static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1007,7 +1028,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 	du_start<DU_GROUPS>(x, grp, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 	dm_qfrags<DU_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	__syncthreads();
-	du_walk<DU_GROUPS>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, NULL, rowb,
+	du_walk<DU_GROUPS, 0, 0, 0, HL>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, NULL, rowb,
 	                   f16);
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 	__syncthreads();                                /* every split's triple is there */
@@ -1047,7 +1068,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
 #define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
 
-template <int F16, int ROT>
+template <int F16, int ROT, int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1076,8 +1097,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	__syncthreads();
 	for (;;) {
 		if (x.ok)
-			du_walk<1, 1, 1, ROT>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, gso,
-			                      rowb, f16);
+			du_walk<1, 1, 1, ROT, HL>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so,
+			                          gso, rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
@@ -1321,13 +1342,38 @@ static void dk_partials(struct dk_args *a, int nsplit, int NH, int HD)
 	}
 }
 
+/* the tensor-core kernels' products: 1, q and P each one 16-bit part (the cache's type), as
+ * a bf16 / fp16 flash attention takes them; 2 (DICE_DK_EXACT=1, gpu_set_dk_exact), each a
+ * high and a low part, fp32-accurate. -1: not read yet. */
+static int dk_exact = -1;
+
+void gpu_set_dk_exact(int on)
+{
+	dk_exact = on < 0 ? -1 : on != 0;
+}
+
+static int dk_parts(void)
+{
+	if (dk_exact < 0) {
+		const char *e = getenv("DICE_DK_EXACT");
+		dk_exact = e && e[0] == '1' && !e[1];
+	}
+	return dk_exact ? 2 : 1;
+}
+
+/* dm_kernel<HL> and du_kernel<HL> by the parts (1, 2) */
+static const void *const dm_fn[2] = { (const void *)dm_kernel<1>, (const void *)dm_kernel<2> };
+static const void *const du_fn[2] = { (const void *)du_kernel<1>, (const void *)du_kernel<2> };
+
 /* dm_kernel's shared memory, once */
 static void dm_setup(void)
 {
 	static int done;
 	if (!done) {
-		CUDA_CHECK(cudaFuncSetAttribute(dm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                DM_SMEM));
+		for (int i = 0; i < 2; i++)
+			CUDA_CHECK(cudaFuncSetAttribute(dm_fn[i],
+			                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                DM_SMEM));
 		done = 1;
 	}
 }
@@ -1366,29 +1412,34 @@ void gpu_set_dk_unit_v(int version, int grid)
 /* the persistent unit kernels (versions 2 ..): kernel, shared memory, whether it can run
  * (-1: not yet asked) and how many blocks fit on a multiprocessor */
 static struct {
-	const void *fn[2];                  /* bf16, f16 cache */
+	const void *fn[2][2];               /* [parts - 1][bf16, f16 cache] */
 	int smem, can, fit;
 } dv_k[DU_VERSIONS - 1] = {
-	{ { (const void *)dv_kernel<0, 0>, (const void *)dv_kernel<1, 0> }, DV_SMEM, -1, 0 },
-	{ { (const void *)dv_kernel<0, 1>, (const void *)dv_kernel<1, 1> }, DV_SMEM, -1, 0 },
+	{ { { (const void *)dv_kernel<0, 0, 1>, (const void *)dv_kernel<1, 0, 1> },
+	    { (const void *)dv_kernel<0, 0, 2>, (const void *)dv_kernel<1, 0, 2> } }, DV_SMEM, -1, 0 },
+	{ { { (const void *)dv_kernel<0, 1, 1>, (const void *)dv_kernel<1, 1, 1> },
+	    { (const void *)dv_kernel<0, 1, 2>, (const void *)dv_kernel<1, 1, 2> } }, DV_SMEM, -1, 0 },
 };
 
-/* whether persistent unit kernel version v can run (both cache types), once */
+/* whether persistent unit kernel version v can run (both cache types, both parts), once;
+ * fit: the fewest blocks an SM of the four */
 static int dv_ok(int v)
 {
 	int i = v - 2;
 	if (dv_k[i].can < 0) {
-		int fit[2] = { 0, 0 };
+		int fit = 1 << 30;
 		dv_k[i].can = gpu_cc() >= 90;
-		for (int t = 0; t < 2 && dv_k[i].can; t++)
-			dv_k[i].can = cudaFuncSetAttribute(dv_k[i].fn[t],
-			                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+		for (int t = 0; t < 4 && dv_k[i].can; t++) {
+			const void *f = dv_k[i].fn[t >> 1][t & 1];
+			int n = 0;
+			dv_k[i].can = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                   dv_k[i].smem) == cudaSuccess &&
-			              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[t], dv_k[i].fn[t],
-			                                                            DM_WARPS * 32,
+			              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, DM_WARPS * 32,
 			                                                            dv_k[i].smem) ==
-			              cudaSuccess && fit[t] > 0;
-		dv_k[i].fit = fit[0] < fit[1] ? fit[0] : fit[1];
+			              cudaSuccess && n > 0;
+			fit = n < fit ? n : fit;
+		}
+		dv_k[i].fit = dv_k[i].can ? fit : 0;
 		(void)cudaGetLastError();
 	}
 	return dv_k[i].can;
@@ -1427,9 +1478,10 @@ static int du_ok(int units, int maxS)
 	if (du_min < 0 && maxS > DU_MAXS)       /* du_kernel by default only up to DU_MAXS */
 		return 0;
 	if (du_can < 0) {
-		du_can = gpu_cc() >= 90 &&
-		         cudaFuncSetAttribute(du_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                              DU_SMEM) == cudaSuccess;
+		du_can = gpu_cc() >= 90;
+		for (int i = 0; i < 2 && du_can; i++)
+			du_can = cudaFuncSetAttribute(du_fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                              DU_SMEM) == cudaSuccess;
 		(void)cudaGetLastError();
 	}
 	return du_can;
@@ -1461,7 +1513,7 @@ static int dm_clusters(void)
 			cfg.dynamicSmemBytes = DM_SMEM;
 			cfg.attrs = at;
 			cfg.numAttrs = 1;
-			if (cudaOccupancyMaxActiveClusters(&n, (const void *)dm_kernel, &cfg) != cudaSuccess)
+			if (cudaOccupancyMaxActiveClusters(&n, dm_fn[1], &cfg) != cudaSuccess)
 				(void)cudaGetLastError();
 			dm_cluster_ok = n > 0;
 		}
@@ -1497,7 +1549,7 @@ static int dm_launch_cluster(dim3 grid, int cluster, cudaStream_t st, void **arg
 		cfg.stream = st;
 		cfg.attrs = at;
 		cfg.numAttrs = n;
-		e = cudaLaunchKernelExC(&cfg, (const void *)dm_kernel, args);
+		e = cudaLaunchKernelExC(&cfg, dm_fn[dk_parts() - 1], args);
 		if (e == cudaSuccess)
 			return 0;
 		(void)cudaGetLastError();
@@ -1568,7 +1620,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		a.nz = nsplit;
 		int units = b->nseq * a.rtiles * NKV, v = du_ok(units, b->maxS);
 		if (v == 1) {
-			gpu_launch((const void *)du_kernel, dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
+			gpu_launch(du_fn[dk_parts() - 1], dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
 			return 0;
 		}
@@ -1577,7 +1629,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
 			grid = units < grid ? units : grid;
 			a.po = (float *)gpu_scratch(sizeof(float) * DV_SLOT * grid);
-			gpu_launch(dv_k[v - 2].fn[b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
+			gpu_launch(dv_k[v - 2].fn[dk_parts() - 1][b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
 			           dv_k[v - 2].smem, st, args);
 			return 0;
 		}
@@ -1587,7 +1639,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			a.cl = cl = 0;
 		if (!cl) {
 			dk_partials(&a, nsplit, NH, HD);
-			gpu_launch((const void *)dm_kernel, grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
+			gpu_launch(dm_fn[dk_parts() - 1], grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
 		}
 	} else {
 		dk_partials(&a, nsplit, NH, HD);
