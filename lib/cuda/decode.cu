@@ -574,6 +574,37 @@ static __device__ __forceinline__ void dm_fold(float4 &O, float &L, float M, flo
 	O.w += x.w * sc;
 }
 
+/* the splits of a sequence, merged in split order into a running (max M, sum L, output O),
+ * from (-inf, 0, 0): split (m, l, x) with m = -inf (no keys) is passed over, else M' =
+ * max(M, m), L' = L a + l b, O' = O a + x b with a = 2^(M - M'), b = 2^(m - M') (explicit
+ * roundings: every kernel's merge gives the same bits). dm_scales: a and b, and M'. */
+static __device__ __forceinline__ float dm_scales(float M, float m, float *a, float *b)
+{
+	float Mn = fmaxf(M, m);
+	*a = exp2f(M - Mn);
+	*b = exp2f(m - Mn);
+	return Mn;
+}
+
+static __device__ __forceinline__ float dm_merge1(float O, float a, float x, float b)
+{
+	return __fmaf_rn(O, a, __fmul_rn(x, b));
+}
+
+static __device__ __forceinline__ void dm_merge(float4 &O, float &L, float &M, float m, float l,
+                                                float4 x)
+{
+	if (m == -INFINITY)
+		return;
+	float a, b;
+	M = dm_scales(M, m, &a, &b);
+	L = dm_merge1(L, a, l, b);
+	O.x = dm_merge1(O.x, a, x.x, b);
+	O.y = dm_merge1(O.y, a, x.y, b);
+	O.z = dm_merge1(O.z, a, x.z, b);
+	O.w = dm_merge1(O.w, a, x.w, b);
+}
+
 /* distributed shared memory (cluster launches, sm_90) */
 static __device__ __forceinline__ void dm_cluster_sync(void)
 {
@@ -624,32 +655,35 @@ static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args
 	}
 }
 
+/* output channels c .. c + 3 of row rbase + r of a tile, O / L (zeros where L is 0) */
+static __device__ __forceinline__ void dm_out(const struct dk_args &a, float4 O, float L, int r0,
+                                              int kh, int rbase, int r, int c)
+{
+	int row = rbase + r, t = row / a.group, h = kh * a.group + row % a.group;
+	*(float4 *)(a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c) =
+		L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
+		           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 /* output channels c .. c + 3 of row rbase + r of a tile: the triples of splits 0 .. ns - 1
- * folded in split order. Split j's: maxima and sums at dm_rank(ml, cl, j) + j * mlz (row r's
- * at 2 r, 2 r + 1), outputs at dm_rank(ob, cl, j) + j * oz (row r's at r * ost). */
+ * merged in split order (dm_merge). Split j's: maxima and sums at dm_rank(ml, cl, j) + j *
+ * mlz (row r's at 2 r, 2 r + 1), outputs at dm_rank(ob, cl, j) + j * oz (row r's at r * ost). */
 static __device__ __forceinline__ void dm_finish(const struct dk_args &a, const float *ml,
                                                  const float *ob, int cl, int mlz, int oz,
                                                  int ost, int ns, int r0, int kh, int rbase,
                                                  int r, int c)
 {
-	float pm[DK_SPLITS_MAX], M = -INFINITY, L = 0.0f;
+	float M = -INFINITY, L = 0.0f;
 	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
 	for (int j = 0; j < DK_SPLITS_MAX; j++) {
-		pm[j] = j < ns ? (dm_rank(ml, cl, j) + j * mlz)[2 * r] : -INFINITY;
-		M = fmaxf(M, pm[j]);
+		if (j < ns) {
+			const float *mlj = dm_rank(ml, cl, j) + j * mlz + 2 * r;
+			dm_merge(O, L, M, mlj[0], mlj[1],
+			         *(const float4 *)(dm_rank(ob, cl, j) + j * oz + r * ost + c));
+		}
 	}
-#pragma unroll
-	for (int j = 0; j < DK_SPLITS_MAX; j++) {
-		if (pm[j] == -INFINITY)
-			continue;
-		dm_fold(O, L, M, pm[j], dm_rank(ml, cl, j) + j * mlz + 2 * r + 1,
-		        dm_rank(ob, cl, j) + j * oz + r * ost + c);
-	}
-	int row = rbase + r, t = row / a.group, h = kh * a.group + row % a.group;
-	*(float4 *)(a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c) =
-		L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
-		           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	dm_out(a, O, L, r0, kh, rbase, r, c);
 }
 
 /* the start of a split [.., e) for the rows g, g + 8 of the tile at rbase: their key limits
@@ -913,15 +947,18 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
 /* a group's walk of unit x: its splits grp, grp + GROUPS, ..., each as a dm_kernel block
  * does it, then the group's fold of the split (dm_kernel's warp merge, warp by warp in order,
  * a named barrier `bar` of the group between turns) into the slot so + z * DM_ROWS * DU_SST
- * and the maxima and sums into sml's split z. With gso (one group a block), the slot is so
- * itself, copied after the fold to gso + z * DM_ROWS * DM_HD. */
+ * and the maxima and sums into sml's split z. With run (one group a block, splits in order),
+ * the slot is so itself, merged after the fold (dm_merge) into the running outputs run (row
+ * r at r DM_HD) and maxima and sums rml + (z & 1) DM_ROWS 2 (from split z - 1's, at the
+ * other parity): dm_finish's arithmetic, one split at a time. */
 template <int GROUPS, int KL = 0, int VL = 0, int ROT = 0, int HL = 2>
 static __device__ __forceinline__ void du_walk(const struct dk_args &a, const struct du_unit &x,
                                                int grp, int wl, struct du_tile &cur,
                                                struct du_tile &n1, struct du_tile &n2,
                                                uint4 kr[4][4], unsigned &vs0, unsigned &vs1,
                                                const uint4 *qf, float *wml, float *sml,
-                                               float *so, float *gso, unsigned rowb, int f16)
+                                               float *so, float *run, float *rml, unsigned rowb,
+                                               int f16)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	for (int z = grp; z < x.ns; z += GROUPS) {
@@ -971,7 +1008,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 			}
 		}
 		/* then the outputs, warp by warp in order (each reads what the one before wrote) */
-		float *zo = gso ? so : so + z * DM_ROWS * DU_SST;
+		float *zo = run ? so : so + z * DM_ROWS * DU_SST;
 #pragma unroll
 		for (int w = 0; w < DM_WARPS; w++) {
 			if (c == w) {
@@ -993,11 +1030,25 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 			}
 			du_bar(1 + grp);
 		}
-		if (gso) {              /* (the next fold writes so after its first barrier) */
+		if (run) {              /* (the next fold writes so after its first barrier) */
+			const float *pml = rml + ((z - 1) & 1) * DM_ROWS * 2;
+			float *nml = rml + (z & 1) * DM_ROWS * 2;
 			for (int i = threadIdx.x; i < DM_ROWS * DM_HD / 4; i += DM_WARPS * 32) {
 				int r = i / (DM_HD / 4), c = 4 * (i % (DM_HD / 4));
-				*(float4 *)(gso + (z * DM_ROWS + r) * DM_HD + c) =
-					*(const float4 *)(zo + r * DU_SST + c);
+				float M = -INFINITY, L = 0.0f;
+				float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				if (z > 0) {
+					M = pml[2 * r];
+					L = pml[2 * r + 1];
+					O = *(const float4 *)(run + r * DM_HD + c);
+				}
+				dm_merge(O, L, M, sml[(z * DM_ROWS + r) * 2], sml[(z * DM_ROWS + r) * 2 + 1],
+				         *(const float4 *)(zo + r * DU_SST + c));
+				*(float4 *)(run + r * DM_HD + c) = O;
+				if (c == 0) {
+					nml[2 * r] = M;
+					nml[2 * r + 1] = L;
+				}
 			}
 		}
 	}
@@ -1028,8 +1079,8 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 	du_start<DU_GROUPS>(x, grp, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 	dm_qfrags<DU_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	__syncthreads();
-	du_walk<DU_GROUPS, 0, 0, 0, HL>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so, NULL, rowb,
-	                   f16);
+	du_walk<DU_GROUPS, 0, 0, 0, HL>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so,
+	                                NULL, NULL, rowb, f16);
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 	__syncthreads();                                /* every split's triple is there */
 
@@ -1043,15 +1094,17 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 }
 
 /* ---------------------------------------------------------------- the persistent unit variant
- * Version 2 of the unit kernel (dv_kernel): blocks of one group (DM_WARPS warps, 82 KB of
+ * Version 2 of the unit kernel (dv_kernel): blocks of one group (DM_WARPS warps, 91 KB of
  * shared memory, two blocks an SM) on as many blocks as fit at once; block i takes the units
  * i, i + gridDim.x, ... (unit u: kv head u % NKV, place u / NKV). A unit is walked as one
  * du_kernel group walks it (each split as a dm_kernel block, the warps' fold in turns), the
- * fold into one shared slot, copied to the block's slots in global memory (a.po, DV_SLOT
- * floats a block; they stay in L2); once the unit's last split is folded, the warps ask for
- * the next unit's first tiles before the finish (dm_kernel's, from the slots in split order)
- * and the next q fragments, so the next unit's loads are in flight while the block finishes
- * the current one; the other block on the SM covers the rest. It is compiled once per cache
+ * fold into one shared slot, merged at once into the unit's running output in shared memory
+ * (dm_merge, split by split: dm_finish's arithmetic; a first version copied each split's
+ * slot to global memory for the finish, traffic that reached the DRAM: 16% more bytes than
+ * the keys and values at 1K keys, ncu, NOTES-device.md); once the unit's last split is
+ * merged, the warps ask for the next unit's first tiles before writing its output and the
+ * next q fragments, so the next unit's loads are in flight while the block finishes the
+ * current one; the other block on the SM covers the rest. It is compiled once per cache
  * type (F16: the tile loop's mma and 16-bit splits without a runtime branch), its key loads
  * past a split's end take the split's last key again (masked by value) instead of zeroing
  * registers, and its value copies step their addresses (dm_kload / dm_vload's lean forms):
@@ -1065,8 +1118,9 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 #define DV_SO (DV_QOFF + DM_QBYTES)                 /* one split's (row, DU_SST) outputs */
 #define DV_SML (DV_SO + DM_ROWS * DU_SST * 4)       /* (split, row, max / sum) */
 #define DV_WML (DV_SML + DK_SPLITS_MAX * DM_ROWS * 2 * 4)      /* (warp, row, max / sum) */
-#define DV_SMEM (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)
-#define DV_SLOT (DK_SPLITS_MAX * DM_ROWS * DM_HD)   /* a block's slots in a.po (floats) */
+#define DV_RUN (DV_WML + DM_WARPS * DM_ROWS * 2 * 4)      /* (row, HD) running outputs */
+#define DV_RML (DV_RUN + DM_ROWS * DM_HD * 4)       /* (parity, row, max / sum) running */
+#define DV_SMEM (DV_RML + 2 * DM_ROWS * 2 * 4)
 
 template <int F16, int ROT, int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_args a)
@@ -1081,7 +1135,8 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	unsigned vs0 = (unsigned)__cvta_generic_to_shared(sm) + wl * 2 * DM_VBYTES;
 	unsigned vs1 = vs0 + DM_VBYTES;
 	float *so = (float *)(sm + DV_SO), *sml = (float *)(sm + DV_SML);
-	float *wml = (float *)(sm + DV_WML), *gso = a.po + (size_t)blockIdx.x * DV_SLOT;
+	float *wml = (float *)(sm + DV_WML), *run = (float *)(sm + DV_RUN);
+	float *rml = (float *)(sm + DV_RML);
 	struct du_tile cur, n1, n2;
 	uint4 kr[4][4];
 	int u = blockIdx.x;
@@ -1098,7 +1153,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	for (;;) {
 		if (x.ok)
 			du_walk<1, 1, 1, ROT, HL>(a, x, 0, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so,
-			                          gso, rowb, f16);
+			                          run, rml, rowb, f16);
 		int un = u + gridDim.x;
 		struct du_unit y;
 		y.ok = 0;
@@ -1107,20 +1162,21 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 			if (y.ok)                   /* (each warp is done with its value tiles) */
 				du_start<1, ROT, 1, 1>(y, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
 		}
-		__syncthreads();                        /* the slots are there; qf is free */
+		__syncthreads();                        /* the merged outputs are there; qf is free */
 		if (x.ok) {
+			const float *fml = rml + ((x.ns - 1) & 1) * DM_ROWS * 2;
 			for (int e = threadIdx.x; e < DM_ROWS * DM_HD / 4; e += DM_WARPS * 32) {
 				int r = e / (DM_HD / 4), c = 4 * (e % (DM_HD / 4));
 				if (x.rbase + r < x.TG)
-					dm_finish(a, sml, gso, 0, DM_ROWS * 2, DM_ROWS * DM_HD, DM_HD, x.ns, x.r0,
-					          x.kh, x.rbase, r, c);
+					dm_out(a, *(const float4 *)(run + r * DM_HD + c), fml[2 * r + 1], x.r0,
+					       x.kh, x.rbase, r, c);
 			}
 		}
 		if (un >= nu)
 			break;
 		if (y.ok)
 			dm_qfrags<DM_WARPS>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
-		__syncthreads();                        /* qf is there; the slots were read */
+		__syncthreads();                        /* qf is there; the outputs were read */
 		u = un;
 		x = y;
 	}
@@ -1139,25 +1195,20 @@ static __global__ void dk_merge_kernel(struct dk_args a)
 		return;
 	int n = w / a.NH, h = w % a.NH, s = a.b.rowseq[n];
 	int S = a.b.len[s] + a.b.row0[s + 1] - a.b.row0[s], ns = dk_nsplit(S, a.sp);
-	float M = -INFINITY, L = 0.0f;
-
 	if (ns == 1)                            /* written by the attention kernel */
 		return;
 
-	for (int z = 0; z < ns; z++)
-		M = fmaxf(M, a.pm[((size_t)z * N + n) * a.NH + h]);
-	for (int z = 0; z < ns; z++) {
-		size_t pi = ((size_t)z * N + n) * a.NH + h;
-		if (a.pm[pi] != -INFINITY)
-			L += a.pl[pi] * exp2f(a.pm[pi] - M);
-	}
 	float *orow = a.out + ((size_t)n * a.NH + h) * a.HD;
-	for (int c = lane; c < a.HD; c += 32) {
-		float acc = 0.0f;
+	for (int c = lane; c < a.HD; c += 32) {        /* dm_merge, one channel */
+		float M = -INFINITY, L = 0.0f, acc = 0.0f;
 		for (int z = 0; z < ns; z++) {
 			size_t pi = ((size_t)z * N + n) * a.NH + h;
-			if (a.pm[pi] != -INFINITY)
-				acc += a.po[pi * a.HD + c] * exp2f(a.pm[pi] - M);
+			float m = a.pm[pi], sa, sb;
+			if (m == -INFINITY)
+				continue;
+			M = dm_scales(M, m, &sa, &sb);
+			L = dm_merge1(L, sa, a.pl[pi], sb);
+			acc = dm_merge1(acc, sa, a.po[pi * a.HD + c], sb);
 		}
 		orow[c] = L > 0.0f ? acc / L : 0.0f;
 	}
@@ -1628,7 +1679,6 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			int grid = dv_k[v - 2].fit * gpu_sm_count();
 			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
 			grid = units < grid ? units : grid;
-			a.po = (float *)gpu_scratch(sizeof(float) * DV_SLOT * grid);
 			gpu_launch(dv_k[v - 2].fn[dk_parts() - 1][b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
 			           dv_k[v - 2].smem, st, args);
 			return 0;
