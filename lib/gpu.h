@@ -83,15 +83,6 @@ int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void
  * the engine calls it, or the tiled path at that variant (tests). */
 int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, const void *w,
                          enum dice_dtype wdt, int N, int I, int out, int variant);
-/* the engine's MLP (struct ops mlp_fixed): y(N,C) = swiglu_cat(x wgu^T) wd^T, the same bits
- * as gpu_matmul_fixed into gu(N,2I) then gpu_matmul_fixed_glu; on Hopper the gate/up
- * product's tile end writes the down product's input itself (gu and h untouched). variant:
- * -1 as the engine calls it, or the gate/up product's variant where
- * gpu_matmul_fixed_mlp_variant says it serves the shape (tests). */
-int gpu_matmul_fixed_mlp(cudaStream_t st, float *y, float *gu, float *h, const float *x,
-                         const void *wgu, const void *wd, enum dice_dtype wdt, int N, int C,
-                         int I, int variant);
-int gpu_matmul_fixed_mlp_variant(int variant, int N, int C, int I);
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);

@@ -456,17 +456,15 @@ static int mm_rows(const struct fwd *f, int in, int out)
  * and a prompt's many rows take the fast GEMM (where in and out are multiples of 64); the
  * others through mm, the batch-invariant product. glu: x holds rows of [gate | up] (2 in
  * values each) and the product's input is their SwiGLU (ops->matmul_fixed_glu for mm's rows;
- * ops->swiglu_cat into h, then the product, for the prefill rows). parts: MM_ROWS (mm's rows),
- * MM_SEQS (the prefill sequences'), or both (MM_ALL). */
-enum { MM_ROWS = 1, MM_SEQS = 2, MM_ALL = 3 };
-
+ * ops->swiglu_cat into h, then the product, for the prefill rows). seqs 0: mm's rows only,
+ * the caller takes the prefill sequences' own way. */
 static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const float *x, float *h,
-                     const void *w, enum dice_dtype dt, int in, int out, int parts)
+                     const void *w, enum dice_dtype dt, int in, int out, int seqs)
 {
 	const struct ops *o = f->m->ops;
-	int nd = mm_rows(f, in, out), seqs = parts & MM_SEQS;
+	int nd = mm_rows(f, in, out);
 
-	if (nd && (parts & MM_ROWS)) {
+	if (nd) {
 		if (glu)
 			o->matmul_fixed_glu(y, h, x, w, dt, nd, in, out);
 		else
@@ -498,19 +496,12 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 	         w->down_proj.dt == DICE_BF16 && o->cast_bf16 && o->matmul_xbb &&
 	         o->swiglu_cat_bb && o->matmul_xb;
 
-	/* mm's rows (and, without bf, the prefill sequences' as layer_mm takes them); with
-	 * ops->mlp_fixed, mm's rows in that one op */
-	int one = glu && o->mlp_fixed && w->gate_proj.dt == w->down_proj.dt &&
-	          nd == mm_rows(f, I, C);
-	int parts = (one ? 0 : MM_ROWS) | (bf ? 0 : MM_SEQS);
-	if (one && nd)
-		o->mlp_fixed(m->tmp, m->gate, m->up, m->xn, w->gate_proj.p, w->down_proj.p,
-		             w->gate_proj.dt, nd, C, I);
-	layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I, parts);
+	/* mm's rows (and, without bf, the prefill sequences' as layer_mm takes them) */
+	layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I, !bf);
 	if (!glu)
 		o->swiglu_cat(m->up, m->gate, bf ? nd : f->N, I);
 	layer_mm(f, mm, glu, m->tmp, glu ? m->gate : m->up, glu ? m->up : NULL, w->down_proj.p,
-	         w->down_proj.dt, I, C, parts);
+	         w->down_proj.dt, I, C, !bf);
 	for (int s = f->s0; bf && s < f->nseq; s++) {
 		int r0 = f->row0h[s], n = f->row0h[s + 1] - r0;
 		float *y = m->tmp + (size_t)r0 * C;
@@ -546,13 +537,13 @@ static void forward_launch(void *arg)
 
 		if (m->fuse_qkv) {
 			layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
-			         QD + 2 * KVD, MM_ALL);
+			         QD + 2 * KVD, 1);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
 			            HD, eps, c->rope_theta);
 		} else {
-			layer_mm(f, mm, 0, m->q, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C, QD, MM_ALL);
-			layer_mm(f, mm, 0, m->k, m->xn, NULL, w->k_proj.p, w->k_proj.dt, C, KVD, MM_ALL);
-			layer_mm(f, mm, 0, m->v, m->xn, NULL, w->v_proj.p, w->v_proj.dt, C, KVD, MM_ALL);
+			layer_mm(f, mm, 0, m->q, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C, QD, 1);
+			layer_mm(f, mm, 0, m->k, m->xn, NULL, w->k_proj.p, w->k_proj.dt, C, KVD, 1);
+			layer_mm(f, mm, 0, m->v, m->xn, NULL, w->v_proj.p, w->v_proj.dt, C, KVD, 1);
 			o->rmsnorm(m->q, m->q, w->q_norm.p, w->q_norm.dt, N * NH, HD, eps);
 			o->rmsnorm(m->k, m->k, w->k_norm.p, w->k_norm.dt, N * NKV, HD, eps);
 			o->rope(m->q, m->pos_d, N, NH, HD, c->rope_theta);
@@ -570,18 +561,15 @@ static void forward_launch(void *arg)
 			                         HD, B))
 				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
 		}
-		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, MM_ALL);
+		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, 1);
 		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
 			mlp_fused(f, mm, glu, w);
 		} else {
-			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I,
-			         MM_ALL);
-			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I,
-			         MM_ALL);
+			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I, 1);
+			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I, 1);
 			o->swiglu(m->up, m->gate, m->up, N, I);
-			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C,
-			         MM_ALL);
+			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C, 1);
 		}
 		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);

@@ -324,14 +324,6 @@ struct ops {
 	int (*attention_prefill)(float *out, const float *q, const struct kv_batch *b, int s0,
 	                         const int *row0h, const int *lenh, int l, int NH, int NKV, int HD,
 	                         int block);
-	/* ---- (appended) the engine's MLP in one op, the same bits as .matmul_fixed then
-	 * .matmul_fixed_glu: y(N,C) = swiglu_cat(x @ wgu^T) @ wd^T for x(N,C), wgu(2I,C) (rows
-	 * [gate | up]) and wd(C,I), both of dtype wdt; gu(N,2I) and h(N,I) are the op's to use
-	 * (their contents afterwards are undefined). CUDA on Hopper: the gate/up product's tile
-	 * end writes the SwiGLU straight into the down product's 16-bit input (no gate/up values
-	 * in memory, no conversion pass); elsewhere the two ops. CPU: the two ops. */
-	void (*mlp_fixed)(float *y, float *gu, float *h, const float *x, const void *wgu,
-	                  const void *wd, enum dice_dtype wdt, int N, int C, int I);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

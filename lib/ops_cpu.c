@@ -465,13 +465,6 @@ static void cpu_matmul_fixed_glu(float *y, float *h, const float *gu, const void
 	cpu_matmul(y, h, w, wdt, N, I, out);
 }
 
-static void cpu_mlp_fixed(float *y, float *gu, float *h, const float *x, const void *wgu,
-                          const void *wd, enum dice_dtype wdt, int N, int C, int I)
-{
-	cpu_matmul(gu, x, wgu, wdt, N, C, 2 * I);
-	cpu_matmul_fixed_glu(y, h, gu, wd, wdt, N, I, C);
-}
-
 static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                             float eps)
 {
@@ -808,7 +801,6 @@ const struct ops ops_cpu = {
 	.attention_tc_stat_bf = cpu_attention_tc_stat_bf,
 	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
 	.rmsnorm_rope_xb = cpu_rmsnorm_rope_xb,
-	.mlp_fixed = cpu_mlp_fixed,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

@@ -357,13 +357,6 @@ static void cu_matmul_fixed_glu(float *y, float *h, const float *gu, const void 
 	                                                  -1));
 }
 
-static void cu_mlp_fixed(float *y, float *gu, float *h, const float *x, const void *wgu,
-                         const void *wd, enum dice_dtype wdt, int N, int C, int I)
-{
-	OPS_CALL("mlp_fixed", gpu_matmul_fixed_mlp(gpu_stream(), y, gu, h, x, wgu, wd, wdt, N, C, I,
-	                                           -1));
-}
-
 /* returns when the host buffer may be reused */
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
@@ -443,7 +436,6 @@ static const struct ops ops_cuda = {
 	cu_attention_tc_backward_stat_bf,
 	cu_rmsnorm_rope_xb,
 	cu_attention_prefill,
-	cu_mlp_fixed,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

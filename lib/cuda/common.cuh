@@ -46,8 +46,7 @@ const float *gpu_rope_table(float theta, int HD);
  * compute capability 9.0 and gpu_set_wgmma / DICE_WGMMA allow; variants, their names, the
  * estimated cycles of variant v on a shape, whether it takes segments of kseg inputs, and the
  * product (kseg: matmul_fixed's segment length; 16-bit w, in % 8 == 0, x and w 16-byte
- * aligned); whether variant v has a SwiGLU tile end for gate/up products of I units, and the
- * MLP through it (gpu_matmul_fixed_mlp) */
+ * aligned) */
 int gpu_matmul_wgmma_ok(void);
 int gpu_matmul_wgmma_variants(void);
 const char *gpu_matmul_wgmma_variant_name(int v);
@@ -55,10 +54,6 @@ double gpu_matmul_wgmma_cost(int v, int N, int in, int out, int nseg);
 int gpu_matmul_wgmma_walks(int in, int kseg);
 int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
                      int in, int out, int kseg, int v, int glu);
-int gpu_matmul_wgmma_glu_ok(int v, int I);
-int gpu_matmul_wgmma_mlp(cudaStream_t st, float *y, const float *x, const void *wgu,
-                         const void *wd, int f16, int N, int C, int I, int out, int kg, int kd,
-                         int vg, int vd);
 
 /* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
  * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every

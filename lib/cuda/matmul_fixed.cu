@@ -607,53 +607,6 @@ int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, c
 	return mf_tiled(st, y, gu, w, wdt == DICE_F16, N, I, out, variant, 0, 1);
 }
 
-/* whether the MLP of this shape may take the fused path with the gate/up product at wgmma
- * variant v (a gpu_matmul_wgmma index): more than MF_SMALL_M rows, the tiled path's 16-bit
- * inputs, gate/up in one segment and v with a SwiGLU tile end for I units */
-static int mf_mlp_ok(int v, int N, int C, int I)
-{
-	int kg, kd, ng = mf_segments(C, 2 * I, &kg);
-	mf_segments(I, C, &kd);
-	return N > MF_SMALL_M && C % 8 == 0 && I % 8 == 0 && ng == 1 && gpu_matmul_wgmma_ok() &&
-	       gpu_matmul_wgmma_walks(I, kd) && gpu_matmul_wgmma_glu_ok(v, I);
-}
-
-int gpu_matmul_fixed_mlp_variant(int variant, int N, int C, int I)
-{
-	return variant >= MF_NVAR && variant < gpu_matmul_fixed_variants() &&
-	       mf_mlp_ok(variant - MF_NVAR, N, C, I);
-}
-
-/* y = swiglu_cat(x wgu^T) wd^T, the same bits as gpu_matmul_fixed into gu, then
- * gpu_matmul_fixed_glu: where both products take the wgmma TMA kernels (mf_mlp_ok, and the
- * down product's choice a TMA variant), the gate/up product's tile end writes the down
- * product's input (gpu_matmul_wgmma_mlp; gu and h untouched); else the two steps. variant:
- * the gate/up product's variant (gpu_matmul_fixed_mlp_variant), -1 the cheapest such by the
- * cost model; the down product takes gpu_matmul_fixed_choice's. */
-int gpu_matmul_fixed_mlp(cudaStream_t st, float *y, float *gu, float *h, const float *x,
-                         const void *wgu, const void *wd, enum dice_dtype wdt, int N, int C,
-                         int I, int variant)
-{
-	GPU_REQUIRE(N >= 1 && C > 0 && I > 0 && (variant == -1 ||
-	            gpu_matmul_fixed_mlp_variant(variant, N, C, I)), "matmul_fixed_mlp");
-	int vg = variant - MF_NVAR, split, kg, kd;
-	for (int i = 0; variant < 0 && i < gpu_matmul_wgmma_variants(); i++)
-		if (mf_mlp_ok(i, N, C, I) && (vg < 0 || gpu_matmul_wgmma_cost(i, N, C, 2 * I, 1) <
-		                              gpu_matmul_wgmma_cost(vg, N, C, 2 * I, 1)))
-			vg = i;
-	if (vg >= 0 && mf_tc_ok(x, wgu, wdt, C) && mf_tc_ok(x, wd, wdt, I)) {
-		int vd = gpu_matmul_fixed_choice(N, I, C, &split);
-		mf_segments(C, 2 * I, &kg);
-		mf_segments(I, C, &kd);
-		if (vd >= MF_NVAR)
-			return gpu_matmul_wgmma_mlp(st, y, x, wgu, wd, wdt == DICE_F16, N, C, I, C, kg, kd,
-			                            vg, vd - MF_NVAR);
-	}
-	GPU_REQUIRE(variant < 0, "matmul_fixed_mlp: the down product takes no wgmma kernel");
-	int rc = gpu_matmul_fixed(st, gu, x, wgu, wdt, N, C, 2 * I);
-	return rc ? rc : gpu_matmul_fixed_glu(st, y, h, gu, wd, wdt, N, I, C, -1);
-}
-
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, int N, int in, int out)
 {

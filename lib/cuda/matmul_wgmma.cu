@@ -290,66 +290,12 @@ static __device__ __forceinline__ int mx_split_end(float *d, float *part, int t,
 	return 1;
 }
 
-/* the position of input j in matmul_fixed's 16-bit input layout (wg_xperm_kernel's
- * inverse): j = 32 b + 8 a + 4 h + 2 c + e sits at 32 b + 16 h + 8 c + 2 a + e */
-static __device__ __forceinline__ int mw_xpos(int j)
-{
-	return (j & ~31) | (j & 4) << 2 | (j & 2) << 2 | (j & 24) >> 2 | (j & 1);
-}
-
-/* GLU's tile end (mx_kernel with GLU: the tile's first WG / 2 warpgroups hold gate units
- * u0 .., the others the up units of the same indices): r = the final sums; the up threads
- * leave theirs in xb (BN x BM / 2 floats), the gate threads make silu(gate) * up of each of
- * theirs (gpu_swiglu1, as wg_xperm_kernel does), round it to 16 bits and store it at its
- * place in h (N rows of hs 16-bit inputs, matmul_fixed's layout: what wg_xperm_kernel makes
- * of swiglu_cat's rows). Two syncs of the consumers: xb is free again after the second. */
-template <int WG, int BN>
-static __device__ __forceinline__ void mx_glu_end(const float *r, float *xb, unsigned short *h,
-                                                  int ct, int u0, int n0, int N, int I, int hs,
-                                                  int f16)
-{
-	enum { BU = 32 * WG };                  /* units a tile */
-	int cw = ct >> 5, g = (ct & 31) >> 2, q = ct & 3, up = cw >= 2 * WG;
-	int ul = 16 * (cw % (2 * WG)) + g;  /* this thread's units ul, ul + 8 of the tile */
-	if (up) {
-#pragma unroll
-		for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				xb[(8 * j + 2 * q + (e & 1)) * BU + ul + 8 * (e >> 1)] = r[4 * j + e];
-	}
-	asm volatile("bar.sync 1, %0;\n" :: "r"(128 * WG) : "memory");
-	if (!up) {
-#pragma unroll
-		for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int rl = 8 * j + 2 * q + (e & 1), u = ul + 8 * (e >> 1);
-				if (n0 + rl < N && u0 + u < I) {
-					float v = gpu_swiglu1(r[4 * j + e], xb[rl * BU + u]);
-					unsigned short b;
-					if (f16) {
-						__half x = __float2half_rn(v);
-						b = *(unsigned short *)&x;
-					} else {
-						__nv_bfloat16 x = __float2bfloat16_rn(v);
-						b = *(unsigned short *)&x;
-					}
-					h[(size_t)(n0 + rl) * hs + mw_xpos(u0 + u)] = b;
-				}
-			}
-		}
-	}
-	asm volatile("bar.sync 1, %0;\n" :: "r"(128 * WG) : "memory");
-}
-
-template <int WG, int BN, int STAGES, int MINB, int SR, int SPLIT, int F16, int GLU = 0>
+template <int WG, int BN, int STAGES, int MINB, int SR, int SPLIT, int F16>
 static __global__ void __launch_bounds__(128 * (WG + 1), MINB)
 mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
           float *y, float *part, int N, int K, int out, int kseg)
 {
 	typedef mx<WG, BN, STAGES> P;
-	static_assert(!GLU || (WG % 2 == 0 && SR && !SPLIT), "GLU: gate and up warpgroups");
 	/* registers a thread: the block holds T x ENTRY (the launch bounds' cap, which ptxas
 	 * allocates in full with setmaxnreg; 168 for 384 threads, 128 for 256 threads and 2
 	 * blocks) and setmaxnreg only moves them between its warpgroups: the producer keeps
@@ -362,7 +308,6 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	extern __shared__ uint4 mw_smem[];
 	char *sm = (char *)(((uintptr_t)mw_smem + 1023) & ~(uintptr_t)1023);
 	uint64_t *full = (uint64_t *)(sm + STAGES * P::STAGE), *empty = full + STAGES;
-	float *xb = (float *)(empty + STAGES);  /* GLU: the up sums' exchange, BN x BM / 2 */
 	int nkb = CEIL_DIV(K, MW_KB), nst = CEIL_DIV(nkb, 2), segb = kseg / MW_KB;
 	int ntr = CEIL_DIV(N, BN), ntiles = ntr * CEIL_DIV(out, P::BM);
 	/* SPLIT: segments and stages a segment (segb is even where there are several) */
@@ -394,16 +339,9 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 				int two = 2 * s + 1 < nkb;      /* else w's second block is past K: not copied */
 				mb_wait(&empty[slot], ph ^ 1);
 				mb_expect(&full[slot], P::STAGE - (two ? 0 : P::BM * 64));
-				for (int b = 0; b <= two; b++) {
-					char *wd = st + b * P::BM * 64;
-					int k = (2 * s + b) * MW_KB;
-					if (GLU) {              /* gate rows u0 .., then up rows I + u0 .. */
-						tma_load2(wd, &tw, k, o0 / 2, &full[slot]);
-						tma_load2(wd + P::BM * 32, &tw, k, out / 2 + o0 / 2, &full[slot]);
-					} else {
-						tma_load2(wd, &tw, k, o0, &full[slot]);
-					}
-				}
+				tma_load2(st, &tw, 2 * s * MW_KB, o0, &full[slot]);
+				if (two)
+					tma_load2(st + P::BM * 64, &tw, (2 * s + 1) * MW_KB, o0, &full[slot]);
 				tma_load2(st + P::BM * 128, &tx, 2 * s * MW_KB, n0, &full[slot]);
 				if (++slot == STAGES)
 					slot = 0, ph ^= 1;
@@ -414,7 +352,7 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	wg_setmaxnreg_inc<CREG>();
 	int ct = threadIdx.x - 128, lane = ct & 31, g = lane >> 2, q = lane & 3;
 	int orow = 16 * (ct >> 5) + g;
-	float d[BN / 2], tot[SR && !SPLIT && !GLU ? BN / 2 : 1];
+	float d[BN / 2], tot[SR && !SPLIT ? BN / 2 : 1];
 	int slot = 0;
 	unsigned ph = 0;
 	/* stages a segment: a segment ends where a stage ends (an even number of blocks a
@@ -451,10 +389,7 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 			}
 			wg_fence_acc<BN / 2>(d);
 			int last = 2 * e >= nkb;        /* the tile's last segment */
-			if constexpr (GLU) {            /* one segment (gpu_matmul_wgmma_mlp) */
-				mx_glu_end<WG, BN>(d, xb, (unsigned short *)y, ct, o0 / 2, n0, N, out / 2,
-				                   out / 2, F16);
-			} else if constexpr (SPLIT) {
+			if constexpr (SPLIT) {
 				if (nseg == 1 || mx_split_end<BN>(d, part, t, sg, nseg, ct, 128 * WG,
 				                                  t * 4 * WG + (ct >> 5)))
 					mw_flush<BN>(y, d, o0 + orow, n0, q, N, out, 0);
@@ -489,29 +424,6 @@ typedef void (*mw_fn)(float *, const void *, const void *, int, int, int, int);
 typedef void (*mx_fn)(const CUtensorMap, const CUtensorMap, float *, float *, int, int, int,
                       int);
 
-/* GLU (mx_kernel's SwiGLU tile end): its exchange of the up sums (BN x BM / 2 floats) takes
- * shared memory after the stages, so as many stages as fit (at most S) */
-#define MX_SMEM_MAX 232448                      /* an H100's or H200's opt-in per block */
-static constexpr int mxg_stages(int WG, int BN, int S)
-{
-	return (MX_SMEM_MAX - 1024 - BN * 32 * WG * 4) / (128 * (64 * WG + BN) + 16) < S ?
-	       (MX_SMEM_MAX - 1024 - BN * 32 * WG * 4) / (128 * (64 * WG + BN) + 16) : S;
-}
-
-static constexpr int mxg_smem(int WG, int BN, int S)
-{
-	return mxg_stages(WG, BN, S) * (128 * (64 * WG + BN) + 16) + 1024 + BN * 32 * WG * 4;
-}
-
-template <int WG, int BN, int S, int MINB, int SR, int SPLIT, int F16>
-static constexpr mx_fn mxg_fn(void)
-{
-	if constexpr (WG % 2 == 0 && BN <= 128 && SR && !SPLIT)
-		return mx_kernel<WG, BN, mxg_stages(WG, BN, S), MINB, 1, 0, F16, 1>;
-	else
-		return NULL;
-}
-
 /* the tile shapes, mw_kernel's then mx_kernel's (tma); rate: flop per cycle and SM with the
  * SM full, mw_kernel's fitted to H100 timings of the engine's 36 shapes, mx_kernel's to H200
  * timings (bench/NOTES-device.md); seg: cycles a byte of y for each later segment
@@ -520,21 +432,18 @@ static struct mw_variant {
 	const char *name;
 	mw_fn fn[2];                            /* bf16, fp16 */
 	mx_fn fx[2];                            /* the same for the tma kernels */
-	mx_fn fg[2];                            /* their GLU versions (NULL: none) */
-	int bm, bn, threads, smem, gsmem;
+	int bm, bn, threads, smem;
 	double rate, seg;
 	int split;                              /* mx_kernel's SPLIT: (tile, segment) units */
 	int occ;                                /* blocks per SM (0: not asked yet) */
 } mw_var[] = {
 #define MWV(name, WG, BN, S, MINB, rate) \
 	{ name, { mw_kernel<WG, BN, S, MINB, 0>, mw_kernel<WG, BN, S, MINB, 1> }, { NULL, NULL }, \
-	  { NULL, NULL }, 64 * WG, BN, 128 * WG, mw<WG, BN, S>::SMEM, 0, rate, MW_SEG_CYCLES_BYTE, \
-	  0, 0 }
+	  64 * WG, BN, 128 * WG, mw<WG, BN, S>::SMEM, rate, MW_SEG_CYCLES_BYTE, 0, 0 }
 #define MXV(name, WG, BN, S, MINB, SR, SPLIT, rate, seg) \
 	{ name, { NULL, NULL }, { mx_kernel<WG, BN, S, MINB, SR, SPLIT, 0>, \
 	                          mx_kernel<WG, BN, S, MINB, SR, SPLIT, 1> }, \
-	  { mxg_fn<WG, BN, S, MINB, SR, SPLIT, 0>(), mxg_fn<WG, BN, S, MINB, SR, SPLIT, 1>() }, \
-	  64 * WG, BN, 128 * (WG + 1), mx<WG, BN, S>::SMEM, mxg_smem(WG, BN, S), rate, seg, SPLIT, 0 }
+	  64 * WG, BN, 128 * (WG + 1), mx<WG, BN, S>::SMEM, rate, seg, SPLIT, 0 }
 	MWV("wgmma 128x256 wg2 s4", 2, 256, 4, 1, 1498.0),
 	MWV("wgmma 128x128 wg2 s3", 2, 128, 3, 2, 1859.0),
 	MWV("wgmma 128x64 wg2 s4", 2, 64, 4, 2, 1285.0),
@@ -577,14 +486,9 @@ static int mw_occupancy(struct mw_variant *v)
 	if (!v->occ) {
 		const void *f[2] = { v->fn[0] ? (const void *)v->fn[0] : (const void *)v->fx[0],
 		                     v->fn[1] ? (const void *)v->fn[1] : (const void *)v->fx[1] };
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < 2; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(f[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                v->smem));
-			if (v->fg[i])
-				CUDA_CHECK(cudaFuncSetAttribute((const void *)v->fg[i],
-				                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-				                                v->gsmem));
-		}
 		CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->occ, f[0], v->threads,
 		                                                         v->smem));
 		if (v->occ < 1)
@@ -764,118 +668,52 @@ int gpu_matmul_wgmma_walks(int in, int kseg)
 	return kseg >= in || kseg / MW_KB % 2 == 0;
 }
 
-/* variant vr's product y = xp w^T on x converted already (xp: N rows of Kp 16-bit inputs,
- * matmul_fixed's layout; Kp = 32 ceil(in / 32)); part: the split sums' room, where vr is
- * split; glu (a tma variant with fg): out = 2 I rows [gate | up] and, instead of y, h (N rows
- * of I 16-bit inputs, I % (bm / 2) == 0) gets silu(gate) * up in xp's layout */
-static int mw_launch(cudaStream_t st, const struct mw_variant *vr, float *y, float *part,
-                     const void *xp, const void *w, int f16, int N, int in, int out, int kseg,
-                     int glu)
-{
-	int Kp = CEIL_DIV(in, MW_KB) * MW_KB, nseg = CEIL_DIV(CEIL_DIV(in, MW_KB), kseg / MW_KB);
-	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
-	long grid = tiles * (vr->split && nseg > 1 ? nseg : 1);
-	if (vr->fx[0]) {
-		CUtensorMap tw, tx;
-		if (wg_tensor_map(&tw, w, f16, in, out, MW_KB, glu ? vr->bm / 2 : vr->bm, 0) ||
-		    wg_tensor_map(&tx, xp, f16, Kp, N, 2 * MW_KB, vr->bn, 1))
-			return -1;
-		if (grid > gpu_sm_count() * vr->occ)
-			grid = gpu_sm_count() * vr->occ;
-		mx_fn fn = glu ? vr->fg[f16] : vr->fx[f16];
-		fn<<<(int)grid, vr->threads, glu ? vr->gsmem : vr->smem, st>>>(tw, tx, y, part, N, in,
-		                                                                out, kseg);
-	} else {
-		vr->fn[f16]<<<(int)grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
-	}
-	CUDA_CHECK_LAUNCH();
-	return 0;
-}
-
-/* x (N rows of in fp32, or with glu of 2 in: [gate | up] and the input their SwiGLU) ->
- * xp, matmul_fixed's 16-bit layout */
-static void mw_convert(cudaStream_t st, uint4 *xp, const float *x, int N, int in, int f16,
-                       int glu)
-{
-	int Kp = CEIL_DIV(in, MW_KB) * MW_KB;
-	size_t n16 = (size_t)N * Kp / 8;
-	int cg = (int)(CEIL_DIV(n16, (size_t)256) < 8192 ? CEIL_DIV(n16, (size_t)256) : 8192);
-	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16, glu);
-	CUDA_CHECK_LAUNCH();
-}
-
-/* the variant that runs for v on this shape: a split variant on too many tiles takes the
- * unsplit one of its tile shape (the same bits), a tma variant where mx_kernel does not run
- * (mx_ok) mw_kernel's tile of the same size */
-static struct mw_variant *mw_runs(int v, int N, int out, int nseg)
-{
-	struct mw_variant *vr = &mw_var[v];
-	if (vr->split && nseg > 1 && (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm) *
-	    (vr->bm / 16) > MX_CNT)
-		for (int i = MW_NOLD; i < MW_NOLD + MW_NTMA; i++)
-			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
-				vr = &mw_var[i];
-	if (vr->fx[0] && !mx_ok())
-		for (int i = 0; i < MW_NOLD; i++)
-			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
-				vr = &mw_var[i];
-	if (vr->fx[0] && !mx_ok())
-		vr = &mw_var[1];
-	mw_occupancy(vr);
-	return vr;
-}
-
-/* the split sums' bytes of vr on this shape */
-static size_t mw_part_bytes(const struct mw_variant *vr, int N, int out, int nseg)
-{
-	return vr->split && nseg > 1 ?
-	       (size_t)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm) * nseg * vr->bm * vr->bn * 4 : 0;
-}
-
 /* y = x w^T through variant v (kseg: matmul_fixed's segment length); 16-bit w, in % 8 == 0,
- * x and w 16-byte aligned (the caller checks); glu: x is (N, 2 in), [gate | up], and the
+ * x and w 16-byte aligned (the caller checks); a tma variant where mx_kernel does not run
+ * (mx_ok) takes mw_kernel's tile of the same size; glu: x is (N, 2 in), [gate | up], and the
  * product's input silu(gate) * up (gpu_x2) */
 int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
                      int in, int out, int kseg, int v, int glu)
 {
 	GPU_REQUIRE(v >= 0 && v < MW_NVAR && gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg),
 	            "matmul_wgmma");
-	int nkb = CEIL_DIV(in, MW_KB), nseg = CEIL_DIV(nkb, kseg / MW_KB);
-	struct mw_variant *vr = mw_runs(v, N, out, nseg);
-	size_t xbytes = (size_t)N * nkb * MW_KB * 2;
-	char *scr = (char *)gpu_scratch(xbytes + mw_part_bytes(vr, N, out, nseg));
-	mw_convert(st, (uint4 *)scr, x, N, in, f16, glu);
-	return mw_launch(st, vr, y, (float *)(scr + xbytes), scr, w, f16, N, in, out, kseg, 0);
-}
-
-/* whether variant v has a GLU version that takes gate/up products of I units */
-int gpu_matmul_wgmma_glu_ok(int v, int I)
-{
-	return v >= 0 && v < MW_NVAR && mw_var[v].fg[0] && mx_ok() && I % (mw_var[v].bm / 2) == 0;
-}
-
-/* y = swiglu_cat(x wgu^T) wd^T (x: N rows of C; wgu: 2 I rows [gate | up]; wd: out rows of
- * I), the same bits as the gate/up product then the down one with glu, each through
- * gpu_matmul_wgmma: variant vg (gpu_matmul_wgmma_glu_ok; one segment, kg >= C) for gate/up,
- * whose tile end writes
- * the SwiGLU in the down product's 16-bit input layout, and vd for down (segments of kg and
- * kd inputs). Neither the gate/up values nor the conversion pass of the down input exist. */
-int gpu_matmul_wgmma_mlp(cudaStream_t st, float *y, const float *x, const void *wgu,
-                         const void *wd, int f16, int N, int C, int I, int out, int kg, int kd,
-                         int vg, int vd)
-{
-	GPU_REQUIRE(gpu_matmul_wgmma_glu_ok(vg, I) && vd >= 0 && vd < MW_NVAR && kg >= C &&
-	            gpu_matmul_wgmma_walks(I, kd),
-	            "matmul_wgmma_mlp");
-	struct mw_variant *g = &mw_var[vg];
-	mw_occupancy(g);
-	int nsd = CEIL_DIV(CEIL_DIV(I, MW_KB), kd / MW_KB);
-	struct mw_variant *d = mw_runs(vd, N, out, nsd);
-	size_t xbytes = (size_t)N * CEIL_DIV(C, MW_KB) * MW_KB * 2, hbytes = (size_t)N * I * 2;
-	char *scr = (char *)gpu_scratch(xbytes + hbytes + mw_part_bytes(d, N, out, nsd));
-	char *h = scr + xbytes;
-	mw_convert(st, (uint4 *)scr, x, N, C, f16, 0);
-	if (mw_launch(st, g, (float *)h, NULL, scr, wgu, f16, N, C, 2 * I, kg, 1))
-		return -1;
-	return mw_launch(st, d, y, (float *)(h + hbytes), h, wd, f16, N, I, out, kd, 0);
+	struct mw_variant *vr = &mw_var[v];
+	int nkb = CEIL_DIV(in, MW_KB), Kp = nkb * MW_KB, nseg = CEIL_DIV(nkb, kseg / MW_KB);
+	/* a split variant on too many tiles: the unsplit one of its tile shape (the same bits) */
+	if (vr->split && nseg > 1 && (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm) *
+	    (vr->bm / 16) > MX_CNT)
+		for (int i = MW_NOLD; i < MW_NOLD + MW_NTMA; i++)
+			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
+				vr = &mw_var[i];
+	if (vr->fx[0] && !mx_ok())        /* no tma: mw_kernel's tile of the same size */
+		for (int i = 0; i < MW_NOLD; i++)
+			if (mw_var[i].bm == vr->bm && mw_var[i].bn == vr->bn)
+				vr = &mw_var[i];
+	if (vr->fx[0] && !mx_ok())
+		vr = &mw_var[1];
+	int occ = mw_occupancy(vr);
+	size_t n16 = (size_t)N * Kp / 8;
+	long tiles = (long)CEIL_DIV(N, vr->bn) * CEIL_DIV(out, vr->bm);
+	size_t pbytes = vr->split && nseg > 1 ? (size_t)tiles * nseg * vr->bm * vr->bn * 4 : 0;
+	char *scr = (char *)gpu_scratch(n16 * 16 + pbytes);
+	uint4 *xp = (uint4 *)scr;
+	float *part = (float *)(scr + n16 * 16);
+	int cg = (int)(CEIL_DIV(n16, (size_t)256) < 8192 ? CEIL_DIV(n16, (size_t)256) : 8192);
+	wg_xperm_kernel<<<cg, 256, 0, st>>>(xp, x, N, in, Kp, n16, f16, glu);
+	CUDA_CHECK_LAUNCH();
+	long grid = tiles * (pbytes ? nseg : 1);
+	if (vr->fx[0]) {
+		CUtensorMap tw, tx;
+		if (wg_tensor_map(&tw, w, f16, in, out, MW_KB, vr->bm, 0) ||
+		    wg_tensor_map(&tx, xp, f16, Kp, N, 2 * MW_KB, vr->bn, 1))
+			return -1;
+		if (grid > gpu_sm_count() * occ)
+			grid = gpu_sm_count() * occ;
+		vr->fx[f16]<<<(int)grid, vr->threads, vr->smem, st>>>(tw, tx, y, part, N, in, out,
+		                                                      kseg);
+	} else {
+		vr->fn[f16]<<<(int)grid, vr->threads, vr->smem, st>>>(y, xp, w, N, in, out, kseg);
+	}
+	CUDA_CHECK_LAUNCH();
+	return 0;
 }
