@@ -76,8 +76,8 @@ template <int N, int MODE, int F16>
 static __global__ void __launch_bounds__(128)
 wg_kernel(float *D, const u16 *P, const u16 *Q, int K, int ldd, int lbo, int sbo, int zfirst)
 {
-	extern __shared__ uint4 wg_smem[];
-	char *base = (char *)(((uintptr_t)wg_smem + 1023) & ~(uintptr_t)1023);
+	extern __shared__ uint4 probe_smem[];
+	char *base = (char *)(((uintptr_t)probe_smem + 1023) & ~(uintptr_t)1023);
 	char *sa = base, *sb = base + 64 * KC * 2;
 	int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
 	int m0 = blockIdx.x * 64, n0 = blockIdx.y * N;

@@ -1592,7 +1592,7 @@ static __global__ void f3b_prep_kernel(bf16 *dob, float *DT, float *lseT, const 
 /* D = A B (acc 0) or + D, m64n64k16 bf16, A M-major and B N-major from shared memory */
 static __device__ __forceinline__ void f3b_ss_tt(float *d, uint64_t da, uint64_t db, int acc)
 {
-	asm volatile(WG_SSP64 WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+	asm volatile(WG_PRED(34) WG_MMA(64, "bf16") "{" WG_R64 "}" ", %32, %33, p, 1, 1, 1, 1;\n}\n"
 	             : WG_O64 : "l"(da), "l"(db), "r"(acc));
 }
 

@@ -74,12 +74,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"%0, %1, %2, %3"
 #define WG_O8 \
 	"+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-#define WG_SSI8 ", %4, %5, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-#define WG_RSI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP8 "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-#define WG_RSG8 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %9, 0;\nsetp.ne.b32 g, %10, 0;\n@g "
-#define WG_RTI8 ", {%4, %5, %6, %7}, %8, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R16 \
 	WG_R8 ", " \
@@ -87,12 +81,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 #define WG_O16 \
 	WG_O8, \
 	"+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define WG_SSI16 ", %8, %9, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-#define WG_RSI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP16 "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-#define WG_RSG16 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %13, 0;\nsetp.ne.b32 g, %14, 0;\n@g "
-#define WG_RTI16 ", {%8, %9, %10, %11}, %12, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R32 \
 	WG_R16 ", " \
@@ -101,12 +89,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	WG_O16, \
 	"+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
 	"+f"(d[14]), "+f"(d[15])
-#define WG_SSI32 ", %16, %17, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-#define WG_RSI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP32 "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-#define WG_RSG32 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %21, 0;\nsetp.ne.b32 g, %22, 0;\n@g "
-#define WG_RTI32 ", {%16, %17, %18, %19}, %20, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R64 \
 	WG_R32 ", " \
@@ -116,12 +98,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
 	"+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
 	"+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define WG_SSI64 ", %32, %33, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-#define WG_RSI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP64 "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-#define WG_RSG64 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %37, 0;\nsetp.ne.b32 g, %38, 0;\n@g "
-#define WG_RTI64 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R128 \
 	WG_R64 ", " \
@@ -135,12 +111,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
 	"+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
 	"+f"(d[62]), "+f"(d[63])
-#define WG_SSI128 ", %64, %65, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-#define WG_RSI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP128 "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-#define WG_RSG128 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %69, 0;\nsetp.ne.b32 g, %70, 0;\n@g "
-#define WG_RTI128 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R256 \
 	WG_R128 ", " \
@@ -161,12 +131,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), \
 	"+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), \
 	"+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-#define WG_SSI256 ", %128, %129, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-#define WG_RSI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP256 "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-#define WG_RSG256 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %133, 0;\nsetp.ne.b32 g, %134, 0;\n@g "
-#define WG_RTI256 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 /* N = 80, 112, 160: tiles of rows that fit 640 rows better than 128 (8 x 80, 6 x 112, 4 x 160) */
 #define WG_R80 \
@@ -176,12 +140,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	WG_O64, \
 	"+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
 	"+f"(d[38]), "+f"(d[39])
-#define WG_SSI80 ", %40, %41, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP80 "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
-#define WG_RSI80 ", {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP80 "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
-#define WG_RSG80 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %45, 0;\nsetp.ne.b32 g, %46, 0;\n@g "
-#define WG_RTI80 ", {%40, %41, %42, %43}, %44, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R112 \
 	WG_R64 ", " \
@@ -193,12 +151,6 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
 	"+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
 	"+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
-#define WG_SSI112 ", %56, %57, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP112 "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-#define WG_RSI112 ", {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP112 "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
-#define WG_RSG112 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %61, 0;\nsetp.ne.b32 g, %62, 0;\n@g "
-#define WG_RTI112 ", {%56, %57, %58, %59}, %60, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 #define WG_R160 \
 	WG_R128 ", " \
@@ -208,70 +160,78 @@ static __device__ __forceinline__ void wg_fence_acc(float *d)
 	"+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
 	"+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
 	"+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
-#define WG_SSI160 ", %80, %81, p, 1, 1, 0, 0;\n}\n" /* da, db */
-#define WG_SSP160 "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-#define WG_RSI160 ", {%80, %81, %82, %83}, %84, p, 1, 1, 0;\n}\n" /* a, db */
-#define WG_RSP160 "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
-#define WG_RSG160 "{\n.reg .pred p, g;\nsetp.ne.b32 p, %85, 0;\nsetp.ne.b32 g, %86, 0;\n@g "
-#define WG_RTI160 ", {%80, %81, %82, %83}, %84, p, 1, 1, 1;\n}\n" /* a, db: B N-major */
 
 template <int N>
 struct wg_op;
 
+/* The operands after the N/2 accumulators, numbered from N/2 (the asm strings spell the
+ * numbers out; WG_DEF is given them, p0 = N/2 .. p6 = N/2 + 6): a product's scale-d
+ * predicate from operand n (WG_PRED), its tail with A and B in shared memory (descriptors
+ * da, db: operands p0, p1), with A from registers (a: p0 .. p3, db: p4; t: B's transpose
+ * bit), and the guard of a product done only where operand n is not 0 (WG_PRED_IF). */
+#define WG_PRED(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
+#define WG_PRED_IF(n, on) \
+	"{\n.reg .pred p, g;\nsetp.ne.b32 p, %" #n ", 0;\nsetp.ne.b32 g, %" #on ", 0;\n@g "
+#define WG_SS_TAIL(p0, p1) ", %" #p0 ", %" #p1 ", p, 1, 1, 0, 0;\n}\n"
+#define WG_RS_TAIL(p0, p1, p2, p3, p4, t) \
+	", {%" #p0 ", %" #p1 ", %" #p2 ", %" #p3 "}, %" #p4 ", p, 1, 1, " #t ";\n}\n"
+
 #define WG_MMA(N, TY) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " "
-/* the product with A from registers, ending in TAIL (B's transpose bit) */
-#define WG_RS_ASM(N, TY, TAIL) \
-	asm volatile(WG_RSP##N WG_MMA(N, TY) "{" WG_R##N "}" TAIL \
+/* the product with A from registers, its predicate from operand P, ending in TAIL */
+#define WG_RS_ASM(N, TY, P, TAIL) \
+	asm volatile(WG_PRED(P) WG_MMA(N, TY) "{" WG_R##N "}" TAIL \
 	             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(acc))
-#define WG_DEF(N) \
+#define WG_DEF(N, p0, p1, p2, p3, p4, p5, p6) \
 template <> \
 struct wg_op<N> { \
 	static __device__ __forceinline__ void ss(float *d, uint64_t da, uint64_t db, int acc, \
 	                                          int f16) \
 	{ \
 		if (f16) \
-			asm volatile(WG_SSP##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_SSI##N \
+			asm volatile(WG_PRED(p2) WG_MMA(N, "f16") "{" WG_R##N "}" WG_SS_TAIL(p0, p1) \
 			             : WG_O##N : "l"(da), "l"(db), "r"(acc)); \
 		else \
-			asm volatile(WG_SSP##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_SSI##N \
+			asm volatile(WG_PRED(p2) WG_MMA(N, "bf16") "{" WG_R##N "}" WG_SS_TAIL(p0, p1) \
 			             : WG_O##N : "l"(da), "l"(db), "r"(acc)); \
 	} \
 	static __device__ __forceinline__ void rs(float *d, uint4 a, uint64_t db, int acc, int f16) \
 	{ \
 		if (f16) \
-			WG_RS_ASM(N, "f16", WG_RSI##N); \
+			WG_RS_ASM(N, "f16", p5, WG_RS_TAIL(p0, p1, p2, p3, p4, 0)); \
 		else \
-			WG_RS_ASM(N, "bf16", WG_RSI##N); \
+			WG_RS_ASM(N, "bf16", p5, WG_RS_TAIL(p0, p1, p2, p3, p4, 0)); \
 	} \
 	static __device__ __forceinline__ void rst(float *d, uint4 a, uint64_t db, int acc, int f16) \
 	{ \
 		if (f16) \
-			WG_RS_ASM(N, "f16", WG_RTI##N); \
+			WG_RS_ASM(N, "f16", p5, WG_RS_TAIL(p0, p1, p2, p3, p4, 1)); \
 		else \
-			WG_RS_ASM(N, "bf16", WG_RTI##N); \
+			WG_RS_ASM(N, "bf16", p5, WG_RS_TAIL(p0, p1, p2, p3, p4, 1)); \
 	} \
 	static __device__ __forceinline__ void rs_if(float *d, uint4 a, uint64_t db, int acc, \
 	                                             int f16, int on) \
 	{ \
 		if (f16) \
-			asm volatile(WG_RSG##N WG_MMA(N, "f16") "{" WG_R##N "}" WG_RSI##N \
+			asm volatile(WG_PRED_IF(p5, p6) WG_MMA(N, "f16") "{" WG_R##N "}" \
+			             WG_RS_TAIL(p0, p1, p2, p3, p4, 0) \
 			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
 			               "r"(acc), "r"(on)); \
 		else \
-			asm volatile(WG_RSG##N WG_MMA(N, "bf16") "{" WG_R##N "}" WG_RSI##N \
+			asm volatile(WG_PRED_IF(p5, p6) WG_MMA(N, "bf16") "{" WG_R##N "}" \
+			             WG_RS_TAIL(p0, p1, p2, p3, p4, 0) \
 			             : WG_O##N : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), \
 			               "r"(acc), "r"(on)); \
 	} \
 };
-WG_DEF(8)
-WG_DEF(16)
-WG_DEF(32)
-WG_DEF(64)
-WG_DEF(128)
-WG_DEF(256)
-WG_DEF(80)
-WG_DEF(112)
-WG_DEF(160)
+WG_DEF(8, 4, 5, 6, 7, 8, 9, 10)
+WG_DEF(16, 8, 9, 10, 11, 12, 13, 14)
+WG_DEF(32, 16, 17, 18, 19, 20, 21, 22)
+WG_DEF(64, 32, 33, 34, 35, 36, 37, 38)
+WG_DEF(128, 64, 65, 66, 67, 68, 69, 70)
+WG_DEF(256, 128, 129, 130, 131, 132, 133, 134)
+WG_DEF(80, 40, 41, 42, 43, 44, 45, 46)
+WG_DEF(112, 56, 57, 58, 59, 60, 61, 62)
+WG_DEF(160, 80, 81, 82, 83, 84, 85, 86)
 #undef WG_DEF
 
 /* mbarriers in shared memory and the bulk tensor copy (TMA) that completes on one */
