@@ -310,8 +310,11 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	uint64_t *full = (uint64_t *)(sm + STAGES * P::STAGE), *empty = full + STAGES;
 	int nkb = CEIL_DIV(K, MW_KB), nst = CEIL_DIV(nkb, 2), segb = kseg / MW_KB;
 	int ntr = CEIL_DIV(N, BN), ntiles = ntr * CEIL_DIV(out, P::BM);
-	/* SPLIT: segments and stages a segment (segb is even where there are several) */
-	int nseg = SPLIT ? CEIL_DIV(nkb, segb) : 1, segst = nseg > 1 ? segb / 2 : nst;
+	/* stages a segment: a segment ends where a stage ends (an even number of blocks a
+	 * segment, or one segment); SPLIT: segments, each a unit of its own (segb is even where
+	 * there are several, so that a unit's stages are the segment's) */
+	int sst = segb % 2 == 0 && segb / 2 < nst ? segb / 2 : nst;
+	int nseg = SPLIT ? CEIL_DIV(nkb, segb) : 1, segst = nseg > 1 ? sst : nst;
 	int units = ntiles * nseg;
 
 	if (threadIdx.x == 0) {
@@ -355,9 +358,6 @@ mx_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtens
 	float d[BN / 2], tot[SR && !SPLIT ? BN / 2 : 1];
 	int slot = 0;
 	unsigned ph = 0;
-	/* stages a segment: a segment ends where a stage ends (an even number of blocks a
-	 * segment, or one segment) */
-	int sst = segb % 2 == 0 && segb / 2 < nst ? segb / 2 : nst;
 	for (int u = blockIdx.x; u < units; u += gridDim.x) {
 		int t = u / nseg, sg = u % nseg;
 		int n0 = t % ntr * BN, o0 = t / ntr * P::BM, first = 1;
