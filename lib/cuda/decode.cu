@@ -743,9 +743,9 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 		/* the warp's first tile, the values of its second and the keys of its second into
 		 * L2; then the q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g,
 		 * g+8 and inputs 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu) */
-		dm_kload(kr, kb, rowb, s0, s_end, g, q);
-		dm_vload(vs0, vb, rowb, s0, s_end, lane);
-		dm_vload(vs1, vb, rowb, s0 + step, s_end, lane);
+		dm_kload<1>(kr, kb, rowb, s0, s_end, g, q);
+		dm_vload<1>(vs0, vb, rowb, s0, s_end, lane);
+		dm_vload<1>(vs1, vb, rowb, s0 + step, s_end, lane);
 		dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
 		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
 	}
@@ -755,7 +755,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	float o[16][4], m[2], lsum[2];
 	dm_begin(a, rbase, TG, len, s_end, lim, o, m, lsum);
 	for (; s0 < s_end; s0 += step) {
-		dm_tile<0, 0, HL>(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step,
+		dm_tile<1, 1, HL>(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step,
 		                  s_end, kb, vb, rowb, f16);
 		unsigned t = vs0;
 		vs0 = vs1;
