@@ -70,30 +70,6 @@ static void *dev_copy(const void *h, size_t n)
 	return d;
 }
 
-static double copy_bandwidth(void)
-{
-	size_t n = (size_t)1 << 30;
-	void *a, *b;
-	cudaEvent_t e0, e1;
-	float ms;
-
-	CK(cudaMalloc(&a, n));
-	CK(cudaMalloc(&b, n));
-	CK(cudaMemsetAsync(a, 1, n, st));
-	CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
-	CK(cudaEventRecord(e0, st));
-	for (int i = 0; i < 10; i++)
-		CK(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, n, cudaMemcpyDeviceToDevice, st));
-	CK(cudaEventRecord(e1, st));
-	CK(cudaEventSynchronize(e1));
-	CK(cudaEventElapsedTime(&ms, e0, e1));
-	CK(cudaFree(a));
-	CK(cudaFree(b));
-	return 2.0 * n * 10 / (ms * 1e-3);
-}
-
 struct setup {
 	struct kv_batch b;          /* device arrays */
 	int layers;
@@ -173,7 +149,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	st = gpu_stream();
-	double bw = copy_bandwidth();
+	double bw = bench_copy_bw(st);
 	printf("copy bandwidth (1 GiB device-to-device x10, read+write counted): %.1f GB/s\n",
 	       bw * 1e-9);
 	printf("rows a sequence: %s, cached keys %d\n", mix ? "8 for every fourth, else 4" : rows,

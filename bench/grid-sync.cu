@@ -15,6 +15,8 @@
 #include <string.h>
 #include <cuda_runtime.h>
 
+#include "gpu.h"
+#include "cuda/common.cuh"
 #include "bench.cuh"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -31,10 +33,8 @@ static __device__ __forceinline__ void phase_work(int *data, int p)
 
 static __global__ void k_phase(int *data, int p)
 {
-#if __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;\n" ::);
-	asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+	gpu_pdl_trigger();
+	gpu_pdl_wait();
 	phase_work(data, p);
 }
 
@@ -56,21 +56,6 @@ static __global__ void k_persist(int *data, unsigned *counter, int P)
 	}
 }
 
-static void launch_phase(cudaStream_t st, int *data, int p, int blocks, int threads, int pdl)
-{
-	cudaLaunchConfig_t cfg;
-	cudaLaunchAttribute at[1];
-	memset(&cfg, 0, sizeof cfg);
-	memset(at, 0, sizeof at);
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.gridDim = dim3(blocks);
-	cfg.blockDim = dim3(threads);
-	cfg.stream = st;
-	cfg.attrs = at;
-	cfg.numAttrs = pdl ? 1 : 0;
-	CK(cudaLaunchKernelEx(&cfg, k_phase, data, p));
-}
 
 int main(int argc, char **argv)
 {
@@ -114,8 +99,11 @@ int main(int argc, char **argv)
 				}
 				cudaGraph_t g;
 				CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-				for (int p = 1; p <= P; p++)
-					launch_phase(st, data, p, blocks, threads, mode == 0);
+				gpu_set_pdl(mode == 0);         /* gpu_launch: with PDL or not */
+				for (int p = 1; p <= P; p++) {
+					void *args[] = { &data, &p };
+					gpu_launch((const void *)k_phase, dim3(blocks), dim3(threads), 0, st, args);
+				}
 				CK(cudaStreamEndCapture(st, &g));
 				CK(cudaGraphInstantiate(&exec, g, 0));
 				CK(cudaGraphDestroy(g));

@@ -194,29 +194,28 @@ pp_kernel(const struct pp_phase *ph, int P, int M, unsigned *bar)
 	}
 }
 
-static __global__ void fill_bf16(uint16_t *w, size_t n, uint32_t seed, float scale)
+/* a value in [-1, 1) from the index and a seed (a hash) */
+static __device__ __forceinline__ float pp_rand(size_t i, uint32_t seed)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-		h ^= h >> 15;
-		h *= 2246822519u;
-		h ^= h >> 13;
-		float v = ((h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
-		uint32_t bits = __float_as_uint(v);
-		w[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
-	}
+	uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+	h ^= h >> 15;
+	h *= 2246822519u;
+	h ^= h >> 13;
+	return (h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
 }
 
-static __global__ void fill_f32(float *x, size_t n, uint32_t seed)
+/* w: n bf16 values in [-scale, scale) (rounded to nearest even); x: n floats in [-1, 1) */
+static __global__ void fill(uint16_t *w, float *x, size_t n, uint32_t seed, float scale)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		uint32_t h = (uint32_t)i * 2246822519u ^ seed;
-		h ^= h >> 15;
-		h *= 2654435761u;
-		h ^= h >> 13;
-		x[i] = (h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+		float v = pp_rand(i, seed);
+		if (x) {
+			x[i] = v;
+			continue;
+		}
+		uint32_t bits = __float_as_uint(v * scale);
+		w[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1)) >> 16);
 	}
 }
 
@@ -238,28 +237,6 @@ struct geom {
 static const struct geom geoms[] = {
 	{ "1.7b", 2048, 28, 16, 6144 }, { "4b", 2560, 36, 32, 9728 }, { "8b", 4096, 36, 32, 12288 },
 };
-
-static double copy_bw(void)
-{
-	size_t n = (size_t)1 << 30;
-	void *a, *b;
-	cudaEvent_t e0, e1;
-	float ms;
-	CK(cudaMalloc(&a, n));
-	CK(cudaMalloc(&b, n));
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
-	CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
-	CK(cudaEventRecord(e0));
-	for (int i = 0; i < 10; i++)
-		CK(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, n, cudaMemcpyDeviceToDevice));
-	CK(cudaEventRecord(e1));
-	CK(cudaEventSynchronize(e1));
-	CK(cudaEventElapsedTime(&ms, e0, e1));
-	CK(cudaFree(a));
-	CK(cudaFree(b));
-	return 2.0 * n * 10 / (ms * 1e-3);
-}
 
 static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStream_t st)
 {
@@ -288,8 +265,8 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaMalloc(&w, wtot * 2));
 	CK(cudaMalloc(&x, 4 * xmax * sizeof(float)));
 	CK(cudaMalloc(&y, ytot * sizeof(float)));
-	fill_bf16<<<4096, 256>>>(w, wtot, 12345u, 0.03f);
-	fill_f32<<<256, 256>>>(x, 4 * xmax, 777u);
+	fill<<<4096, 256>>>(w, NULL, wtot, 12345u, 0.03f);
+	fill<<<256, 256>>>(NULL, x, 4 * xmax, 777u, 1.0f);
 	CK(cudaGetLastError());
 	size_t wo = 0, yo = 0;
 	for (int p = 0; p < P; p++) {
@@ -392,7 +369,7 @@ int main(int argc, char **argv)
 	}
 	CK(cudaGetDeviceProperties(&prop, 0));
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-	double bw = copy_bw();
+	double bw = bench_copy_bw(st);
 	printf("# %s, %d SMs; copy %.1f GB/s; median of %d runs\n", prop.name,
 	       prop.multiProcessorCount, bw / 1e9, reps);
 	for (char *g = strtok_r(list, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
