@@ -127,7 +127,11 @@ int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *logits, cons
 
 /* the engine forward's cache and fused ops (decode.cu), struct ops semantics; kv_batch's
  * arrays on the device. attention_kv: HD <= 256, a multiple of 4, HD x element size a
- * multiple of 16 bytes; the caches 16-byte aligned. */
+ * multiple of 16 bytes; the caches 16-byte aligned; with PDL on, kv_batch's arrays and the
+ * cache positions below each sequence's len must not have been written by kernels since the
+ * stream's last operation that is not a kernel (the engine's forward uploads its batch
+ * before its kernels and writes only positions len ..): the cluster kernel reads them
+ * before its wait on the kernel before it. */
 int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float *k,
                   const float *v, int NKV, int HD);
 int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,

@@ -176,7 +176,9 @@ struct ops {
 	                  int NKV, int HD);
 	/* out(N,NH,HD): every sequence's new rows q(N,NH,HD) against layer l of its cache (keys
 	 * 0 .. len+T-1, the new rows appended already): .attention with qpos = len + t, kpos =
-	 * 0 .. len+T-1 and the block-causal rule of `block` */
+	 * 0 .. len+T-1 and the block-causal rule of `block`. CUDA may read b's arrays and the
+	 * keys below len before the op just before it has finished: those must come from an
+	 * upload or an earlier forward, not from the ops of this one (lib/gpu.h) */
 	void (*attention_kv)(float *out, const float *q, const struct kv_batch *b, int l,
 	                     int NH, int NKV, int HD, int block);
 	/* from qkv(N, (NH + 2 NKV) HD) = [q | k | v] rows of the fused projection: q(N,NH,HD) =

@@ -58,7 +58,10 @@ int gpu_matmul_wgmma(cudaStream_t st, float *y, const float *x, const void *w, i
 /* Programmatic dependent launch (sm_90): a kernel that gpu_launch starts may begin while
  * the kernel before it in the stream still runs. Such a kernel calls gpu_pdl_wait() on every
  * path before it reads or writes memory that an earlier kernel reads or writes (the weights,
- * never written, may be read before); the wait returns when the kernel before it has
+ * never written, may be read before; so may what no kernel has written since the last
+ * stream operation that is not a kernel, such as the engine forward's upload: decode.cu's
+ * dm_kernel reads the batch's arrays and the caches' keys below len before it); the wait
+ * returns when the kernel before it has
  * finished and its writes are visible, and since that kernel waited likewise, when
  * everything before has. gpu_pdl_trigger() lets the next kernel start (its own wait still
  * holds it). Both are no-ops without PDL. */

@@ -709,7 +709,6 @@ template <int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
-	gpu_pdl_wait();
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DM_QOFF);
@@ -739,16 +738,26 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	int s0 = s_begin + wid * DM_KT;
 	uint4 kr[4][4];
 
-	if (s_begin < s_end) {
-		/* the warp's first tile, the values of its second and the keys of its second into
-		 * L2; then the q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g,
-		 * g+8 and inputs 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu) */
-		dm_kload<1>(kr, kb, rowb, s0, s_end, g, q);
-		dm_vload<1>(vs0, vb, rowb, s0, s_end, lane);
-		dm_vload<1>(vs1, vb, rowb, s0 + step, s_end, lane);
-		dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
-		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
+	/* the warp's first tile, the values of its second and the keys of its second into L2;
+	 * then the q fragments, scaled, hi and lo: entry (blk, step, lane) holds rows g, g+8 and
+	 * inputs 32 blk + 8 q + 4 step .. +3 (the permutation of matmul_fixed.cu). Up to here
+	 * nothing read was written by the kernels before in the stream (the batch's arrays come
+	 * with the forward's upload, which those kernels follow, and so do the cache's keys
+	 * below len, written by earlier forwards): where the first two tiles' keys are all below
+	 * len, their loads go out before the wait for the kernel that writes q and the new keys */
+	int early = s_begin < s_end && min(s0 + step + DM_KT, s_end) - 1 < len;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass)
+			gpu_pdl_wait();
+		if (s_begin < s_end && early == !pass) {
+			dm_kload<1>(kr, kb, rowb, s0, s_end, g, q);
+			dm_vload<1>(vs0, vb, rowb, s0, s_end, lane);
+			dm_vload<1>(vs1, vb, rowb, s0 + step, s_end, lane);
+			dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
+		}
 	}
+	if (s_begin < s_end)
+		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
 	__syncthreads();
 
 	int lim[2];
