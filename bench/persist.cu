@@ -219,17 +219,6 @@ static __global__ void fill(uint16_t *w, float *x, size_t n, uint32_t seed, floa
 	}
 }
 
-/* the streaming kernel's segments for (in, out): matmul_fixed.cu's mf_segments */
-static int pp_segments(int in, int out, int *kseg)
-{
-	int kb = (in + 31) / 32, tiles = (out + 7) / 8, n = (1024 + tiles - 1) / tiles;
-	n = n > 8 ? 8 : n < 1 ? 1 : n;
-	n = n > kb ? kb : n;
-	int per = (kb + n - 1) / n;
-	*kseg = per * 32;
-	return (kb + per - 1) / per;
-}
-
 struct geom {
 	const char *name;
 	int C, L, NH, I;
@@ -249,7 +238,7 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	for (int p = 0; p < P; p++) {
 		int in = p < P - 1 ? shp[p % 4][0] : C, out = p < P - 1 ? shp[p % 4][1] : V;
 		ph[p].in = in, ph[p].out = out;
-		ph[p].nseg = pp_segments(in, out, &ph[p].kseg);
+		ph[p].nseg = gpu_matmul_fixed_segments(in, out, &ph[p].kseg);
 		ph[p].tiles = (out + 7) / 8;
 		if (ph[p].nseg > PP_WB) {
 			fprintf(stderr, "persist: %s: %d segments > %d warps a block\n", gm->name,

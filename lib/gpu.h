@@ -86,6 +86,9 @@ int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, c
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
+/* the segments every path of the product cuts the inputs of (in, out) into (its order of
+ * sums: matmul_fixed.cu), and *kseg, the inputs a segment (a multiple of 32) */
+int gpu_matmul_fixed_segments(int in, int out, int *kseg);
 /* whether the tiled path may take its wgmma kernels (matmul_wgmma.cu: a compute-capability-9.0
  * GPU, the same bits, chosen where estimated faster; on unless DICE_WGMMA is 0): 0 off, 1 on
  * (where the GPU has them), -1 back to the environment */

@@ -440,6 +440,20 @@ static __device__ __forceinline__ void dm_vload(unsigned vs, const char *vb, uns
 	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+/* a warp's first loads: the keys of its first tile (s0 .., up to e0) into kr and its values
+ * into vs0, the values of its second (s1 .., up to e1) into vs1 and that one's keys into L2 */
+template <int KL, int VL>
+static __device__ __forceinline__ void dm_first(uint4 kr[4][4], const char *kb, const char *vb,
+                                                unsigned rowb, int s0, int e0, int s1, int e1,
+                                                unsigned vs0, unsigned vs1)
+{
+	int lane = threadIdx.x & 31;
+	dm_kload<KL>(kr, kb, rowb, s0, e0, lane >> 2, lane & 3);
+	dm_vload<VL>(vs0, vb, rowb, s0, e0, lane);
+	dm_vload<VL>(vs1, vb, rowb, s1, e1, lane);
+	dm_kprefetch(kb, rowb, s1, e1, lane);
+}
+
 /* one tile of a warp, keys s0 .. s0 + 31, its keys in kr and its values at vs: the scores of
  * the 16 rows (row g + 8 hh sees keys below lim[hh]), the online softmax (m, lsum, o), o +=
  * P V. Once the scores are made, the warp's next tile's keys (s1 .., up to e1; in L2 by then)
@@ -746,15 +760,11 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	 * below len, written by earlier forwards): where the first two tiles' keys are all below
 	 * len, their loads go out before the wait for the kernel that writes q and the new keys */
 	int early = s_begin < s_end && min(s0 + step + DM_KT, s_end) - 1 < len;
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < 2; pass++) {          /* (one copy of the loads' code) */
 		if (pass)
 			gpu_pdl_wait();
-		if (s_begin < s_end && early == !pass) {
-			dm_kload<1>(kr, kb, rowb, s0, s_end, g, q);
-			dm_vload<1>(vs0, vb, rowb, s0, s_end, lane);
-			dm_vload<1>(vs1, vb, rowb, s0 + step, s_end, lane);
-			dm_kprefetch(kb, rowb, s0 + step, s_end, lane);
-		}
+		if (s_begin < s_end && early == !pass)
+			dm_first<1, 1>(kr, kb, vb, rowb, s0, s_end, s0 + step, s_end, vs0, vs1);
 	}
 	if (s_begin < s_end)
 		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
@@ -939,7 +949,6 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
                                                 struct du_tile &n2, uint4 kr[4][4],
                                                 unsigned vs0, unsigned vs1, unsigned rowb)
 {
-	int lane = threadIdx.x & 31;
 	/* as if after the last tile of a split before the group's first */
 	cur.z = grp - GROUPS;
 	cur.s0 = -DM_WARPS * DM_KT;
@@ -947,10 +956,7 @@ static __device__ __forceinline__ void du_start(const struct du_unit &x, int grp
 	cur = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
 	n1 = du_next<GROUPS, ROT>(cur, wl, x.ns, x.split_len, x.S, x.kend);
 	n2 = du_next<GROUPS, ROT>(n1, wl, x.ns, x.split_len, x.S, x.kend);
-	dm_kload<KL>(kr, x.kb, rowb, cur.s0, cur.e, lane >> 2, lane & 3);
-	dm_vload<VL>(vs0, x.vb, rowb, cur.s0, cur.e, lane);
-	dm_vload<VL>(vs1, x.vb, rowb, n1.s0, n1.e, lane);
-	dm_kprefetch(x.kb, rowb, n1.s0, n1.e, lane);
+	dm_first<KL, VL>(kr, x.kb, x.vb, rowb, cur.s0, cur.e, n1.s0, n1.e, vs0, vs1);
 }
 
 /* a group's walk of unit x: its splits grp, grp + GROUPS, ..., each as a dm_kernel block

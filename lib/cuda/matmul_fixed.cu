@@ -18,10 +18,11 @@
  *    that run a tile's segments in blocks of their own; DICE_MX_ROWS=0: none of the TMA
  *    tiles of 80, 112 or 160 rows).
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
- * 32; mf_segments, a function of (in, out)); within a segment the products accumulate from
- * zero in 32-input blocks, ascending, each block two mma steps over a fixed permutation of its
- * inputs (thread q of a quad holds inputs 8q..8q+7: the first step takes 8q+0..3, the second
- * 8q+4..7); the segments' sums are then added in segment order: ((s0 + s1) + s2) + ...
+ * 32; gpu_matmul_fixed_segments, a function of (in, out)); within a segment the products
+ * accumulate from zero in 32-input blocks, ascending, each block two mma steps over a fixed
+ * permutation of its inputs (thread q of a quad holds inputs 8q..8q+7: the first step takes
+ * 8q+0..3, the second 8q+4..7); the segments' sums are then added in segment order:
+ * ((s0 + s1) + s2) + ...
  * Rows beyond N and inputs beyond in enter as zeros in both kernels. fp32 weights take the
  * gemv kernel of matmul.cu in chunks of 8 rows (its per-row arithmetic does not depend on
  * the row count), and shapes neither kernel takes (in not a multiple of 8, unaligned
@@ -396,7 +397,7 @@ static __global__ void mf_plain_kernel(float *y, const float *x, const void *w, 
 
 /* the segments of the inputs for (in, out): enough warps of the streaming kernel to fill the
  * GPU, at most MF_SEGMAX; *kseg = inputs per segment (a multiple of 32) */
-static int mf_segments(int in, int out, int *kseg)
+int gpu_matmul_fixed_segments(int in, int out, int *kseg)
 {
 	int kb = CEIL_DIV(in, MF_KB), tiles = CEIL_DIV(out, 8);
 	int n = CEIL_DIV(MF_WARPS_WANT, tiles);
@@ -490,7 +491,7 @@ static int mf_walks(const struct mf_variant *v, int nseg, int kseg)
 /* the variant and split the tiled path takes for this shape */
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 {
-	int kseg, nseg = mf_segments(in, out, &kseg), v = -1;
+	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg), v = -1;
 	double best = 0;
 	*split = 0;
 	for (int i = 0; i < MF_NVAR; i++) {
@@ -516,7 +517,7 @@ int gpu_matmul_fixed_choice(int N, int in, int out, int *split)
 static int mf_tiled(cudaStream_t st, float *y, const float *x, const void *w, int f16, int N,
                     int in, int out, int v, int split, int glu)
 {
-	int kseg, nseg = mf_segments(in, out, &kseg);
+	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg);
 
 	if (v >= MF_NVAR && !(gpu_matmul_wgmma_ok() && gpu_matmul_wgmma_walks(in, kseg)))
 		v = -1;                         /* no wgmma here: the mma.sync kernel */
@@ -569,7 +570,7 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
 	if (kernel == 2)
 		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
-	int kseg, nseg = mf_segments(in, out, &kseg), f16 = wdt == DICE_F16;
+	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg), f16 = wdt == DICE_F16;
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;
