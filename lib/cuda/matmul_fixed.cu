@@ -176,6 +176,159 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
 	mfs_body(y, x, w, f16, 4, M, K, out, kseg);
 }
 
+/* The staged streaming kernel (up to 8 rows; matmul_fixed's default there, DICE_MFX=0: the
+ * streaming kernel): the streaming kernel's products in its order (the same bits), but a block
+ * holds T tiles of 8 outputs x nseg segments (warp w: tile T blockIdx.x + w / nseg, segment
+ * w % nseg), and once its first weights are asked for and x is written it converts all of x
+ * to the weights' 16-bit type into shared memory (rows of K + 8 values: a warp's A operands
+ * fall in distinct banks). A step then reads its A operands from shared memory: it has no
+ * global load of x for its weights to wait behind, the weights of two steps in flight, and
+ * no registers for x (more warps an SM, and at batch 1 all the blocks of a product at once). */
+#define MFX_WARPS 19                    /* warps a block, at most (at 96 registers, about an SM's) */
+#define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums) */
+
+static __global__ void __launch_bounds__(32 * MFX_WARPS)
+mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
+           int T)
+{
+	extern __shared__ uint4 mfx_smem[];
+	char *xs = (char *)mfx_smem;
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nseg = (blockDim.x >> 5) / T;
+	int tl = wid / nseg, seg = wid % nseg, tiles = CEIL_DIV(out, 8), RS = K + 8;
+	int t = blockIdx.x * T + tl, live = t < tiles;
+	int g = lane >> 2, q = lane & 3, o0 = min(t, tiles - 1) * 8;
+	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
+	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
+	float4 *part = (float4 *)(xs + (size_t)M * RS * 2);     /* (T, nseg, 32) */
+	float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+	uint4 b[8], bn[8];
+
+	gpu_pdl_trigger();
+	mfs_loadb(b, wp, kbeg, kend, q, 8);
+	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
+	/* x -> shared memory, 8 values (16 bytes) an item, four items' loads before their stores */
+	int K8 = K / 8, items = M * K8, nt = blockDim.x;
+	for (int j0 = threadIdx.x; j0 < items; j0 += 4 * nt) {
+		float4 v[4][2];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int j = j0 + u * nt, r = j / K8, i = j - r * K8;
+			if (j < items) {
+				const float4 *p = (const float4 *)(x + (size_t)r * K + 8 * i);
+				v[u][0] = __ldg(p);
+				v[u][1] = __ldg(p + 1);
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int j = j0 + u * nt, r = j / K8, i = j - r * K8;
+			if (j < items)
+				*(uint4 *)(xs + ((size_t)r * RS + 8 * i) * 2) = mf_pack8(v[u][0], v[u][1], f16);
+		}
+	}
+	__syncthreads();
+	for (int k = kbeg; k < kend; k += MF_KB * 8) {
+		if (k + MF_KB * 8 < kend)
+			mfs_loadb(bn, wp, k + MF_KB * 8, kend, q, 8);
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			int kk = k + MF_KB * u + 8 * q;
+			if (k + MF_KB * u < kend) {
+				uint4 ra = make_uint4(0, 0, 0, 0);
+				if (g < M && kk < kend)
+					ra = *(const uint4 *)(xs + ((size_t)g * RS + kk) * 2);
+				mf_step(c, ra, make_uint4(0, 0, 0, 0), b[u], f16);
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+			b[u] = bn[u];
+	}
+	if (nseg > 1) {                         /* the segments' sums in order, as mfs_body */
+		part[(tl * nseg + seg) * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
+		__syncthreads();
+		if (seg)
+			return;
+		float4 v = part[tl * nseg * 32 + lane];
+		for (int sg = 1; sg < nseg; sg++) {
+			float4 p = part[(tl * nseg + sg) * 32 + lane];
+			v.x += p.x;
+			v.y += p.y;
+			v.z += p.z;
+			v.w += p.w;
+		}
+		c[0] = v.x;
+		c[1] = v.y;
+		c[2] = v.z;
+		c[3] = v.w;
+	}
+	int col = o0 + 2 * q;
+	if (!live || g >= M)                    /* (rows g + 8 are past M) */
+		return;
+	if (col < out)
+		y[(size_t)g * out + col] = c[0];
+	if (col + 1 < out)
+		y[(size_t)g * out + col + 1] = c[1];
+}
+
+/* the staged kernel where it takes the shape (M <= 8, its shared memory under MFX_SMEM) and,
+ * unless forced, beats the streaming kernel's waves: 0, else -1 (nothing launched) */
+static int mfx_on = -1;
+
+void gpu_set_mfx(int on)
+{
+	mfx_on = on;
+}
+
+static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
+                      int K, int out, int kseg, int nseg, int force)
+{
+	static int attr;
+	/* T tiles a block: a block an SM where they fit (at batch 1 all of a product's blocks at
+	 * once, none waiting for a second wave), at most MFX_WARPS warps a block */
+	int tiles = CEIL_DIV(out, 8), sms = gpu_sm_count(), T = CEIL_DIV(tiles, sms);
+	int tmax = MFX_WARPS / nseg > 1 ? MFX_WARPS / nseg : 1;
+	T = T < tmax ? T : tmax;
+	size_t smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16;
+
+	if (M > 8 || smem > MFX_SMEM)
+		return -1;
+	if (!attr) {
+		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                MFX_SMEM));
+		attr = 1;
+	}
+	/* where the streaming kernel's blocks fit the GPU at once, it keeps the product (its x
+	 * is read a step at a time: no staging first); the staged one only where it takes fewer
+	 * waves of blocks */
+	if (!force) {
+		static struct { int M, K, out, take; } memo[32];
+		static int nmemo;
+		int i = 0;
+		while (i < nmemo && !(memo[i].M == M && memo[i].K == K && memo[i].out == out))
+			i++;
+		if (i == nmemo) {
+			int ob = 0, nb = 0;
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ob, mfs_kernel8, 32 * nseg,
+			                                                         0));
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, mfx_kernel,
+			                                                         32 * T * nseg, smem));
+			long ow = CEIL_DIV((long)tiles, (long)sms * (ob > 0 ? ob : 1));
+			long nw = CEIL_DIV((long)CEIL_DIV(tiles, T), (long)sms * (nb > 0 ? nb : 1));
+			if (nmemo == 32)
+				i = nmemo = 0;          /* (a full memo starts over) */
+			memo[i].M = M, memo[i].K = K, memo[i].out = out, memo[i].take = ow > 1 && nw < ow;
+			nmemo++;
+		}
+		if (!memo[i].take)
+			return -1;
+	}
+	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T };
+	gpu_launch((const void *)mfx_kernel, dim3(CEIL_DIV(tiles, T)), dim3(32 * T * nseg), smem, st,
+	           args);
+	return 0;
+}
+
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (src is not read then) */
 static __device__ __forceinline__ void mf_cp16(void *dst, const void *src, int valid)
 {
@@ -566,11 +719,19 @@ const char *gpu_matmul_fixed_variant_name(int v)
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int in, int out, int kernel)
 {
-	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && (kernel == 1 || kernel == 2), "matmul_fixed");
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && kernel >= 1 && kernel <= 3, "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
 	if (kernel == 2)
 		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
 	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg), f16 = wdt == DICE_F16;
+	if (mfx_on < 0) {
+		const char *e = getenv("DICE_MFX");
+		mfx_on = !(e && e[0] == '0' && !e[1]);
+	}
+	if ((kernel == 3 || (kernel == 1 && mfx_on)) &&
+	    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel == 3) == 0)
+		return 0;
+	GPU_REQUIRE(kernel != 3, "matmul_fixed (staged kernel)");
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;

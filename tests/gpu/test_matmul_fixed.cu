@@ -73,7 +73,7 @@ static void vs_twin(enum dice_dtype dt, int N, int in, int out, int path)
 	struct mfd d = mfd_new(dt, N, in, out);
 	float *xr = gt_rand((size_t)N * in, 0, 1);
 	float *ref = (float *)xmalloc(sizeof(float) * N * out);
-	const char *pn[] = { "ops", "streaming", "tiled" };
+	const char *pn[] = { "ops", "streaming", "tiled", "staged" };
 	char what[160];
 
 	round_x(xr, d.x, (size_t)N * in, dt);
@@ -219,6 +219,24 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 	G->free(dgu); G->free(dw); G->free(dh); G->free(dy);
 }
 
+/* the staged streaming kernel (path 3, up to 8 rows) bitwise against the streaming kernel
+ * (path 1 with the staged one off), and against the twin */
+static void staged(enum dice_dtype dt, int M, int in, int out)
+{
+	struct mfd d = mfd_new(dt, M, in, out);
+	char what[200];
+
+	gpu_set_mfx(0);
+	float *ref = product(d.dx, d.dw, dt, M, in, out, 1);
+	gpu_set_mfx(-1);
+	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the staged kernel bitwise "
+	         "equal to the streaming kernel", dtname[dt], M, in, out);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 3), ref, M, out, what);
+	free(ref);
+	mfd_free(&d);
+	vs_twin(dt, M, in, out, 3);
+}
+
 /* the decode forward's row counts on one shape: each wgmma tile shape and the path, twice
  * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
 static void decode_rows(int in, int out)
@@ -275,6 +293,14 @@ int main(int argc, char **argv)
 {
 	if (gt_init(17))
 		return 0;
+	if (argc > 1 && !strcmp(argv[1], "staged")) {
+		staged(DICE_BF16, 4, 2560, 19456);
+		staged(DICE_F16, 4, 9728, 2560);
+		staged(DICE_BF16, 7, 1000, 513);
+		staged(DICE_BF16, 8, 8, 8);
+		staged(DICE_BF16, 6, 264, 9000);
+		return test_done();
+	}
 	if (argc > 1 && !strcmp(argv[1], "engine")) {
 		tiles(DICE_BF16, 203, 1000, 300);      /* 8 segments, the last block short */
 		tiles(DICE_BF16, 130, 4096, 2560);     /* 4 segments */
@@ -320,6 +346,13 @@ int main(int argc, char **argv)
 			wgmma_vs_mma(DICE_BF16, gi == 1 && o == 0 ? 8192 : rows[n % 4], ins[o], outs[o]);
 	}
 	wgmma_vs_mma(DICE_F16, 1100, 2080, 9000);  /* 639 tiles of 128 x 128, 65 blocks */
+	static const int st_shapes[][3] = {
+		{ 4, 2560, 19456 }, { 4, 2560, 6144 }, { 4, 4096, 2560 }, { 4, 9728, 2560 },  /* 4B */
+		{ 1, 2560, 30000 }, { 8, 12288, 4096 }, { 2, 1000, 77 }, { 5, 2056, 300 },
+		{ 3, 4096, 640 }, { 7, 1000, 513 }, { 8, 8, 8 }, { 6, 264, 9000 } };
+	for (size_t i = 0; i < sizeof st_shapes / sizeof st_shapes[0]; i++)
+		staged(i % 4 == 3 ? DICE_F16 : DICE_BF16, st_shapes[i][0], st_shapes[i][1],
+		       st_shapes[i][2]);
 	glu(DICE_F32, 40, 512, 300, 0);             /* the two-step paths */
 	glu(DICE_BF16, 5, 2560, 264, 0);
 	glu(DICE_BF16, 77, 1000, 300, 1);          /* every tile shape, short last block */
