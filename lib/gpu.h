@@ -62,9 +62,10 @@ int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
                     enum dice_dtype wdt, int N, int in, int out);
 /* the batch-invariant matmul (struct ops matmul_fixed, matmul_fixed.cu): a row's result is
  * the same bits whatever N is. gpu_matmul_fixed_path forces a kernel of the 16-bit path (1
- * streaming: the staged one where it takes the shape and gpu_set_mfx allows, 2 tiled, 3 the
- * staged streaming kernel (up to 8 rows; an error where it does not take the shape); in %
- * 8 == 0, x and w 16-byte aligned), for tests and the bench: all give the same bits.
+ * streaming: a staged one where it takes the shape and gpu_set_mfx allows, 2 tiled, 3 and 4
+ * the staged streaming kernel with two or one steps' weights in flight (up to 8 rows; an
+ * error where it does not take the shape); in % 8 == 0, x and w 16-byte aligned), for tests
+ * and the bench: all give the same bits.
  * gpu_set_mfx: whether the streaming path takes the staged kernel (1, the default), 0 never,
  * -1 as DICE_MFX says (0: never). gpu_matmul_gemv_rows: the gemv kernel over 8-row chunks
  * (fp32 path). */

@@ -182,12 +182,16 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
  * w % nseg), and once its first weights are asked for and x is written it converts all of x
  * to the weights' 16-bit type into shared memory (rows of K + 8 values: a warp's A operands
  * fall in distinct banks). A step then reads its A operands from shared memory: it has no
- * global load of x for its weights to wait behind, the weights of two steps in flight, and
- * no registers for x (more warps an SM, and at batch 1 all the blocks of a product at once). */
+ * global load of x for its weights to wait behind and no registers for x (more warps an SM,
+ * and at batch 1 all the blocks of a product at once). NB: the steps whose weights a warp
+ * has in flight, 2 (96 registers, blocks of up to 19 warps) or 1 (76, up to 24 warps: for
+ * products whose warps would not fit the GPU at once with 2, such as SDAR-8B's gate/up). */
 #define MFX_WARPS 19                    /* warps a block, at most (at 96 registers, about an SM's) */
+#define MFX1_WARPS 24                   /* the same with one step's weights in flight */
 #define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums) */
 
-static __global__ void __launch_bounds__(32 * MFX_WARPS)
+template <int NB>
+static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS : 32 * MFX_WARPS)
 mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
            int T)
 {
@@ -207,11 +211,12 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	mfs_loadb(b, wp, kbeg, kend, q, 8);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
 	/* x -> shared memory, 8 values (16 bytes) an item, four items' loads before their stores */
+	const int SB = NB == 1 ? 2 : 4;         /* items a thread has in flight */
 	int K8 = K / 8, items = M * K8, nt = blockDim.x;
-	for (int j0 = threadIdx.x; j0 < items; j0 += 4 * nt) {
-		float4 v[4][2];
+	for (int j0 = threadIdx.x; j0 < items; j0 += SB * nt) {
+		float4 v[SB][2];
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < SB; u++) {
 			int j = j0 + u * nt, r = j / K8, i = j - r * K8;
 			if (j < items) {
 				const float4 *p = (const float4 *)(x + (size_t)r * K + 8 * i);
@@ -220,7 +225,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 			}
 		}
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < SB; u++) {
 			int j = j0 + u * nt, r = j / K8, i = j - r * K8;
 			if (j < items)
 				*(uint4 *)(xs + ((size_t)r * RS + 8 * i) * 2) = mf_pack8(v[u][0], v[u][1], f16);
@@ -228,7 +233,9 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	}
 	__syncthreads();
 	for (int k = kbeg; k < kend; k += MF_KB * 8) {
-		if (k + MF_KB * 8 < kend)
+		if (NB == 1 && k > kbeg)
+			mfs_loadb(b, wp, k, kend, q, 8);
+		if (NB == 2 && k + MF_KB * 8 < kend)
 			mfs_loadb(bn, wp, k + MF_KB * 8, kend, q, 8);
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
@@ -242,7 +249,8 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		}
 #pragma unroll
 		for (int u = 0; u < 8; u++)
-			b[u] = bn[u];
+			if (NB == 2)
+				b[u] = bn[u];
 	}
 	if (nseg > 1) {                         /* the segments' sums in order, as mfs_body */
 		part[(tl * nseg + seg) * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
@@ -271,8 +279,9 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col + 1] = c[1];
 }
 
-/* the staged kernel where it takes the shape (M <= 8, its shared memory under MFX_SMEM) and,
- * unless forced, beats the streaming kernel's waves: 0, else -1 (nothing launched) */
+/* the staged kernel (one: with one step in flight) where it takes the shape (M <= 8, its
+ * shared memory under MFX_SMEM) and, unless forced, beats the streaming kernel's waves: 0,
+ * else -1 (nothing launched) */
 static int mfx_on = -1;
 
 void gpu_set_mfx(int on)
@@ -281,20 +290,23 @@ void gpu_set_mfx(int on)
 }
 
 static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
-                      int K, int out, int kseg, int nseg, int force)
+                      int K, int out, int kseg, int nseg, int force, int one)
 {
 	static int attr;
+	const void *fn = one ? (const void *)mfx_kernel<1> : (const void *)mfx_kernel<2>;
 	/* T tiles a block: a block an SM where they fit (at batch 1 all of a product's blocks at
 	 * once, none waiting for a second wave), at most MFX_WARPS warps a block */
 	int tiles = CEIL_DIV(out, 8), sms = gpu_sm_count(), T = CEIL_DIV(tiles, sms);
-	int tmax = MFX_WARPS / nseg > 1 ? MFX_WARPS / nseg : 1;
+	int wmax = one ? MFX1_WARPS : MFX_WARPS, tmax = wmax / nseg > 1 ? wmax / nseg : 1;
 	T = T < tmax ? T : tmax;
 	size_t smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16;
 
 	if (M > 8 || smem > MFX_SMEM)
 		return -1;
 	if (!attr) {
-		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                MFX_SMEM));
+		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 		                                MFX_SMEM));
 		attr = 1;
 	}
@@ -302,30 +314,31 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 	 * is read a step at a time: no staging first); the staged one only where it takes fewer
 	 * waves of blocks */
 	if (!force) {
-		static struct { int M, K, out, take; } memo[32];
+		static struct { int M, K, out, one, take; } memo[32];
 		static int nmemo;
 		int i = 0;
-		while (i < nmemo && !(memo[i].M == M && memo[i].K == K && memo[i].out == out))
+		while (i < nmemo && !(memo[i].M == M && memo[i].K == K && memo[i].out == out &&
+		                      memo[i].one == one))
 			i++;
 		if (i == nmemo) {
 			int ob = 0, nb = 0;
 			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ob, mfs_kernel8, 32 * nseg,
 			                                                         0));
-			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, mfx_kernel,
-			                                                         32 * T * nseg, smem));
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * T * nseg,
+			                                                         smem));
 			long ow = CEIL_DIV((long)tiles, (long)sms * (ob > 0 ? ob : 1));
 			long nw = CEIL_DIV((long)CEIL_DIV(tiles, T), (long)sms * (nb > 0 ? nb : 1));
 			if (nmemo == 32)
 				i = nmemo = 0;          /* (a full memo starts over) */
-			memo[i].M = M, memo[i].K = K, memo[i].out = out, memo[i].take = ow > 1 && nw < ow;
+			memo[i].M = M, memo[i].K = K, memo[i].out = out, memo[i].one = one;
+			memo[i].take = ow > 1 && nw < ow;
 			nmemo++;
 		}
 		if (!memo[i].take)
 			return -1;
 	}
 	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T };
-	gpu_launch((const void *)mfx_kernel, dim3(CEIL_DIV(tiles, T)), dim3(32 * T * nseg), smem, st,
-	           args);
+	gpu_launch(fn, dim3(CEIL_DIV(tiles, T)), dim3(32 * T * nseg), smem, st, args);
 	return 0;
 }
 
@@ -719,7 +732,7 @@ const char *gpu_matmul_fixed_variant_name(int v)
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int in, int out, int kernel)
 {
-	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && kernel >= 1 && kernel <= 3, "matmul_fixed");
+	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && kernel >= 1 && kernel <= 4, "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
 	if (kernel == 2)
 		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
@@ -728,10 +741,11 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		const char *e = getenv("DICE_MFX");
 		mfx_on = !(e && e[0] == '0' && !e[1]);
 	}
-	if ((kernel == 3 || (kernel == 1 && mfx_on)) &&
-	    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel == 3) == 0)
-		return 0;
-	GPU_REQUIRE(kernel != 3, "matmul_fixed (staged kernel)");
+	for (int one = 0; one < 2; one++)       /* two steps' weights in flight, else one */
+		if ((kernel == 3 + one || (kernel == 1 && mfx_on)) &&
+		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one) == 0)
+			return 0;
+	GPU_REQUIRE(kernel < 3, "matmul_fixed (staged kernel)");
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;

@@ -219,8 +219,8 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 	G->free(dgu); G->free(dw); G->free(dh); G->free(dy);
 }
 
-/* the staged streaming kernel (path 3, up to 8 rows) bitwise against the streaming kernel
- * (path 1 with the staged one off), and against the twin */
+/* the staged streaming kernel (path 3; 4: with one step in flight; up to 8 rows) bitwise
+ * against the streaming kernel (path 1 with the staged one off), and against the twin */
 static void staged(enum dice_dtype dt, int M, int in, int out)
 {
 	struct mfd d = mfd_new(dt, M, in, out);
@@ -232,6 +232,9 @@ static void staged(enum dice_dtype dt, int M, int in, int out)
 	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the staged kernel bitwise "
 	         "equal to the streaming kernel", dtname[dt], M, in, out);
 	same_rows(product(d.dx, d.dw, dt, M, in, out, 3), ref, M, out, what);
+	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the staged kernel with one "
+	         "step in flight bitwise equal to the streaming kernel", dtname[dt], M, in, out);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 4), ref, M, out, what);
 	free(ref);
 	mfd_free(&d);
 	vs_twin(dt, M, in, out, 3);
