@@ -188,7 +188,8 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
  * products whose warps would not fit the GPU at once with 2, such as SDAR-8B's gate/up). */
 #define MFX_WARPS 19                    /* warps a block, at most (at 96 registers, about an SM's) */
 #define MFX1_WARPS 24                   /* the same with one step's weights in flight */
-#define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums) */
+#define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums;
+                                         * less where the GPU allows less) */
 
 template <int NB>
 static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS : 32 * MFX_WARPS)
@@ -280,7 +281,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 }
 
 /* the staged kernel (one: with one step in flight) where it takes the shape (M <= 8, its
- * shared memory under MFX_SMEM) and, unless forced, beats the streaming kernel's waves: 0,
+ * shared memory within MFX_SMEM and the GPU's limit) and, unless forced, beats the streaming kernel's waves: 0,
  * else -1 (nothing launched) */
 static int mfx_on = -1;
 
@@ -301,15 +302,18 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 	T = T < tmax ? T : tmax;
 	size_t smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16;
 
-	if (M > 8 || smem > MFX_SMEM)
-		return -1;
-	if (!attr) {
+	if (!attr) {                            /* MFX_SMEM, or less where the GPU allows less */
+		int dev, optin = 0;
+		CUDA_CHECK(cudaGetDevice(&dev));
+		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+		attr = optin < MFX_SMEM ? optin : MFX_SMEM;
 		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                MFX_SMEM));
+		                                attr));
 		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                MFX_SMEM));
-		attr = 1;
+		                                attr));
 	}
+	if (M > 8 || smem > (size_t)attr)
+		return -1;
 	/* where the streaming kernel's blocks fit the GPU at once, it keeps the product (its x
 	 * is read a step at a time: no staging first); the staged one only where it takes fewer
 	 * waves of blocks */
