@@ -211,7 +211,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	gpu_pdl_trigger();
 	mfs_loadb(b, wp, kbeg, kend, q, 8);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
-	/* x -> shared memory, 8 values (16 bytes) an item, four items' loads before their stores */
+	/* x -> shared memory, 8 values (16 bytes) an item, SB items' loads before their stores */
 	const int SB = NB == 1 ? 2 : 4;         /* items a thread has in flight */
 	int K8 = K / 8, items = M * K8, nt = blockDim.x;
 	for (int j0 = threadIdx.x; j0 < items; j0 += SB * nt) {
@@ -280,9 +280,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col + 1] = c[1];
 }
 
-/* the staged kernel (one: with one step in flight) where it takes the shape (M <= 8, its
- * shared memory within MFX_SMEM and the GPU's limit) and, unless forced, beats the streaming kernel's waves: 0,
- * else -1 (nothing launched) */
+/* whether the streaming path takes a staged kernel (gpu_set_mfx; -1: DICE_MFX, read once) */
 static int mfx_on = -1;
 
 void gpu_set_mfx(int on)
@@ -290,6 +288,9 @@ void gpu_set_mfx(int on)
 	mfx_on = on;
 }
 
+/* the staged kernel (one: with one step in flight) where it takes the shape (M <= 8, its
+ * shared memory within MFX_SMEM and the GPU's limit) and, unless forced, beats the streaming
+ * kernel's waves: 0, else -1 (nothing launched) */
 static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
                       int K, int out, int kseg, int nseg, int force, int one)
 {
