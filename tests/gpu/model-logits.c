@@ -15,7 +15,9 @@
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
  *       BENCH_OPS=1: its time per op, 2: and a batch's prefill forward's; BENCH_SKIP=1: its
- *       time with the attention, the small ops, both, or the products left out), at batch 1 the prefill forward alone, then one
+ *       time with the attention, the small ops, both, or the products left out;
+ *       BENCH_TIMELINE=FILE: one more forward's products, a line a block, to FILE, in a build
+ *       with -DDICE_TIMELINE: bench/timeline.py), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
@@ -24,6 +26,7 @@
  *       instead of all that, a prefill forward of N prompts of P with the prefill attention
  *       on and off, and its ops each way
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -661,6 +664,21 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
 		fflush(stdout);
 #ifdef DICE_CUDA
+		/* BENCH_TIMELINE=FILE: one more forward with the products' timeline armed, its lines
+		 * to FILE (bench/timeline.py; a build with -DDICE_TIMELINE) */
+		if (getenv("BENCH_TIMELINE") && !strcmp(m->ops->name, "cuda")) {
+			FILE *tf = fopen(getenv("BENCH_TIMELINE"), "w");
+			if (!tf || gpu_mf_timeline(1, tf) < 0) {
+				fprintf(stderr, "model-logits: BENCH_TIMELINE: %s\n", tf ? "a build without "
+				        "-DDICE_TIMELINE (config.mk's NVCCEXTRA)" : strerror(errno));
+			} else {
+				model_forward(m, sq, B, NULL);
+				printf("timeline %s: %d blocks\n", getenv("BENCH_TIMELINE"),
+				       gpu_mf_timeline(0, tf));
+			}
+			if (tf)
+				fclose(tf);
+		}
 		/* the same forward with CUDA graphs and programmatic dependent launch on and off
 		 * (BENCH_MODES=1; 30 forwards each; both default to on) */
 		if (getenv("BENCH_MODES") && !strcmp(m->ops->name, "cuda")) {

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""timeline.py: where a batch-1 decode forward's time goes between and inside its products.
+
+Reads the block lines that model-logits writes with BENCH_TIMELINE=FILE (a build with
+-DDICE_TIMELINE, config.mk's NVCCEXTRA): "in out start waited end", one per block of the
+streaming and staged product kernels, times in ns of the GPU's global timer. A launch is a run
+of blocks of one (in, out) in start order (the products of a layer alternate, so two launches
+of one shape are never next to each other). For each product shape, averaged over its
+launches:
+  run   the last block's wait released -> the last block's end (the product once its input
+        is there; its weight bytes over that time, GB/s)
+  early the first block's start -> the last block's release (its blocks resident and their
+        first weights asked for before the kernel before it was done: PDL)
+  gap   the launch before's last end -> this one's first release (the kernels between them:
+        the norm, q/k prep and attention, SwiGLU, and the kernel boundaries)
+  tail  the median block's end -> the last block's end
+usage: timeline.py FILE [WEIGHT_BYTES_PER_ELEMENT (2)]
+"""
+import statistics
+import sys
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    es = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    blocks = []
+    with open(sys.argv[1]) as f:
+        for n, line in enumerate(f, 1):
+            p = line.split()
+            if len(p) != 5:
+                sys.exit("timeline.py: %s:%d: want 5 fields" % (sys.argv[1], n))
+            blocks.append(tuple(int(v) for v in p))
+    if not blocks:
+        sys.exit("timeline.py: %s: no blocks" % sys.argv[1])
+    blocks.sort(key=lambda b: b[2])
+    launches = []
+    for b in blocks:
+        if launches and launches[-1][0][:2] == b[:2]:
+            launches[-1].append(b)
+        else:
+            launches.append([b])
+    per = {}
+    prev_end = None
+    for ln in launches:
+        start = min(b[2] for b in ln)
+        rel0, rel1 = min(b[3] for b in ln), max(b[3] for b in ln)
+        ends = sorted(b[4] for b in ln)
+        end = ends[-1]
+        r = per.setdefault(ln[0][:2], {"run": [], "early": [], "gap": [], "tail": [],
+                                       "blocks": len(ln)})
+        r["run"].append(end - rel1)
+        r["early"].append(rel1 - start)
+        if prev_end is not None:
+            r["gap"].append(rel0 - prev_end)
+        r["tail"].append(end - ends[len(ends) // 2])
+        prev_end = end
+    span = (max(b[4] for b in blocks) - blocks[0][2]) / 1e3
+    print("%-14s %6s %7s %8s %9s %8s %8s %8s" % ("in x out", "runs", "blocks", "run us",
+                                                 "run GB/s", "early us", "gap us", "tail us"))
+    for (k, o), r in sorted(per.items(), key=lambda kv: -sum(kv[1]["run"])):
+        run = statistics.mean(r["run"]) / 1e3
+        gap = statistics.mean(r["gap"]) / 1e3 if r["gap"] else float("nan")
+        print("%-14s %6d %7d %8.2f %9.0f %8.2f %8.2f %8.2f" % (
+            "%dx%d" % (k, o), len(r["run"]), r["blocks"], run, k * o * es / run / 1e3,
+            statistics.mean(r["early"]) / 1e3, gap, statistics.mean(r["tail"]) / 1e3))
+    print("the products' runs: %.1f us of a %.1f us span (%d launches)" % (
+        sum(sum(r["run"]) for r in per.values()) / 1e3, span, len(launches)))
+
+
+if __name__ == "__main__":
+    main()
