@@ -5,8 +5,8 @@ Reads the block lines that model-logits writes with BENCH_TIMELINE=FILE (a build
 -DDICE_TIMELINE, config.mk's NVCCEXTRA): "in out start waited end", one per block of the
 streaming and staged product kernels, times in ns of the GPU's global timer. A launch is a run
 of blocks of one (in, out) in start order (the products of a layer alternate, so two launches
-of one shape are never next to each other). For each product shape, averaged over its
-launches:
+of one shape are never next to each other). For each product shape, its launches' most
+common block count and, averaged over its launches:
   run   the last block's wait released -> the last block's end (the product once its input
         is there; its weight bytes over that time, GB/s)
   early the first block's start -> the last block's release (its blocks resident and their
@@ -48,7 +48,8 @@ def main():
         ends = sorted(b[4] for b in ln)
         end = ends[-1]
         r = per.setdefault(ln[0][:2], {"run": [], "early": [], "gap": [], "tail": [],
-                                       "blocks": len(ln)})
+                                       "blocks": []})
+        r["blocks"].append(len(ln))
         r["run"].append(end - rel1)
         r["early"].append(rel1 - start)
         if prev_end is not None:
@@ -62,7 +63,8 @@ def main():
         run = statistics.mean(r["run"]) / 1e3
         gap = statistics.mean(r["gap"]) / 1e3 if r["gap"] else float("nan")
         print("%-14s %6d %7d %8.2f %9.0f %8.2f %8.2f %8.2f" % (
-            "%dx%d" % (k, o), len(r["run"]), r["blocks"], run, k * o * es / run / 1e3,
+            "%dx%d" % (k, o), len(r["run"]), statistics.mode(r["blocks"]), run,
+            k * o * es / run / 1e3,
             statistics.mean(r["early"]) / 1e3, gap, statistics.mean(r["tail"]) / 1e3))
     print("the products' runs: %.1f us of a %.1f us span (%d launches)" % (
         sum(sum(r["run"]) for r in per.values()) / 1e3, span, len(launches)))
