@@ -13,6 +13,8 @@ common block count and, averaged over its launches:
         first weights asked for before the kernel before it was done: PDL)
   gap   the launch before's last end -> this one's first release (the kernels between them:
         the norm, q/k prep and attention, SwiGLU, and the kernel boundaries)
+  spread the first block's release -> the last block's (blocks made resident late, as the
+        blocks of the kernel before retire, are released late: in neither run nor gap)
   tail  the median block's end -> the last block's end
 usage: timeline.py FILE [WEIGHT_BYTES_PER_ELEMENT (2)]
 """
@@ -48,7 +50,8 @@ def main():
         ends = sorted(b[4] for b in ln)
         end = ends[-1]
         r = per.setdefault(ln[0][:2], {"run": [], "early": [], "gap": [], "tail": [],
-                                       "blocks": []})
+                                       "spread": [], "blocks": []})
+        r["spread"].append(rel1 - rel0)
         r["blocks"].append(len(ln))
         r["run"].append(end - rel1)
         r["early"].append(rel1 - start)
@@ -57,15 +60,16 @@ def main():
         r["tail"].append(end - ends[len(ends) // 2])
         prev_end = end
     span = (max(b[4] for b in blocks) - blocks[0][2]) / 1e3
-    print("%-14s %6s %7s %8s %9s %8s %8s %8s" % ("in x out", "runs", "blocks", "run us",
-                                                 "run GB/s", "early us", "gap us", "tail us"))
+    print("%-14s %6s %7s %8s %9s %8s %8s %9s %8s" % ("in x out", "runs", "blocks", "run us",
+                                                      "run GB/s", "early us", "gap us",
+                                                      "spread us", "tail us"))
     for (k, o), r in sorted(per.items(), key=lambda kv: -sum(kv[1]["run"])):
         run = statistics.mean(r["run"]) / 1e3
         gap = statistics.mean(r["gap"]) / 1e3 if r["gap"] else float("nan")
-        print("%-14s %6d %7d %8.2f %9.0f %8.2f %8.2f %8.2f" % (
+        print("%-14s %6d %7d %8.2f %9.0f %8.2f %8.2f %9.2f %8.2f" % (
             "%dx%d" % (k, o), len(r["run"]), statistics.mode(r["blocks"]), run,
-            k * o * es / run / 1e3,
-            statistics.mean(r["early"]) / 1e3, gap, statistics.mean(r["tail"]) / 1e3))
+            k * o * es / run / 1e3, statistics.mean(r["early"]) / 1e3, gap,
+            statistics.mean(r["spread"]) / 1e3, statistics.mean(r["tail"]) / 1e3))
     print("the products' runs: %.1f us of a %.1f us span (%d launches)" % (
         sum(sum(r["run"]) for r in per.values()) / 1e3, span, len(launches)))
 
