@@ -10,7 +10,9 @@
 #         and (b) batch BATCH (128, or the largest whose KV caches fit): tokens/s;
 #   ref:  bench/engine-ref.py, the PyTorch reference sampler (transformers' Qwen3 modules in
 #         bf16, SDAR masks, a static KV cache), the same two workloads at the batch ours ran.
-# Prints the raw lines, then one table with the GPU's name and the ratios.
+# Prints the raw lines, then one table with the GPU (name, driver, power limit, maximum SM and
+# memory clocks: cards of one name have run the batch-1 forward 11% apart, NOTES-device.md
+# session 16) and the ratios.
 # Environment: BATCH (128), PROMPT (1024), GEN (1024), GEN_BIG (GEN: new tokens of the big
 # batch), REF_GEN_BIG (GEN_BIG: the reference's big batch only; the table says when capped),
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
@@ -33,7 +35,8 @@ GB=${GEN_BIG:-$G} RGB=${REF_GEN_BIG:-$GB}
 tmp=$(mktemp -d /tmp/engine-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpu=$(nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,clocks.max.memory \
+	--format=csv,noheader 2>/dev/null | head -1)
 echo "engine.sh $geom: GPU $gpu; P $P, G $G (batch 1), G $GB (batch $B)"
 list="1:$G,$B:$GB"
 [ "${WORKLOADS:-both}" = big ] && list="$B:$GB"
