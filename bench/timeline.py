@@ -3,16 +3,17 @@
 
 Reads the block lines that model-logits writes with BENCH_TIMELINE=FILE (a build with
 -DDICE_TIMELINE, config.mk's NVCCEXTRA): "in out start waited end", one per block of the
-streaming and staged product kernels, times in ns of the GPU's global timer. A launch is a run
-of blocks of one (in, out) in start order (the products of a layer alternate, so two launches
-of one shape are never next to each other). For each product shape, its launches' most
-common block count and, averaged over its launches:
-  run   the last block's wait released -> the last block's end (the product once its input
-        is there; its weight bytes over that time, GB/s)
+streaming and staged product kernels ((in, out): the product's shape) and of the small kernels
+and the attention between them ((code, 0): 1 attention_kv, 2 qkv_prep, 3 add_rmsnorm, 4
+swiglu_cat; lib/cuda/common.cuh), times in ns of the GPU's global timer. A launch is a run of
+blocks of one kind in start order (a layer's kernels alternate, so two launches of one kind
+are never next to each other). For each kind, its launches' most common block count and,
+averaged over its launches:
+  run   the last block's wait released -> the last block's end (the kernel once its input
+        is there; a product's weight bytes over that time, GB/s)
   early the first block's start -> the last block's release (its blocks resident and their
         first weights asked for before the kernel before it was done: PDL)
-  gap   the launch before's last end -> this one's first release (the kernels between them:
-        the norm, q/k prep and attention, SwiGLU, and the kernel boundaries)
+  gap   the launch before's last end -> this one's first release (the kernel boundary)
   spread the first block's release -> the last block's (blocks made resident late, as the
         blocks of the kernel before retire, are released late: in neither run nor gap)
   tail  the median block's end -> the last block's end
@@ -20,6 +21,8 @@ usage: timeline.py FILE [WEIGHT_BYTES_PER_ELEMENT (2)]
 """
 import statistics
 import sys
+
+SMALL = {1: "attention_kv", 2: "qkv_prep", 3: "add_rmsnorm", 4: "swiglu_cat"}
 
 
 def main():
@@ -60,18 +63,21 @@ def main():
         r["tail"].append(end - ends[len(ends) // 2])
         prev_end = end
     span = (max(b[4] for b in blocks) - blocks[0][2]) / 1e3
-    print("%-14s %6s %7s %8s %9s %8s %8s %9s %8s" % ("in x out", "runs", "blocks", "run us",
+    print("%-14s %6s %7s %8s %9s %8s %8s %9s %8s" % ("kernel", "runs", "blocks", "run us",
                                                       "run GB/s", "early us", "gap us",
                                                       "spread us", "tail us"))
     for (k, o), r in sorted(per.items(), key=lambda kv: -sum(kv[1]["run"])):
         run = statistics.mean(r["run"]) / 1e3
         gap = statistics.mean(r["gap"]) / 1e3 if r["gap"] else float("nan")
-        print("%-14s %6d %7d %8.2f %9.0f %8.2f %8.2f %9.2f %8.2f" % (
-            "%dx%d" % (k, o), len(r["run"]), statistics.mode(r["blocks"]), run,
-            k * o * es / run / 1e3, statistics.mean(r["early"]) / 1e3, gap,
-            statistics.mean(r["spread"]) / 1e3, statistics.mean(r["tail"]) / 1e3))
+        name = SMALL.get(k, "%dx%d" % (k, o)) if o == 0 else "%dx%d" % (k, o)
+        gbs = "%9.0f" % (k * o * es / run / 1e3) if o and run > 0 else "%9s" % "-"
+        print("%-14s %6d %7d %8.2f %s %8.2f %8.2f %9.2f %8.2f" % (
+            name, len(r["run"]), statistics.mode(r["blocks"]), run, gbs,
+            statistics.mean(r["early"]) / 1e3, gap, statistics.mean(r["spread"]) / 1e3,
+            statistics.mean(r["tail"]) / 1e3))
+    prod = [r for (k, o), r in per.items() if o]
     print("the products' runs: %.1f us of a %.1f us span (%d launches)" % (
-        sum(sum(r["run"]) for r in per.values()) / 1e3, span, len(launches)))
+        sum(sum(r["run"]) for r in prod) / 1e3, span, len(launches)))
 
 
 if __name__ == "__main__":

@@ -79,6 +79,57 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void)
 #endif
 }
 
+/* The block timeline (a bench aid, matmul_fixed.cu's gpu_mf_timeline; built with
+ * -DDICE_TIMELINE only, else the macros are empty): GPU_TL_START at a kernel's start,
+ * GPU_TL_WAITED after its PDL wait, GPU_TL_END(a, b) where its block is done (every path
+ * that gets there after GPU_TL_START) record, from thread 0, the global timer at each and
+ * (a, b): a product's (in, out), or a small kernel's GPU_TL_* code and 0. Each translation
+ * unit has its own copy of the buffer's pointers, set by its GPU_TL_BINDER function. */
+enum { GPU_TL_ATTENTION = 1, GPU_TL_QKV_PREP, GPU_TL_ADD_RMSNORM, GPU_TL_SWIGLU };
+#ifdef DICE_TIMELINE
+static __device__ unsigned long long (*gpu_tl_buf)[4];
+static __device__ unsigned *gpu_tl_cnt;
+static __device__ unsigned gpu_tl_cap, gpu_tl_on;
+
+static __device__ __forceinline__ unsigned long long gpu_tl_now(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __device__ __forceinline__ void gpu_tl_put(unsigned long long t0, unsigned long long t1,
+                                                  unsigned a, unsigned b)
+{
+	unsigned i = atomicAdd(gpu_tl_cnt, 1u);
+	if (i < gpu_tl_cap) {
+		gpu_tl_buf[i][0] = t0;
+		gpu_tl_buf[i][1] = t1;
+		gpu_tl_buf[i][2] = gpu_tl_now();
+		gpu_tl_buf[i][3] = (unsigned long long)a << 32 | b;
+	}
+}
+
+#define GPU_TL_START unsigned long long tl0 = 0, tl1 = 0; \
+	if (threadIdx.x == 0 && gpu_tl_on) tl0 = gpu_tl_now();
+#define GPU_TL_WAITED if (tl0) tl1 = gpu_tl_now();
+#define GPU_TL_END(a, b) if (tl0) gpu_tl_put(tl0, tl1, (unsigned)(a), (unsigned)(b));
+#define GPU_TL_BINDER(fn) \
+void fn(void *buf, void *cnt, unsigned cap, unsigned on) \
+{ \
+	CUDA_CHECK(cudaMemcpyToSymbol(gpu_tl_buf, &buf, sizeof buf)); \
+	CUDA_CHECK(cudaMemcpyToSymbol(gpu_tl_cnt, &cnt, sizeof cnt)); \
+	CUDA_CHECK(cudaMemcpyToSymbol(gpu_tl_cap, &cap, sizeof cap)); \
+	CUDA_CHECK(cudaMemcpyToSymbol(gpu_tl_on, &on, sizeof on)); \
+}
+void gpu_tl_bind_matmul_fixed(void *buf, void *cnt, unsigned cap, unsigned on);
+void gpu_tl_bind_decode(void *buf, void *cnt, unsigned cap, unsigned on);
+#else
+#define GPU_TL_START
+#define GPU_TL_WAITED
+#define GPU_TL_END(a, b)
+#endif
+
 /* launch fn(args) on st, with programmatic dependent launch when gpu_pdl() (every kernel so
  * launched follows the rule above); checks the launch */
 void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t st,

@@ -723,6 +723,7 @@ template <int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
+	GPU_TL_START
 	extern __shared__ float4 dk_smem[];
 	char *sm = (char *)dk_smem;
 	uint4 *qf = (uint4 *)(sm + DM_QOFF);
@@ -761,8 +762,10 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	 * len, their loads go out before the wait for the kernel that writes q and the new keys */
 	int early = s_begin < s_end && min(s0 + step + DM_KT, s_end) - 1 < len;
 	for (int pass = 0; pass < 2; pass++) {          /* (one copy of the loads' code) */
-		if (pass)
+		if (pass) {
 			gpu_pdl_wait();
+			GPU_TL_WAITED
+		}
 		if (s_begin < s_end && early == !pass)
 			dm_first<1, 1>(kr, kb, vb, rowb, s0, s_end, s0 + step, s_end, vs0, vs1);
 	}
@@ -837,6 +840,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 				a.pl[pi] = bml[2 * r + 1];
 			}
 		}
+		GPU_TL_END(GPU_TL_ATTENTION, 0)
 		return;
 	}
 	/* finish: this block's share of the output, from the triples of splits 0 .. ns - 1 */
@@ -853,6 +857,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	}
 	if (a.cl)
 		dm_cluster_sync();                      /* the others are done reading ours */
+	GPU_TL_END(GPU_TL_ATTENTION, 0)
 }
 
 /* ---------------------------------------------------------------- the unit variant
@@ -1272,7 +1277,9 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
                                        float eps)
 {
 	gpu_pdl_trigger();
+	GPU_TL_START
 	gpu_pdl_wait();
+	GPU_TL_WAITED
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	int heads = NH + 2 * NKV, KVD = NKV * HD, half = HD / 2;
 
@@ -1284,6 +1291,7 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
 	if (h >= NH + NKV) {                    /* v */
 		for (int c = lane; c < HD; c += 32)
 			kv_store(b.v[s], (int)b.dt, at + (size_t)(h - NH - NKV) * HD + c, x[c]);
+		GPU_TL_END(GPU_TL_QKV_PREP, 0)
 		return;
 	}
 	float ss = 0.0f;
@@ -1307,18 +1315,22 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
 			kv_store(b.k[s], (int)b.dt, kat + j + half, y2);
 		}
 	}
+	GPU_TL_END(GPU_TL_QKV_PREP, 0)
 }
 
 static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C)
 {
 	gpu_pdl_trigger();
+	GPU_TL_START
 	gpu_pdl_wait();
+	GPU_TL_WAITED
 	size_t total = (size_t)N * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		size_t n = i / C, c = i % C;
 		y[i] = gpu_swiglu1(gu[n * 2 * C + c], gu[n * 2 * C + C + c]);
 	}
+	GPU_TL_END(GPU_TL_SWIGLU, 0)
 }
 
 #define AR_THREADS 256
@@ -1332,7 +1344,9 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
                                           int C, float eps)
 {
 	gpu_pdl_trigger();
+	GPU_TL_START
 	gpu_pdl_wait();
+	GPU_TL_WAITED
 	__shared__ float part[AR_THREADS / 32];
 	float *xn = x + (size_t)blockIdx.x * C;
 	const float *rn = r + (size_t)blockIdx.x * C;
@@ -1362,6 +1376,7 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 			if (c < C)
 				yn[c] = v[i] * rs * wv[i];
 		}
+		GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
 		return;
 	}
 	for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -1372,9 +1387,14 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 	float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
 	for (int c = threadIdx.x; c < C; c += blockDim.x)
 		yn[c] = xn[c] * rs * w[c];
+	GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
 }
 
 /* ---------------------------------------------------------------- kernel launchers */
+
+#ifdef DICE_TIMELINE
+GPU_TL_BINDER(gpu_tl_bind_decode)
+#endif
 
 static int grid_for(size_t total)
 {

@@ -35,62 +35,41 @@
 #define MF_SMALL_M 32           /* rows up to which the streaming kernel runs */
 
 /* ---------------------------------------------------------------- the timeline (a bench aid)
- * Built with -DDICE_TIMELINE only (config.mk's NVCCEXTRA): once armed (gpu_mf_timeline), the
- * streaming and staged kernels record for each block, from its thread 0, the global timer
- * (ns) at the kernel's start, after its wait on the kernel before (PDL) and after its
- * stores, with the product's (in, out): where a batch-1 forward's time goes between and
- * inside the products, as the graph runs them (bench/timeline.py reads the dump). Without
- * it the kernels are as if it did not exist. */
+ * Built with -DDICE_TIMELINE only (config.mk's NVCCEXTRA; common.cuh): once armed
+ * (gpu_mf_timeline), the streaming and staged kernels here and the decode forward's small
+ * kernels and attention (decode.cu) record for each block, from its thread 0, the global timer
+ * (ns) at the kernel's start, after its wait on the kernel before (PDL) and at its end, with
+ * the product's (in, out) or the small kernel's code (GPU_TL_*): where a batch-1 forward's
+ * time goes, as the graph runs it (bench/timeline.py reads the dump). Without it the kernels
+ * are as if it did not exist. */
 #ifdef DICE_TIMELINE
-#define MF_TL_CAP (1 << 17)
-__device__ unsigned long long mf_tl[MF_TL_CAP][4];
-__device__ unsigned mf_tl_n, mf_tl_on;
-
-static __device__ __forceinline__ unsigned long long mf_now(void)
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
-#define MF_TL_START unsigned long long tl0 = 0, tl1 = 0; \
-	if (threadIdx.x == 0 && mf_tl_on) tl0 = mf_now();
-#define MF_TL_WAITED if (tl0) tl1 = mf_now();
-#define MF_TL_END(K, out) if (tl0) mf_tl_put(tl0, tl1, (K), (out));
-
-static __device__ __forceinline__ void mf_tl_put(unsigned long long t0, unsigned long long t1,
-                                                 int K, int out)
-{
-	unsigned i = atomicAdd(&mf_tl_n, 1u);
-	if (i < MF_TL_CAP) {
-		mf_tl[i][0] = t0;
-		mf_tl[i][1] = t1;
-		mf_tl[i][2] = mf_now();
-		mf_tl[i][3] = (unsigned long long)K << 32 | (unsigned)out;
-	}
-}
-#else
-#define MF_TL_START
-#define MF_TL_WAITED
-#define MF_TL_END(K, out)
+#define GPU_TL_CAP (1 << 18)
+GPU_TL_BINDER(gpu_tl_bind_matmul_fixed)
 #endif
 
 int gpu_mf_timeline(int arm, FILE *f)
 {
 #ifdef DICE_TIMELINE
-	unsigned zero = 0, on = arm != 0, n;
+	static unsigned long long *buf;
+	static unsigned *cnt;
+	unsigned n;
 	CUDA_CHECK(cudaDeviceSynchronize());
+	if (!buf) {
+		CUDA_CHECK(cudaMalloc((void **)&buf, (size_t)GPU_TL_CAP * 4 * sizeof *buf));
+		CUDA_CHECK(cudaMalloc((void **)&cnt, sizeof *cnt));
+	}
 	if (arm)
-		CUDA_CHECK(cudaMemcpyToSymbol(mf_tl_n, &zero, sizeof zero));
-	CUDA_CHECK(cudaMemcpyToSymbol(mf_tl_on, &on, sizeof on));
+		CUDA_CHECK(cudaMemset(cnt, 0, sizeof *cnt));
+	gpu_tl_bind_matmul_fixed(buf, cnt, GPU_TL_CAP, arm != 0);
+	gpu_tl_bind_decode(buf, cnt, GPU_TL_CAP, arm != 0);
 	if (arm)
 		return 0;
-	CUDA_CHECK(cudaMemcpyFromSymbol(&n, mf_tl_n, sizeof n));
-	n = n < MF_TL_CAP ? n : MF_TL_CAP;
+	CUDA_CHECK(cudaMemcpy(&n, cnt, sizeof n, cudaMemcpyDeviceToHost));
+	n = n < GPU_TL_CAP ? n : GPU_TL_CAP;
 	unsigned long long *h = (unsigned long long *)malloc((size_t)n * 4 * sizeof *h);
 	if (!h)
 		return -1;
-	CUDA_CHECK(cudaMemcpyFromSymbol(h, mf_tl, (size_t)n * 4 * sizeof *h));
+	CUDA_CHECK(cudaMemcpy(h, buf, (size_t)n * 4 * sizeof *h, cudaMemcpyDeviceToHost));
 	for (unsigned i = 0; i < n; i++)
 		fprintf(f, "%llu %llu %llu %llu %llu\n", h[4 * i + 3] >> 32, h[4 * i + 3] & 0xffffffffu,
 		        h[4 * i], h[4 * i + 1], h[4 * i + 2]);
@@ -150,13 +129,13 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	float4 xa[8][2];
 
 	gpu_pdl_trigger();
-	MF_TL_START
+	GPU_TL_START
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
 	mfs_loadb(b, wp, kbeg, kend, q, U);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
-	MF_TL_WAITED
+	GPU_TL_WAITED
 	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -227,7 +206,7 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 				y[(size_t)row * out + col + 1] = c[mt][2 * h + 1];
 		}
 	}
-	MF_TL_END(K, out)
+	GPU_TL_END(K, out)
 }
 
 static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
@@ -281,10 +260,10 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	uint4 b[8], bn[8];
 
 	gpu_pdl_trigger();
-	MF_TL_START
+	GPU_TL_START
 	mfs_loadb(b, wp, kbeg, kend, q, 8);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
-	MF_TL_WAITED
+	GPU_TL_WAITED
 	/* x -> shared memory, 8 values (16 bytes) an item, SB items' loads before their stores */
 	const int SB = NB == 1 ? 2 : 4;         /* items a thread has in flight */
 	int K8 = K / 8, items = M * K8, nt = blockDim.x;
@@ -352,7 +331,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col] = c[0];
 	if (col + 1 < out)
 		y[(size_t)g * out + col + 1] = c[1];
-	MF_TL_END(K, out)
+	GPU_TL_END(K, out)
 }
 
 /* whether the streaming path takes a staged kernel (gpu_set_mfx; -1: DICE_MFX, read once) */
