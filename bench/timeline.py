@@ -17,6 +17,7 @@ averaged over its launches:
   spread the first block's release -> the last block's (blocks made resident late, as the
         blocks of the kernel before retire, are released late: in neither run nor gap)
   tail  the median block's end -> the last block's end
+and a layer's sums (the layers: the products' most common launch count).
 usage: timeline.py FILE [WEIGHT_BYTES_PER_ELEMENT (2)]
 """
 import statistics
@@ -78,6 +79,19 @@ def main():
     prod = [r for (k, o), r in per.items() if o]
     print("the products' runs: %.1f us of a %.1f us span (%d launches)" % (
         sum(sum(r["run"]) for r in prod) / 1e3, span, len(launches)))
+    # a layer: L = the products' most common launch count (the layers), over the kinds
+    # launched at least L times (not lm_head, once a forward)
+    L = statistics.mode([len(r["run"]) for r in prod]) if prod else 0
+    if L > 1:
+        def tot(rs, key):
+            return sum(sum(r[key]) for r in rs) / L / 1e3
+        per = {k: r for k, r in per.items() if len(r["run"]) >= L}
+        prod = [r for (k, o), r in per.items() if o]
+        small = [r for (k, o), r in per.items() if not o]
+        print("a layer (of %d; lm_head aside): product runs %.1f us, other kernels' runs "
+              "%.1f, gaps %.1f, release spreads %.1f; the span / layers %.1f" % (
+                  L, tot(prod, "run"), tot(small, "run"), tot(list(per.values()), "gap"),
+                  tot(list(per.values()), "spread"), span / L))
 
 
 if __name__ == "__main__":
