@@ -19,6 +19,8 @@ averaged over its launches:
   tail  the median block's end -> the last block's end
 and a layer's sums (the layers: the products' most common launch count).
 usage: timeline.py FILE [WEIGHT_BYTES_PER_ELEMENT (2)]
+A FILE that cannot be read or holds no block, or a line that is not 5 numbers: a one-line
+error ("timeline.py: FILE: ...", "timeline.py: FILE:LINE: ...") and exit status 1.
 """
 import statistics
 import sys
@@ -31,11 +33,16 @@ def main():
         sys.exit(__doc__)
     es = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     blocks = []
-    with open(sys.argv[1]) as f:
+    try:
+        f = open(sys.argv[1])
+    except OSError as e:
+        sys.exit("timeline.py: %s: %s" % (sys.argv[1], e.strerror))
+    with f:
         for n, line in enumerate(f, 1):
             p = line.split()
-            if len(p) != 5:
-                sys.exit("timeline.py: %s:%d: want 5 fields" % (sys.argv[1], n))
+            if len(p) != 5 or not all(v.isdigit() for v in p):
+                sys.exit("timeline.py: %s:%d: want 5 numbers (in out start waited end)"
+                         % (sys.argv[1], n))
             blocks.append(tuple(int(v) for v in p))
     if not blocks:
         sys.exit("timeline.py: %s: no blocks" % sys.argv[1])

@@ -72,10 +72,12 @@ int gpu_matmul_gemv(cudaStream_t st, float *y, const float *x, const void *w,
  * -1 as DICE_MFX says (0: never). gpu_matmul_gemv_rows: the gemv kernel over 8-row chunks
  * (fp32 path). */
 void gpu_set_mfx(int on);
-/* the streaming products' block timeline (a build with -DDICE_TIMELINE, matmul_fixed.cu): arm
- * 1 clears and starts it; 0 stops it and writes a line a block to f, "in out start waited
- * end" (ns, the global timer), returning the lines; -1 in a build without it */
-int gpu_mf_timeline(int arm, FILE *f);
+/* the decode forward's block timeline (a build with -DDICE_TIMELINE, matmul_fixed.cu: the
+ * streaming and staged products, the small kernels and the decode attention): arm 1 clears
+ * and starts it; 0 stops it and writes a line a block to f, "in out start waited end" (a
+ * product's (in, out), or a small kernel's code and 0; ns, the global timer), returning the
+ * lines; -1 in a build without it */
+int gpu_timeline(int arm, FILE *f);
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, int N, int in, int out);
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,

@@ -38,7 +38,7 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 int gpu_sm_count(void);                 /* multiprocessors of the current device */
 int gpu_cc(void);                       /* its compute capability, 10 major + minor */
 /* an on/off switch read once from the environment into *sw (-1: not read yet): on unless the
- * variable is exactly "0" (DICE_GRAPH, DICE_PDL, DICE_WGMMA, DICE_DK_CLUSTER) */
+ * variable is exactly "0" (DICE_GRAPH, DICE_PDL, DICE_WGMMA, DICE_DK_CLUSTER, DICE_MFX) */
 int gpu_switch(int *sw, const char *env);
 /* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);
@@ -79,7 +79,7 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void)
 #endif
 }
 
-/* The block timeline (a bench aid, matmul_fixed.cu's gpu_mf_timeline; built with
+/* The block timeline (a bench aid, matmul_fixed.cu's gpu_timeline; built with
  * -DDICE_TIMELINE only, else the macros are empty): GPU_TL_START at a kernel's start,
  * GPU_TL_WAITED after its PDL wait, GPU_TL_END(a, b) where its block is done (every path
  * that gets there after GPU_TL_START) record, from thread 0, the global timer at each and

@@ -36,7 +36,7 @@
 
 /* ---------------------------------------------------------------- the timeline (a bench aid)
  * Built with -DDICE_TIMELINE only (config.mk's NVCCEXTRA; common.cuh): once armed
- * (gpu_mf_timeline), the streaming and staged kernels here and the decode forward's small
+ * (gpu_timeline), the streaming and staged kernels here and the decode forward's small
  * kernels and attention (decode.cu) record for each block, from its thread 0, the global timer
  * (ns) at the kernel's start, after its wait on the kernel before (PDL) and at its end, with
  * the product's (in, out) or the small kernel's code (GPU_TL_*): where a batch-1 forward's
@@ -47,7 +47,7 @@
 GPU_TL_BINDER(gpu_tl_bind_matmul_fixed)
 #endif
 
-int gpu_mf_timeline(int arm, FILE *f)
+int gpu_timeline(int arm, FILE *f)
 {
 #ifdef DICE_TIMELINE
 	static unsigned long long *buf;
@@ -796,12 +796,9 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 	if (kernel == 2)
 		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
 	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg), f16 = wdt == DICE_F16;
-	if (mfx_on < 0) {
-		const char *e = getenv("DICE_MFX");
-		mfx_on = !(e && e[0] == '0' && !e[1]);
-	}
+	int mfx = gpu_switch(&mfx_on, "DICE_MFX");
 	for (int one = 0; one < 2; one++)       /* two steps' weights in flight, else one */
-		if ((kernel == 3 + one || (kernel == 1 && mfx_on)) &&
+		if ((kernel == 3 + one || (kernel == 1 && mfx)) &&
 		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one) == 0)
 			return 0;
 	GPU_REQUIRE(kernel < 3, "matmul_fixed (staged kernel)");

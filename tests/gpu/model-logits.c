@@ -16,7 +16,7 @@
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
  *       BENCH_OPS=1: its time per op, 2: and a batch's prefill forward's; BENCH_SKIP=1: its
  *       time with the attention, the small ops, both, or the products left out;
- *       BENCH_TIMELINE=FILE: one more forward's products, a line a block, to FILE, in a build
+ *       BENCH_TIMELINE=FILE: one more forward's kernels, a line a block, to FILE, in a build
  *       with -DDICE_TIMELINE: bench/timeline.py), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
@@ -664,17 +664,18 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 		printf("decode-forward %s batch %d cache %d: %.3f ms\n", geom, B, P, t * 1e3);
 		fflush(stdout);
 #ifdef DICE_CUDA
-		/* BENCH_TIMELINE=FILE: one more forward with the products' timeline armed, its lines
+		/* BENCH_TIMELINE=FILE: one more forward with the block timeline armed, its lines
 		 * to FILE (bench/timeline.py; a build with -DDICE_TIMELINE) */
 		if (getenv("BENCH_TIMELINE") && !strcmp(m->ops->name, "cuda")) {
 			FILE *tf = fopen(getenv("BENCH_TIMELINE"), "w");
-			if (!tf || gpu_mf_timeline(1, tf) < 0) {
-				fprintf(stderr, "model-logits: BENCH_TIMELINE: %s\n", tf ? "a build without "
-				        "-DDICE_TIMELINE (config.mk's NVCCEXTRA)" : strerror(errno));
+			if (!tf || gpu_timeline(1, tf) < 0) {
+				fprintf(stderr, "model-logits: %s: %s\n", getenv("BENCH_TIMELINE"), tf ?
+				        "BENCH_TIMELINE wants a build with -DDICE_TIMELINE (config.mk's "
+				        "NVCCEXTRA)" : strerror(errno));
 			} else {
 				model_forward(m, sq, B, NULL);
 				printf("timeline %s: %d blocks\n", getenv("BENCH_TIMELINE"),
-				       gpu_mf_timeline(0, tf));
+				       gpu_timeline(0, tf));
 			}
 			if (tf)
 				fclose(tf);
