@@ -8,7 +8,10 @@
  *             streaming kernel's work unit (8 outputs x one segment of the inputs, the same
  *             steps and the same order of sums: matmul_fixed.cu), and asks for its first
  *             weights of the next product before it waits at the barrier ("persist-nopf":
- *             after it).
+ *             after it);
+ *   ring      one kernel, a block an SM, whose warps stream their weights into shared memory
+ *             by bulk copies, pages ahead of their use and across the products' boundaries
+ *             (rg_kernel below; RING_STALL adds "ring-stall", RING_NP and RING_DIAG vary it).
  * The question it answers: how much of the floor the products lose to their kernel
  * boundaries. The floor is the weight bytes over the device-to-device copy bandwidth
  * measured in the same run (read + write counted, as tests/gpu/model-logits.c does). Every
@@ -25,6 +28,7 @@
 
 #include "gpu.h"
 #include "cuda/common.cuh"
+#include "cuda/wgmma.cuh"
 #include "bench.cuh"
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
@@ -38,7 +42,9 @@ struct pp_phase {
 	const void *w;
 	const float *x;
 	float *y;
+	const uint16_t *xb;     /* ring: x rounded to 16 bits */
 	int in, out, kseg, nseg, tiles;
+	int npg, bpp;           /* ring: pages a unit, 32-input blocks a page */
 };
 
 /* where a warp is: phase p (P: done), tile t, step at input k of its segment [kbeg, kend) */
@@ -194,6 +200,251 @@ pp_kernel(const struct pp_phase *ph, int P, int M, unsigned *bar)
 	}
 }
 
+/* ---------------------------------------------------------------- the ring
+ * One block an SM (cooperative launch) of RG_W warps. A unit is the streaming kernel's (8
+ * outputs x one segment of the inputs); the units of a product go to the blocks in turn (unit
+ * u to block u mod grid), and a block's units to its warps in waves of RG_W. A warp copies
+ * (cp.async.bulk, a row of 8 a copy) the weights of its units page by page (a page: up to
+ * RG_PK inputs of a unit's 8 rows) into its NP / RG_W pages of shared memory, as many pages
+ * ahead of the one it multiplies, and asks for the next page as soon as one is read, also
+ * for the next product's units: those weights stream in while the block waits for the next
+ * product's input. At each product the block waits for every tile of the product before (a
+ * counter a product, each warp adding its tiles once), copies x (rounded to 16 bits by
+ * whoever wrote it: here rg_round) into shared memory, then makes its units' sums in the
+ * streaming kernel's order; the segments of a tile meet in global memory, and the block that
+ * adds the last adds them all in order (the same bits as the kernels). stall[p] (ns): a wait
+ * more before product p's input counts as there, standing for the small kernels between. */
+#define RG_W 8                          /* warps a block */
+#define RG_PK 512                       /* inputs a page holds, at most */
+#define RG_RS (RG_PK * 2 + 64)          /* a page row's bytes (rows 64 bytes apart mod 128) */
+#define RG_SLOT (8 * RG_RS)
+#define RG_NPMAX 32
+#define RG_HEAD 1024                    /* the barriers' bytes */
+
+struct rg_args {
+	const struct pp_phase *ph;
+	int P, M, NP, xrs;
+	unsigned *done, *cnt;
+	float2 *part;
+	const unsigned *stall;
+	int diag;               /* RING_DIAG, bits (timing only; the results are not checked): 1
+	                         * no multiplies, 2 no waits for the product before, 4 no weight
+	                         * copies */
+};
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   /* (bulk copies: sm_90) */
+static __device__ __forceinline__ unsigned long long rg_now(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __device__ __forceinline__ void rg_bar(void)
+{
+	asm volatile("bar.sync 1, %0;\n" :: "n"(32 * RG_W) : "memory");
+}
+
+/* the units of product f that block b takes */
+static __device__ __forceinline__ int rg_units(const struct pp_phase &f, int b)
+{
+	int units = f.tiles * f.nseg;
+	return units > b ? (units - 1 - b) / (int)gridDim.x + 1 : 0;
+}
+
+/* page pg of the unit (t, s): inputs [k0, k1) */
+static __device__ __forceinline__ void rg_page(const struct pp_phase &f, int s, int pg, int *k0,
+                                               int *k1)
+{
+	int kbeg = s * f.kseg, kend = min(f.in, kbeg + f.kseg);
+	*k0 = min(kend, kbeg + pg * f.bpp * 32);
+	*k1 = min(kend, *k0 + f.bpp * 32);
+}
+
+/* a consumer warp's walk over its pages: product p, wave i0, page pg (p == P: the end) */
+struct rg_cur {
+	int p, i0, pg;
+};
+
+/* the first wave at or after (p, i0) where this warp has a unit */
+static __device__ __forceinline__ void rg_seek(const struct rg_args &a, struct rg_cur *c, int warp)
+{
+	for (; c->p < a.P; c->p++, c->i0 = 0) {
+		int nu = rg_units(a.ph[c->p], blockIdx.x);
+		if (c->i0 + warp < nu)
+			return;
+	}
+}
+
+static __device__ __forceinline__ void rg_advance(const struct rg_args &a, struct rg_cur *c,
+                                                  int warp)
+{
+	if (++c->pg < a.ph[c->p].npg)
+		return;
+	c->pg = 0;
+	c->i0 += RG_W;
+	rg_seek(a, c, warp);
+}
+
+/* the warp asks for the page at c into its slot (lane 0 announces the bytes, lanes 0..7 copy
+ * a row each) */
+static __device__ __forceinline__ void rg_issue(const struct rg_args &a, const struct rg_cur &c,
+                                                int warp, int lane, char *dst, uint64_t *bar)
+{
+	const struct pp_phase &f = a.ph[c.p];
+	int u = blockIdx.x + (c.i0 + warp) * gridDim.x, t = u / f.nseg, k0, k1;
+	rg_page(f, u % f.nseg, c.pg, &k0, &k1);
+	if (lane == 0)
+		mb_expect(bar, a.diag & 4 ? 0u : 8u * (k1 - k0) * 2);
+	__syncwarp();
+	if (lane < 8 && k1 > k0 && !(a.diag & 4)) {
+		int row = min(t * 8 + lane, f.out - 1);
+		tma_load1(dst + lane * RG_RS, (const char *)f.w + ((size_t)row * f.in + k0) * 2,
+		          (unsigned)(k1 - k0) * 2, bar);
+	}
+}
+
+#endif
+
+static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args a)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	extern __shared__ __align__(128) unsigned char rg_smem[];
+	uint64_t *full = (uint64_t *)rg_smem, *xbar = full + RG_NPMAX;
+	char *xs = (char *)rg_smem + RG_HEAD;
+	char *ring = xs + ((size_t)a.M * a.xrs * 2 + 127) / 128 * 128;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = blockIdx.x, G = gridDim.x;
+	int S = a.NP / RG_W;                    /* pages a warp has in flight */
+	int g = lane >> 2, q = lane & 3;
+
+	if (threadIdx.x == 0) {
+		for (int i = 0; i < RG_W * S; i++)
+			mb_init(full + i, 1);
+		mb_init(xbar, 1);
+		mb_fence_init();
+	}
+	__syncthreads();
+	struct rg_cur ahead = { 0, 0, 0 };
+	rg_seek(a, &ahead, warp);
+	for (int i = 0; i < S && ahead.p < a.P; i++) {
+		rg_issue(a, ahead, warp, lane, ring + (size_t)(warp * S + i) * RG_SLOT,
+		         full + warp * S + i);
+		rg_advance(a, &ahead, warp);
+	}
+	unsigned j = 0;                         /* this warp's pages so far */
+	for (int p = 0; p < a.P; p++) {
+		const struct pp_phase &f = a.ph[p];
+		rg_bar();                       /* this block is done with x */
+		if (threadIdx.x == 0) {
+			if (p > 0 && !(a.diag & 2)) {
+				unsigned want = (unsigned)a.ph[p - 1].tiles, v;
+				do
+					asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v)
+					             : "l"(a.done + p - 1) : "memory");
+				while (v < want);
+				if (a.stall && a.stall[p]) {
+					unsigned long long t0 = rg_now();
+					while (rg_now() - t0 < a.stall[p])
+						;
+				}
+			}
+			/* x (16-bit already) into shared memory, a copy a row */
+			mb_expect(xbar, (unsigned)a.M * f.in * 2);
+			for (int r = 0; r < a.M; r++)
+				tma_load1(xs + (size_t)r * a.xrs * 2, f.xb + (size_t)r * f.in,
+				          (unsigned)f.in * 2, xbar);
+		}
+		mb_wait(xbar, p & 1);
+		int nu = rg_units(f, b);
+		unsigned stored = 0;
+		for (int i0 = 0; i0 + warp < nu; i0 += RG_W) {
+			int u = b + (i0 + warp) * G, t = u / f.nseg, s = u % f.nseg;
+			int kend = min(f.in, s * f.kseg + f.kseg);
+			float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+			for (int pg = 0; pg < f.npg; pg++, j++) {
+				unsigned slot = warp * S + j % S;
+				int k0, k1;
+				rg_page(f, s, pg, &k0, &k1);
+				mb_wait(full + slot, (j / S) & 1);
+				const char *pw = ring + (size_t)slot * RG_SLOT + g * RG_RS;
+#pragma unroll 4
+				for (int k = k0; k < (a.diag & 1 ? k0 : k1); k += 32) {
+					int kk = k + 8 * q;
+					uint4 bw = make_uint4(0, 0, 0, 0), ra = bw;
+					if (kk < kend) {
+						bw = *(const uint4 *)(pw + (size_t)(kk - k0) * 2);
+						if (g < a.M)
+							ra = *(const uint4 *)(xs + ((size_t)g * a.xrs + kk) * 2);
+					}
+					gpu_mma16816(c, ra.x, 0u, ra.y, 0u, bw.x, bw.y, 0);
+					gpu_mma16816(c, ra.z, 0u, ra.w, 0u, bw.z, bw.w, 0);
+				}
+				wg_fence_proxy();       /* this warp's reads of the slot before the copy's writes */
+				__syncwarp();
+				if (ahead.p < a.P) {    /* the page S ahead into the slot just read */
+					rg_issue(a, ahead, warp, lane, ring + (size_t)slot * RG_SLOT,
+					         full + slot);
+					rg_advance(a, &ahead, warp);
+				}
+			}
+			float v0 = c[0], v1 = c[1];
+			int last = 1;
+			if (f.nseg > 1) {               /* the tile's segments meet: the last adds */
+				a.part[((size_t)t * f.nseg + s) * 32 + lane] = make_float2(v0, v1);
+				__syncwarp();
+				unsigned old = 0;
+				if (lane == 0)
+					asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+					             : "=r"(old) : "l"(a.cnt + t) : "memory");
+				old = __shfl_sync(0xffffffffu, old, 0);
+				last = old == (unsigned)f.nseg - 1;
+				if (last) {
+					__syncwarp();
+					float2 acc = __ldcg(a.part + (size_t)t * f.nseg * 32 + lane);
+					for (int sg = 1; sg < f.nseg; sg++) {
+						float2 pp = __ldcg(a.part + ((size_t)t * f.nseg + sg) * 32 + lane);
+						acc.x += pp.x;
+						acc.y += pp.y;
+					}
+					v0 = acc.x;
+					v1 = acc.y;
+					if (lane == 0)
+						atomicExch(a.cnt + t, 0u);
+				}
+			}
+			if (last) {
+				int col = t * 8 + 2 * q;
+				if (g < a.M) {
+					if (col < f.out)
+						f.y[(size_t)g * f.out + col] = v0;
+					if (col + 1 < f.out)
+						f.y[(size_t)g * f.out + col + 1] = v1;
+				}
+				stored++;
+			}
+		}
+		if (stored) {                   /* the tiles this warp stored, counted once */
+			__threadfence();
+			__syncwarp();
+		}
+		if (stored && lane == 0) {
+			asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n"
+			             :: "l"(a.done + p), "r"(stored) : "memory");
+		}
+	}
+#endif
+}
+
+/* x rounded to 16 bits, as the products round it (round to nearest even) */
+static __global__ void rg_round(uint16_t *xb, const float *x, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		unsigned v = gpu_pack2(x[i], 0.0f, 0);
+		xb[i] = (uint16_t)(v & 0xffff);
+	}
+}
+
 /* a value in [-1, 1) from the index and a seed (a hash) */
 static __device__ __forceinline__ float pp_rand(size_t i, uint32_t seed)
 {
@@ -234,12 +485,20 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	int shp[4][2] = { { C, QKV }, { QD, C }, { C, 2 * gm->I }, { gm->I, C } };
 	int P = 4 * gm->L + 1;
 	struct pp_phase *ph = (struct pp_phase *)calloc(P, sizeof *ph);
-	size_t wtot = 0, ytot = 0;
+	size_t wtot = 0, ytot = 0, pmax = 0;
+	int kmax = 0, tmax = 0;
 	for (int p = 0; p < P; p++) {
 		int in = p < P - 1 ? shp[p % 4][0] : C, out = p < P - 1 ? shp[p % 4][1] : V;
 		ph[p].in = in, ph[p].out = out;
 		ph[p].nseg = gpu_matmul_fixed_segments(in, out, &ph[p].kseg);
 		ph[p].tiles = (out + 7) / 8;
+		int kb = (ph[p].kseg + 31) / 32;
+		ph[p].npg = (kb + RG_PK / 32 - 1) / (RG_PK / 32);
+		ph[p].bpp = (kb + ph[p].npg - 1) / ph[p].npg;
+		ph[p].npg = (kb + ph[p].bpp - 1) / ph[p].bpp;
+		kmax = in > kmax ? in : kmax;
+		pmax = (size_t)ph[p].tiles * ph[p].nseg > pmax ? (size_t)ph[p].tiles * ph[p].nseg : pmax;
+		tmax = ph[p].tiles > tmax ? ph[p].tiles : tmax;
 		if (ph[p].nseg > PP_WB) {
 			fprintf(stderr, "persist: %s: %d segments > %d warps a block\n", gm->name,
 			        ph[p].nseg, PP_WB);
@@ -256,11 +515,15 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaMalloc(&y, ytot * sizeof(float)));
 	fill<<<4096, 256>>>(w, NULL, wtot, 12345u, 0.03f);
 	fill<<<256, 256>>>(NULL, x, 4 * xmax, 777u, 1.0f);
+	uint16_t *xb;
+	CK(cudaMalloc(&xb, 4 * xmax * 2));
+	rg_round<<<256, 256>>>(xb, x, 4 * xmax);
 	CK(cudaGetLastError());
 	size_t wo = 0, yo = 0;
 	for (int p = 0; p < P; p++) {
 		ph[p].w = w + wo;
 		ph[p].x = x + (p < P - 1 ? p % 4 : 0) * xmax;
+		ph[p].xb = xb + (p < P - 1 ? p % 4 : 0) * xmax;
 		ph[p].y = y + yo;
 		wo += (size_t)ph[p].in * ph[p].out;
 		yo += (size_t)M * ph[p].out;
@@ -278,6 +541,40 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, pp_kernel<1>, PP_WB * 32, 0));
 	int blocks = sms * per;
 
+	/* the ring: its pages (RING_NP caps them), counters, partial sums, stalls (RING_STALL=
+	 * ns before q/k/v (and lm_head), o, gate/up, down) */
+	struct rg_args ra;
+	int optin, rper = 0;
+	CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+	ra.P = P, ra.M = M, ra.xrs = kmax + 32;
+	size_t xsb = ((size_t)M * ra.xrs * 2 + 127) / 128 * 128;
+	ra.NP = (int)(((size_t)optin - RG_HEAD - xsb) / RG_SLOT);
+	ra.NP = ra.NP > RG_NPMAX ? RG_NPMAX : ra.NP;
+	if (getenv("RING_NP") && atoi(getenv("RING_NP")) > 0 && atoi(getenv("RING_NP")) < ra.NP)
+		ra.NP = atoi(getenv("RING_NP"));
+	size_t rsmem = RG_HEAD + xsb + (size_t)ra.NP * RG_SLOT;
+	CK(cudaFuncSetAttribute(rg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rsmem));
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rper, rg_kernel, 32 * RG_W, rsmem));
+	if (ra.NP < RG_W || rper < 1) {
+		fprintf(stderr, "persist: %s: the ring does not fit (%d pages)\n", gm->name, ra.NP);
+		exit(1);
+	}
+	unsigned stall_h[4] = { 0, 0, 0, 0 }, *stall_d = NULL;
+	int stalled = getenv("RING_STALL") &&
+	              sscanf(getenv("RING_STALL"), "%u,%u,%u,%u", stall_h, stall_h + 1, stall_h + 2,
+	                     stall_h + 3) == 4;
+	unsigned *stall_p = (unsigned *)calloc(P, sizeof(unsigned));
+	for (int p = 1; p < P; p++)
+		stall_p[p] = stall_h[p < P - 1 ? p % 4 : 0];
+	CK(cudaMalloc(&ra.done, P * sizeof(unsigned)));
+	CK(cudaMalloc(&ra.cnt, tmax * sizeof(unsigned)));
+	CK(cudaMalloc(&ra.part, pmax * 32 * sizeof(float2)));
+	CK(cudaMalloc(&stall_d, P * sizeof(unsigned)));
+	CK(cudaMemcpy(stall_d, stall_p, P * sizeof(unsigned), cudaMemcpyHostToDevice));
+	CK(cudaMemset(ra.cnt, 0, tmax * sizeof(unsigned)));
+	ra.ph = phd;
+	ra.diag = getenv("RING_DIAG") ? atoi(getenv("RING_DIAG")) : 0;
+
 	/* the kernels way, one graph */
 	cudaGraph_t gr;
 	cudaGraphExec_t ge;
@@ -289,19 +586,26 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaGraphInstantiate(&ge, gr, 0));
 	CK(cudaGraphDestroy(gr));
 
-	const char *names[3] = { "kernels", "persist", "persist-nopf" };
-	double med[3];
+	const char *names[5] = { "kernels", "persist", "persist-nopf", "ring", "ring-stall" };
+	int nmode = stalled ? 5 : 4;
+	double med[5];
 	cudaEvent_t e0, e1;
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
-	double *t = (double *)malloc(sizeof(double) * 3 * (reps + 1));
+	double *t = (double *)malloc(sizeof(double) * 5 * (reps + 1));
 	for (int r = -1; r < reps; r++) {       /* the ways alternate, run by run; r = -1 warms up */
-		for (int mode = 0; mode < 3; mode++) {
+		for (int mode = 0; mode < nmode; mode++) {
 			CK(cudaMemsetAsync(y, 0xff, ytot * sizeof(float), st));
 			CK(cudaMemsetAsync(bar, 0, sizeof(unsigned), st));
+			CK(cudaMemsetAsync(ra.done, 0, P * sizeof(unsigned), st));
 			CK(cudaEventRecord(e0, st));
 			if (mode == 0) {
 				CK(cudaGraphLaunch(ge, st));
+			} else if (mode >= 3) {
+				ra.stall = mode == 4 ? stall_d : NULL;
+				void *args[] = { &ra };
+				CK(cudaLaunchCooperativeKernel((const void *)rg_kernel, dim3(sms), 
+				                               dim3(32 * RG_W), args, rsmem, st));
 			} else {
 				void *args[] = { &phd, &P, &M, &bar };
 				CK(cudaLaunchCooperativeKernel(mode == 1 ? (const void *)pp_kernel<1> :
@@ -315,7 +619,7 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 			if (r >= 0)
 				t[mode * reps + r] = ms;
 			CK(cudaMemcpy(mode ? got : ref, y, ytot * sizeof(float), cudaMemcpyDeviceToHost));
-			if (mode && memcmp(ref, got, ytot * sizeof(float))) {
+			if (mode && !(mode >= 3 && ra.diag) && memcmp(ref, got, ytot * sizeof(float))) {
 				size_t d = 0;
 				for (size_t i = 0; i < ytot; i++)
 					d += memcmp(ref + i, got + i, sizeof(float)) != 0;
@@ -325,13 +629,17 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 			}
 		}
 	}
-	for (int mode = 0; mode < 3; mode++) {
+	for (int mode = 0; mode < nmode; mode++) {
 		bench_sort(t + mode * reps, reps);
 		med[mode] = t[mode * reps + reps / 2];
 		printf("%-5s M=%d %-13s %8.3f ms  %5.1f%% of floor %.3f ms  (%d products, %d blocks of %d)\n",
 		       gm->name, M, names[mode], med[mode], 100 * floor_ms / med[mode], floor_ms, P,
-		       mode ? blocks : 0, mode ? PP_WB * 32 : 0);
+		       mode >= 3 ? sms : mode ? blocks : 0,
+		       mode >= 3 ? 32 * RG_W : mode ? PP_WB * 32 : 0);
 	}
+	printf("%-5s ring: %d pages of %d bytes, %zu bytes of shared memory a block%s%s\n", gm->name,
+	       ra.NP, RG_SLOT, rsmem, stalled ? ", stalls (ns) " : "",
+	       stalled ? getenv("RING_STALL") : "");
 	fflush(stdout);
 	free(t);
 	free(ref);
@@ -340,8 +648,14 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaGraphExecDestroy(ge));
 	CK(cudaFree(phd));
 	CK(cudaFree(bar));
+	CK(cudaFree(ra.done));
+	CK(cudaFree(ra.cnt));
+	CK(cudaFree(ra.part));
+	CK(cudaFree(stall_d));
+	free(stall_p);
 	CK(cudaFree(w));
 	CK(cudaFree(x));
+	CK(cudaFree(xb));
 	CK(cudaFree(y));
 }
 
