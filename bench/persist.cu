@@ -1,5 +1,5 @@
 /* persist: the matrix products of one batch-1 decode forward (SDAR geometry: per layer the
- * fused q/k/v, o, the fused gate/up and down; then lm_head) on M rows, two ways, the same bits:
+ * fused q/k/v, o, the fused gate/up and down; then lm_head) on M rows, three ways, the same bits:
  *   kernels   gpu_matmul_fixed for each product, as the engine forward runs them (the
  *             streaming kernel, one launch a product, programmatic dependent launch),
  *             captured in a CUDA graph;
@@ -11,13 +11,15 @@
  *             after it);
  *   ring      one kernel, a block an SM, whose warps stream their weights into shared memory
  *             by bulk copies, pages ahead of their use and across the products' boundaries
- *             (rg_kernel below; RING_STALL adds "ring-stall", RING_NP and RING_DIAG vary it).
+ *             (rg_kernel below; RING_STALL=NS,NS,NS,NS adds "ring-stall", RING_TL=1 prints
+ *             its timeline, RING_NP and RING_DIAG vary it; -DRG_W=N, -DRG_PK=N rebuild it).
  * The question it answers: how much of the floor the products lose to their kernel
  * boundaries. The floor is the weight bytes over the device-to-device copy bandwidth
  * measured in the same run (read + write counted, as tests/gpu/model-logits.c does). Every
  * layer has weights of its own; each product reads a fixed random x (the barriers and the
  * waits are there all the same). A figure is the median over REPS runs (CUDA events); the
- * outputs of every run way are compared bit for bit with the kernels'.
+ * outputs of every run way are compared bit for bit with the kernels' (RING_DIAG's runs
+ * excepted: they time parts of the ring only).
  * Usage: persist [REPS [GEOMS [M]]] (GEOMS e.g. 1.7b,4b,8b; M rows, at most 8).
  * Built and run by bench/gpu-ops.sh (BENCH=persist). */
 #include <stdio.h>
@@ -211,21 +213,26 @@ pp_kernel(const struct pp_phase *ph, int P, int M, unsigned *bar)
  * product's input. At each product the block waits for every tile of the product before (a
  * counter a product, each warp adding its tiles once), copies x (rounded to 16 bits by
  * whoever wrote it: here rg_round) into shared memory, then makes its units' sums in the
- * streaming kernel's order; the segments of a tile meet in global memory, and the block that
- * adds the last adds them all in order (the same bits as the kernels). stall[p] (ns): a wait
+ * streaming kernel's order; a tile's segments are warps of one wave (RG_W a multiple of the
+ * segments), whose sums meet in shared memory, added in order by the first (the same bits
+ * as the kernels). stall[p] (ns): a wait
  * more before product p's input counts as there, standing for the small kernels between. */
-#define RG_W 8                          /* warps a block */
-#define RG_PK 512                       /* inputs a page holds, at most */
+#ifndef RG_W
+#define RG_W 12                         /* warps a block (-DRG_W=N to vary) */
+#endif
+#ifndef RG_PK
+#define RG_PK 256                       /* inputs a page holds, at most (-DRG_PK=N) */
+#endif
 #define RG_RS (RG_PK * 2 + 64)          /* a page row's bytes (rows 64 bytes apart mod 128) */
 #define RG_SLOT (8 * RG_RS)
 #define RG_NPMAX 32
-#define RG_HEAD 1024                    /* the barriers' bytes */
+#define RG_HEAD (512 + 2 * RG_W * 32 * 8)  /* the barriers, then the segments' sums */
 
 struct rg_args {
 	const struct pp_phase *ph;
 	int P, M, NP, xrs;
-	unsigned *done, *cnt;
-	float2 *part;
+	unsigned *done;
+	unsigned long long *tl; /* RING_TL: thread 0's global timer a product: (P + 1, grid, 3) */
 	const unsigned *stall;
 	int diag;               /* RING_DIAG, bits (timing only; the results are not checked): 1
 	                         * no multiplies, 2 no waits for the product before, 4 no weight
@@ -245,11 +252,12 @@ static __device__ __forceinline__ void rg_bar(void)
 	asm volatile("bar.sync 1, %0;\n" :: "n"(32 * RG_W) : "memory");
 }
 
-/* the units of product f that block b takes */
+/* the units of product f that block b takes: its tiles b, b + grid, ... each with all its
+ * segments (unit i: tile b + (i / nseg) grid, segment i % nseg) */
 static __device__ __forceinline__ int rg_units(const struct pp_phase &f, int b)
 {
-	int units = f.tiles * f.nseg;
-	return units > b ? (units - 1 - b) / (int)gridDim.x + 1 : 0;
+	int tiles = f.tiles > b ? (f.tiles - 1 - b) / (int)gridDim.x + 1 : 0;
+	return tiles * f.nseg;
 }
 
 /* page pg of the unit (t, s): inputs [k0, k1) */
@@ -292,8 +300,8 @@ static __device__ __forceinline__ void rg_issue(const struct rg_args &a, const s
                                                 int warp, int lane, char *dst, uint64_t *bar)
 {
 	const struct pp_phase &f = a.ph[c.p];
-	int u = blockIdx.x + (c.i0 + warp) * gridDim.x, t = u / f.nseg, k0, k1;
-	rg_page(f, u % f.nseg, c.pg, &k0, &k1);
+	int i = c.i0 + warp, t = blockIdx.x + i / f.nseg * gridDim.x, k0, k1;
+	rg_page(f, i % f.nseg, c.pg, &k0, &k1);
 	if (lane == 0)
 		mb_expect(bar, a.diag & 4 ? 0u : 8u * (k1 - k0) * 2);
 	__syncwarp();
@@ -311,6 +319,7 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) unsigned char rg_smem[];
 	uint64_t *full = (uint64_t *)rg_smem, *xbar = full + RG_NPMAX;
+	float2 *part = (float2 *)(rg_smem + 512);       /* (2, RG_W, 32) */
 	char *xs = (char *)rg_smem + RG_HEAD;
 	char *ring = xs + ((size_t)a.M * a.xrs * 2 + 127) / 128 * 128;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = blockIdx.x, G = gridDim.x;
@@ -335,6 +344,8 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 	for (int p = 0; p < a.P; p++) {
 		const struct pp_phase &f = a.ph[p];
 		rg_bar();                       /* this block is done with x */
+		if (a.tl && threadIdx.x == 0)
+			a.tl[((size_t)p * G + b) * 3] = rg_now();
 		if (threadIdx.x == 0) {
 			if (p > 0 && !(a.diag & 2)) {
 				unsigned want = (unsigned)a.ph[p - 1].tiles, v;
@@ -348,6 +359,8 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 						;
 				}
 			}
+			if (a.tl)
+				a.tl[((size_t)p * G + b) * 3 + 1] = rg_now();
 			/* x (16-bit already) into shared memory, a copy a row */
 			mb_expect(xbar, (unsigned)a.M * f.in * 2);
 			for (int r = 0; r < a.M; r++)
@@ -355,10 +368,13 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 				          (unsigned)f.in * 2, xbar);
 		}
 		mb_wait(xbar, p & 1);
+		if (a.tl && threadIdx.x == 0)
+			a.tl[((size_t)p * G + b) * 3 + 2] = rg_now();
 		int nu = rg_units(f, b);
 		unsigned stored = 0;
 		for (int i0 = 0; i0 + warp < nu; i0 += RG_W) {
-			int u = b + (i0 + warp) * G, t = u / f.nseg, s = u % f.nseg;
+			int i = i0 + warp, t = b + i / f.nseg * G, s = i % f.nseg;
+			int wn = min(RG_W, nu - i0);
 			int kend = min(f.in, s * f.kseg + f.kseg);
 			float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 			for (int pg = 0; pg < f.npg; pg++, j++) {
@@ -388,28 +404,20 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 				}
 			}
 			float v0 = c[0], v1 = c[1];
-			int last = 1;
-			if (f.nseg > 1) {               /* the tile's segments meet: the last adds */
-				a.part[((size_t)t * f.nseg + s) * 32 + lane] = make_float2(v0, v1);
-				__syncwarp();
-				unsigned old = 0;
-				if (lane == 0)
-					asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
-					             : "=r"(old) : "l"(a.cnt + t) : "memory");
-				old = __shfl_sync(0xffffffffu, old, 0);
-				last = old == (unsigned)f.nseg - 1;
+			int last = s == 0;
+			if (f.nseg > 1) {               /* the tile's segments meet in shared memory */
+				float2 *pt = part + ((i0 / RG_W) & 1) * RG_W * 32;
+				pt[warp * 32 + lane] = make_float2(v0, v1);
+				asm volatile("bar.sync 2, %0;\n" :: "r"(32 * wn) : "memory");
 				if (last) {
-					__syncwarp();
-					float2 acc = __ldcg(a.part + (size_t)t * f.nseg * 32 + lane);
+					float2 acc = pt[warp * 32 + lane];
 					for (int sg = 1; sg < f.nseg; sg++) {
-						float2 pp = __ldcg(a.part + ((size_t)t * f.nseg + sg) * 32 + lane);
+						float2 pp = pt[(warp + sg) * 32 + lane];
 						acc.x += pp.x;
 						acc.y += pp.y;
 					}
 					v0 = acc.x;
 					v1 = acc.y;
-					if (lane == 0)
-						atomicExch(a.cnt + t, 0u);
 				}
 			}
 			if (last) {
@@ -432,7 +440,77 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 			             :: "l"(a.done + p), "r"(stored) : "memory");
 		}
 	}
+	rg_bar();
+	if (a.tl && threadIdx.x == 0)
+		a.tl[((size_t)a.P * G + b) * 3] = rg_now();
 #endif
+}
+
+static int rg_cmp_u64(const void *a, const void *b)
+{
+	unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+	return (x > y) - (x < y);
+}
+
+/* one more ring run with thread 0's timer recorded; per product kind (q/k/v, o, gate/up,
+ * down, lm_head), the mean over the layers of, us: the wait from the product before's last
+ * block done to this block seeing it (median over blocks; "seen", with RING_STALL's stall), x's copy ("x"), the
+ * block's units ("run", median), the last block's end after the median's ("tail"), and the
+ * product's span (the product before's last end to its own) */
+static void rg_timeline(struct rg_args *ra, int P, int G, size_t smem, cudaStream_t st,
+                        const char *name, const unsigned *stall)
+{
+	size_t n = (size_t)(P + 1) * G * 3;
+	unsigned long long *h = (unsigned long long *)malloc(n * 8), *v = (unsigned long long *)
+	                        malloc(G * 8);
+	CK(cudaMalloc(&ra->tl, n * 8));
+	CK(cudaMemsetAsync(ra->done, 0, P * sizeof(unsigned), st));
+	ra->stall = stall;
+	void *args[] = { ra };
+	CK(cudaLaunchCooperativeKernel((const void *)rg_kernel, dim3(G), dim3(32 * RG_W), args, smem, st));
+	CK(cudaStreamSynchronize(st));
+	CK(cudaMemcpy(h, ra->tl, n * 8, cudaMemcpyDeviceToHost));
+	CK(cudaFree(ra->tl));
+	ra->tl = NULL;
+#define TL(p, b, k) h[((size_t)(p) * G + (b)) * 3 + (k)]
+	double sum[5][5] = { { 0 } };
+	int cnt[5] = { 0 };
+	for (int p = 1; p < P; p++) {
+		int kind = p == P - 1 ? 4 : p % 4;
+		unsigned long long lastp = 0, last = 0;
+		for (int b = 0; b < G; b++) {
+			lastp = TL(p, b, 0) > lastp ? TL(p, b, 0) : lastp;
+			last = TL(p + 1, b, 0) > last ? TL(p + 1, b, 0) : last;
+		}
+		double med[3];
+		for (int k = 0; k < 3; k++) {
+			for (int b = 0; b < G; b++)
+				v[b] = k == 0 ? TL(p, b, 1) - lastp + 1000000000ull :
+				       k == 1 ? TL(p, b, 2) - TL(p, b, 1) : TL(p + 1, b, 0) - TL(p, b, 2);
+			qsort(v, G, 8, rg_cmp_u64);
+			med[k] = (double)v[G / 2] - (k == 0 ? 1e9 : 0);
+		}
+		for (int b = 0; b < G; b++)
+			v[b] = TL(p + 1, b, 0);
+		qsort(v, G, 8, rg_cmp_u64);
+		sum[kind][0] += med[0];
+		sum[kind][1] += med[1];
+		sum[kind][2] += med[2];
+		sum[kind][3] += (double)(last - v[G / 2]);
+		sum[kind][4] += (double)(last - lastp);
+		cnt[kind]++;
+	}
+#undef TL
+	const char *kinds[5] = { "q/k/v", "o", "gate/up", "down", "lm_head" };
+	printf("%-5s ring timeline%s, us (mean over layers): product seen x run tail span\n", name,
+	       stall ? " with the stalls" : "");
+	for (int k = 0; k < 5; k++)
+		if (cnt[k])
+			printf("%-5s   %-8s %7.2f %6.2f %7.2f %6.2f %7.2f\n", name, kinds[k],
+			       sum[k][0] / cnt[k] / 1e3, sum[k][1] / cnt[k] / 1e3, sum[k][2] / cnt[k] / 1e3,
+			       sum[k][3] / cnt[k] / 1e3, sum[k][4] / cnt[k] / 1e3);
+	free(h);
+	free(v);
 }
 
 /* x rounded to 16 bits, as the products round it (round to nearest even) */
@@ -485,8 +563,8 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	int shp[4][2] = { { C, QKV }, { QD, C }, { C, 2 * gm->I }, { gm->I, C } };
 	int P = 4 * gm->L + 1;
 	struct pp_phase *ph = (struct pp_phase *)calloc(P, sizeof *ph);
-	size_t wtot = 0, ytot = 0, pmax = 0;
-	int kmax = 0, tmax = 0;
+	size_t wtot = 0, ytot = 0;
+	int kmax = 0;
 	for (int p = 0; p < P; p++) {
 		int in = p < P - 1 ? shp[p % 4][0] : C, out = p < P - 1 ? shp[p % 4][1] : V;
 		ph[p].in = in, ph[p].out = out;
@@ -497,8 +575,11 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 		ph[p].bpp = (kb + ph[p].npg - 1) / ph[p].npg;
 		ph[p].npg = (kb + ph[p].bpp - 1) / ph[p].bpp;
 		kmax = in > kmax ? in : kmax;
-		pmax = (size_t)ph[p].tiles * ph[p].nseg > pmax ? (size_t)ph[p].tiles * ph[p].nseg : pmax;
-		tmax = ph[p].tiles > tmax ? ph[p].tiles : tmax;
+		if (RG_W % ph[p].nseg) {
+			fprintf(stderr, "persist: %s: %d segments do not divide the ring's %d warps\n",
+			        gm->name, ph[p].nseg, RG_W);
+			exit(1);
+		}
 		if (ph[p].nseg > PP_WB) {
 			fprintf(stderr, "persist: %s: %d segments > %d warps a block\n", gm->name,
 			        ph[p].nseg, PP_WB);
@@ -567,12 +648,10 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	for (int p = 1; p < P; p++)
 		stall_p[p] = stall_h[p < P - 1 ? p % 4 : 0];
 	CK(cudaMalloc(&ra.done, P * sizeof(unsigned)));
-	CK(cudaMalloc(&ra.cnt, tmax * sizeof(unsigned)));
-	CK(cudaMalloc(&ra.part, pmax * 32 * sizeof(float2)));
 	CK(cudaMalloc(&stall_d, P * sizeof(unsigned)));
 	CK(cudaMemcpy(stall_d, stall_p, P * sizeof(unsigned), cudaMemcpyHostToDevice));
-	CK(cudaMemset(ra.cnt, 0, tmax * sizeof(unsigned)));
 	ra.ph = phd;
+	ra.tl = NULL;
 	ra.diag = getenv("RING_DIAG") ? atoi(getenv("RING_DIAG")) : 0;
 
 	/* the kernels way, one graph */
@@ -629,6 +708,8 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 			}
 		}
 	}
+	if (getenv("RING_TL"))
+		rg_timeline(&ra, P, sms, rsmem, st, gm->name, stalled ? stall_d : NULL);
 	for (int mode = 0; mode < nmode; mode++) {
 		bench_sort(t + mode * reps, reps);
 		med[mode] = t[mode * reps + reps / 2];
@@ -649,8 +730,6 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	CK(cudaFree(phd));
 	CK(cudaFree(bar));
 	CK(cudaFree(ra.done));
-	CK(cudaFree(ra.cnt));
-	CK(cudaFree(ra.part));
 	CK(cudaFree(stall_d));
 	free(stall_p);
 	CK(cudaFree(w));
