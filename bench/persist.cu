@@ -260,54 +260,61 @@ static __device__ __forceinline__ int rg_units(const struct pp_phase &f, int b)
 	return tiles * f.nseg;
 }
 
-/* page pg of the unit (t, s): inputs [k0, k1) */
-static __device__ __forceinline__ void rg_page(const struct pp_phase &f, int s, int pg, int *k0,
-                                               int *k1)
-{
-	int kbeg = s * f.kseg, kend = min(f.in, kbeg + f.kseg);
-	*k0 = min(kend, kbeg + pg * f.bpp * 32);
-	*k1 = min(kend, *k0 + f.bpp * 32);
-}
-
-/* a consumer warp's walk over its pages: product p, wave i0, page pg (p == P: the end) */
+/* a warp's walk over its pages: product p, wave i0, page pg (p == P: the end), and what the
+ * copies want of product p, held in registers (the asm's memory clobbers would reload them
+ * from the product table at every page) */
 struct rg_cur {
 	int p, i0, pg;
+	const char *w;
+	int in, out, kseg, nseg, npg, bpp;
 };
 
-/* the first wave at or after (p, i0) where this warp has a unit */
+/* the first wave at or after (p, i0) where this warp has a unit, and its product's fields */
 static __device__ __forceinline__ void rg_seek(const struct rg_args &a, struct rg_cur *c, int warp)
 {
 	for (; c->p < a.P; c->p++, c->i0 = 0) {
-		int nu = rg_units(a.ph[c->p], blockIdx.x);
-		if (c->i0 + warp < nu)
+		const struct pp_phase &f = a.ph[c->p];
+		if (c->i0 + warp < rg_units(f, blockIdx.x)) {
+			c->w = (const char *)f.w;
+			c->in = f.in, c->out = f.out, c->kseg = f.kseg, c->nseg = f.nseg;
+			c->npg = f.npg, c->bpp = f.bpp;
 			return;
+		}
 	}
 }
 
 static __device__ __forceinline__ void rg_advance(const struct rg_args &a, struct rg_cur *c,
                                                   int warp)
 {
-	if (++c->pg < a.ph[c->p].npg)
+	if (++c->pg < c->npg)
 		return;
 	c->pg = 0;
 	c->i0 += RG_W;
 	rg_seek(a, c, warp);
 }
 
+/* page pg of segment s: inputs [k0, k1) */
+static __device__ __forceinline__ void rg_page(int in, int kseg, int bpp, int s, int pg, int *k0,
+                                               int *k1)
+{
+	int kbeg = s * kseg, kend = min(in, kbeg + kseg);
+	*k0 = min(kend, kbeg + pg * bpp * 32);
+	*k1 = min(kend, *k0 + bpp * 32);
+}
+
 /* the warp asks for the page at c into its slot (lane 0 announces the bytes, lanes 0..7 copy
  * a row each) */
-static __device__ __forceinline__ void rg_issue(const struct rg_args &a, const struct rg_cur &c,
-                                                int warp, int lane, char *dst, uint64_t *bar)
+static __device__ __forceinline__ void rg_issue(int diag, const struct rg_cur &c, int warp,
+                                                int lane, char *dst, uint64_t *bar)
 {
-	const struct pp_phase &f = a.ph[c.p];
-	int i = c.i0 + warp, t = blockIdx.x + i / f.nseg * gridDim.x, k0, k1;
-	rg_page(f, i % f.nseg, c.pg, &k0, &k1);
+	int i = c.i0 + warp, t = blockIdx.x + i / c.nseg * gridDim.x, k0, k1;
+	rg_page(c.in, c.kseg, c.bpp, i % c.nseg, c.pg, &k0, &k1);
 	if (lane == 0)
-		mb_expect(bar, a.diag & 4 ? 0u : 8u * (k1 - k0) * 2);
+		mb_expect(bar, diag & 4 ? 0u : 8u * (k1 - k0) * 2);
 	__syncwarp();
-	if (lane < 8 && k1 > k0 && !(a.diag & 4)) {
-		int row = min(t * 8 + lane, f.out - 1);
-		tma_load1(dst + lane * RG_RS, (const char *)f.w + ((size_t)row * f.in + k0) * 2,
+	if (lane < 8 && k1 > k0 && !(diag & 4)) {
+		int row = min(t * 8 + lane, c.out - 1);
+		tma_load1(dst + lane * RG_RS, c.w + ((size_t)row * c.in + k0) * 2,
 		          (unsigned)(k1 - k0) * 2, bar);
 	}
 }
@@ -333,16 +340,22 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 		mb_fence_init();
 	}
 	__syncthreads();
-	struct rg_cur ahead = { 0, 0, 0 };
+	struct rg_cur ahead;
+	ahead.p = ahead.i0 = ahead.pg = 0;
 	rg_seek(a, &ahead, warp);
 	for (int i = 0; i < S && ahead.p < a.P; i++) {
-		rg_issue(a, ahead, warp, lane, ring + (size_t)(warp * S + i) * RG_SLOT,
+		rg_issue(a.diag, ahead, warp, lane, ring + (size_t)(warp * S + i) * RG_SLOT,
 		         full + warp * S + i);
 		rg_advance(a, &ahead, warp);
 	}
 	unsigned j = 0;                         /* this warp's pages so far */
 	for (int p = 0; p < a.P; p++) {
-		const struct pp_phase &f = a.ph[p];
+		/* product p's fields, once, into registers */
+		const struct pp_phase *fp = a.ph + p;
+		const int in = fp->in, out = fp->out, kseg = fp->kseg, nseg = fp->nseg;
+		const int npg = fp->npg, bpp = fp->bpp, nu = rg_units(*fp, b);
+		float *y = fp->y;
+		const uint16_t *xb = fp->xb;
 		rg_bar();                       /* this block is done with x */
 		if (a.tl && threadIdx.x == 0)
 			a.tl[((size_t)p * G + b) * 3] = rg_now();
@@ -362,56 +375,87 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 			if (a.tl)
 				a.tl[((size_t)p * G + b) * 3 + 1] = rg_now();
 			/* x (16-bit already) into shared memory, a copy a row */
-			mb_expect(xbar, (unsigned)a.M * f.in * 2);
+			mb_expect(xbar, (unsigned)a.M * in * 2);
 			for (int r = 0; r < a.M; r++)
-				tma_load1(xs + (size_t)r * a.xrs * 2, f.xb + (size_t)r * f.in,
-				          (unsigned)f.in * 2, xbar);
+				tma_load1(xs + (size_t)r * a.xrs * 2, xb + (size_t)r * in, (unsigned)in * 2,
+				          xbar);
 		}
 		mb_wait(xbar, p & 1);
 		if (a.tl && threadIdx.x == 0)
 			a.tl[((size_t)p * G + b) * 3 + 2] = rg_now();
-		int nu = rg_units(f, b);
 		unsigned stored = 0;
+		/* lanes of rows g >= M read row g mod M: their rows of the sums are never stored, and
+		 * a row's sums do not depend on the other rows */
+		const char *xrow = xs + (size_t)(g % a.M) * a.xrs * 2;
+		const int xon = g < a.M, kstop = a.diag & 1;
 		for (int i0 = 0; i0 + warp < nu; i0 += RG_W) {
-			int i = i0 + warp, t = b + i / f.nseg * G, s = i % f.nseg;
+			int i = i0 + warp, t = b + i / nseg * G, s = i % nseg;
 			int wn = min(RG_W, nu - i0);
-			int kend = min(f.in, s * f.kseg + f.kseg);
+			int kend = min(in, s * kseg + kseg);
 			float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-			for (int pg = 0; pg < f.npg; pg++, j++) {
+			for (int pg = 0; pg < npg; pg++, j++) {
 				unsigned slot = warp * S + j % S;
 				int k0, k1;
-				rg_page(f, s, pg, &k0, &k1);
+				rg_page(in, kseg, bpp, s, pg, &k0, &k1);
 				mb_wait(full + slot, (j / S) & 1);
+				/* the page into registers, the slot asked to refill at once, then the sums
+				 * (a slot is held for the loads only, not for the multiplies) */
 				const char *pw = ring + (size_t)slot * RG_SLOT + g * RG_RS;
-#pragma unroll 4
-				for (int k = k0; k < (a.diag & 1 ? k0 : k1); k += 32) {
-					int kk = k + 8 * q;
-					uint4 bw = make_uint4(0, 0, 0, 0), ra = bw;
-					if (kk < kend) {
-						bw = *(const uint4 *)(pw + (size_t)(kk - k0) * 2);
-						if (g < a.M)
-							ra = *(const uint4 *)(xs + ((size_t)g * a.xrs + kk) * 2);
+				uint4 bw[RG_PK / 32];
+				const int whole = k1 - k0 == RG_PK;     /* a whole page: no checks */
+				if (whole) {
+#pragma unroll
+					for (int u = 0; u < RG_PK / 32; u++)
+						bw[u] = *(const uint4 *)(pw + (size_t)(32 * u + 8 * q) * 2);
+				} else {
+#pragma unroll
+					for (int u = 0; u < RG_PK / 32; u++) {
+						int kk = k0 + 32 * u + 8 * q;
+						bw[u] = make_uint4(0, 0, 0, 0);
+						if (k0 + 32 * u < k1 && kk < kend)
+							bw[u] = *(const uint4 *)(pw + (size_t)(kk - k0) * 2);
 					}
-					gpu_mma16816(c, ra.x, 0u, ra.y, 0u, bw.x, bw.y, 0);
-					gpu_mma16816(c, ra.z, 0u, ra.w, 0u, bw.z, bw.w, 0);
 				}
 				wg_fence_proxy();       /* this warp's reads of the slot before the copy's writes */
 				__syncwarp();
 				if (ahead.p < a.P) {    /* the page S ahead into the slot just read */
-					rg_issue(a, ahead, warp, lane, ring + (size_t)slot * RG_SLOT,
+					rg_issue(a.diag, ahead, warp, lane, ring + (size_t)slot * RG_SLOT,
 					         full + slot);
 					rg_advance(a, &ahead, warp);
+				}
+				if (kstop)
+					continue;
+				if (whole) {
+					const char *xp = xrow + (size_t)(k0 + 8 * q) * 2;
+#pragma unroll
+					for (int u = 0; u < RG_PK / 32; u++) {
+						uint4 ra = *(const uint4 *)(xp + 64 * u);
+						gpu_mma16816(c, ra.x, 0u, ra.y, 0u, bw[u].x, bw[u].y, 0);
+						gpu_mma16816(c, ra.z, 0u, ra.w, 0u, bw[u].z, bw[u].w, 0);
+					}
+					continue;
+				}
+#pragma unroll
+				for (int u = 0; u < RG_PK / 32; u++) {
+					int k = k0 + 32 * u, kk = k + 8 * q;
+					if (k >= k1)
+						break;
+					uint4 ra = make_uint4(0, 0, 0, 0);
+					if (kk < kend)
+						ra = *(const uint4 *)(xrow + (size_t)kk * 2);
+					gpu_mma16816(c, ra.x, 0u, ra.y, 0u, bw[u].x, bw[u].y, 0);
+					gpu_mma16816(c, ra.z, 0u, ra.w, 0u, bw[u].z, bw[u].w, 0);
 				}
 			}
 			float v0 = c[0], v1 = c[1];
 			int last = s == 0;
-			if (f.nseg > 1) {               /* the tile's segments meet in shared memory */
+			if (nseg > 1) {                 /* the tile's segments meet in shared memory */
 				float2 *pt = part + ((i0 / RG_W) & 1) * RG_W * 32;
 				pt[warp * 32 + lane] = make_float2(v0, v1);
 				asm volatile("bar.sync 2, %0;\n" :: "r"(32 * wn) : "memory");
 				if (last) {
 					float2 acc = pt[warp * 32 + lane];
-					for (int sg = 1; sg < f.nseg; sg++) {
+					for (int sg = 1; sg < nseg; sg++) {
 						float2 pp = pt[(warp + sg) * 32 + lane];
 						acc.x += pp.x;
 						acc.y += pp.y;
@@ -422,11 +466,11 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 			}
 			if (last) {
 				int col = t * 8 + 2 * q;
-				if (g < a.M) {
-					if (col < f.out)
-						f.y[(size_t)g * f.out + col] = v0;
-					if (col + 1 < f.out)
-						f.y[(size_t)g * f.out + col + 1] = v1;
+				if (xon) {
+					if (col < out)
+						y[(size_t)g * out + col] = v0;
+					if (col + 1 < out)
+						y[(size_t)g * out + col + 1] = v1;
 				}
 				stored++;
 			}
