@@ -20,7 +20,8 @@
  * waits are there all the same). A figure is the median over REPS runs (CUDA events); the
  * outputs of every run way are compared bit for bit with the kernels' (RING_DIAG's runs
  * excepted: they time parts of the ring only).
- * Usage: persist [REPS [GEOMS [M]]] (GEOMS e.g. 1.7b,4b,8b; M rows, at most 8).
+ * Usage: persist [REPS [GEOMS [M]]] (GEOMS e.g. 1.7b,4b,8b; M rows, at most 8); exit status
+ * 2 for bad arguments or a malformed RING_NP / RING_STALL, 1 for a CUDA error or differing bits.
  * Built and run by bench/gpu-ops.sh (BENCH=persist). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,13 +241,6 @@ struct rg_args {
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   /* (bulk copies: sm_90) */
-static __device__ __forceinline__ unsigned long long rg_now(void)
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
 static __device__ __forceinline__ void rg_bar(void)
 {
 	asm volatile("bar.sync 1, %0;\n" :: "n"(32 * RG_W) : "memory");
@@ -358,7 +352,7 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 		const uint16_t *xb = fp->xb;
 		rg_bar();                       /* this block is done with x */
 		if (a.tl && threadIdx.x == 0)
-			a.tl[((size_t)p * G + b) * 3] = rg_now();
+			a.tl[((size_t)p * G + b) * 3] = gpu_tl_now();
 		if (threadIdx.x == 0) {
 			if (p > 0 && !(a.diag & 2)) {
 				unsigned want = (unsigned)a.ph[p - 1].tiles, v;
@@ -367,13 +361,13 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 					             : "l"(a.done + p - 1) : "memory");
 				while (v < want);
 				if (a.stall && a.stall[p]) {
-					unsigned long long t0 = rg_now();
-					while (rg_now() - t0 < a.stall[p])
+					unsigned long long t0 = gpu_tl_now();
+					while (gpu_tl_now() - t0 < a.stall[p])
 						;
 				}
 			}
 			if (a.tl)
-				a.tl[((size_t)p * G + b) * 3 + 1] = rg_now();
+				a.tl[((size_t)p * G + b) * 3 + 1] = gpu_tl_now();
 			/* x (16-bit already) into shared memory, a copy a row */
 			mb_expect(xbar, (unsigned)a.M * in * 2);
 			for (int r = 0; r < a.M; r++)
@@ -382,7 +376,7 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 		}
 		mb_wait(xbar, p & 1);
 		if (a.tl && threadIdx.x == 0)
-			a.tl[((size_t)p * G + b) * 3 + 2] = rg_now();
+			a.tl[((size_t)p * G + b) * 3 + 2] = gpu_tl_now();
 		unsigned stored = 0;
 		/* lanes of rows g >= M read row g mod M: their rows of the sums are never stored, and
 		 * a row's sums do not depend on the other rows */
@@ -486,27 +480,28 @@ static __global__ void __launch_bounds__(32 * RG_W, 1) rg_kernel(struct rg_args 
 	}
 	rg_bar();
 	if (a.tl && threadIdx.x == 0)
-		a.tl[((size_t)a.P * G + b) * 3] = rg_now();
+		a.tl[((size_t)a.P * G + b) * 3] = gpu_tl_now();
 #endif
 }
 
-static int rg_cmp_u64(const void *a, const void *b)
+/* the median of v[0..n) (sorted in place) */
+static double rg_median(double *v, int n)
 {
-	unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-	return (x > y) - (x < y);
+	bench_sort(v, n);
+	return v[n / 2];
 }
 
 /* one more ring run with thread 0's timer recorded; per product kind (q/k/v, o, gate/up,
  * down, lm_head), the mean over the layers of, us: the wait from the product before's last
- * block done to this block seeing it (median over blocks; "seen", with RING_STALL's stall), x's copy ("x"), the
- * block's units ("run", median), the last block's end after the median's ("tail"), and the
- * product's span (the product before's last end to its own) */
+ * block done to this block seeing it (median over blocks; "seen", with RING_STALL's stall),
+ * x's copy ("x"), the block's units ("run", median), the last block's end after the
+ * median's ("tail"), and the product's span (the product before's last end to its own) */
 static void rg_timeline(struct rg_args *ra, int P, int G, size_t smem, cudaStream_t st,
                         const char *name, const unsigned *stall)
 {
 	size_t n = (size_t)(P + 1) * G * 3;
-	unsigned long long *h = (unsigned long long *)malloc(n * 8), *v = (unsigned long long *)
-	                        malloc(G * 8);
+	unsigned long long *h = (unsigned long long *)malloc(n * 8);
+	double *v = (double *)malloc(G * sizeof *v);
 	CK(cudaMalloc(&ra->tl, n * 8));
 	CK(cudaMemsetAsync(ra->done, 0, P * sizeof(unsigned), st));
 	ra->stall = stall;
@@ -516,32 +511,27 @@ static void rg_timeline(struct rg_args *ra, int P, int G, size_t smem, cudaStrea
 	CK(cudaMemcpy(h, ra->tl, n * 8, cudaMemcpyDeviceToHost));
 	CK(cudaFree(ra->tl));
 	ra->tl = NULL;
-#define TL(p, b, k) h[((size_t)(p) * G + (b)) * 3 + (k)]
+#define TL(p, b, k) (double)h[((size_t)(p) * G + (b)) * 3 + (k)]
 	double sum[5][5] = { { 0 } };
 	int cnt[5] = { 0 };
 	for (int p = 1; p < P; p++) {
 		int kind = p == P - 1 ? 4 : p % 4;
-		unsigned long long lastp = 0, last = 0;
+		double lastp = 0, last = 0, med[4];
 		for (int b = 0; b < G; b++) {
 			lastp = TL(p, b, 0) > lastp ? TL(p, b, 0) : lastp;
 			last = TL(p + 1, b, 0) > last ? TL(p + 1, b, 0) : last;
 		}
-		double med[3];
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < 4; k++) {   /* seen, x, run; the median end */
 			for (int b = 0; b < G; b++)
-				v[b] = k == 0 ? TL(p, b, 1) - lastp + 1000000000ull :
-				       k == 1 ? TL(p, b, 2) - TL(p, b, 1) : TL(p + 1, b, 0) - TL(p, b, 2);
-			qsort(v, G, 8, rg_cmp_u64);
-			med[k] = (double)v[G / 2] - (k == 0 ? 1e9 : 0);
+				v[b] = k == 0 ? TL(p, b, 1) - lastp : k == 1 ? TL(p, b, 2) - TL(p, b, 1) :
+				       k == 2 ? TL(p + 1, b, 0) - TL(p, b, 2) : TL(p + 1, b, 0);
+			med[k] = rg_median(v, G);
 		}
-		for (int b = 0; b < G; b++)
-			v[b] = TL(p + 1, b, 0);
-		qsort(v, G, 8, rg_cmp_u64);
 		sum[kind][0] += med[0];
 		sum[kind][1] += med[1];
 		sum[kind][2] += med[2];
-		sum[kind][3] += (double)(last - v[G / 2]);
-		sum[kind][4] += (double)(last - lastp);
+		sum[kind][3] += last - med[3];
+		sum[kind][4] += last - lastp;
 		cnt[kind]++;
 	}
 #undef TL
@@ -675,8 +665,15 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	size_t xsb = ((size_t)M * ra.xrs * 2 + 127) / 128 * 128;
 	ra.NP = (int)(((size_t)optin - RG_HEAD - xsb) / RG_SLOT);
 	ra.NP = ra.NP > RG_NPMAX ? RG_NPMAX : ra.NP;
-	if (getenv("RING_NP") && atoi(getenv("RING_NP")) > 0 && atoi(getenv("RING_NP")) < ra.NP)
-		ra.NP = atoi(getenv("RING_NP"));
+	if (getenv("RING_NP")) {
+		int np;
+		if (sscanf(getenv("RING_NP"), "%d", &np) != 1 || np < RG_W) {
+			fprintf(stderr, "persist: RING_NP=%s: want pages, at least %d\n",
+			        getenv("RING_NP"), RG_W);
+			exit(2);
+		}
+		ra.NP = np < ra.NP ? np : ra.NP;
+	}
 	size_t rsmem = RG_HEAD + xsb + (size_t)ra.NP * RG_SLOT;
 	CK(cudaFuncSetAttribute(rg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rsmem));
 	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rper, rg_kernel, 32 * RG_W, rsmem));
@@ -685,9 +682,13 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 		exit(1);
 	}
 	unsigned stall_h[4] = { 0, 0, 0, 0 }, *stall_d = NULL;
-	int stalled = getenv("RING_STALL") &&
-	              sscanf(getenv("RING_STALL"), "%u,%u,%u,%u", stall_h, stall_h + 1, stall_h + 2,
-	                     stall_h + 3) == 4;
+	int stalled = getenv("RING_STALL") != NULL;
+	if (stalled && sscanf(getenv("RING_STALL"), "%u,%u,%u,%u", stall_h, stall_h + 1,
+	                      stall_h + 2, stall_h + 3) != 4) {
+		fprintf(stderr, "persist: RING_STALL=%s: want four ns values, NS,NS,NS,NS\n",
+		        getenv("RING_STALL"));
+		exit(2);
+	}
 	unsigned *stall_p = (unsigned *)calloc(P, sizeof(unsigned));
 	for (int p = 1; p < P; p++)
 		stall_p[p] = stall_h[p < P - 1 ? p % 4 : 0];

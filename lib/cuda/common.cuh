@@ -86,17 +86,19 @@ static __device__ __forceinline__ void gpu_pdl_trigger(void)
  * (a, b): a product's (in, out), or a small kernel's GPU_TL_* code and 0. Each translation
  * unit has its own copy of the buffer's pointers, set by its GPU_TL_BINDER function. */
 enum { GPU_TL_ATTENTION = 1, GPU_TL_QKV_PREP, GPU_TL_ADD_RMSNORM, GPU_TL_SWIGLU };
-#ifdef DICE_TIMELINE
-static __device__ unsigned long long (*gpu_tl_buf)[4];
-static __device__ unsigned *gpu_tl_cnt;
-static __device__ unsigned gpu_tl_cap, gpu_tl_on;
 
+/* the GPU's global timer, ns (the timeline's and the benches' clock) */
 static __device__ __forceinline__ unsigned long long gpu_tl_now(void)
 {
 	unsigned long long t;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
 }
+
+#ifdef DICE_TIMELINE
+static __device__ unsigned long long (*gpu_tl_buf)[4];
+static __device__ unsigned *gpu_tl_cnt;
+static __device__ unsigned gpu_tl_cap, gpu_tl_on;
 
 static __device__ __forceinline__ void gpu_tl_put(unsigned long long t0, unsigned long long t1,
                                                   unsigned a, unsigned b)
