@@ -98,6 +98,21 @@ static __device__ __forceinline__ uint4 mf_pack8(float4 a, float4 b, int f16)
 	                  gpu_pack2(b.z, b.w, f16));
 }
 
+/* the segments' partial sums of one lane added in segment order: p[0] + p[stride] + ...
+ * (nseg of them; the fixed order of the whole file) */
+static __device__ __forceinline__ float4 mf_segsum(const float4 *p, int nseg, int stride)
+{
+	float4 v = p[0];
+	for (int s = 1; s < nseg; s++) {
+		float4 t = p[s * stride];
+		v.x += t.x;
+		v.y += t.y;
+		v.z += t.z;
+		v.w += t.w;
+	}
+	return v;
+}
+
 /* the streaming kernel's weight loads: blocks k, k+32, ... (U of them) of output row g */
 static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k, int kend,
                                                  int q, const int U)
@@ -178,14 +193,7 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 			return;
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++) {
-			float4 v = part[0][mt][lane];
-			for (int s = 1; s < nseg; s++) {
-				float4 p = part[s][mt][lane];
-				v.x += p.x;
-				v.y += p.y;
-				v.z += p.z;
-				v.w += p.w;
-			}
+			float4 v = mf_segsum(&part[0][mt][lane], nseg, 2 * 32);
 			c[mt][0] = v.x;
 			c[mt][1] = v.y;
 			c[mt][2] = v.z;
@@ -311,14 +319,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		__syncthreads();
 		if (seg)
 			return;
-		float4 v = part[tl * nseg * 32 + lane];
-		for (int sg = 1; sg < nseg; sg++) {
-			float4 p = part[(tl * nseg + sg) * 32 + lane];
-			v.x += p.x;
-			v.y += p.y;
-			v.z += p.z;
-			v.w += p.w;
-		}
+		float4 v = mf_segsum(part + tl * nseg * 32 + lane, nseg, 32);
 		c[0] = v.x;
 		c[1] = v.y;
 		c[2] = v.z;
