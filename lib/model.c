@@ -496,6 +496,17 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 	         w->down_proj.dt == DICE_BF16 && o->cast_bf16 && o->matmul_xbb &&
 	         o->swiglu_cat_bb && o->matmul_xb;
 
+	/* every row on mm (a decode forward): the backend may make the SwiGLU (into m->up) in
+	 * the gate/up product's own pass, and the down product takes it as its input */
+	if (glu && nd == f->N && o->matmul_fixed_gu && mm == o->matmul_fixed) {
+		if (o->matmul_fixed_gu(m->gate, m->up, m->xn, w->gate_proj.p, w->gate_proj.dt, nd, C,
+		                       I))
+			mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, nd, I, C);
+		else
+			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, w->down_proj.dt, nd,
+			                    I, C);
+		return;
+	}
 	/* mm's rows (and, without bf, the prefill sequences' as layer_mm takes them) */
 	layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, 2 * I, !bf);
 	if (!glu)

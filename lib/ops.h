@@ -326,6 +326,13 @@ struct ops {
 	int (*attention_prefill)(float *out, const float *q, const struct kv_batch *b, int s0,
 	                         const int *row0h, const int *lenh, int l, int NH, int NKV, int HD,
 	                         int block);
+	/* ---- (appended) .matmul_fixed of the fused gate/up weight w(2I,in) (rows [gate | up])
+	 * into gu(N,2I), and h(N,I) = .swiglu_cat of it, the same bits, where the backend makes
+	 * it in the product's own pass: returns 1 (h written) or 0 (gu alone; the caller takes
+	 * .matmul_fixed_glu). CUDA: the staged streaming kernel (up to 8 rows) pairs each gate
+	 * tile with its up tile in one block; the CPU makes both. */
+	int (*matmul_fixed_gu)(float *gu, float *h, const float *x, const void *w,
+	                       enum dice_dtype wdt, int N, int in, int I);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

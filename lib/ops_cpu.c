@@ -465,6 +465,14 @@ static void cpu_matmul_fixed_glu(float *y, float *h, const float *gu, const void
 	cpu_matmul(y, h, w, wdt, N, I, out);
 }
 
+static int cpu_matmul_fixed_gu(float *gu, float *h, const float *x, const void *w,
+                               enum dice_dtype wdt, int N, int in, int I)
+{
+	cpu_matmul(gu, x, w, wdt, N, in, 2 * I);
+	cpu_swiglu_cat(h, gu, N, I);
+	return 1;
+}
+
 static void cpu_add_rmsnorm(float *y, float *x, const float *r, const float *w, int N, int C,
                             float eps)
 {
@@ -801,6 +809,7 @@ const struct ops ops_cpu = {
 	.attention_tc_stat_bf = cpu_attention_tc_stat_bf,
 	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
 	.rmsnorm_rope_xb = cpu_rmsnorm_rope_xb,
+	.matmul_fixed_gu = cpu_matmul_fixed_gu,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

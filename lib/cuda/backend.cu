@@ -357,6 +357,14 @@ static void cu_matmul_fixed_glu(float *y, float *h, const float *gu, const void 
 	                                                  -1));
 }
 
+static int cu_matmul_fixed_gu(float *gu, float *h, const float *x, const void *w,
+                              enum dice_dtype wdt, int N, int in, int I)
+{
+	int rc = gpu_matmul_fixed_gu(gpu_stream(), gu, h, x, w, wdt, N, in, I, 1);
+	OPS_CALL("matmul_fixed_gu", rc < 0);
+	return rc;
+}
+
 /* returns when the host buffer may be reused */
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
@@ -436,6 +444,7 @@ static const struct ops ops_cuda = {
 	cu_attention_tc_backward_stat_bf,
 	cu_rmsnorm_rope_xb,
 	cu_attention_prefill,
+	cu_matmul_fixed_gu,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -38,7 +38,8 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 int gpu_sm_count(void);                 /* multiprocessors of the current device */
 int gpu_cc(void);                       /* its compute capability, 10 major + minor */
 /* an on/off switch read once from the environment into *sw (-1: not read yet): on unless the
- * variable is exactly "0" (DICE_GRAPH, DICE_PDL, DICE_WGMMA, DICE_DK_CLUSTER, DICE_MFX) */
+ * variable is exactly "0" (DICE_GRAPH, DICE_PDL, DICE_WGMMA, DICE_DK_CLUSTER, DICE_MFX,
+ * DICE_MFX_GU) */
 int gpu_switch(int *sw, const char *env);
 /* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);

@@ -243,9 +243,14 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
  * fall in distinct banks). A step then reads its A operands from shared memory: it has no
  * global load of x for its weights to wait behind and no registers for x (more warps an SM,
  * and at batch 1 all the blocks of a product at once). NB: the steps whose weights a warp
- * has in flight, 2 (96 registers, blocks of up to 19 warps) or 1 (76, up to 24 warps: for
- * products whose warps would not fit the GPU at once with 2, such as SDAR-8B's gate/up). */
-#define MFX_WARPS 19                    /* warps a block, at most (at 96 registers, about an SM's) */
+ * has in flight, 2 (96 registers, blocks of up to 20 warps) or 1 (76, up to 24 warps: for
+ * products whose warps would not fit the GPU at once with 2, such as SDAR-8B's gate/up).
+ * np > 0 (gpu_matmul_fixed_gu): out = 16 np outputs [gate | up], block b takes the tile pairs
+ * (p, p + np) for p in [b np / grid, (b + 1) np / grid), warps 2 j and 2 j + 1 (times the
+ * segments) the j-th pair's gate and up tiles; the up tile's sums go through shared memory to
+ * the gate tile's warp, which writes h = silu(gate) * up (gpu_swiglu1, as swiglu_cat) besides
+ * both tiles' y. */
+#define MFX_WARPS 20                    /* warps a block, at most (at 96 registers, about an SM's) */
 #define MFX1_WARPS 24                   /* the same with one step's weights in flight */
 #define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums;
                                          * less where the GPU allows less) */
@@ -253,17 +258,24 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
 template <int NB>
 static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS : 32 * MFX_WARPS)
 mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
-           int T)
+           int T, float *h, int np)
 {
 	extern __shared__ uint4 mfx_smem[];
 	char *xs = (char *)mfx_smem;
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nseg = (blockDim.x >> 5) / T;
 	int tl = wid / nseg, seg = wid % nseg, tiles = CEIL_DIV(out, 8), RS = K + 8;
 	int t = blockIdx.x * T + tl, live = t < tiles;
+	if (np) {                               /* pairs (gate tile p, up tile p + np) */
+		int p0 = (int)((long long)blockIdx.x * np / gridDim.x);
+		int p1 = (int)((long long)(blockIdx.x + 1) * np / gridDim.x), p = p0 + (tl >> 1);
+		live = p < p1;
+		t = p + (tl & 1) * np;
+	}
 	int g = lane >> 2, q = lane & 3, o0 = min(t, tiles - 1) * 8;
 	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float4 *part = (float4 *)(xs + (size_t)M * RS * 2);     /* (T, nseg, 32) */
+	float2 *upv = (float2 *)(part + T * nseg * 32);         /* (T / 2, 32): the up tiles' sums */
 	float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 	uint4 b[8], bn[8];
 
@@ -325,6 +337,11 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		c[2] = v.z;
 		c[3] = v.w;
 	}
+	if (np) {                               /* the up tile's sums to its gate tile's warp */
+		if (tl & 1)
+			upv[(tl >> 1) * 32 + lane] = make_float2(c[0], c[1]);
+		asm volatile("bar.sync 1, %0;\n" :: "r"(32 * T) : "memory");   /* (segment 0's warps) */
+	}
 	int col = o0 + 2 * q;
 	if (!live || g >= M)                    /* (rows g + 8 are past M) */
 		return;
@@ -332,6 +349,12 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col] = c[0];
 	if (col + 1 < out)
 		y[(size_t)g * out + col + 1] = c[1];
+	if (np && !(tl & 1)) {                  /* h = silu(gate) * up, as swiglu_cat */
+		float2 u = upv[(tl >> 1) * 32 + lane];
+		float *hr = h + (size_t)g * np * 8 + col;
+		hr[0] = gpu_swiglu1(c[0], u.x);
+		hr[1] = gpu_swiglu1(c[1], u.y);
+	}
 	GPU_TL_END(K, out)
 }
 
@@ -345,9 +368,12 @@ void gpu_set_mfx(int on)
 
 /* the staged kernel (one: with one step in flight) where it takes the shape (M <= 8, its
  * shared memory within MFX_SMEM and the GPU's limit) and, unless forced, beats the streaming
- * kernel's waves: 0, else -1 (nothing launched) */
+ * kernel's waves: 0, else -1 (nothing launched). h: out = 2 I outputs [gate | up] (I a
+ * multiple of 8), and h(M, I) = silu(gate) * up made too, a block taking tile pairs (gate
+ * tile p, up tile p + I / 8) over every SM; -2 where the plain kernel would run but the
+ * pairs' blocks do not fit (nothing launched) */
 static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
-                      int K, int out, int kseg, int nseg, int force, int one)
+                      int K, int out, int kseg, int nseg, int force, int one, float *h)
 {
 	static int attr;
 	const void *fn = one ? (const void *)mfx_kernel<1> : (const void *)mfx_kernel<2>;
@@ -397,8 +423,17 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		if (!memo[i].take)
 			return -1;
 	}
-	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T };
-	gpu_launch(fn, dim3(CEIL_DIV(tiles, T)), dim3(32 * T * nseg), smem, st, args);
+	int np = 0, grid = CEIL_DIV(tiles, T);
+	if (h) {                                /* pairs, dealt evenly over the blocks */
+		np = tiles / 2;
+		grid = np < sms ? np : sms;
+		T = 2 * CEIL_DIV(np, grid);
+		smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16 + (size_t)T / 2 * 32 * 8;
+		if (T * nseg > wmax || smem > (size_t)attr)
+			return -2;
+	}
+	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np };
+	gpu_launch(fn, dim3(grid), dim3(32 * T * nseg), smem, st, args);
 	return 0;
 }
 
@@ -800,7 +835,7 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 	int mfx = gpu_switch(&mfx_on, "DICE_MFX");
 	for (int one = 0; one < 2; one++)       /* two steps' weights in flight, else one */
 		if ((kernel == 3 + one || (kernel == 1 && mfx)) &&
-		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one) == 0)
+		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one, NULL) == 0)
 			return 0;
 	GPU_REQUIRE(kernel < 3, "matmul_fixed (staged kernel)");
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
@@ -838,6 +873,34 @@ int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, c
 	}
 	GPU_REQUIRE(mf_tc_ok(gu, w, wdt, I), "matmul_fixed_glu");
 	return mf_tiled(st, y, gu, w, wdt == DICE_F16, N, I, out, variant, 0, 1);
+}
+
+/* whether the staged kernel pairs gate and up tiles (DICE_MFX_GU; -1: not read yet) */
+static int mfg_on = -1;
+
+/* gu = x @ w^T for w = [gate | up] (2 I outputs), and h = swiglu_cat(gu) where the staged
+ * kernel makes it in the same launch: 1; else gu alone (gpu_matmul_fixed): 0; -1 bad
+ * arguments. kernel: 1 as the engine calls it, 3 / 4 the staged kernel forced (tests; -2
+ * where it does not take the shape, nothing launched) */
+int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
+                        enum dice_dtype wdt, int N, int in, int I, int kernel)
+{
+	GPU_REQUIRE(N >= 1 && in > 0 && I > 0 && (kernel == 1 || kernel == 3 || kernel == 4),
+	            "matmul_fixed_gu");
+	if (h && N <= 8 && I % 8 == 0 && mf_tc_ok(x, w, wdt, in) &&
+	    (kernel > 1 || (gpu_switch(&mfx_on, "DICE_MFX") && gpu_switch(&mfg_on, "DICE_MFX_GU")))) {
+		int kseg, nseg = gpu_matmul_fixed_segments(in, 2 * I, &kseg), rc = -1;
+		for (int one = kernel == 4; one < 2 && rc == -1 && (kernel == 1 || one == kernel - 3);
+		     one++)
+			rc = mfx_launch(st, gu, x, w, wdt == DICE_F16, N, in, 2 * I, kseg, nseg, kernel > 1,
+			                one, h);
+		if (rc == 0)
+			return 1;
+		if (kernel > 1)
+			return -2;
+	}
+	GPU_REQUIRE(kernel == 1, "matmul_fixed_gu (staged kernel)");
+	return gpu_matmul_fixed(st, gu, x, w, wdt, N, in, 2 * I) ? -1 : 0;
 }
 
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,

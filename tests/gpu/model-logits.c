@@ -95,6 +95,15 @@ static void ot_matmul_fixed_glu(float *y, float *h, const float *gu, const void 
 	ot_mark("matmul_fixed_glu", N, I, out, 1);
 }
 
+static int ot_matmul_fixed_gu(float *gu, float *h, const float *x, const void *w,
+                              enum dice_dtype wdt, int N, int in, int I)
+{
+	ot_mark(NULL, 0, 0, 0, 0);
+	int r = ot_real->matmul_fixed_gu(gu, h, x, w, wdt, N, in, I);
+	ot_mark(r ? "matmul_fixed_gu (+ swiglu)" : "matmul_fixed_gu", N, in, 2 * I, 1);
+	return r;
+}
+
 static void ot_qkv_prep(float *q, const float *qkv, const float *qw, const float *kw,
                         const int *pos, const struct kv_batch *b, int l, int NH, int NKV, int HD,
                         float eps, float theta)
@@ -161,6 +170,8 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	ot_table.matmul = ot_matmul;
 	if (ot_table.matmul_fixed_glu)
 		ot_table.matmul_fixed_glu = ot_matmul_fixed_glu;
+	if (ot_table.matmul_fixed_gu)
+		ot_table.matmul_fixed_gu = ot_matmul_fixed_gu;
 	ot_table.attention_kv = ot_attention_kv, ot_table.add_rmsnorm = ot_add_rmsnorm;
 	if (ot_table.attention_prefill)
 		ot_table.attention_prefill = ot_attention_prefill;
@@ -329,6 +340,8 @@ static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const c
 		ab_table = *ab_real;
 		ab_table.replay = ab_real->replay ? ab_replay : NULL;
 		ab_tag = (unsigned char)(0xa0 + v);
+		if (v >= 2)                     /* (the gate/up product making the SwiGLU: off) */
+			ab_table.matmul_fixed_gu = NULL;
 		if (v == 1 || v == 3)
 			ab_table.attention_kv = ab_no_attention;
 		if (v == 2 || v == 3) {

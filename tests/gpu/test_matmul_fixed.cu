@@ -17,7 +17,9 @@
  * (the split ones of mx_kernel too: (tile, segment) units, the last warp of a tile adding the
  * segments' sums; its tiles of 80, 112 and 160 rows) and the path as the engine takes it,
  * with the split variants off (the default) and on (DICE_MX_SPLIT=1's switch), twice each
- * (the split counters are back at zero after a launch). With the argument "engine" only the
+ * (the split counters are back at zero after a launch). matmul_fixed_gu (the gate/up product
+ * making the SwiGLU in the staged kernel's pairs) runs before the glu part, and with the
+ * staged part ("staged"). With the argument "engine" only the
  * last part and three tiles() shapes run. */
 #include "gpu_test.h"
 
@@ -240,6 +242,74 @@ static void staged(enum dice_dtype dt, int M, int in, int out)
 	vs_twin(dt, M, in, out, 3);
 }
 
+/* matmul_fixed_gu (the gate/up product that also makes the SwiGLU, where the staged kernel
+ * pairs each gate tile with its up tile): gu and h bitwise equal to matmul_fixed then
+ * swiglu_cat on the GPU, through the table and with the staged kernel forced (two steps in
+ * flight, then one); gu against the twin on rounded x, h against the twin's SwiGLU of the
+ * GPU's gu (expf to an ulp) and against the twin's h */
+static void gu_pairs(enum dice_dtype dt, int N, int in, int I)
+{
+	struct mfd d = mfd_new(dt, N, in, 2 * I);
+	size_t ng = (size_t)N * 2 * I, nh = (size_t)N * I;
+	float *ref = product(d.dx, d.dw, dt, N, in, 2 * I, 0);
+	float *dref = (float *)gt_up(ref, sizeof(float) * ng), *dh = gt_poisoned(nh);
+	float *xr = (float *)xmalloc(sizeof(float) * N * in);
+	float *twin = (float *)xmalloc(sizeof(float) * ng), *th = (float *)xmalloc(sizeof(float) * nh);
+	float *twh = (float *)xmalloc(sizeof(float) * nh);
+	const char *how[] = { "the table", "the staged kernel", "the staged kernel, one step" };
+	char what[200];
+
+	CHECK(gpu_swiglu_cat(gpu_stream(), dh, dref, N, I) == 0, "swiglu_cat launch");
+	float *href = gt_down(dh, nh);
+	round_x(xr, d.x, (size_t)N * in, dt);
+	snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d: the twin makes h",
+	         dtname[dt], N, in, I);
+	CHECK(H->matmul_fixed_gu(twin, twh, xr, d.w, dt, N, in, I) == 1, what);
+	for (int k = 0; k < (N <= 8 && I % 8 == 0 ? 3 : 1); k++) {
+		float *dgu = gt_poisoned(ng), *dh2 = gt_poisoned(nh);
+		int r = k ? gpu_matmul_fixed_gu(gpu_stream(), dgu, dh2, d.dx, d.dw, dt, N, in, I, k + 2)
+		          : G->matmul_fixed_gu(dgu, dh2, d.dx, d.dw, dt, N, in, I);
+		snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h made (%d)",
+		         dtname[dt], N, in, I, how[k], r);
+		/* (two steps in flight may not fit the pairs' blocks: 8B's take one) */
+		CHECK(k == 2 ? r == 1 : k == 1 ? r == 1 || r == -2 : r == 0 || r == 1, what);
+		if (r < 0) {
+			G->free(dgu); G->free(dh2);
+			continue;
+		}
+		float *gu = gt_down(dgu, ng);
+		snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: gu vs twin on "
+		         "rounded x", dtname[dt], N, in, I, how[k]);
+		gt_compare(what, gu, twin, ng, 1e-5 * sqrt((double)in), 1e-5);
+		if (r == 1) {
+			float *h = gt_down(dh2, nh);
+			H->swiglu_cat(th, gu, N, I);
+			snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h vs the "
+			         "twin's SwiGLU of gu", dtname[dt], N, in, I, how[k]);
+			gt_compare(what, h, th, nh, 1e-6, 1e-5);
+			/* and the twin's own h: gu's error (as above: 1e-5 (sqrt(in) + |gu|)) times
+			 * |d h / d gate| + |d h / d up| <= 2.2 (1 + max |gu|) */
+			double mg = 0;
+			for (size_t i = 0; i < ng; i++)
+				mg = fabs(twin[i]) > mg ? fabs(twin[i]) : mg;
+			snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h vs twin",
+			         dtname[dt], N, in, I, how[k]);
+			gt_compare(what, h, twh, nh, 2.2e-5 * (sqrt((double)in) + mg) * (1 + mg),
+			           1e-5);
+			snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h bitwise "
+			         "equal to matmul_fixed then swiglu_cat", dtname[dt], N, in, I, how[k]);
+			same_rows(h, href, N, I, what);
+		}
+		snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: gu bitwise equal "
+		         "to matmul_fixed", dtname[dt], N, in, I, how[k]);
+		same_rows(gu, ref, N, 2 * I, what);
+		G->free(dgu); G->free(dh2);
+	}
+	free(ref); free(href); free(xr); free(twin); free(th); free(twh);
+	G->free(dref); G->free(dh);
+	mfd_free(&d);
+}
+
 /* the decode forward's row counts on one shape: each wgmma tile shape and the path, twice
  * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
 static void decode_rows(int in, int out)
@@ -297,6 +367,9 @@ int main(int argc, char **argv)
 	if (gt_init(17))
 		return 0;
 	if (argc > 1 && !strcmp(argv[1], "staged")) {
+		gu_pairs(DICE_BF16, 4, 2560, 9728);
+		gu_pairs(DICE_BF16, 1, 4096, 12288);
+		gu_pairs(DICE_F16, 7, 264, 1096);
 		staged(DICE_BF16, 4, 2560, 19456);
 		staged(DICE_F16, 4, 9728, 2560);
 		staged(DICE_BF16, 7, 1000, 513);
@@ -356,6 +429,12 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof st_shapes / sizeof st_shapes[0]; i++)
 		staged(i % 4 == 3 ? DICE_F16 : DICE_BF16, st_shapes[i][0], st_shapes[i][1],
 		       st_shapes[i][2]);
+	gu_pairs(DICE_BF16, 4, 2560, 9728);         /* SDAR 4B's gate/up at batch 1 */
+	gu_pairs(DICE_BF16, 1, 4096, 12288);        /* 8B's, one step in flight */
+	gu_pairs(DICE_BF16, 4, 2048, 6144);         /* 1.7B's */
+	gu_pairs(DICE_F16, 7, 264, 1096);           /* 3 segments, blocks of 1 and 2 pairs */
+	gu_pairs(DICE_BF16, 8, 1000, 40);           /* fewer pairs than SMs */
+	gu_pairs(DICE_BF16, 30, 512, 64);           /* past 8 rows: the product alone */
 	glu(DICE_F32, 40, 512, 300, 0);             /* the two-step paths */
 	glu(DICE_BF16, 5, 2560, 264, 0);
 	glu(DICE_BF16, 77, 1000, 300, 1);          /* every tile shape, short last block */
