@@ -97,12 +97,12 @@ int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void
  * the engine calls it, or the tiled path at that variant (tests). */
 int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, const void *w,
                          enum dice_dtype wdt, int N, int I, int out, int variant);
-/* gu(N, 2I) = x(N,in) @ w(2I,in)^T as gpu_matmul_fixed, w's rows [gate | up]; where the
- * staged kernel takes the product (up to 8 rows, I % 8 == 0) it also makes h(N,I) =
- * silu(gate) * up, the bits of gpu_swiglu_cat, a block multiplying gate tile p and up tile
- * p + I / 8 (returns 1); else gu alone (0); -1 bad arguments. kernel: 1 as the engine calls
- * it, 3 the staged kernel forced (4: with one step in flight; tests: -2 where that kernel
- * does not take the shape, nothing launched) */
+/* gu(N, 2I) = x(N,in) @ w(2I,in)^T as gpu_matmul_fixed, w's rows [gate | up]; up to 8 rows
+ * (I % 8 == 0) it also makes h(N,I) = silu(gate) * up, the bits of gpu_swiglu_cat, a block of
+ * the streaming kernel, or of the staged one where it takes the product, multiplying gate
+ * tile p and up tile p + I / 8 (returns 1); else gu alone (0); -1 bad arguments. kernel: 1 as
+ * the engine calls it; tests: 2 the streaming kernel's pairs, 3 the staged kernel's (4: with
+ * one step in flight; -2 where that kernel does not take the shape, nothing launched) */
 int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
                         enum dice_dtype wdt, int N, int in, int I, int kernel);
 int gpu_matmul_fixed_variants(void);

@@ -329,8 +329,8 @@ struct ops {
 	/* ---- (appended) .matmul_fixed of the fused gate/up weight w(2I,in) (rows [gate | up])
 	 * into gu(N,2I), and h(N,I) = .swiglu_cat of it, the same bits, where the backend makes
 	 * it in the product's own pass: returns 1 (h written) or 0 (gu alone; the caller takes
-	 * .matmul_fixed_glu). CUDA: the staged streaming kernel (up to 8 rows) pairs each gate
-	 * tile with its up tile in one block; the CPU makes both. */
+	 * .matmul_fixed_glu). CUDA: up to 8 rows, the streaming or the staged kernel pairs each
+	 * gate tile with its up tile in one block; the CPU makes both. */
 	int (*matmul_fixed_gu)(float *gu, float *h, const float *x, const void *w,
 	                       enum dice_dtype wdt, int N, int in, int I);
 };

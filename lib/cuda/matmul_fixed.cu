@@ -129,14 +129,22 @@ static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k
  * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
  * are in flight while this step's x is converted and multiplied. Launched with programmatic
  * dependent launch (gpu_launch): the first step's weights are asked for before the wait on
- * the kernel that writes x. */
+ * the kernel that writes x. PAIR (R8 1; gpu_matmul_fixed_gu): out = 16 np outputs [gate |
+ * up], block p = gate tile p (warps 0 .. nseg - 1) and up tile p + np (the next nseg); the up
+ * tile's sums go through shared memory to the gate tile's warp, which also writes
+ * hout = silu(gate) * up (gpu_swiglu1, as swiglu_cat). */
+template <int PAIR>
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
-                                                const int R8, int M, int K, int out, int kseg)
+                                                const int R8, int M, int K, int out, int kseg,
+                                                float *hout, int np)
 {
 	const int U = 8 / R8, MT = (R8 + 1) / 2;
-	__shared__ float4 part[MF_SEGMAX][2][32];
-	int lane = threadIdx.x & 31, seg = threadIdx.x >> 5, nseg = blockDim.x >> 5;
-	int g = lane >> 2, q = lane & 3, o0 = blockIdx.x * 8;
+	__shared__ float4 parts[PAIR + 1][MF_SEGMAX][2][32];
+	__shared__ float2 upv[PAIR ? 32 : 1];
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nseg = (blockDim.x >> 5) / (PAIR + 1);
+	int half = PAIR ? wid / nseg : 0, seg = PAIR ? wid % nseg : wid;
+	float4 (*part)[2][32] = parts[half];
+	int g = lane >> 2, q = lane & 3, o0 = (blockIdx.x + half * np) * 8;
 	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float c[2][4];
@@ -200,6 +208,11 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 			c[mt][3] = v.w;
 		}
 	}
+	if (PAIR) {                             /* the up tile's sums to the gate tile's warp */
+		if (half)
+			upv[lane] = make_float2(c[0][0], c[0][1]);
+		asm volatile("bar.sync 1, 64;\n" ::: "memory");   /* (the two segment-0 warps) */
+	}
 	int col = o0 + 2 * q;
 #pragma unroll
 	for (int mt = 0; mt < MT; mt++) {
@@ -214,25 +227,39 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 				y[(size_t)row * out + col + 1] = c[mt][2 * h + 1];
 		}
 	}
+	if (PAIR && !half && g < M) {           /* h = silu(gate) * up, as swiglu_cat */
+		float2 u = upv[lane];
+		float *hr = hout + (size_t)g * np * 8 + col;
+		hr[0] = gpu_swiglu1(c[0][0], u.x);
+		hr[1] = gpu_swiglu1(c[0][1], u.y);
+	}
 	GPU_TL_END(K, out)
 }
 
 static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
                                    int K, int out, int kseg)
 {
-	mfs_body(y, x, w, f16, 1, M, K, out, kseg);
+	mfs_body<0>(y, x, w, f16, 1, M, K, out, kseg, NULL, 0);
 }
 
 static __global__ void mfs_kernel16(float *y, const float *x, const void *w, int f16, int M,
                                     int K, int out, int kseg)
 {
-	mfs_body(y, x, w, f16, 2, M, K, out, kseg);
+	mfs_body<0>(y, x, w, f16, 2, M, K, out, kseg, NULL, 0);
 }
 
 static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int f16, int M,
                                     int K, int out, int kseg)
 {
-	mfs_body(y, x, w, f16, 4, M, K, out, kseg);
+	mfs_body<0>(y, x, w, f16, 4, M, K, out, kseg, NULL, 0);
+}
+
+/* the pairs of gpu_matmul_fixed_gu on the streaming kernel (up to 8 rows): block p, gate tile
+ * p and up tile p + np */
+static __global__ void mfs_kernel8_gu(float *y, const float *x, const void *w, int f16, int M,
+                                      int K, int out, int kseg, float *h, int np)
+{
+	mfs_body<1>(y, x, w, f16, 1, M, K, out, kseg, h, np);
 }
 
 /* The staged streaming kernel (up to 8 rows; matmul_fixed's default there, DICE_MFX=0: the
@@ -243,20 +270,23 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
  * fall in distinct banks). A step then reads its A operands from shared memory: it has no
  * global load of x for its weights to wait behind and no registers for x (more warps an SM,
  * and at batch 1 all the blocks of a product at once). NB: the steps whose weights a warp
- * has in flight, 2 (96 registers, blocks of up to 20 warps) or 1 (76, up to 24 warps: for
+ * has in flight, 2 (96 registers, blocks of up to 19 warps) or 1 (76, up to 24 warps: for
  * products whose warps would not fit the GPU at once with 2, such as SDAR-8B's gate/up).
- * np > 0 (gpu_matmul_fixed_gu): out = 16 np outputs [gate | up], block b takes the tile pairs
+ * PAIRS (gpu_matmul_fixed_gu; blocks of up to 20 warps with 2 steps in flight: SDAR-4B's 1216
+ * pairs over 132 SMs): out = 16 np outputs [gate | up], block b takes the tile pairs
  * (p, p + np) for p in [b np / grid, (b + 1) np / grid), warps 2 j and 2 j + 1 (times the
  * segments) the j-th pair's gate and up tiles; the up tile's sums go through shared memory to
  * the gate tile's warp, which writes h = silu(gate) * up (gpu_swiglu1, as swiglu_cat) besides
  * both tiles' y. */
-#define MFX_WARPS 20                    /* warps a block, at most (at 96 registers, about an SM's) */
+#define MFX_WARPS 19                    /* warps a block, at most (at 96 registers, about an SM's) */
+#define MFXP_WARPS 20                   /* the pairs' kernel (a few registers spilled) */
 #define MFX1_WARPS 24                   /* the same with one step's weights in flight */
 #define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums;
                                          * less where the GPU allows less) */
 
-template <int NB>
-static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS : 32 * MFX_WARPS)
+template <int NB, int PAIRS>
+static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS :
+                                         32 * (PAIRS ? MFXP_WARPS : MFX_WARPS))
 mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
            int T, float *h, int np)
 {
@@ -265,7 +295,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nseg = (blockDim.x >> 5) / T;
 	int tl = wid / nseg, seg = wid % nseg, tiles = CEIL_DIV(out, 8), RS = K + 8;
 	int t = blockIdx.x * T + tl, live = t < tiles;
-	if (np) {                               /* pairs (gate tile p, up tile p + np) */
+	if (PAIRS) {                            /* pairs (gate tile p, up tile p + np) */
 		int p0 = (int)((long long)blockIdx.x * np / gridDim.x);
 		int p1 = (int)((long long)(blockIdx.x + 1) * np / gridDim.x), p = p0 + (tl >> 1);
 		live = p < p1;
@@ -337,7 +367,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		c[2] = v.z;
 		c[3] = v.w;
 	}
-	if (np) {                               /* the up tile's sums to its gate tile's warp */
+	if (PAIRS) {                            /* the up tile's sums to its gate tile's warp */
 		if (tl & 1)
 			upv[(tl >> 1) * 32 + lane] = make_float2(c[0], c[1]);
 		asm volatile("bar.sync 1, %0;\n" :: "r"(32 * T) : "memory");   /* (segment 0's warps) */
@@ -349,7 +379,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col] = c[0];
 	if (col + 1 < out)
 		y[(size_t)g * out + col + 1] = c[1];
-	if (np && !(tl & 1)) {                  /* h = silu(gate) * up, as swiglu_cat */
+	if (PAIRS && !(tl & 1)) {               /* h = silu(gate) * up, as swiglu_cat */
 		float2 u = upv[(tl >> 1) * 32 + lane];
 		float *hr = h + (size_t)g * np * 8 + col;
 		hr[0] = gpu_swiglu1(c[0], u.x);
@@ -376,7 +406,7 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
                       int K, int out, int kseg, int nseg, int force, int one, float *h)
 {
 	static int attr;
-	const void *fn = one ? (const void *)mfx_kernel<1> : (const void *)mfx_kernel<2>;
+	const void *fn = one ? (const void *)mfx_kernel<1, 0> : (const void *)mfx_kernel<2, 0>;
 	/* T tiles a block: a block an SM where they fit (at batch 1 all of a product's blocks at
 	 * once, none waiting for a second wave), at most MFX_WARPS warps a block */
 	int tiles = CEIL_DIV(out, 8), sms = gpu_sm_count(), T = CEIL_DIV(tiles, sms);
@@ -389,10 +419,11 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		CUDA_CHECK(cudaGetDevice(&dev));
 		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 		attr = optin < MFX_SMEM ? optin : MFX_SMEM;
-		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                attr));
-		CUDA_CHECK(cudaFuncSetAttribute(mfx_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                attr));
+		const void *fns[] = { (const void *)mfx_kernel<1, 0>, (const void *)mfx_kernel<2, 0>,
+		                      (const void *)mfx_kernel<1, 1>, (const void *)mfx_kernel<2, 1> };
+		for (int i = 0; i < 4; i++)
+			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                attr));
 	}
 	if (M > 8 || smem > (size_t)attr)
 		return -1;
@@ -429,8 +460,9 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		grid = np < sms ? np : sms;
 		T = 2 * CEIL_DIV(np, grid);
 		smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16 + (size_t)T / 2 * 32 * 8;
-		if (T * nseg > wmax || smem > (size_t)attr)
+		if (T * nseg > (one ? MFX1_WARPS : MFXP_WARPS) || smem > (size_t)attr)
 			return -2;
+		fn = one ? (const void *)mfx_kernel<1, 1> : (const void *)mfx_kernel<2, 1>;
 	}
 	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np };
 	gpu_launch(fn, dim3(grid), dim3(32 * T * nseg), smem, st, args);
@@ -875,28 +907,44 @@ int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, c
 	return mf_tiled(st, y, gu, w, wdt == DICE_F16, N, I, out, variant, 0, 1);
 }
 
-/* whether the staged kernel pairs gate and up tiles (DICE_MFX_GU; -1: not read yet) */
+/* whether gpu_matmul_fixed_gu pairs gate and up tiles (DICE_MFX_GU; -1: not read yet) */
 static int mfg_on = -1;
 
-/* gu = x @ w^T for w = [gate | up] (2 I outputs), and h = swiglu_cat(gu) where the staged
- * kernel makes it in the same launch: 1; else gu alone (gpu_matmul_fixed): 0; -1 bad
- * arguments. kernel: 1 as the engine calls it, 3 / 4 the staged kernel forced (tests; -2
- * where it does not take the shape, nothing launched) */
+/* gu = x @ w^T for w = [gate | up] (2 I outputs), and h = swiglu_cat(gu) in the same launch
+ * where it takes up to 8 rows: the staged kernel where the product takes it, else the
+ * streaming one, a gate and an up tile a block (1); else gu alone (gpu_matmul_fixed: 0); -1
+ * bad arguments. kernel: 1 as the engine calls it; tests: 2 the streaming pairs forced, 3 / 4
+ * the staged kernel's (-2 where that kernel does not take the shape, nothing launched) */
 int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
                         enum dice_dtype wdt, int N, int in, int I, int kernel)
 {
-	GPU_REQUIRE(N >= 1 && in > 0 && I > 0 && (kernel == 1 || kernel == 3 || kernel == 4),
-	            "matmul_fixed_gu");
+	GPU_REQUIRE(N >= 1 && in > 0 && I > 0 && kernel >= 1 && kernel <= 4, "matmul_fixed_gu");
 	if (h && N <= 8 && I % 8 == 0 && mf_tc_ok(x, w, wdt, in) &&
-	    (kernel > 1 || (gpu_switch(&mfx_on, "DICE_MFX") && gpu_switch(&mfg_on, "DICE_MFX_GU")))) {
+	    (kernel > 1 || gpu_switch(&mfg_on, "DICE_MFX_GU"))) {
 		int kseg, nseg = gpu_matmul_fixed_segments(in, 2 * I, &kseg), rc = -1;
-		for (int one = kernel == 4; one < 2 && rc == -1 && (kernel == 1 || one == kernel - 3);
-		     one++)
-			rc = mfx_launch(st, gu, x, w, wdt == DICE_F16, N, in, 2 * I, kseg, nseg, kernel > 1,
-			                one, h);
+		int f16 = wdt == DICE_F16, out = 2 * I, np = I / 8;
+		for (int one = kernel == 4; one < 2 && rc == -1 && kernel != 2 &&
+		     (kernel == 1 ? gpu_switch(&mfx_on, "DICE_MFX") : one == kernel - 3); one++)
+			rc = mfx_launch(st, gu, x, w, f16, N, in, out, kseg, nseg, kernel > 2, one, h);
 		if (rc == 0)
 			return 1;
-		if (kernel > 1)
+		if (kernel > 2)
+			return -2;
+		/* the streaming kernel, a gate and an up tile a block, where twice the segments' warps
+		 * fit a block at its registers (7 segments or more do not) */
+		static int fit[MF_SEGMAX + 1];
+		if (rc == -1 && !fit[nseg]) {
+			int n = 0;
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mfs_kernel8_gu,
+			                                                         64 * nseg, 0));
+			fit[nseg] = n > 0 ? 1 : -1;
+		}
+		if (rc == -1 && fit[nseg] > 0) {
+			void *args[] = { &gu, &x, &w, &f16, &N, &in, &out, &kseg, &h, &np };
+			gpu_launch((const void *)mfs_kernel8_gu, dim3(np), dim3(64 * nseg), 0, st, args);
+			return 1;
+		}
+		if (kernel == 2)
 			return -2;
 	}
 	GPU_REQUIRE(kernel == 1, "matmul_fixed_gu (staged kernel)");
