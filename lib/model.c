@@ -498,7 +498,7 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 
 	/* every row on mm (a decode forward): the backend may make the SwiGLU (into m->up) in
 	 * the gate/up product's own pass, and the down product takes it as its input */
-	if (glu && nd == f->N && o->matmul_fixed_gu && mm == o->matmul_fixed) {
+	if (glu && nd == f->N && o->matmul_fixed_gu) {  /* (glu: mm is .matmul_fixed) */
 		if (o->matmul_fixed_gu(m->gate, m->up, m->xn, w->gate_proj.p, w->gate_proj.dt, nd, C,
 		                       I))
 			mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, nd, I, C);

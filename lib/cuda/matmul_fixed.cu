@@ -923,6 +923,9 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 	    (kernel > 1 || gpu_switch(&mfg_on, "DICE_MFX_GU"))) {
 		int kseg, nseg = gpu_matmul_fixed_segments(in, 2 * I, &kseg), rc = -1;
 		int f16 = wdt == DICE_F16, out = 2 * I, np = I / 8;
+		/* the staged kernel's pairs: as the engine's product tries the staged kernel (kernel
+		 * 1, DICE_MFX on: two steps in flight, then one), or at the depth forced (3: two, 4:
+		 * one); none for kernel 2 */
 		for (int one = kernel == 4; one < 2 && rc == -1 && kernel != 2 &&
 		     (kernel == 1 ? gpu_switch(&mfx_on, "DICE_MFX") : one == kernel - 3); one++)
 			rc = mfx_launch(st, gu, x, w, f16, N, in, out, kseg, nseg, kernel > 2, one, h);
