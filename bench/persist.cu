@@ -12,7 +12,10 @@
  *   ring      one kernel, a block an SM, whose warps stream their weights into shared memory
  *             by bulk copies, pages ahead of their use and across the products' boundaries
  *             (rg_kernel below; RING_STALL=NS,NS,NS,NS adds "ring-stall", RING_TL=1 prints
- *             its timeline, RING_NP and RING_DIAG vary it; -DRG_W=N, -DRG_PK=N rebuild it).
+ *             its timeline, RING_NP and RING_DIAG vary it; -DRG_W=N, -DRG_PK=N rebuild it);
+ *   packed    the kernels way on copies of the weights in the packed layout
+ *             (gpu_matmul_fixed_pack: a warp's step one contiguous 4 KB) instead of row-major.
+ * PERSIST_WAYS=kernels,packed runs only the ways named (kernels always).
  * The question it answers: how much of the floor the products lose to their kernel
  * boundaries. The floor is the weight bytes over the device-to-device copy bandwidth
  * measured in the same run (read + write counted, as tests/gpu/model-logits.c does). Every
@@ -582,6 +585,22 @@ static __global__ void fill(uint16_t *w, float *x, size_t n, uint32_t seed, floa
 	}
 }
 
+#define NWAYS 6
+
+/* whether PERSIST_WAYS (a comma list of the ways' names; unset: all) names way n */
+static int way_on(const char *n)
+{
+	const char *e = getenv("PERSIST_WAYS");
+	size_t len = strlen(n);
+
+	if (!e)
+		return 1;
+	for (const char *p = e; *p; p += strcspn(p, ","), p += *p == ',')
+		if (strcspn(p, ",") == len && !strncmp(p, n, len))
+			return 1;
+	return 0;
+}
+
 struct geom {
 	const char *name;
 	int C, L, NH, I;
@@ -699,32 +718,49 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	ra.tl = NULL;
 	ra.diag = getenv("RING_DIAG") ? atoi(getenv("RING_DIAG")) : 0;
 
-	/* the kernels way, one graph */
+	/* the kernels way, one graph; the packed way, another (the weights in the packed
+	 * layout, gpu_matmul_fixed_pack, a copy of their own) */
+	const char *names[NWAYS] = { "kernels", "persist", "persist-nopf", "ring", "ring-stall",
+	                             "packed" };
+	int on[NWAYS];
+	for (int mode = 0; mode < NWAYS; mode++)
+		on[mode] = way_on(names[mode]) && (mode != 4 || stalled);
+	on[0] = 1;
 	cudaGraph_t gr;
-	cudaGraphExec_t ge;
-	CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-	for (int p = 0; p < P; p++)
-		if (gpu_matmul_fixed(st, ph[p].y, ph[p].x, ph[p].w, DICE_BF16, M, ph[p].in, ph[p].out))
-			exit(1);
-	CK(cudaStreamEndCapture(st, &gr));
-	CK(cudaGraphInstantiate(&ge, gr, 0));
-	CK(cudaGraphDestroy(gr));
+	cudaGraphExec_t ge[2];
+	for (int pk = 0; pk < 1 + on[5]; pk++) {
+		for (int p = 0; pk && p < P; p++)
+			if (gpu_matmul_fixed_pack(st, ph[p].w, DICE_BF16, ph[p].out, ph[p].in) != 1) {
+				fprintf(stderr, "persist: %s: no packed copy of product %d\n", gm->name, p);
+				exit(1);
+			}
+		CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+		for (int p = 0; p < P; p++)
+			if (gpu_matmul_fixed(st, ph[p].y, ph[p].x, ph[p].w, DICE_BF16, M, ph[p].in,
+			                     ph[p].out))
+				exit(1);
+		CK(cudaStreamEndCapture(st, &gr));
+		CK(cudaGraphInstantiate(&ge[pk], gr, 0));
+		CK(cudaGraphDestroy(gr));
+	}
+	CK(cudaStreamSynchronize(st));
 
-	const char *names[5] = { "kernels", "persist", "persist-nopf", "ring", "ring-stall" };
-	int nmode = stalled ? 5 : 4;
-	double med[5];
+	int nmode = NWAYS;
+	double med[NWAYS];
 	cudaEvent_t e0, e1;
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
-	double *t = (double *)malloc(sizeof(double) * 5 * (reps + 1));
+	double *t = (double *)malloc(sizeof(double) * NWAYS * (reps + 1));
 	for (int r = -1; r < reps; r++) {       /* the ways alternate, run by run; r = -1 warms up */
 		for (int mode = 0; mode < nmode; mode++) {
+			if (!on[mode])
+				continue;
 			CK(cudaMemsetAsync(y, 0xff, ytot * sizeof(float), st));
 			CK(cudaMemsetAsync(bar, 0, sizeof(unsigned), st));
 			CK(cudaMemsetAsync(ra.done, 0, P * sizeof(unsigned), st));
 			CK(cudaEventRecord(e0, st));
-			if (mode == 0) {
-				CK(cudaGraphLaunch(ge, st));
+			if (mode == 0 || mode == 5) {
+				CK(cudaGraphLaunch(ge[mode == 5], st));
 			} else if (mode >= 3) {
 				ra.stall = mode == 4 ? stall_d : NULL;
 				void *args[] = { &ra };
@@ -743,7 +779,8 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 			if (r >= 0)
 				t[mode * reps + r] = ms;
 			CK(cudaMemcpy(mode ? got : ref, y, ytot * sizeof(float), cudaMemcpyDeviceToHost));
-			if (mode && !(mode >= 3 && ra.diag) && memcmp(ref, got, ytot * sizeof(float))) {
+			if (mode && !(mode >= 3 && mode <= 4 && ra.diag) &&
+			    memcmp(ref, got, ytot * sizeof(float))) {
 				size_t d = 0;
 				for (size_t i = 0; i < ytot; i++)
 					d += memcmp(ref + i, got + i, sizeof(float)) != 0;
@@ -756,12 +793,14 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	if (getenv("RING_TL"))
 		rg_timeline(&ra, P, sms, rsmem, st, gm->name, stalled ? stall_d : NULL);
 	for (int mode = 0; mode < nmode; mode++) {
+		if (!on[mode])
+			continue;
 		bench_sort(t + mode * reps, reps);
 		med[mode] = t[mode * reps + reps / 2];
 		printf("%-5s M=%d %-13s %8.3f ms  %5.1f%% of floor %.3f ms  (%d products, %d blocks of %d)\n",
 		       gm->name, M, names[mode], med[mode], 100 * floor_ms / med[mode], floor_ms, P,
-		       mode >= 3 ? sms : mode ? blocks : 0,
-		       mode >= 3 ? 32 * RG_W : mode ? PP_WB * 32 : 0);
+		       mode == 3 || mode == 4 ? sms : mode == 1 || mode == 2 ? blocks : 0,
+		       mode == 3 || mode == 4 ? 32 * RG_W : mode == 1 || mode == 2 ? PP_WB * 32 : 0);
 	}
 	printf("%-5s ring: %d pages of %d bytes, %zu bytes of shared memory a block%s%s\n", gm->name,
 	       ra.NP, RG_SLOT, rsmem, stalled ? ", stalls (ns) " : "",
@@ -771,7 +810,10 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 	free(ref);
 	free(got);
 	free(ph);
-	CK(cudaGraphExecDestroy(ge));
+	for (int pk = 0; pk < 1 + on[5]; pk++)
+		CK(cudaGraphExecDestroy(ge[pk]));
+	for (int p = 0; on[5] && p < P; p++)
+		gpu_matmul_fixed_unpack(ph[p].w);
 	CK(cudaFree(phd));
 	CK(cudaFree(bar));
 	CK(cudaFree(ra.done));

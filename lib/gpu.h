@@ -78,6 +78,15 @@ void gpu_set_mfx(int on);
  * product's (in, out), or a small kernel's code and 0; ns, the global timer), returning the
  * lines; -1 in a build without it */
 int gpu_timeline(int arm, FILE *f);
+/* a copy of the 16-bit w(out, in) in the packed layout (a tile of 8 outputs' 32-input blocks
+ * one after the other, 512 bytes each; gpu_matmul_fixed_packed_bytes of them), which
+ * gpu_matmul_fixed and gpu_matmul_fixed_gu then read for products of (w, out, in) of up to 32
+ * rows, the same bits (ops->pack): 1 made (made again where w has one: its values changed),
+ * 0 not (not a 16-bit matrix the kernels take, or it would leave less than a quarter of the
+ * GPU's memory free); gpu_matmul_fixed_unpack frees it */
+size_t gpu_matmul_fixed_packed_bytes(int out, int in);
+int gpu_matmul_fixed_pack(cudaStream_t st, const void *w, enum dice_dtype wdt, int out, int in);
+void gpu_matmul_fixed_unpack(const void *w);
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, int N, int in, int out);
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,

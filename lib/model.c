@@ -241,6 +241,70 @@ int model_init(struct model *m, const struct model_config *cfg, const struct mod
 	return 0;
 }
 
+/* the matrices model_forward multiplies by with .matmul_fixed, as it calls it: (w, out, in),
+ * fused q/k/v and gate/up by their whole shape */
+struct mshape {
+	const void *p;
+	enum dice_dtype dt;
+	int out, in;
+};
+
+static int product_list(const struct model *m, struct mshape *d)
+{
+	const struct model_config *c = &m->cfg;
+	int C = c->hidden_size, QD = c->num_heads * c->head_dim, I = c->intermediate_size;
+	int KVD = c->num_kv_heads * c->head_dim, n = 0;
+
+	for (int l = 0; l < m->w.nlayers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+		if (m->fuse_qkv) {
+			d[n++] = (struct mshape){ w->q_proj.p, w->q_proj.dt, QD + 2 * KVD, C };
+		} else {
+			d[n++] = (struct mshape){ w->q_proj.p, w->q_proj.dt, QD, C };
+			d[n++] = (struct mshape){ w->k_proj.p, w->k_proj.dt, KVD, C };
+			d[n++] = (struct mshape){ w->v_proj.p, w->v_proj.dt, KVD, C };
+		}
+		d[n++] = (struct mshape){ w->o_proj.p, w->o_proj.dt, C, QD };
+		if (m->fuse_gu) {
+			d[n++] = (struct mshape){ w->gate_proj.p, w->gate_proj.dt, 2 * I, C };
+		} else {
+			d[n++] = (struct mshape){ w->gate_proj.p, w->gate_proj.dt, I, C };
+			d[n++] = (struct mshape){ w->up_proj.p, w->up_proj.dt, I, C };
+		}
+		d[n++] = (struct mshape){ w->down_proj.p, w->down_proj.dt, C, I };
+	}
+	d[n++] = (struct mshape){ m->w.lm_head.p, m->w.lm_head.dt, c->vocab_size, C };
+	return n;
+}
+
+static void unpack_all(struct model *m, const struct mshape *d, int n)
+{
+	for (int i = 0; i < n; i++)
+		m->ops->unpack(d[i].p);
+}
+
+int model_pack(struct model *m)
+{
+	const struct ops *o = m->ops;
+	const char *e = getenv("DICE_PACK");
+
+	if (m->packed || !o->pack || !o->unpack || !o->matmul_fixed || m->dtype == DICE_F32 ||
+	    (e && !strcmp(e, "0")))
+		return m->packed;
+	struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
+	int n = product_list(m, d);
+	for (int i = 0; i < n; i++) {
+		if (!o->pack(d[i].p, d[i].dt, d[i].out, d[i].in)) {
+			unpack_all(m, d, i);
+			n = 0;
+			break;
+		}
+	}
+	o->sync();
+	free(d);
+	return m->packed = n;
+}
+
 static void scratch_free(struct model *m)
 {
 	const struct ops *o = m->ops;
@@ -264,6 +328,11 @@ void model_free(struct model *m)
 	if (m->meta_d)
 		m->ops->free(m->meta_d);
 	free(m->meta_h);
+	if (m->packed) {
+		struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
+		unpack_all(m, d, product_list(m, d));
+		free(d);
+	}
 	if (m->wbuf)
 		m->ops->free(m->wbuf);
 	free(m->w.layers);

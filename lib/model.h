@@ -117,6 +117,7 @@ struct model {
 	void *meta_d, *meta_h;       /* one upload per forward: ids, pos, the struct kv_batch arrays */
 	size_t meta_cap;
 	int fuse_qkv, fuse_gu;       /* q/k/v (gate/up) matrices adjacent: one product each */
+	int packed;                  /* matrices with a packed copy (model_pack) */
 	int lazy;                    /* 1: model_forward returns without waiting for the device
 	                              * when it copies no logits to the host (the caller's next
 	                              * sync point, e.g. the sample op, waits); 0 after model_init */
@@ -128,6 +129,14 @@ struct model {
 int model_init(struct model *m, const struct model_config *cfg, const struct model_weights *host,
                const struct ops *ops, enum dice_dtype dt);
 void model_free(struct model *m);
+/* Copies of the 16-bit matrices in the layout the backend's products of few rows stream
+ * fastest (ops->pack; CUDA: forwards of up to MODEL_PACK_ROWS rows, the same bits), for a
+ * caller whose forwards are that small (the sampler at one sequence). Made once, all or none:
+ * none where the backend has no such layout, the matrices are fp32, DICE_PACK=0, or they
+ * would leave less than a quarter of the GPU's memory free. Returns the matrices packed (0:
+ * none). model_free frees them. */
+#define MODEL_PACK_ROWS 32
+int model_pack(struct model *m);
 /* Bytes of weights one forward reads (layers + lm_head), for the floors of benchmarks. */
 size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);
 

@@ -333,6 +333,15 @@ struct ops {
 	 * gate tile with its up tile in one block; the CPU makes both. */
 	int (*matmul_fixed_gu)(float *gu, float *h, const float *x, const void *w,
 	                       enum dice_dtype wdt, int N, int in, int I);
+	/* ---- (appended) a copy of the 16-bit matrix w(out, in) in the layout the backend's
+	 * products of few rows stream fastest, which .matmul_fixed and .matmul_fixed_gu then read
+	 * for (w, out, in) (fused matrices by their whole shape), the same bits: 1 made (made
+	 * again where w has one: call it after w's values change), 0 not (w alone serves). CUDA:
+	 * up to 32 rows, a tile of 8 rows' 32-input blocks one after the other; none where it
+	 * would leave less than a quarter of the GPU's memory free. .unpack(w) frees it. NULL on
+	 * the CPU backend (its products read w as it is). */
+	int (*pack)(const void *w, enum dice_dtype wdt, int out, int in);
+	void (*unpack)(const void *w);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -365,6 +365,18 @@ static int cu_matmul_fixed_gu(float *gu, float *h, const float *x, const void *w
 	return rc;
 }
 
+static int cu_pack(const void *w, enum dice_dtype wdt, int out, int in)
+{
+	int rc = gpu_matmul_fixed_pack(gpu_stream(), w, wdt, out, in);
+	OPS_CALL("pack", rc < 0);
+	return rc;
+}
+
+static void cu_unpack(const void *w)
+{
+	gpu_matmul_fixed_unpack(w);
+}
+
 /* returns when the host buffer may be reused */
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
@@ -445,6 +457,8 @@ static const struct ops ops_cuda = {
 	cu_rmsnorm_rope_xb,
 	cu_attention_prefill,
 	cu_matmul_fixed_gu,
+	cu_pack,
+	cu_unpack,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -4,7 +4,9 @@
  * the batch or on the kernel that ran. Two kernels for 16-bit weights, both on the tensor
  * cores (mma.sync m16n8k16, fp32 accumulation, x rounded to the weight dtype):
  *  - up to MF_SMALL_M rows, a streaming kernel: one block per 8 outputs, one warp per
- *    segment of the inputs, 16-byte weight loads, the next step's in flight during this one;
+ *    segment of the inputs, 16-byte weight loads, the next step's in flight during this one
+ *    (from the packed copy of w where gpu_matmul_fixed_pack made one: a step's 4 KB in one
+ *    piece instead of 8 rows' 512 bytes);
  *  - above, a tiled kernel (mft_kernel) at one of several tile shapes (mf_var: 64..256 rows
  *    x 64..128 outputs, 4 or 8 warps, 3 or 4 cp.async stages of 32 or 64 inputs), chosen per
  *    (N, in, out) by a cost model fitted to H100 timings (mf_cost); a block either walks its
@@ -113,16 +115,29 @@ static __device__ __forceinline__ float4 mf_segsum(const float4 *p, int nseg, in
 	return v;
 }
 
-/* the streaming kernel's weight loads: blocks k, k+32, ... (U of them) of output row g */
+/* the streaming kernel's weight loads: blocks k, k+32, ... (U of them) of output row g;
+ * KST: bytes an input further on (2: row-major w; 16: the packed layout, mf_wp) */
 static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k, int kend,
-                                                 int q, const int U)
+                                                 int q, const int U, const int KST = 2)
 {
 #pragma unroll
 	for (int u = 0; u < U; u++) {
 		b[u] = make_uint4(0, 0, 0, 0);
 		if (k + MF_KB * u + 8 * q < kend)
-			b[u] = __ldcs((const uint4 *)(wp + (size_t)(k + MF_KB * u) * 2));
+			b[u] = __ldcs((const uint4 *)(wp + (size_t)(k + MF_KB * u) * KST));
 	}
+}
+
+/* where lane (g, q) of the warp for tile t (outputs 8 t ..) finds its weights: row-major
+ * (PK 0), its row's inputs 8 q ..; packed (PK 1, gpu_matmul_fixed_pack), the tile's
+ * 32-input blocks one after the other, 512 bytes each, lane l's 16 at 16 l (row g, inputs
+ * 8 q .. 8 q + 7 of the block) */
+template <int PK>
+static __device__ __forceinline__ const char *mf_wp(const void *w, int t, int lane, int K, int out)
+{
+	if (PK)
+		return (const char *)w + ((size_t)t * CEIL_DIV(K, MF_KB) * 32 + lane) * 16;
+	return (const char *)w + ((size_t)min(8 * t + (lane >> 2), out - 1) * K + 8 * (lane & 3)) * 2;
 }
 
 /* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
@@ -133,7 +148,7 @@ static __device__ __forceinline__ void mfs_loadb(uint4 *b, const char *wp, int k
  * up], block p = gate tile p (warps 0 .. nseg - 1) and up tile p + np (the next nseg); the up
  * tile's sums go through shared memory to the gate tile's warp, which also writes
  * hout = silu(gate) * up (gpu_swiglu1, as swiglu_cat). */
-template <int PAIR>
+template <int PAIR, int PK = 0>
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
                                                 const int R8, int M, int K, int out, int kseg,
                                                 float *hout, int np)
@@ -145,7 +160,7 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	int half = PAIR ? wid / nseg : 0, seg = PAIR ? wid % nseg : wid;
 	float4 (*part)[2][32] = parts[half];
 	int g = lane >> 2, q = lane & 3, o0 = (blockIdx.x + half * np) * 8;
-	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
+	const char *wp = mf_wp<PK>(w, blockIdx.x + half * np, lane, K, out);
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float c[2][4];
 	uint4 b[8], bn[8];
@@ -156,7 +171,7 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 #pragma unroll
 	for (int mt = 0; mt < 2; mt++)
 		c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.0f;
-	mfs_loadb(b, wp, kbeg, kend, q, U);
+	mfs_loadb(b, wp, kbeg, kend, q, U, PK ? 16 : 2);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
 	GPU_TL_WAITED
 	for (int k = kbeg; k < kend; k += MF_KB * U) {
@@ -174,7 +189,7 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 			}
 		}
 		if (k + MF_KB * U < kend)
-			mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U);
+			mfs_loadb(bn, wp, k + MF_KB * U, kend, q, U, PK ? 16 : 2);
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			if (k + MF_KB * u < kend) {
@@ -236,30 +251,34 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	GPU_TL_END(K, out)
 }
 
+template <int PK>
 static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int f16, int M,
                                    int K, int out, int kseg)
 {
-	mfs_body<0>(y, x, w, f16, 1, M, K, out, kseg, NULL, 0);
+	mfs_body<0, PK>(y, x, w, f16, 1, M, K, out, kseg, NULL, 0);
 }
 
+template <int PK>
 static __global__ void mfs_kernel16(float *y, const float *x, const void *w, int f16, int M,
                                     int K, int out, int kseg)
 {
-	mfs_body<0>(y, x, w, f16, 2, M, K, out, kseg, NULL, 0);
+	mfs_body<0, PK>(y, x, w, f16, 2, M, K, out, kseg, NULL, 0);
 }
 
+template <int PK>
 static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int f16, int M,
                                     int K, int out, int kseg)
 {
-	mfs_body<0>(y, x, w, f16, 4, M, K, out, kseg, NULL, 0);
+	mfs_body<0, PK>(y, x, w, f16, 4, M, K, out, kseg, NULL, 0);
 }
 
 /* the pairs of gpu_matmul_fixed_gu on the streaming kernel (up to 8 rows): block p, gate tile
  * p and up tile p + np */
+template <int PK>
 static __global__ void mfs_kernel8_gu(float *y, const float *x, const void *w, int f16, int M,
                                       int K, int out, int kseg, float *h, int np)
 {
-	mfs_body<1>(y, x, w, f16, 1, M, K, out, kseg, h, np);
+	mfs_body<1, PK>(y, x, w, f16, 1, M, K, out, kseg, h, np);
 }
 
 /* The staged streaming kernel (up to 8 rows; matmul_fixed's default there, DICE_MFX=0: the
@@ -284,7 +303,7 @@ static __global__ void mfs_kernel8_gu(float *y, const float *x, const void *w, i
 #define MFX_SMEM (200 * 1024)           /* shared memory a block, at most (x and the partial sums;
                                          * less where the GPU allows less) */
 
-template <int NB, int PAIRS>
+template <int NB, int PAIRS, int PK = 0>
 static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS :
                                          32 * (PAIRS ? MFXP_WARPS : MFX_WARPS))
 mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
@@ -302,7 +321,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		t = p + (tl & 1) * np;
 	}
 	int g = lane >> 2, q = lane & 3, o0 = min(t, tiles - 1) * 8;
-	const char *wp = (const char *)w + ((size_t)min(o0 + g, out - 1) * K + 8 * q) * 2;
+	const char *wp = mf_wp<PK>(w, o0 / 8, lane, K, out);
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float4 *part = (float4 *)(xs + (size_t)M * RS * 2);     /* (T, nseg, 32) */
 	float2 *upv = (float2 *)(part + T * nseg * 32);         /* (T / 2, 32): the up tiles' sums */
@@ -311,7 +330,7 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 
 	gpu_pdl_trigger();
 	GPU_TL_START
-	mfs_loadb(b, wp, kbeg, kend, q, 8);
+	mfs_loadb(b, wp, kbeg, kend, q, 8, PK ? 16 : 2);
 	gpu_pdl_wait();                         /* x and y belong to earlier kernels */
 	GPU_TL_WAITED
 	/* x -> shared memory, 8 values (16 bytes) an item, SB items' loads before their stores */
@@ -338,9 +357,9 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	__syncthreads();
 	for (int k = kbeg; k < kend; k += MF_KB * 8) {
 		if (NB == 1 && k > kbeg)
-			mfs_loadb(b, wp, k, kend, q, 8);
+			mfs_loadb(b, wp, k, kend, q, 8, PK ? 16 : 2);
 		if (NB == 2 && k + MF_KB * 8 < kend)
-			mfs_loadb(bn, wp, k + MF_KB * 8, kend, q, 8);
+			mfs_loadb(bn, wp, k + MF_KB * 8, kend, q, 8, PK ? 16 : 2);
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
 			int kk = k + MF_KB * u + 8 * q;
@@ -388,6 +407,122 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 	GPU_TL_END(K, out)
 }
 
+/* ---------------------------------------------------------------- packed copies
+ * gpu_matmul_fixed_pack keeps, for a 16-bit w(out, in), a copy in the layout the streaming
+ * and staged kernels stream fastest (mf_wp: a warp's step one contiguous 4 KB instead of 8
+ * rows' 512 bytes); products of up to MF_SMALL_M rows on that (w, out, in) then read the copy
+ * (the same values into the same registers: the same bits). The copies are kept in an array
+ * sorted by w (one thread uses the backend). */
+struct mf_pk {
+	const void *w;
+	void *p;
+	int out, in;
+};
+static struct mf_pk *mf_pks;
+static int mf_npk, mf_pkcap;
+
+static int mf_tc_ok(const float *x, const void *w, enum dice_dtype wdt, int in);
+
+/* the first entry whose w is not below w */
+static int mf_pk_find(const void *w)
+{
+	int lo = 0, hi = mf_npk;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if ((uintptr_t)mf_pks[mid].w < (uintptr_t)w)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* w's packed copy for a product of that shape, or NULL */
+static const void *mf_packed(const void *w, int out, int in)
+{
+	int i = mf_npk ? mf_pk_find(w) : 0;
+	return i < mf_npk && mf_pks[i].w == w && mf_pks[i].out == out && mf_pks[i].in == in ?
+	       mf_pks[i].p : NULL;
+}
+
+/* one 16-byte item (8 inputs) of the packed layout a thread: item i = (tile, block, lane) */
+static __global__ void mf_pack_kernel(uint4 *d, const uint16_t *w, int out, int K, size_t n)
+{
+	int nkb = CEIL_DIV(K, MF_KB);
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int lane = (int)(i & 31);
+		size_t tb = i >> 5;
+		int j = (int)(tb % nkb), t = (int)(tb / nkb);
+		int row = 8 * t + (lane >> 2), k0 = j * MF_KB + 8 * (lane & 3);
+		uint16_t v[8];
+		for (int e = 0; e < 8; e++)
+			v[e] = row < out && k0 + e < K ? w[(size_t)row * K + k0 + e] : 0;
+		uint4 u;
+		memcpy(&u, v, 16);
+		d[i] = u;
+	}
+}
+
+size_t gpu_matmul_fixed_packed_bytes(int out, int in)
+{
+	return (size_t)CEIL_DIV(out, 8) * CEIL_DIV(in, MF_KB) * 512;
+}
+
+int gpu_matmul_fixed_pack(cudaStream_t st, const void *w, enum dice_dtype wdt, int out, int in)
+{
+	size_t bytes = gpu_matmul_fixed_packed_bytes(out, in), fr = 0, tot = 0;
+	void *p = NULL;
+
+	GPU_REQUIRE(out > 0 && in > 0, "matmul_fixed_pack");
+	if (!mf_tc_ok(NULL, w, wdt, in))
+		return 0;
+	int i = mf_pk_find(w);
+	if (i < mf_npk && mf_pks[i].w == w) {   /* made again (w's values changed) */
+		if (mf_pks[i].out != out || mf_pks[i].in != in)
+			return 0;
+		p = mf_pks[i].p;
+	} else {
+		/* only where a quarter of the GPU's memory stays free */
+		CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+		if (fr < bytes + tot / 4)
+			return 0;
+		cudaError_t e = cudaMalloc(&p, bytes);
+		if (e == cudaErrorMemoryAllocation) {
+			cudaGetLastError();
+			return 0;
+		}
+		CUDA_CHECK(e);
+		if (mf_npk == mf_pkcap) {
+			mf_pkcap = mf_pkcap ? 2 * mf_pkcap : 64;
+			mf_pks = (struct mf_pk *)realloc(mf_pks, (size_t)mf_pkcap * sizeof *mf_pks);
+			if (!mf_pks) {
+				fprintf(stderr, "dice: out of memory\n");
+				exit(1);
+			}
+		}
+		memmove(mf_pks + i + 1, mf_pks + i, (size_t)(mf_npk - i) * sizeof *mf_pks);
+		mf_pks[i] = (struct mf_pk){ w, p, out, in };
+		mf_npk++;
+	}
+	size_t n = bytes / 16;
+	int grid = (int)(CEIL_DIV(n, (size_t)256) < 65536 ? CEIL_DIV(n, (size_t)256) : 65536);
+	mf_pack_kernel<<<grid, 256, 0, st>>>((uint4 *)p, (const uint16_t *)w, out, in, n);
+	CUDA_CHECK_LAUNCH();
+	return 1;
+}
+
+void gpu_matmul_fixed_unpack(const void *w)
+{
+	int i = mf_npk ? mf_pk_find(w) : 0;
+
+	if (i == mf_npk || mf_pks[i].w != w)
+		return;
+	CUDA_CHECK(cudaFree(mf_pks[i].p));      /* (cudaFree waits for the kernels using it) */
+	memmove(mf_pks + i, mf_pks + i + 1, (size_t)(mf_npk - i - 1) * sizeof *mf_pks);
+	mf_npk--;
+}
+
 /* whether the streaming path takes a staged kernel (gpu_set_mfx; -1: DICE_MFX, read once) */
 static int mfx_on = -1;
 
@@ -403,10 +538,11 @@ void gpu_set_mfx(int on)
  * tile p, up tile p + I / 8) over every SM; -2 where the plain kernel would run but the
  * pairs' blocks do not fit (nothing launched) */
 static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
-                      int K, int out, int kseg, int nseg, int force, int one, float *h)
+                      int K, int out, int kseg, int nseg, int force, int one, float *h, int pk)
 {
 	static int attr;
-	const void *fn = one ? (const void *)mfx_kernel<1, 0> : (const void *)mfx_kernel<2, 0>;
+	const void *fn = one ? (pk ? (const void *)mfx_kernel<1, 0, 1> : (const void *)mfx_kernel<1, 0>) :
+	                       (pk ? (const void *)mfx_kernel<2, 0, 1> : (const void *)mfx_kernel<2, 0>);
 	/* T tiles a block: a block an SM where they fit (at batch 1 all of a product's blocks at
 	 * once, none waiting for a second wave), at most MFX_WARPS warps a block */
 	int tiles = CEIL_DIV(out, 8), sms = gpu_sm_count(), T = CEIL_DIV(tiles, sms);
@@ -420,8 +556,10 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 		attr = optin < MFX_SMEM ? optin : MFX_SMEM;
 		const void *fns[] = { (const void *)mfx_kernel<1, 0>, (const void *)mfx_kernel<2, 0>,
-		                      (const void *)mfx_kernel<1, 1>, (const void *)mfx_kernel<2, 1> };
-		for (int i = 0; i < 4; i++)
+		                      (const void *)mfx_kernel<1, 1>, (const void *)mfx_kernel<2, 1>,
+		                      (const void *)mfx_kernel<1, 0, 1>, (const void *)mfx_kernel<2, 0, 1>,
+		                      (const void *)mfx_kernel<1, 1, 1>, (const void *)mfx_kernel<2, 1, 1> };
+		for (int i = 0; i < 8; i++)
 			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                attr));
 	}
@@ -439,7 +577,7 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 			i++;
 		if (i == nmemo) {
 			int ob = 0, nb = 0;
-			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ob, mfs_kernel8, 32 * nseg,
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ob, mfs_kernel8<0>, 32 * nseg,
 			                                                         0));
 			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fn, 32 * T * nseg,
 			                                                         smem));
@@ -462,7 +600,8 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16 + (size_t)T / 2 * 32 * 8;
 		if (T * nseg > (one ? MFX1_WARPS : MFXP_WARPS) || smem > (size_t)attr)
 			return -2;
-		fn = one ? (const void *)mfx_kernel<1, 1> : (const void *)mfx_kernel<2, 1>;
+		fn = one ? (pk ? (const void *)mfx_kernel<1, 1, 1> : (const void *)mfx_kernel<1, 1>) :
+		           (pk ? (const void *)mfx_kernel<2, 1, 1> : (const void *)mfx_kernel<2, 1>);
 	}
 	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np };
 	gpu_launch(fn, dim3(grid), dim3(32 * T * nseg), smem, st, args);
@@ -865,19 +1004,27 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		return mf_tiled(st, y, x, w, wdt == DICE_F16, N, in, out, -1, 0, 0);
 	int kseg, nseg = gpu_matmul_fixed_segments(in, out, &kseg), f16 = wdt == DICE_F16;
 	int mfx = gpu_switch(&mfx_on, "DICE_MFX");
+	const void *pw = N <= MF_SMALL_M ? mf_packed(w, out, in) : NULL;
+	int pk = pw != NULL;
+	if (pk)                                 /* the packed copy (the same bits) */
+		w = pw;
 	for (int one = 0; one < 2; one++)       /* two steps' weights in flight, else one */
 		if ((kernel == 3 + one || (kernel == 1 && mfx)) &&
-		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one, NULL) == 0)
+		    mfx_launch(st, y, x, w, f16, N, in, out, kseg, nseg, kernel > 1, one, NULL, pk) == 0)
 			return 0;
 	GPU_REQUIRE(kernel < 3, "matmul_fixed (staged kernel)");
+	static const void *const fns[2][3] = {
+		{ (const void *)mfs_kernel8<0>, (const void *)mfs_kernel16<0>,
+		  (const void *)mfs_kernel32<0> },
+		{ (const void *)mfs_kernel8<1>, (const void *)mfs_kernel16<1>,
+		  (const void *)mfs_kernel32<1> } };
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;
 		float *yr = y + (size_t)r0 * out;
 		void *args[] = { &yr, &xr, &w, &f16, &m, &in, &out, &kseg };
-		const void *fn = m <= 8 ? (const void *)mfs_kernel8 :
-		                 m <= 16 ? (const void *)mfs_kernel16 : (const void *)mfs_kernel32;
-		gpu_launch(fn, dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), 0, st, args);
+		gpu_launch(fns[pk][m <= 8 ? 0 : m <= 16 ? 1 : 2], dim3(CEIL_DIV(out, 8)), dim3(32 * nseg),
+		           0, st, args);
 	}
 	return 0;
 }
@@ -923,12 +1070,14 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 	    (kernel > 1 || gpu_switch(&mfg_on, "DICE_MFX_GU"))) {
 		int kseg, nseg = gpu_matmul_fixed_segments(in, 2 * I, &kseg), rc = -1;
 		int f16 = wdt == DICE_F16, out = 2 * I, np = I / 8;
+		const void *pw = mf_packed(w, out, in), *wk = pw ? pw : w;
+		int pk = pw != NULL;
 		/* the staged kernel's pairs: as the engine's product tries the staged kernel (kernel
 		 * 1, DICE_MFX on: two steps in flight, then one), or at the depth forced (3: two, 4:
 		 * one); none for kernel 2 */
 		for (int one = kernel == 4; one < 2 && rc == -1 && kernel != 2 &&
 		     (kernel == 1 ? gpu_switch(&mfx_on, "DICE_MFX") : one == kernel - 3); one++)
-			rc = mfx_launch(st, gu, x, w, f16, N, in, out, kseg, nseg, kernel > 2, one, h);
+			rc = mfx_launch(st, gu, x, wk, f16, N, in, out, kseg, nseg, kernel > 2, one, h, pk);
 		if (rc == 0)
 			return 1;
 		if (kernel > 2)
@@ -938,13 +1087,14 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 		static int fit[MF_SEGMAX + 1];
 		if (rc == -1 && !fit[nseg]) {
 			int n = 0;
-			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mfs_kernel8_gu,
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mfs_kernel8_gu<0>,
 			                                                         64 * nseg, 0));
 			fit[nseg] = n > 0 ? 1 : -1;
 		}
 		if (rc == -1 && fit[nseg] > 0) {
-			void *args[] = { &gu, &x, &w, &f16, &N, &in, &out, &kseg, &h, &np };
-			gpu_launch((const void *)mfs_kernel8_gu, dim3(np), dim3(64 * nseg), 0, st, args);
+			void *args[] = { &gu, &x, &wk, &f16, &N, &in, &out, &kseg, &h, &np };
+			gpu_launch(pk ? (const void *)mfs_kernel8_gu<1> : (const void *)mfs_kernel8_gu<0>,
+			           dim3(np), dim3(64 * nseg), 0, st, args);
 			return 1;
 		}
 		if (kernel == 2)

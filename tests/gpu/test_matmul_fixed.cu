@@ -20,7 +20,9 @@
  * (the split counters are back at zero after a launch). matmul_fixed_gu (the gate/up product
  * making the SwiGLU in pairs of tiles, streaming or staged) runs before the glu part, and
  * with the staged part ("staged"). With the argument "engine" only the
- * last part and three tiles() shapes run. */
+ * last part and three tiles() shapes run; with "packed" only the packed copies' part (every
+ * kernel of up to 32 rows on the copy bitwise equal to it on row-major w), which the whole
+ * run does too. */
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -314,6 +316,105 @@ static void gu_pairs(enum dice_dtype dt, int N, int in, int I)
 	mfd_free(&d);
 }
 
+/* the packed copies (gpu_matmul_fixed_pack): the streaming kernel (8, 16, 32 rows), the
+ * staged kernel at both depths and matmul_fixed_gu's pairs (streaming, staged) on the packed
+ * copy, bitwise against the same on row-major w; made again after w changes; another shape
+ * on the same w not taking it */
+static void packed(enum dice_dtype dt, int M, int in, int out)
+{
+	struct mfd d = mfd_new(dt, M, in, out);
+	const char *how[] = { "", "the streaming kernel", "", "the staged kernel",
+	                      "the staged kernel, one step" };
+	char what[200];
+	int I = out / 2;
+	float *ref[5] = { NULL }, *gref[5] = { NULL }, *href[5] = { NULL };
+	int rref[5];
+
+	for (int pk = 0; pk < 2; pk++) {
+		if (pk) {
+			snprintf(what, sizeof what, "matmul_fixed_pack %s out=%d in=%d: made", dtname[dt],
+			         out, in);
+			CHECK(gpu_matmul_fixed_pack(gpu_stream(), d.dw, dt, out, in) == 1, what);
+		}
+		for (int k = 1; k <= 4; k++) {
+			if (k == 2 || (k > 2 && M > 8))
+				continue;
+			gpu_set_mfx(k == 1 ? 0 : -1);
+			float *y = product(d.dx, d.dw, dt, M, in, out, k);
+			gpu_set_mfx(-1);
+			if (!pk) {
+				ref[k] = y;
+				continue;
+			}
+			snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d, %s: the packed copy "
+			         "bitwise equal to row-major w", dtname[dt], M, in, out, how[k]);
+			same_rows(y, ref[k], M, out, what);
+		}
+		for (int k = 2; out % 16 == 0 && M <= 8 && k <= 4; k++) {     /* the pairs */
+			size_t nh = (size_t)M * I, ng = (size_t)M * out;
+			float *dgu = gt_poisoned(ng), *dh = gt_poisoned(nh);
+			int r = gpu_matmul_fixed_gu(gpu_stream(), dgu, dh, d.dx, d.dw, dt, M, in, I, k);
+			float *gu = gt_down(dgu, ng), *h = gt_down(dh, nh);
+			G->free(dgu), G->free(dh);
+			if (!pk) {
+				rref[k] = r, gref[k] = gu, href[k] = h;
+				continue;
+			}
+			snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: the "
+			         "packed copy as row-major w (%d, %d)", dtname[dt], M, in, I, k, rref[k], r);
+			CHECK(r == rref[k], what);
+			if (r == 1) {
+				snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: gu "
+				         "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
+				same_rows(gu, gref[k], M, out, what);
+				snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: h "
+				         "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
+				same_rows(h, href[k], M, I, what);
+			} else {
+				free(gu), free(h);
+			}
+		}
+	}
+	/* w changed: the copy made again; a product of another shape on the same w (its first
+	 * outputs) does not take it */
+	void *w2 = gt_rand_w((size_t)out * in, dt, -1, 1);
+	CHECK(cudaMemcpy(d.dw, w2, (size_t)out * in * dice_dtype_size(dt), cudaMemcpyHostToDevice) ==
+	      cudaSuccess, "w changed");
+	gpu_matmul_fixed_unpack(d.dw);
+	int in2 = in / 2 / 8 * 8 > 8 ? in / 2 / 8 * 8 : 8, out2 = out / 2 > 8 ? out / 2 : 8;
+	float *y2 = product(d.dx, d.dw, dt, M, in, out, 1);
+	float *yh = product(d.dx, d.dw, dt, M, in2, out2, 1);
+	snprintf(what, sizeof what, "matmul_fixed_pack %s out=%d in=%d: made again", dtname[dt],
+	         out, in);
+	CHECK(gpu_matmul_fixed_pack(gpu_stream(), d.dw, dt, out, in) == 1 &&
+	      gpu_matmul_fixed_pack(gpu_stream(), d.dw, dt, out, in) == 1, what);
+	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the copy made again after w "
+	         "changed", dtname[dt], M, in, out);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 1), y2, M, out, what);
+	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: w's values as another "
+	         "shape, not the copy of its own", dtname[dt], M, in2, out2);
+	same_rows(product(d.dx, d.dw, dt, M, in2, out2, 1), yh, M, out2, what);
+	gpu_matmul_fixed_unpack(d.dw);
+	free(y2), free(yh), free(w2);
+	for (int k = 0; k < 5; k++)
+		free(ref[k]), free(gref[k]), free(href[k]);
+	mfd_free(&d);
+}
+
+static void packed_shapes(void)
+{
+	packed(DICE_BF16, 4, 2560, 6144);
+	packed(DICE_BF16, 1, 9728, 2560);
+	packed(DICE_BF16, 4, 2560, 19456);
+	packed(DICE_F16, 8, 4096, 24576);
+	packed(DICE_BF16, 7, 1000, 513);
+	packed(DICE_BF16, 3, 264, 1096);
+	packed(DICE_F16, 5, 40, 8);
+	packed(DICE_BF16, 16, 2560, 6144);
+	packed(DICE_BF16, 32, 9728, 2560);
+	packed(DICE_F16, 21, 1000, 520);
+}
+
 /* the decode forward's row counts on one shape: each wgmma tile shape and the path, twice
  * (split switch off, then on), against the mma.sync kernel, one set of data for both counts */
 static void decode_rows(int in, int out)
@@ -370,6 +471,10 @@ int main(int argc, char **argv)
 {
 	if (gt_init(17))
 		return 0;
+	if (argc > 1 && !strcmp(argv[1], "packed")) {
+		packed_shapes();
+		return test_done();
+	}
 	if (argc > 1 && !strcmp(argv[1], "staged")) {
 		gu_pairs(DICE_BF16, 4, 2560, 9728);
 		gu_pairs(DICE_BF16, 1, 4096, 12288);
@@ -441,6 +546,7 @@ int main(int argc, char **argv)
 	gu_pairs(DICE_BF16, 8, 1000, 40);           /* fewer pairs than SMs, 8 segments */
 	gu_pairs(DICE_BF16, 3, 320, 512);           /* 5 segments: the streaming kernel's pairs */
 	gu_pairs(DICE_BF16, 30, 512, 64);           /* past 8 rows: the product alone */
+	packed_shapes();
 	glu(DICE_F32, 40, 512, 300, 0);             /* the two-step paths */
 	glu(DICE_BF16, 5, 2560, 264, 0);
 	glu(DICE_BF16, 77, 1000, 300, 1);          /* every tile shape, short last block */

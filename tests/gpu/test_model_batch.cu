@@ -2,8 +2,9 @@
  * a small random SDAR-shaped model in bf16 and in fp32; 12 sequences of ragged prompts (20
  * to 603 tokens) are prefilled and then decoded two blocks of 4 rows, once each sequence
  * alone and once all of them in one forward per step; every sequence's logits (the last 4
- * prompt rows, then each block's rows) must be the same bits both ways; in bf16 also with the
- * batch's attention on attention_kv's unit kernel and the sequences alone on its cluster
+ * prompt rows, then each block's rows) must be the same bits both ways (in bf16 a sequence
+ * alone reads the products' packed copies, model_pack, the batch of 48 rows w); in bf16 also
+ * with the batch's attention on attention_kv's unit kernel and the sequences alone on its cluster
  * kernel; and (the default kernels, both dtypes) the batch with some rows' logits skipped
  * (model_seq.logits_skip) gives the kept rows' bits, packed. With a 16-bit cache the prompts of
  * 64 tokens or more go through the prefill attention (ops->attention_prefill): also when some
