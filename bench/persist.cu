@@ -628,12 +628,12 @@ static void run_geom(const struct geom *gm, int reps, int M, double bw, cudaStre
 		ph[p].bpp = (kb + ph[p].npg - 1) / ph[p].npg;
 		ph[p].npg = (kb + ph[p].bpp - 1) / ph[p].bpp;
 		kmax = in > kmax ? in : kmax;
-		if (RG_W % ph[p].nseg) {
+		if (RG_W % ph[p].nseg && (way_on("ring") || way_on("ring-stall"))) {
 			fprintf(stderr, "persist: %s: %d segments do not divide the ring's %d warps\n",
 			        gm->name, ph[p].nseg, RG_W);
 			exit(1);
 		}
-		if (ph[p].nseg > PP_WB) {
+		if (ph[p].nseg > PP_WB && (way_on("persist") || way_on("persist-nopf"))) {
 			fprintf(stderr, "persist: %s: %d segments > %d warps a block\n", gm->name,
 			        ph[p].nseg, PP_WB);
 			exit(1);

@@ -33,7 +33,9 @@
 
 #define MF_KB 32                /* inputs per block of two mma steps */
 #define MF_SEGMAX 8             /* segments of the inputs, at most */
+#ifndef MF_WARPS_WANT                  /* (-DMF_WARPS_WANT=N: a bench variant) */
 #define MF_WARPS_WANT 1024      /* streaming kernel: warps to aim for (outputs/8 x segments) */
+#endif
 #define MF_SMALL_M 32           /* rows up to which the streaming kernel runs */
 
 /* ---------------------------------------------------------------- the timeline (a bench aid)
