@@ -377,9 +377,32 @@ static void cu_unpack(const void *w)
 	gpu_matmul_fixed_unpack(w);
 }
 
-/* returns when the host buffer may be reused */
+/* returns when the host buffer may be reused: a copy of up to TD_BYTES goes through one of
+ * TD_SLOTS page-locked slots (the host copies it there and returns; the stream copies it on,
+ * in order with the kernels: no wait for the device, as a forward's per-call upload wants),
+ * a larger one waits for its copy */
+#define TD_SLOTS 8
+#define TD_BYTES (64 * 1024)
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
+	static char *slot;
+	static cudaEvent_t done[TD_SLOTS];
+	static unsigned next;
+
+	if (bytes <= TD_BYTES) {
+		if (!slot) {
+			CUDA_CHECK(cudaMallocHost((void **)&slot, (size_t)TD_SLOTS * TD_BYTES));
+			for (int i = 0; i < TD_SLOTS; i++)
+				CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+		}
+		unsigned i = next++ % TD_SLOTS;
+		char *p = slot + (size_t)i * TD_BYTES;
+		CUDA_CHECK(cudaEventSynchronize(done[i]));  /* (its last copy, long done) */
+		memcpy(p, src, bytes);
+		CUDA_CHECK(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, gpu_stream()));
+		CUDA_CHECK(cudaEventRecord(done[i], gpu_stream()));
+		return;
+	}
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu_stream()));
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
 }

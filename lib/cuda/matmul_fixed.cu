@@ -20,8 +20,8 @@
  *    that run a tile's segments in blocks of their own; DICE_MX_ROWS=0: none of the TMA
  *    tiles of 80, 112 or 160 rows).
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
- * 32; gpu_matmul_fixed_segments, a function of (in, out)); within a segment the products
- * accumulate from zero in 32-input blocks, ascending, each block two mma steps over a fixed
+ * 64, or all of them; gpu_matmul_fixed_segments, a function of (in, out)); within a segment
+ * the products accumulate from zero in 32-input blocks, ascending, each block two mma steps over a fixed
  * permutation of its inputs (thread q of a quad holds inputs 8q..8q+7: the first step takes
  * 8q+0..3, the second 8q+4..7); the segments' sums are then added in segment order:
  * ((s0 + s1) + s2) + ...
@@ -34,7 +34,7 @@
 #define MF_KB 32                /* inputs per block of two mma steps */
 #define MF_SEGMAX 8             /* segments of the inputs, at most */
 #ifndef MF_WARPS_WANT                  /* (-DMF_WARPS_WANT=N: a bench variant) */
-#define MF_WARPS_WANT 1024      /* streaming kernel: warps to aim for (outputs/8 x segments) */
+#define MF_WARPS_WANT 1280      /* streaming kernel: warps to aim for (outputs/8 x segments) */
 #endif
 #define MF_SMALL_M 32           /* rows up to which the streaming kernel runs */
 
@@ -830,7 +830,11 @@ static __global__ void mf_plain_kernel(float *y, const float *x, const void *w, 
 /* ---------------------------------------------------------------- kernel launchers */
 
 /* the segments of the inputs for (in, out): enough warps of the streaming kernel to fill the
- * GPU, at most MF_SEGMAX; *kseg = inputs per segment (a multiple of 32) */
+ * GPU (MF_WARPS_WANT: 1280 took SDAR-1.7B's and 8B's batch-1 products 5-6% faster than 1024,
+ * 4B's the same, bench/NOTES-device.md, session 20), at most MF_SEGMAX; *kseg = inputs per
+ * segment, a multiple of 64 unless one segment takes them all (an odd count of 32-input
+ * blocks split the tiled kernels' 64-input stages at every segment's end: batch-128
+ * forwards 9-19% slower) */
 int gpu_matmul_fixed_segments(int in, int out, int *kseg)
 {
 	int kb = CEIL_DIV(in, MF_KB), tiles = CEIL_DIV(out, 8);
@@ -839,6 +843,7 @@ int gpu_matmul_fixed_segments(int in, int out, int *kseg)
 	n = n > MF_SEGMAX ? MF_SEGMAX : n < 1 ? 1 : n;
 	n = n > kb ? kb : n;
 	int per = CEIL_DIV(kb, n);
+	per += per & 1 && per < kb;             /* 64-input multiples: the tiled kernels' stages */
 	*kseg = per * MF_KB;
 	return CEIL_DIV(kb, per);
 }

@@ -6,7 +6,7 @@
  * every tile shape of the tiled kernel (the wgmma ones of matmul_wgmma.cu too, on an H100 or
  * H200: its cp.async kernel's and its TMA kernel's; they always walk the segments), split by
  * segment or not, gives the streaming kernel's bits (odd N, out not a multiple of any tile,
- * in not a multiple of 32, 1 to 8 segments, an odd number of 32-input blocks a segment);
+ * in not a multiple of 32, 1 to 8 segments, a last segment of an odd number of 32-input blocks);
  * last, on the engine's shapes (SDAR 1.7B / 4B / 8B, 33 to 8192 rows), random ones and one
  * with more tiles than the GPU holds at once and a half last stage (the TMA kernel's blocks
  * walk several tiles), every wgmma tile shape and the path the engine takes give the bits
@@ -510,19 +510,19 @@ int main(int argc, char **argv)
 			vs_twin(d, 33, 4096, 640, 1);
 		}
 	}
-	invariance(DICE_BF16, 2560, 9000);         /* one segment of the inputs ... */
-	invariance(DICE_BF16, 1024, 3000);         /* ... three */
+	invariance(DICE_BF16, 2560, 12296);        /* one segment of the inputs ... */
+	invariance(DICE_BF16, 1024, 3000);         /* ... four */
 	invariance(DICE_BF16, 4096, 640);          /* ... eight */
 	invariance(DICE_F16, 2056, 264);
 	invariance(DICE_F32, 1024, 300);
 	tiles(DICE_BF16, 203, 1000, 300);          /* 8 segments, the last block short */
 	tiles(DICE_BF16, 517, 2560, 264);          /* 8 segments */
 	tiles(DICE_BF16, 130, 4096, 2560);         /* 4 segments */
-	tiles(DICE_BF16, 33, 2048, 4104);          /* 2 segments */
-	tiles(DICE_F16, 301, 2560, 9000);          /* 1 segment */
+	tiles(DICE_BF16, 33, 2048, 4104);          /* 3 segments */
+	tiles(DICE_F16, 301, 2560, 12296);         /* 1 segment */
 	tiles(DICE_F16, 77, 1000, 77);
-	tiles(DICE_BF16, 99, 2056, 264);           /* 8 segments of 9 blocks: 64-input stages split */
-	tiles(DICE_F16, 45, 2080, 9000);           /* 1 segment of 65 blocks: a half last stage */
+	tiles(DICE_BF16, 99, 2056, 264);           /* 7 segments, the last of 5 blocks: a stage split */
+	tiles(DICE_F16, 45, 2080, 12296);          /* 1 segment of 65 blocks: a half last stage */
 	tiles(DICE_BF16, 100, 1000, 520);          /* row tiles of 80, 112, 160 past N */
 	static const int rows[] = { 33, 517, 1000, 2048 };
 	for (int gi = 0, n = 0; gi < 3; gi++) {
@@ -542,7 +542,7 @@ int main(int argc, char **argv)
 	gu_pairs(DICE_BF16, 4, 2560, 9728);         /* SDAR 4B's gate/up at batch 1 */
 	gu_pairs(DICE_BF16, 1, 4096, 12288);        /* 8B's, one step in flight */
 	gu_pairs(DICE_BF16, 4, 2048, 6144);         /* 1.7B's (the streaming kernel's pairs) */
-	gu_pairs(DICE_F16, 7, 264, 1096);           /* 3 segments, blocks of 1 and 2 pairs */
+	gu_pairs(DICE_F16, 7, 264, 1096);           /* 5 segments, blocks of 1 and 2 pairs */
 	gu_pairs(DICE_BF16, 8, 1000, 40);           /* fewer pairs than SMs, 8 segments */
 	gu_pairs(DICE_BF16, 3, 320, 512);           /* 5 segments: the streaming kernel's pairs */
 	gu_pairs(DICE_BF16, 30, 512, 64);           /* past 8 rows: the product alone */
