@@ -85,6 +85,9 @@ int gpu_timeline(int arm, FILE *f);
  * 0 not (not a 16-bit matrix the kernels take, or it would leave less than a quarter of the
  * GPU's memory free); gpu_matmul_fixed_unpack frees it */
 size_t gpu_matmul_fixed_packed_bytes(int out, int in);
+/* the replayed graphs (ops->replay) are captured again at their next use: the memory their
+ * kernels read moved (a packed copy made or freed) */
+void gpu_graphs_stale(void);
 int gpu_matmul_fixed_pack(cudaStream_t st, const void *w, enum dice_dtype wdt, int out, int in);
 void gpu_matmul_fixed_unpack(const void *w);
 int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,

@@ -305,6 +305,16 @@ int model_pack(struct model *m)
 	return m->packed = n;
 }
 
+void model_unpack(struct model *m)
+{
+	if (!m->packed)
+		return;
+	struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
+	unpack_all(m, d, product_list(m, d));
+	free(d);
+	m->packed = 0;
+}
+
 static void scratch_free(struct model *m)
 {
 	const struct ops *o = m->ops;
@@ -328,11 +338,7 @@ void model_free(struct model *m)
 	if (m->meta_d)
 		m->ops->free(m->meta_d);
 	free(m->meta_h);
-	if (m->packed) {
-		struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
-		unpack_all(m, d, product_list(m, d));
-		free(d);
-	}
+	model_unpack(m);
 	if (m->wbuf)
 		m->ops->free(m->wbuf);
 	free(m->w.layers);

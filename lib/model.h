@@ -134,9 +134,10 @@ void model_free(struct model *m);
  * caller whose forwards are that small (the sampler at one sequence). Made once, all or none:
  * none where the backend has no such layout, the matrices are fp32, DICE_PACK=0, or they
  * would leave less than a quarter of the GPU's memory free. Returns the matrices packed (0:
- * none). model_free frees them. */
+ * none). model_unpack (and model_free) frees them. */
 #define MODEL_PACK_ROWS 32
 int model_pack(struct model *m);
+void model_unpack(struct model *m);
 /* Bytes of weights one forward reads (layers + lm_head), for the floors of benchmarks. */
 size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);
 

@@ -72,6 +72,11 @@ void *gpu_scratch(size_t bytes)
 	return g_scratch;
 }
 
+void gpu_graphs_stale(void)
+{
+	g_scratch_gen++;
+}
+
 /* ---------------------------------------------------------------- launch switches */
 
 /* each switch: -1 = from its environment variable (on unless "0") on first use */
@@ -141,7 +146,8 @@ void gpu_launch(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t
  * eager, and makes every lazy allocation and upload the launches need); the second time fn
  * is captured on the stream (cudaStreamCaptureModeThreadLocal: a sync or allocation in it is
  * an error), instantiated and launched, and from then on launched. A graph made before the
- * scratch moved, or under the other gpu_pdl() setting, is captured again. The least recently
+ * scratch moved or a packed copy was made or freed (gpu_graphs_stale), or under the other
+ * gpu_pdl() setting, is captured again. The least recently
  * used entry makes room. */
 #define GR_SLOTS 32
 

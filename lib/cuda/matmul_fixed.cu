@@ -21,9 +21,9 @@
  *    tiles of 80, 112 or 160 rows).
  * The order both follow: the inputs are cut into nseg segments of kseg inputs (a multiple of
  * 64, or all of them; gpu_matmul_fixed_segments, a function of (in, out)); within a segment
- * the products accumulate from zero in 32-input blocks, ascending, each block two mma steps over a fixed
- * permutation of its inputs (thread q of a quad holds inputs 8q..8q+7: the first step takes
- * 8q+0..3, the second 8q+4..7); the segments' sums are then added in segment order:
+ * the products accumulate from zero in 32-input blocks, ascending, each block two mma steps
+ * over a fixed permutation of its inputs (thread q of a quad holds inputs 8q..8q+7: the first
+ * step takes 8q+0..3, the second 8q+4..7); the segments' sums are then added in segment order:
  * ((s0 + s1) + s2) + ...
  * Rows beyond N and inputs beyond in enter as zeros in both kernels. fp32 weights take the
  * gemv kernel of matmul.cu in chunks of 8 rows (its per-row arithmetic does not depend on
@@ -506,6 +506,7 @@ int gpu_matmul_fixed_pack(cudaStream_t st, const void *w, enum dice_dtype wdt, i
 		memmove(mf_pks + i + 1, mf_pks + i, (size_t)(mf_npk - i) * sizeof *mf_pks);
 		mf_pks[i] = (struct mf_pk){ w, p, out, in };
 		mf_npk++;
+		gpu_graphs_stale();             /* graphs captured before: on w, now on the copy */
 	}
 	size_t n = bytes / 16;
 	int grid = (int)(CEIL_DIV(n, (size_t)256) < 65536 ? CEIL_DIV(n, (size_t)256) : 65536);
@@ -523,6 +524,7 @@ void gpu_matmul_fixed_unpack(const void *w)
 	CUDA_CHECK(cudaFree(mf_pks[i].p));      /* (cudaFree waits for the kernels using it) */
 	memmove(mf_pks + i, mf_pks + i + 1, (size_t)(mf_npk - i - 1) * sizeof *mf_pks);
 	mf_npk--;
+	gpu_graphs_stale();                     /* no graph may hold the freed copy */
 }
 
 /* whether the streaming path takes a staged kernel (gpu_set_mfx; -1: DICE_MFX, read once) */

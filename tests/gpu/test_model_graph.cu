@@ -4,7 +4,8 @@
  * sequence and for three of different lengths together, with a longer prefill in the middle
  * (the backend's scratch grows, so the graphs are captured again). Every step's logits with
  * CUDA graphs and programmatic dependent launch (each on and off) must be the same bits as
- * the plain launches; the graph runs must have replayed graphs. */
+ * the plain launches; the graph runs must have replayed graphs. Then graphs across
+ * model_pack and model_unpack. */
 #include <string.h>
 
 #include "gpu_test.h"
@@ -109,11 +110,62 @@ static void run(enum dice_dtype dt)
 	model_free(&m);
 }
 
+/* graphs follow the packed copies (gpu_graphs_stale): a model decodes with graphs on its
+ * packed copies, then after model_unpack with the freed copies' memory taken and filled with
+ * NaNs (graphs captured again, on the matrices: one still on the copies would read NaNs),
+ * then after model_pack again; every run the bits of the plain launches */
+static void stale(void)
+{
+	struct model m;
+	int *ids[1];
+	char what[200];
+
+	gt_model(&m, DICE_BF16, 7);
+	int V = m.cfg.vocab_size;
+	ids[0] = (int *)xmalloc(sizeof(int) * CAP);
+	for (int i = 0; i < CAP; i++)
+		ids[0][i] = (int)(rng_uniformf(&R) * (V - 1));
+	size_t most = (size_t)(2 + BLOCKS * 4) * 4 * V;
+	float *ref = (float *)xmalloc(sizeof(float) * most);
+	float *got = (float *)xmalloc(sizeof(float) * most);
+	gpu_set_graphs(0);
+	size_t n = decode_run(&m, 1, ids, ref);
+	gpu_set_graphs(1);
+	void *fill = NULL;
+	for (int stage = 0; stage < 3; stage++) {
+		if (stage == 1) {
+			size_t fr, tot;
+			model_unpack(&m);
+			CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess, "memory info");
+			CHECK(cudaMalloc(&fill, fr / 3) == cudaSuccess &&
+			      cudaMemset(fill, 0xff, fr / 3) == cudaSuccess &&
+			      cudaDeviceSynchronize() == cudaSuccess, "the freed copies' memory filled");
+		}
+		if (stage == 2)
+			CHECK(model_pack(&m) == 4 * m.cfg.num_layers + 1, "model_pack again");
+		long c0, l0, c1, l1;
+		decode_run(&m, 1, ids, got);            /* (captures where a key is seen again) */
+		gpu_graph_counts(&c0, &l0);
+		memset(got, 0xff, sizeof(float) * most);
+		size_t n2 = decode_run(&m, 1, ids, got);
+		gpu_graph_counts(&c1, &l1);
+		snprintf(what, sizeof what, "graphs %s: logits bitwise equal to plain launches (%ld "
+		         "graph launches)", stage == 0 ? "on the packed copies" : stage == 1 ?
+		         "after model_unpack" : "after model_pack again", l1 - l0);
+		CHECK(n2 == n && !memcmp(ref, got, sizeof(float) * n) && l1 > l0, what);
+	}
+	gpu_set_graphs(-1);
+	CHECK(cudaFree(fill) == cudaSuccess, "fill freed");
+	free(ids[0]), free(ref), free(got);
+	model_free(&m);
+}
+
 int main(void)
 {
 	if (gt_init(29))
 		return 0;
 	run(DICE_BF16);
 	run(DICE_F32);
+	stale();
 	return test_done();
 }
