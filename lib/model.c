@@ -277,6 +277,14 @@ static int product_list(const struct model *m, struct mshape *d)
 	return n;
 }
 
+/* product_list into a new array (of *n) */
+static struct mshape *products(const struct model *m, int *n)
+{
+	struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
+	*n = product_list(m, d);
+	return d;
+}
+
 static void unpack_all(struct model *m, const struct mshape *d, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -291,8 +299,8 @@ int model_pack(struct model *m)
 	if (m->packed || !o->pack || !o->unpack || !o->matmul_fixed || m->dtype == DICE_F32 ||
 	    (e && !strcmp(e, "0")))
 		return m->packed;
-	struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
-	int n = product_list(m, d);
+	int n;
+	struct mshape *d = products(m, &n);
 	for (int i = 0; i < n; i++) {
 		if (!o->pack(d[i].p, d[i].dt, d[i].out, d[i].in)) {
 			unpack_all(m, d, i);
@@ -309,10 +317,16 @@ void model_unpack(struct model *m)
 {
 	if (!m->packed)
 		return;
-	struct mshape *d = xmalloc((size_t)(7 * m->w.nlayers + 1) * sizeof *d);
-	unpack_all(m, d, product_list(m, d));
+	int n;
+	struct mshape *d = products(m, &n);
+	unpack_all(m, d, n);
 	free(d);
 	m->packed = 0;
+}
+
+int model_pack_for(struct model *m, long rows)
+{
+	return rows <= MODEL_PACK_ROWS ? model_pack(m) : m->packed;
 }
 
 static void scratch_free(struct model *m)

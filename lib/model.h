@@ -137,6 +137,8 @@ void model_free(struct model *m);
  * none). model_unpack (and model_free) frees them. */
 #define MODEL_PACK_ROWS 32
 int model_pack(struct model *m);
+/* model_pack where a caller's forwards have at most rows rows (else as it is) */
+int model_pack_for(struct model *m, long rows);
 void model_unpack(struct model *m);
 /* Bytes of weights one forward reads (layers + lm_head), for the floors of benchmarks. */
 size_t model_weight_bytes(const struct model_config *cfg, enum dice_dtype dt);

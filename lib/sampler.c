@@ -350,9 +350,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 	int skip_ok = !o->on_logits && B <= 32 && !(lg_env && !strcmp(lg_env, "all"));
 	int dcap = decode_cap(o, A);
 	m->cfg.block_size = B;
-	/* a decoding forward's rows are at most A (2 B): the products' packed copies serve them */
-	if ((long)A * 2 * B <= MODEL_PACK_ROWS)
-		model_pack(m);
+	model_pack_for(m, (long)A * 2 * B);     /* a decoding forward's rows, at most */
 	for (int a = 0; a < A; a++)
 		sl[a].req = -1;
 	while (done < nreq) {

@@ -545,8 +545,13 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
                       int K, int out, int kseg, int nseg, int force, int one, float *h, int pk)
 {
 	static int attr;
-	const void *fn = one ? (pk ? (const void *)mfx_kernel<1, 0, 1> : (const void *)mfx_kernel<1, 0>) :
-	                       (pk ? (const void *)mfx_kernel<2, 0, 1> : (const void *)mfx_kernel<2, 0>);
+	/* [pairs][one][pk] */
+	static const void *const fns[2][2][2] = {
+		{ { (const void *)mfx_kernel<2, 0, 0>, (const void *)mfx_kernel<2, 0, 1> },
+		  { (const void *)mfx_kernel<1, 0, 0>, (const void *)mfx_kernel<1, 0, 1> } },
+		{ { (const void *)mfx_kernel<2, 1, 0>, (const void *)mfx_kernel<2, 1, 1> },
+		  { (const void *)mfx_kernel<1, 1, 0>, (const void *)mfx_kernel<1, 1, 1> } } };
+	const void *fn = fns[0][one][pk];
 	/* T tiles a block: a block an SM where they fit (at batch 1 all of a product's blocks at
 	 * once, none waiting for a second wave), at most MFX_WARPS warps a block */
 	int tiles = CEIL_DIV(out, 8), sms = gpu_sm_count(), T = CEIL_DIV(tiles, sms);
@@ -559,13 +564,9 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		CUDA_CHECK(cudaGetDevice(&dev));
 		CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
 		attr = optin < MFX_SMEM ? optin : MFX_SMEM;
-		const void *fns[] = { (const void *)mfx_kernel<1, 0>, (const void *)mfx_kernel<2, 0>,
-		                      (const void *)mfx_kernel<1, 1>, (const void *)mfx_kernel<2, 1>,
-		                      (const void *)mfx_kernel<1, 0, 1>, (const void *)mfx_kernel<2, 0, 1>,
-		                      (const void *)mfx_kernel<1, 1, 1>, (const void *)mfx_kernel<2, 1, 1> };
 		for (int i = 0; i < 8; i++)
-			CUDA_CHECK(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                attr));
+			CUDA_CHECK(cudaFuncSetAttribute(fns[i >> 2][(i >> 1) & 1][i & 1],
+			                                cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
 	}
 	if (M > 8 || smem > (size_t)attr)
 		return -1;
@@ -604,8 +605,7 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 		smem = (size_t)M * (K + 8) * 2 + (size_t)T * nseg * 32 * 16 + (size_t)T / 2 * 32 * 8;
 		if (T * nseg > (one ? MFX1_WARPS : MFXP_WARPS) || smem > (size_t)attr)
 			return -2;
-		fn = one ? (pk ? (const void *)mfx_kernel<1, 1, 1> : (const void *)mfx_kernel<1, 1>) :
-		           (pk ? (const void *)mfx_kernel<2, 1, 1> : (const void *)mfx_kernel<2, 1>);
+		fn = fns[1][one][pk];
 	}
 	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np };
 	gpu_launch(fn, dim3(grid), dim3(32 * T * nseg), smem, st, args);

@@ -642,8 +642,7 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 	if (B < 1)
 		die("not even one KV cache fits");
 	o.max_active = B;
-	if ((long)B * 2 * o.block <= MODEL_PACK_ROWS)   /* (as sampler_run decides it) */
-		model_pack(m);
+	model_pack_for(m, (long)B * 2 * o.block);      /* (as sampler_run decides it) */
 	struct sampler_request *rq = xcalloc((size_t)B, sizeof *rq);
 	struct sampler_result *r = xcalloc((size_t)B, sizeof *r);
 	int *ids = xmalloc(sizeof(int) * P);
