@@ -719,7 +719,7 @@ static __device__ __forceinline__ void dm_begin(const struct dk_args &a, int rba
 		o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
 }
 
-template <int HL>
+template <int F16, int HL>
 static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -734,7 +734,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	int TG = T * a.group, rbase = rt * DM_ROWS, NH = a.NH;
 	int split_len = dk_split_len(S, a.sp), ns = dk_nsplit(S, a.sp);
 	int s_begin = z * split_len, s_end = min(S, s_begin + split_len);
-	int f16 = a.b.dt == DICE_F16;
+	const int f16 = F16;                            /* (the cache type, compiled in) */
 
 	/* a row tile past the sequence's rows: so is the whole cluster; without a cluster, a
 	 * split past the sequence's keys has nothing to do */
@@ -1074,7 +1074,7 @@ static __device__ __forceinline__ void du_walk(const struct dk_args &a, const st
 	}
 }
 
-template <int HL>
+template <int F16, int HL>
 static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_args a)
 {
 	gpu_pdl_trigger();
@@ -1084,7 +1084,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 	uint4 *qf = (uint4 *)(sm + DU_QOFF);
 	int wid = threadIdx.x >> 5, grp = wid / DM_WARPS, wl = wid % DM_WARPS;
 	struct du_unit x = du_get(a, blockIdx.x, blockIdx.y);
-	int f16 = a.b.dt == DICE_F16;
+	const int f16 = F16;
 
 	if (!x.ok)
 		return;
@@ -1270,7 +1270,29 @@ static __global__ void kv_append_kernel(struct kv_batch b, int l, const float *k
 	}
 }
 
-/* one warp per (row n, head): q and k heads get rmsnorm then rope, v heads are copied */
+/* rotated channels j and j + HD / 2 of row n's head h (q, or k into its cache slot at) */
+static __device__ __forceinline__ void qp_store(float *q, const struct kv_batch &b, int s,
+                                                size_t at, int n, int h, int NH, int HD, int j,
+                                                float x1, float x2, float sn, float cs)
+{
+	float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+	if (h < NH) {
+		float *qh = q + ((size_t)n * NH + h) * HD;
+		qh[j] = y1;
+		qh[j + HD / 2] = y2;
+	} else {
+		size_t kat = at + (size_t)(h - NH) * HD;
+		kv_store(b.k[s], (int)b.dt, kat + j, y1);
+		kv_store(b.k[s], (int)b.dt, kat + j + HD / 2, y2);
+	}
+}
+
+/* one warp per (row n, head): q and k heads get rmsnorm then rope, v heads are copied. At HD
+ * 128 (QP_HD, the SDAR models) a lane holds its four channels in registers, and what does not
+ * come from the kernel before (the row's cache slot, the norm's weights, the rotation's sines
+ * and cosines from the positions) is read and computed before the wait for it; the same
+ * arithmetic in the same order as the plain loop, which takes other head sizes. */
+#define QP_HD 128
 static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *qw,
                                        const float *kw, const int *pos, const float *inv_freq,
                                        struct kv_batch b, int l, int NH, int NKV, int HD,
@@ -1278,16 +1300,52 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
 {
 	gpu_pdl_trigger();
 	GPU_TL_START
-	gpu_pdl_wait();
-	GPU_TL_WAITED
 	int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	int heads = NH + 2 * NKV, KVD = NKV * HD, half = HD / 2;
+	int heads = NH + 2 * NKV, half = HD / 2;
 
 	if (w >= b.N * heads)
 		return;
 	int n = w / heads, h = w % heads, s;
 	const float *x = qkv + (size_t)n * heads * HD + (size_t)h * HD;
-	size_t at = kv_slot(b, l, n, KVD, &s);
+	const float *nw = h < NH ? qw : kw;
+	size_t at = kv_slot(b, l, n, NKV * HD, &s);
+	if (HD == QP_HD) {
+		float xv[4], wv[4], sn[2], cs[2];
+		if (h < NH + NKV) {
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				wv[i] = nw[lane + 32 * i];
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				sincosf((float)pos[n] * inv_freq[lane + 32 * i], &sn[i], &cs[i]);
+		}
+		gpu_pdl_wait();
+		GPU_TL_WAITED
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			xv[i] = x[lane + 32 * i];
+		if (h >= NH + NKV) {            /* v */
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				kv_store(b.v[s], (int)b.dt, at + (size_t)(h - NH - NKV) * HD + lane + 32 * i,
+				         xv[i]);
+		} else {
+			float ss = 0.0f;
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				ss += xv[i] * xv[i];
+			ss = warp_sum(ss);
+			float r = 1.0f / sqrtf(ss / (float)HD + eps);
+#pragma unroll
+			for (int i = 0; i < 2; i++) /* channels lane + 32 i and that + 64 */
+				qp_store(q, b, s, at, n, h, NH, HD, lane + 32 * i, xv[i] * r * wv[i],
+				         xv[i + 2] * r * wv[i + 2], sn[i], cs[i]);
+		}
+		GPU_TL_END(GPU_TL_QKV_PREP, 0)
+		return;
+	}
+	gpu_pdl_wait();
+	GPU_TL_WAITED
 	if (h >= NH + NKV) {                    /* v */
 		for (int c = lane; c < HD; c += 32)
 			kv_store(b.v[s], (int)b.dt, at + (size_t)(h - NH - NKV) * HD + c, x[c]);
@@ -1299,21 +1357,11 @@ static __global__ void qkv_prep_kernel(float *q, const float *qkv, const float *
 		ss += x[c] * x[c];
 	ss = warp_sum(ss);
 	float r = 1.0f / sqrtf(ss / (float)HD + eps);
-	const float *nw = h < NH ? qw : kw;
 	for (int j = lane; j < half; j += 32) {
-		float x1 = x[j] * r * nw[j], x2 = x[j + half] * r * nw[j + half];
 		float sn, cs;
 		sincosf((float)pos[n] * inv_freq[j], &sn, &cs);
-		float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
-		if (h < NH) {
-			float *qh = q + ((size_t)n * NH + h) * HD;
-			qh[j] = y1;
-			qh[j + half] = y2;
-		} else {
-			size_t kat = at + (size_t)(h - NH) * HD;
-			kv_store(b.k[s], (int)b.dt, kat + j, y1);
-			kv_store(b.k[s], (int)b.dt, kat + j + half, y2);
-		}
+		qp_store(q, b, s, at, n, h, NH, HD, j, x[j] * r * nw[j], x[j + half] * r * nw[j + half],
+		         sn, cs);
 	}
 	GPU_TL_END(GPU_TL_QKV_PREP, 0)
 }
@@ -1447,17 +1495,24 @@ static int dk_parts(void)
 	return dk_exact ? 2 : 1;
 }
 
-/* dm_kernel<HL> and du_kernel<HL> by the parts (1, 2) */
-static const void *const dm_fn[2] = { (const void *)dm_kernel<1>, (const void *)dm_kernel<2> };
-static const void *const du_fn[2] = { (const void *)du_kernel<1>, (const void *)du_kernel<2> };
+/* dm_kernel<F16, HL> and du_kernel<F16, HL> by [the parts (1, 2) - 1][bf16, f16 cache]: the
+ * cache type compiled in, so that no mma or rounding of the tile loop branches on it */
+static const void *const dm_fn[2][2] = {
+	{ (const void *)dm_kernel<0, 1>, (const void *)dm_kernel<1, 1> },
+	{ (const void *)dm_kernel<0, 2>, (const void *)dm_kernel<1, 2> },
+};
+static const void *const du_fn[2][2] = {
+	{ (const void *)du_kernel<0, 1>, (const void *)du_kernel<1, 1> },
+	{ (const void *)du_kernel<0, 2>, (const void *)du_kernel<1, 2> },
+};
 
 /* dm_kernel's shared memory, once */
 static void dm_setup(void)
 {
 	static int done;
 	if (!done) {
-		for (int i = 0; i < 2; i++)
-			CUDA_CHECK(cudaFuncSetAttribute(dm_fn[i],
+		for (int i = 0; i < 4; i++)
+			CUDA_CHECK(cudaFuncSetAttribute(dm_fn[i >> 1][i & 1],
 			                                cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                DM_SMEM));
 		done = 1;
@@ -1565,8 +1620,9 @@ static int du_ok(int units, int maxS)
 		return 0;
 	if (du_can < 0) {
 		du_can = gpu_cc() >= 90;
-		for (int i = 0; i < 2 && du_can; i++)
-			du_can = cudaFuncSetAttribute(du_fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+		for (int i = 0; i < 4 && du_can; i++)
+			du_can = cudaFuncSetAttribute(du_fn[i >> 1][i & 1],
+			                              cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                              DU_SMEM) == cudaSuccess;
 		(void)cudaGetLastError();
 	}
@@ -1599,9 +1655,13 @@ static int dm_clusters(void)
 			cfg.dynamicSmemBytes = DM_SMEM;
 			cfg.attrs = at;
 			cfg.numAttrs = 1;
-			if (cudaOccupancyMaxActiveClusters(&n, dm_fn[1], &cfg) != cudaSuccess)
-				(void)cudaGetLastError();
-			dm_cluster_ok = n > 0;
+			dm_cluster_ok = 1;
+			for (int t = 0; t < 2; t++) {       /* (both cache types, two parts) */
+				n = 0;
+				if (cudaOccupancyMaxActiveClusters(&n, dm_fn[1][t], &cfg) != cudaSuccess)
+					(void)cudaGetLastError();
+				dm_cluster_ok = dm_cluster_ok && n > 0;
+			}
 		}
 	}
 	return dm_cluster_ok;
@@ -1610,7 +1670,8 @@ static int dm_clusters(void)
 /* dm_kernel on grid in clusters of `cluster` blocks along x, with programmatic dependent
  * launch when gpu_pdl() (and, should the runtime refuse the two together, without it from
  * then on); 0, or -1 (with a warning, clusters off) when the launch was refused */
-static int dm_launch_cluster(dim3 grid, int cluster, cudaStream_t st, void **args)
+static int dm_launch_cluster(const void *fn, dim3 grid, int cluster, cudaStream_t st,
+                             void **args)
 {
 	static int pdl_ok = 1;
 	cudaLaunchConfig_t cfg;
@@ -1635,7 +1696,7 @@ static int dm_launch_cluster(dim3 grid, int cluster, cudaStream_t st, void **arg
 		cfg.stream = st;
 		cfg.attrs = at;
 		cfg.numAttrs = n;
-		e = cudaLaunchKernelExC(&cfg, dm_fn[dk_parts() - 1], args);
+		e = cudaLaunchKernelExC(&cfg, fn, args);
 		if (e == cudaSuccess)
 			return 0;
 		(void)cudaGetLastError();
@@ -1701,12 +1762,13 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 	void *args[] = { &a };
 	int cl = 0;
 	if (tc) {                                   /* the tensor-core variant */
+		int f16 = b->dt == DICE_F16;
 		dm_setup();
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		a.nz = nsplit;
 		int units = b->nseq * a.rtiles * NKV, v = du_ok(units, b->maxS);
 		if (v == 1) {
-			gpu_launch(du_fn[dk_parts() - 1], dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
+			gpu_launch(du_fn[dk_parts() - 1][f16], dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
 			return 0;
 		}
@@ -1714,17 +1776,17 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			int grid = dv_k[v - 2].fit * gpu_sm_count();
 			grid = dv_grid && dv_grid < grid ? dv_grid : grid;
 			grid = units < grid ? units : grid;
-			gpu_launch(dv_k[v - 2].fn[dk_parts() - 1][b->dt == DICE_F16], dim3(grid), dim3(DM_WARPS * 32),
+			gpu_launch(dv_k[v - 2].fn[dk_parts() - 1][f16], dim3(grid), dim3(DM_WARPS * 32),
 			           dv_k[v - 2].smem, st, args);
 			return 0;
 		}
 		a.cl = cl = nsplit > 1 && dm_clusters();
 		dim3 grid(b->nseq * a.rtiles * nsplit, NKV, 1);
-		if (cl && dm_launch_cluster(grid, nsplit, st, args) != 0)
+		if (cl && dm_launch_cluster(dm_fn[dk_parts() - 1][f16], grid, nsplit, st, args) != 0)
 			a.cl = cl = 0;
 		if (!cl) {
 			dk_partials(&a, nsplit, NH, HD);
-			gpu_launch(dm_fn[dk_parts() - 1], grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
+			gpu_launch(dm_fn[dk_parts() - 1][f16], grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
 		}
 	} else {
 		dk_partials(&a, nsplit, NH, HD);
