@@ -637,12 +637,26 @@ static __device__ __forceinline__ const float *dm_rank(const float *p, int cl, i
 	return p;
 }
 
-/* the q fragments of rows rbase .. rbase + 15 (kv head kh), scaled, hi and lo, by a block of
- * THREADS / 32 warps: entry (blk, step, lane) holds rows g, g+8 and inputs 32 blk + 8 q + 4
- * step .. +3 (the permutation of matmul_fixed.cu) */
-template <int WARPS>
-static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args &a, int r0,
-                                                 int rbase, int TG, int kh, int f16)
+/* where a lane's rows g and g + 8 of the row tile at rbase (kv head kh) start in q, NULL past
+ * TG (reads no memory: before the PDL wait) */
+static __device__ __forceinline__ void dm_qrows(const float *qr[2], const struct dk_args &a,
+                                                int r0, int rbase, int TG, int kh)
+{
+	int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		int row = rbase + g + 8 * hh, t = row / a.group, h = kh * a.group + row % a.group;
+		qr[hh] = row < TG ? a.q + ((size_t)(r0 + t) * a.NH + h) * DM_HD : NULL;
+	}
+}
+
+/* the q fragments of those rows (dm_qrows), scaled, by a block of THREADS / 32 warps: entry
+ * (blk, step, hl, lane) holds rows g, g+8 and inputs 32 blk + 8 q + 4 step .. +3 (the
+ * permutation of matmul_fixed.cu), the 16-bit high parts (hl 0) and, with HL 2, the
+ * remainders (hl 1) */
+template <int WARPS, int HL>
+static __device__ __forceinline__ void dm_qfrags_at(uint4 *qf, const float *const qr[2],
+                                                    float qs, int f16)
 {
 #pragma unroll
 	for (int i = 0; i < 256 / (WARPS * 32); i++) {
@@ -650,23 +664,33 @@ static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args
 		int l = e & 31, d0 = 32 * blk + 8 * (l & 3) + 4 * st;
 		float4 x[2];
 #pragma unroll
-		for (int hh = 0; hh < 2; hh++) {
-			int row = rbase + (l >> 2) + 8 * hh;
-			x[hh] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-			if (row < TG) {
-				int t = row / a.group, h = kh * a.group + row % a.group;
-				x[hh] = *(const float4 *)(a.q + ((size_t)(r0 + t) * a.NH + h) * DM_HD + d0);
-			}
-		}
-		float qs = a.qscale;
+		for (int hh = 0; hh < 2; hh++)
+			x[hh] = qr[hh] ? *(const float4 *)(qr[hh] + d0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		uint4 hi, lo;
-		dm_split(x[0].x * qs, x[0].y * qs, f16, &hi.x, &lo.x);
-		dm_split(x[1].x * qs, x[1].y * qs, f16, &hi.y, &lo.y);
-		dm_split(x[0].z * qs, x[0].w * qs, f16, &hi.z, &lo.z);
-		dm_split(x[1].z * qs, x[1].w * qs, f16, &hi.w, &lo.w);
+		if (HL == 2) {
+			dm_split(x[0].x * qs, x[0].y * qs, f16, &hi.x, &lo.x);
+			dm_split(x[1].x * qs, x[1].y * qs, f16, &hi.y, &lo.y);
+			dm_split(x[0].z * qs, x[0].w * qs, f16, &hi.z, &lo.z);
+			dm_split(x[1].z * qs, x[1].w * qs, f16, &hi.w, &lo.w);
+			qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
+		} else {
+			hi = make_uint4(gpu_pack2(x[0].x * qs, x[0].y * qs, f16),
+			                gpu_pack2(x[1].x * qs, x[1].y * qs, f16),
+			                gpu_pack2(x[0].z * qs, x[0].w * qs, f16),
+			                gpu_pack2(x[1].z * qs, x[1].w * qs, f16));
+		}
 		qf[((blk * 2 + st) * 2 + 0) * 32 + l] = hi;
-		qf[((blk * 2 + st) * 2 + 1) * 32 + l] = lo;
 	}
+}
+
+/* the q fragments of rows rbase .. rbase + 15 (kv head kh): dm_qrows, then dm_qfrags_at */
+template <int WARPS, int HL>
+static __device__ __forceinline__ void dm_qfrags(uint4 *qf, const struct dk_args &a, int r0,
+                                                 int rbase, int TG, int kh, int f16)
+{
+	const float *qr[2];
+	dm_qrows(qr, a, r0, rbase, TG, kh);
+	dm_qfrags_at<WARPS, HL>(qf, qr, a.qscale, f16);
 }
 
 /* output channels c .. c + 3 of row rbase + r of a tile, O / L (zeros where L is 0) */
@@ -760,6 +784,11 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	 * with the forward's upload, which those kernels follow, and so do the cache's keys
 	 * below len, written by earlier forwards): where the first two tiles' keys are all below
 	 * len, their loads go out before the wait for the kernel that writes q and the new keys */
+	const float *qr[2];
+	int lim[2];
+	float o[16][4], m[2], lsum[2];
+	dm_qrows(qr, a, r0, rbase, TG, kh);
+	dm_begin(a, rbase, TG, len, s_end, lim, o, m, lsum);
 	int early = s_begin < s_end && min(s0 + step + DM_KT, s_end) - 1 < len;
 	for (int pass = 0; pass < 2; pass++) {          /* (one copy of the loads' code) */
 		if (pass) {
@@ -770,12 +799,9 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 			dm_first<1, 1>(kr, kb, vb, rowb, s0, s_end, s0 + step, s_end, vs0, vs1);
 	}
 	if (s_begin < s_end)
-		dm_qfrags<DM_WARPS>(qf, a, r0, rbase, TG, kh, f16);
+		dm_qfrags_at<DM_WARPS, HL>(qf, qr, a.qscale, f16);
 	__syncthreads();
 
-	int lim[2];
-	float o[16][4], m[2], lsum[2];
-	dm_begin(a, rbase, TG, len, s_end, lim, o, m, lsum);
 	for (; s0 < s_end; s0 += step) {
 		dm_tile<1, 1, HL>(o, m, lsum, kr, vs0, qf, lim, s0, s0 + step, s_end, s0 + 2 * step,
 		                  s_end, kb, vb, rowb, f16);
@@ -1097,7 +1123,7 @@ static __global__ void __launch_bounds__(DU_WARPS * 32, 1) du_kernel(struct dk_a
 	uint4 kr[4][4];
 
 	du_start<DU_GROUPS>(x, grp, wl, cur, n1, n2, kr, vs0, vs1, rowb);
-	dm_qfrags<DU_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
+	dm_qfrags<DU_WARPS, HL>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	__syncthreads();
 	du_walk<DU_GROUPS, 0, 0, 0, HL>(a, x, grp, wl, cur, n1, n2, kr, vs0, vs1, qf, wml, sml, so,
 	                                NULL, NULL, rowb, f16);
@@ -1167,7 +1193,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 	x = du_get(a, u / a.NKV, u % a.NKV);
 	if (x.ok) {
 		du_start<1, ROT, 1, 1>(x, 0, wl, cur, n1, n2, kr, vs0, vs1, rowb);
-		dm_qfrags<DM_WARPS>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
+		dm_qfrags<DM_WARPS, HL>(qf, a, x.r0, x.rbase, x.TG, x.kh, f16);
 	}
 	__syncthreads();
 	for (;;) {
@@ -1195,7 +1221,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32, 2) dv_kernel(struct dk_a
 		if (un >= nu)
 			break;
 		if (y.ok)
-			dm_qfrags<DM_WARPS>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
+			dm_qfrags<DM_WARPS, HL>(qf, a, y.r0, y.rbase, y.TG, y.kh, f16);
 		__syncthreads();                        /* qf is there; the outputs were read */
 		u = un;
 		x = y;
