@@ -619,11 +619,18 @@ static __device__ __forceinline__ void dm_merge(float4 &O, float &L, float &M, f
 	O.w = dm_merge1(O.w, a, x.w, b);
 }
 
-/* distributed shared memory (cluster launches, sm_90) */
+/* distributed shared memory (cluster launches, sm_90): a cluster barrier whose arrival
+ * releases this block's writes to the others (REL 1), or orders nothing (REL 0: where every
+ * read of another block's shared memory before it has been used already, so that only its
+ * lifetime is at stake) */
+template <int REL>
 static __device__ __forceinline__ void dm_cluster_sync(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	__cluster_barrier_arrive();
+	if (REL)
+		__cluster_barrier_arrive();
+	else
+		__cluster_barrier_arrive_relaxed();
 	__cluster_barrier_wait();
 #endif
 }
@@ -872,7 +879,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 	/* finish: this block's share of the output, from the triples of splits 0 .. ns - 1 */
 	int C = a.cl ? a.nz : 1, zc = a.cl ? z : 0;
 	if (a.cl)
-		dm_cluster_sync();                      /* every split's triple is there */
+		dm_cluster_sync<1>();                   /* every split's triple is there */
 	else
 		__syncthreads();
 	for (int e = threadIdx.x + DM_WARPS * 32 * zc; e < DM_ROWS * DM_HD / 4;
@@ -882,7 +889,7 @@ static __global__ void __launch_bounds__(DM_WARPS * 32) dm_kernel(struct dk_args
 			dm_finish(a, bml, bo, a.cl, 0, 0, DM_HD, ns, r0, kh, rbase, r, c);
 	}
 	if (a.cl)
-		dm_cluster_sync();                      /* the others are done reading ours */
+		dm_cluster_sync<0>();                   /* the others are done reading ours */
 	GPU_TL_END(GPU_TL_ATTENTION, 0)
 }
 
