@@ -23,6 +23,8 @@
  * last part and three tiles() shapes run; with "packed" only the packed copies' part (every
  * kernel of up to 32 rows on the copy bitwise equal to it on row-major w), which the whole
  * run does too. */
+#include <stdarg.h>
+
 #include "gpu_test.h"
 
 static const char *dtname[] = { "f32", "bf16", "f16" };
@@ -91,10 +93,18 @@ static void vs_twin(enum dice_dtype dt, int N, int in, int out, int path)
 	mfd_free(&d);
 }
 
-/* check: rows 0..M-1 of y and ref are the same bits (frees y) */
-static void same_rows(float *y, const float *ref, int M, int out, const char *what)
+/* check: rows 0..M-1 of y and ref are the same bits (frees y); the check's name from the
+ * printf format fmt */
+static void __attribute__((format(printf, 5, 6)))
+same_rows(float *y, const float *ref, int M, int out, const char *fmt, ...)
 {
+	char what[256];
+	va_list ap;
 	int bad = 0;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
 	for (int r = 0; r < M; r++)
 		bad += memcmp(y + (size_t)r * out, ref + (size_t)r * out, sizeof(float) * out) != 0;
 	if (bad)
@@ -108,22 +118,21 @@ static void invariance(enum dice_dtype dt, int in, int out)
 	const int NB = 512, Ms[] = { 1, 4, 17, 64, 512 };
 	struct mfd d = mfd_new(dt, NB, in, out);
 	float *full = product(d.dx, d.dw, dt, NB, in, out, 0);
-	char what[160];
 
 	for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
 		int M = Ms[i], r0 = M == NB ? 0 : 37 + 5 * (int)i;
 		float *y = product(d.dx + (size_t)r0 * in, d.dw, dt, M, in, out, 0);
-		snprintf(what, sizeof what, "matmul_fixed %s in=%d out=%d: rows %d..%d alone (M=%d) "
-		         "bitwise equal to the same rows of M=512", dtname[dt], in, out, r0, r0 + M - 1, M);
-		same_rows(y, full + (size_t)r0 * out, M, out, what);
+		same_rows(y, full + (size_t)r0 * out, M, out,
+		          "matmul_fixed %s in=%d out=%d: rows %d..%d alone (M=%d) "
+		          "bitwise equal to the same rows of M=512", dtname[dt], in, out, r0, r0 + M - 1, M);
 	}
 	if (dt != DICE_F32) {
 		for (int path = 1; path <= 2; path++) {
 			float *y = product(d.dx, d.dw, dt, NB, in, out, path);
-			snprintf(what, sizeof what, "matmul_fixed %s in=%d out=%d: the %s kernel on 512 rows "
-			         "bitwise equal to the table's", dtname[dt], in, out,
-			         path == 1 ? "streaming" : "tiled");
-			same_rows(y, full, NB, out, what);
+			same_rows(y, full, NB, out,
+			          "matmul_fixed %s in=%d out=%d: the %s kernel on 512 rows "
+			          "bitwise equal to the table's", dtname[dt], in, out,
+			          path == 1 ? "streaming" : "tiled");
 		}
 	}
 	free(full);
@@ -135,17 +144,16 @@ static void tiles(enum dice_dtype dt, int N, int in, int out)
 {
 	struct mfd d = mfd_new(dt, N, in, out);
 	float *ref = product(d.dx, d.dw, dt, N, in, out, 1);
-	char what[200];
 
 	for (int v = -1; v < gpu_matmul_fixed_variants(); v++) {
 		for (int split = 0; split < 2; split++) {
 			float *dy = gt_poisoned((size_t)N * out);
 			CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, dt, N, in, out, v,
 			                             v < 0 ? -1 : split) == 0, "matmul_fixed tiled launch");
-			snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: tiled %s%s bitwise "
-			         "equal to the streaming kernel", dtname[dt], N, in, out,
-			         gpu_matmul_fixed_variant_name(v), split ? " split" : "");
-			same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+			same_rows(gt_down(dy, (size_t)N * out), ref, N, out,
+			          "matmul_fixed %s N=%d in=%d out=%d: tiled %s%s bitwise "
+			          "equal to the streaming kernel", dtname[dt], N, in, out,
+			          gpu_matmul_fixed_variant_name(v), split ? " split" : "");
 			G->free(dy);
 			if (v < 0)
 				break;
@@ -160,7 +168,6 @@ static void tiles(enum dice_dtype dt, int N, int in, int out)
 static void wgmma_vs_mma(enum dice_dtype dt, int N, int in, int out)
 {
 	struct mfd d = mfd_new(dt, N, in, out);
-	char what[200];
 
 	gpu_set_wgmma(0);
 	float *ref = product(d.dx, d.dw, dt, N, in, out, 2);
@@ -172,9 +179,9 @@ static void wgmma_vs_mma(enum dice_dtype dt, int N, int in, int out)
 		float *dy = gt_poisoned((size_t)N * out);
 		CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, dt, N, in, out, v, 0) == 0,
 		      "matmul_fixed tiled launch");
-		snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: tiled %s bitwise equal "
-		         "to the mma.sync kernel", dtname[dt], N, in, out, name);
-		same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+		same_rows(gt_down(dy, (size_t)N * out), ref, N, out,
+		          "matmul_fixed %s N=%d in=%d out=%d: tiled %s bitwise equal "
+		          "to the mma.sync kernel", dtname[dt], N, in, out, name);
 		G->free(dy);
 	}
 	free(ref);
@@ -208,16 +215,16 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 	/* expf may differ by an ulp from the host's, and the rounding of silu(g) * u (|.| < 16)
 	 * then by one 16-bit step (< 0.07, times |w| <= 1) in a few inputs of a row */
 	gt_compare(what, y, twin, (size_t)N * out, dt == DICE_F32 ? 1e-4 : 0.15, 1e-3);
-	snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d bitwise equal to "
-	         "swiglu_cat then matmul_fixed", dtname[dt], N, I, out);
-	same_rows(y, ref, N, out, what);
+	same_rows(y, ref, N, out,
+	          "matmul_fixed_glu %s N=%d I=%d out=%d bitwise equal to "
+	          "swiglu_cat then matmul_fixed", dtname[dt], N, I, out);
 	for (int v = 0; variants && v < gpu_matmul_fixed_variants(); v++) {
 		CHECK(gpu_matmul_fixed_glu(gpu_stream(), dy, NULL, dgu, dw, dt, N, I, out, v) == 0,
 		      "matmul_fixed_glu tiled launch");
-		snprintf(what, sizeof what, "matmul_fixed_glu %s N=%d I=%d out=%d: tiled %s bitwise "
-		         "equal to swiglu_cat then matmul_fixed", dtname[dt], N, I, out,
-		         gpu_matmul_fixed_variant_name(v));
-		same_rows(gt_down(dy, (size_t)N * out), ref, N, out, what);
+		same_rows(gt_down(dy, (size_t)N * out), ref, N, out,
+		          "matmul_fixed_glu %s N=%d I=%d out=%d: tiled %s bitwise "
+		          "equal to swiglu_cat then matmul_fixed", dtname[dt], N, I, out,
+		          gpu_matmul_fixed_variant_name(v));
 	}
 	free(gu); free(w); free(h); free(twin); free(ref);
 	G->free(dgu); G->free(dw); G->free(dh); G->free(dy);
@@ -228,17 +235,16 @@ static void glu(enum dice_dtype dt, int N, int I, int out, int variants)
 static void staged(enum dice_dtype dt, int M, int in, int out)
 {
 	struct mfd d = mfd_new(dt, M, in, out);
-	char what[200];
 
 	gpu_set_mfx(0);
 	float *ref = product(d.dx, d.dw, dt, M, in, out, 1);
 	gpu_set_mfx(-1);
-	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the staged kernel bitwise "
-	         "equal to the streaming kernel", dtname[dt], M, in, out);
-	same_rows(product(d.dx, d.dw, dt, M, in, out, 3), ref, M, out, what);
-	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the staged kernel with one "
-	         "step in flight bitwise equal to the streaming kernel", dtname[dt], M, in, out);
-	same_rows(product(d.dx, d.dw, dt, M, in, out, 4), ref, M, out, what);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 3), ref, M, out,
+	          "matmul_fixed %s N=%d in=%d out=%d: the staged kernel bitwise "
+	          "equal to the streaming kernel", dtname[dt], M, in, out);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 4), ref, M, out,
+	          "matmul_fixed %s N=%d in=%d out=%d: the staged kernel with one "
+	          "step in flight bitwise equal to the streaming kernel", dtname[dt], M, in, out);
 	free(ref);
 	mfd_free(&d);
 	vs_twin(dt, M, in, out, 3);
@@ -302,13 +308,13 @@ static void gu_pairs(enum dice_dtype dt, int N, int in, int I)
 			         dtname[dt], N, in, I, how[k]);
 			gt_compare(what, h, twh, nh, 2.2e-5 * (sqrt((double)in) + mg) * (1 + mg),
 			           1e-5);
-			snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h bitwise "
-			         "equal to matmul_fixed then swiglu_cat", dtname[dt], N, in, I, how[k]);
-			same_rows(h, href, N, I, what);
+			same_rows(h, href, N, I,
+			          "matmul_fixed_gu %s N=%d in=%d I=%d, %s: h bitwise "
+			          "equal to matmul_fixed then swiglu_cat", dtname[dt], N, in, I, how[k]);
 		}
-		snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, %s: gu bitwise equal "
-		         "to matmul_fixed", dtname[dt], N, in, I, how[k]);
-		same_rows(gu, ref, N, 2 * I, what);
+		same_rows(gu, ref, N, 2 * I,
+		          "matmul_fixed_gu %s N=%d in=%d I=%d, %s: gu bitwise equal "
+		          "to matmul_fixed", dtname[dt], N, in, I, how[k]);
 		G->free(dgu); G->free(dh2);
 	}
 	free(ref); free(href); free(xr); free(twin); free(th); free(twh);
@@ -346,9 +352,9 @@ static void packed(enum dice_dtype dt, int M, int in, int out)
 				ref[k] = y;
 				continue;
 			}
-			snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d, %s: the packed copy "
-			         "bitwise equal to row-major w", dtname[dt], M, in, out, how[k]);
-			same_rows(y, ref[k], M, out, what);
+			same_rows(y, ref[k], M, out,
+			          "matmul_fixed %s N=%d in=%d out=%d, %s: the packed copy "
+			          "bitwise equal to row-major w", dtname[dt], M, in, out, how[k]);
 		}
 		for (int k = 2; out % 16 == 0 && M <= 8 && k <= 4; k++) {     /* the pairs */
 			size_t nh = (size_t)M * I, ng = (size_t)M * out;
@@ -364,12 +370,12 @@ static void packed(enum dice_dtype dt, int M, int in, int out)
 			         "packed copy as row-major w (%d, %d)", dtname[dt], M, in, I, k, rref[k], r);
 			CHECK(r == rref[k], what);
 			if (r == 1) {
-				snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: gu "
-				         "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
-				same_rows(gu, gref[k], M, out, what);
-				snprintf(what, sizeof what, "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: h "
-				         "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
-				same_rows(h, href[k], M, I, what);
+				same_rows(gu, gref[k], M, out,
+				          "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: gu "
+				          "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
+				same_rows(h, href[k], M, I,
+				          "matmul_fixed_gu %s N=%d in=%d I=%d, kernel %d: h "
+				          "bitwise equal to row-major w's", dtname[dt], M, in, I, k);
 			} else {
 				free(gu), free(h);
 			}
@@ -388,12 +394,12 @@ static void packed(enum dice_dtype dt, int M, int in, int out)
 	         out, in);
 	CHECK(gpu_matmul_fixed_pack(gpu_stream(), d.dw, dt, out, in) == 1 &&
 	      gpu_matmul_fixed_pack(gpu_stream(), d.dw, dt, out, in) == 1, what);
-	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: the copy made again after w "
-	         "changed", dtname[dt], M, in, out);
-	same_rows(product(d.dx, d.dw, dt, M, in, out, 1), y2, M, out, what);
-	snprintf(what, sizeof what, "matmul_fixed %s N=%d in=%d out=%d: w's values as another "
-	         "shape, not the copy of its own", dtname[dt], M, in2, out2);
-	same_rows(product(d.dx, d.dw, dt, M, in2, out2, 1), yh, M, out2, what);
+	same_rows(product(d.dx, d.dw, dt, M, in, out, 1), y2, M, out,
+	          "matmul_fixed %s N=%d in=%d out=%d: the copy made again after w "
+	          "changed", dtname[dt], M, in, out);
+	same_rows(product(d.dx, d.dw, dt, M, in2, out2, 1), yh, M, out2,
+	          "matmul_fixed %s N=%d in=%d out=%d: w's values as another "
+	          "shape, not the copy of its own", dtname[dt], M, in2, out2);
 	gpu_matmul_fixed_unpack(d.dw);
 	free(y2), free(yh), free(w2);
 	for (int k = 0; k < 5; k++)
@@ -421,7 +427,6 @@ static void decode_rows(int in, int out)
 {
 	static const int Ns[] = { 512, 640, 1024 };
 	struct mfd d = mfd_new(DICE_BF16, 1024, in, out);
-	char what[240];
 
 	for (int ni = 0; ni < 3; ni++) {
 		int N = Ns[ni];
@@ -438,11 +443,10 @@ static void decode_rows(int in, int out)
 				float *dy = gt_poisoned((size_t)N * out);
 				CHECK(gpu_matmul_fixed_tiled(gpu_stream(), dy, d.dx, d.dw, DICE_BF16, N, in, out,
 				                             v, 0) == 0, "matmul_fixed tiled launch");
-				snprintf(what, sizeof what, "matmul_fixed bf16 N=%d in=%d out=%d: tiled %s%s "
-				         "(launch %d) bitwise equal to the mma.sync kernel", N, in, out, name,
-				         v < 0 ? (rep ? " split on" : " split off") : "", rep + 1);
-				float *y = gt_down(dy, (size_t)N * out);
-				same_rows(y, ref, N, out, what);
+				same_rows(gt_down(dy, (size_t)N * out), ref, N, out,
+				          "matmul_fixed bf16 N=%d in=%d out=%d: tiled %s%s (launch %d) "
+				          "bitwise equal to the mma.sync kernel", N, in, out, name,
+				          v < 0 ? (rep ? " split on" : " split off") : "", rep + 1);
 				G->free(dy);
 			}
 		}
