@@ -41,7 +41,8 @@ int gpu_cc(void);                       /* its compute capability, 10 major + mi
  * variable is exactly "0" (DICE_GRAPH, DICE_PDL, DICE_WGMMA, DICE_DK_CLUSTER, DICE_MFX,
  * DICE_MFX_GU) */
 int gpu_switch(int *sw, const char *env);
-/* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use (rope.cu) */
+/* RoPE's inv_freq(HD/2) on the device for (theta, HD), made on first use and never freed or
+ * moved: replayed graphs hold its address (rope.cu) */
 const float *gpu_rope_table(float theta, int HD);
 /* matmul_fixed's tiled path on wgmma (matmul_wgmma.cu, sm_90a): ok when the device has
  * compute capability 9.0 and gpu_set_wgmma / DICE_WGMMA allow; variants, their names, the

@@ -1,14 +1,13 @@
 /* rope.cu: rotate-half RoPE in place on x(N,NH,HD) at positions pos(N). inv_freq(HD/2) is
  * computed on the host exactly as the CPU twin does (fp32 powf), uploaded once per
- * (theta, HD) and kept; the angle pos*inv_freq and its cos/sin are taken in fp32 on the GPU.
- * One thread per (n, j < HD/2): one sincos, applied to every head. */
+ * (theta, HD) and kept for the process; the angle pos*inv_freq and its cos/sin are taken in
+ * fp32 on the GPU. One thread per (n, j < HD/2): one sincos, applied to every head. */
 #include <math.h>
-#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "gpu_bwd.h"
 #include "common.cuh"
-
-#define ROPE_TABLES 8      /* distinct (theta, HD) tables kept; a model needs one */
 
 /* ---------------------------------------------------------------- CUDA kernels */
 
@@ -83,32 +82,38 @@ static __global__ void rmsnorm_rope_kernel(Y *y, const float *x, const void *w, 
 
 /* ---------------------------------------------------------------- kernel launchers */
 
-static struct {
+/* The tables made so far, each kept until the process ends: a replayed CUDA graph holds the
+ * address its kernels read, so a table, once handed out, is never freed or moved (a model
+ * needs one; each is HD / 2 floats) */
+static struct rope_table {
 	float theta;
 	int HD;
 	float *d;
-} tables[ROPE_TABLES];
+} *tables;
+static int ntables;
 
 const float *gpu_rope_table(float theta, int HD)
 {
 	float h[512];
-	int i;
 
-	for (i = 0; i < ROPE_TABLES && tables[i].d; i++)
+	for (int i = 0; i < ntables; i++)
 		if (tables[i].theta == theta && tables[i].HD == HD)
 			return tables[i].d;
-	if (i == ROPE_TABLES) {                 /* full: recycle the oldest */
-		CUDA_CHECK(cudaFree(tables[0].d));      /* synchronises */
-		memmove(&tables[0], &tables[1], sizeof tables[0] * (ROPE_TABLES - 1));
-		i = ROPE_TABLES - 1;
+	struct rope_table *t = (struct rope_table *)realloc(tables, sizeof *t * (ntables + 1));
+	if (!t) {
+		fprintf(stderr, "dice: cuda: out of host memory for a rope table\n");
+		abort();
 	}
+	tables = t;
+	t += ntables;
 	for (int j = 0; j < HD / 2; j++)        /* as ops_cpu.c: fp32 powf on the host */
 		h[j] = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
-	CUDA_CHECK(cudaMalloc(&tables[i].d, sizeof(float) * (HD / 2)));
-	CUDA_CHECK(cudaMemcpy(tables[i].d, h, sizeof(float) * (HD / 2), cudaMemcpyHostToDevice));
-	tables[i].theta = theta;
-	tables[i].HD = HD;
-	return tables[i].d;
+	CUDA_CHECK(cudaMalloc(&t->d, sizeof(float) * (HD / 2)));
+	CUDA_CHECK(cudaMemcpy(t->d, h, sizeof(float) * (HD / 2), cudaMemcpyHostToDevice));
+	t->theta = theta;
+	t->HD = HD;
+	ntables++;
+	return t->d;
 }
 
 /* the one pass (HD 64, 128, 256) into y of type Y */

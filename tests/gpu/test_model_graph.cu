@@ -10,6 +10,7 @@
 
 #include "gpu_test.h"
 #include "gt_model.h"
+#include "cuda/common.cuh"
 
 #define MAXSEQ 3
 #define CAP 640
@@ -113,7 +114,9 @@ static void run(enum dice_dtype dt)
 /* graphs follow the packed copies (gpu_graphs_stale): a model decodes with graphs on its
  * packed copies, then after model_unpack with the freed copies' memory taken and filled with
  * NaNs (graphs captured again, on the matrices: one still on the copies would read NaNs),
- * then after model_pack again; every run the bits of the plain launches */
+ * then after model_pack again, then after nine more rope tables were made (the model's table,
+ * which its graphs read, stays where it was: one freed then would be read by them); every run
+ * the bits of the plain launches */
 static void stale(void)
 {
 	struct model m;
@@ -132,7 +135,8 @@ static void stale(void)
 	size_t n = decode_run(&m, 1, ids, ref);
 	gpu_set_graphs(1);
 	void *fill = NULL;
-	for (int stage = 0; stage < 3; stage++) {
+	const float *rope = gpu_rope_table(m.cfg.rope_theta, m.cfg.head_dim);
+	for (int stage = 0; stage < 4; stage++) {
 		if (stage == 1) {
 			size_t fr, tot;
 			model_unpack(&m);
@@ -143,6 +147,12 @@ static void stale(void)
 		}
 		if (stage == 2)
 			CHECK(model_pack(&m) == 4 * m.cfg.num_layers + 1, "model_pack again");
+		if (stage == 3) {
+			for (int i = 1; i <= 9; i++)
+				gpu_rope_table(m.cfg.rope_theta + 1000.0f * i, m.cfg.head_dim);
+			CHECK(gpu_rope_table(m.cfg.rope_theta, m.cfg.head_dim) == rope,
+			      "the model's rope table kept after nine more");
+		}
 		long c0, l0, c1, l1;
 		decode_run(&m, 1, ids, got);            /* (captures where a key is seen again) */
 		gpu_graph_counts(&c0, &l0);
@@ -151,7 +161,8 @@ static void stale(void)
 		gpu_graph_counts(&c1, &l1);
 		snprintf(what, sizeof what, "graphs %s: logits bitwise equal to plain launches (%ld "
 		         "graph launches)", stage == 0 ? "on the packed copies" : stage == 1 ?
-		         "after model_unpack" : "after model_pack again", l1 - l0);
+		         "after model_unpack" : stage == 2 ? "after model_pack again" :
+		         "after nine more rope tables", l1 - l0);
 		CHECK(n2 == n && !memcmp(ref, got, sizeof(float) * n) && l1 > l0, what);
 	}
 	gpu_set_graphs(-1);
