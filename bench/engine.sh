@@ -20,8 +20,8 @@
 # 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
 # BENCH_OPS (unset; 1: the decode forward's time per op, plain launches; 2: and the ops of a
 # prefill forward of the big batch's sampler: 8K rows of prompts), BENCH_SKIP (unset; 1:
-# the decode forward as it runs with the attention, the small ops, both, or the products
-# left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
+# the decode forward as it runs with the attention, the small ops, both, the products,
+# qkv_prep or add_rmsnorm left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
 # the sample op and the host work, CUDA graphs off), BENCH_PREFILL (unset; N: instead of the
 # workloads, a prefill forward of N prompts of PROMPT with the prefill attention on and off,
 # DICE_PREFILL_FA, and its ops each way; with WORKLOADS=one REF=0).

@@ -15,7 +15,8 @@
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
  *       BENCH_OPS=1: its time per op, 2: and a batch's prefill forward's; BENCH_SKIP=1: its
- *       time with the attention, the small ops, both, or the products left out;
+ *       time with the attention, the small ops, both, the products, qkv_prep or add_rmsnorm
+ *       left out;
  *       BENCH_TIMELINE=FILE: one more forward's kernels, a line a block, to FILE, in a build
  *       with -DDICE_TIMELINE: bench/timeline.py), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
@@ -333,14 +334,14 @@ static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const c
 {
 	static const char *what[] = { "nothing", "attention_kv", "the small ops (qkv_prep, "
 	                              "add_rmsnorm, swiglu_cat)", "attention_kv and the small ops",
-	                              "the products (matmul_fixed)" };
+	                              "the products (matmul_fixed)", "qkv_prep", "add_rmsnorm" };
 
 	ab_real = m->ops;
-	for (int v = 0; v < 5; v++) {
+	for (int v = 0; v < 7; v++) {
 		ab_table = *ab_real;
 		ab_table.replay = ab_real->replay ? ab_replay : NULL;
 		ab_tag = (unsigned char)(0xa0 + v);
-		if (v >= 2)                     /* (the gate/up product making the SwiGLU: off) */
+		if (v >= 2 && v <= 4)          /* (the gate/up product making the SwiGLU: off) */
 			ab_table.matmul_fixed_gu = NULL;
 		if (v == 1 || v == 3)
 			ab_table.attention_kv = ab_no_attention;
@@ -349,6 +350,10 @@ static void skip_breakdown(struct model *m, struct model_seq *sq, int B, const c
 			ab_table.swiglu_cat = ab_no_swiglu_cat;
 			ab_table.matmul_fixed_glu = NULL;  /* swiglu_cat (left out), then the product */
 		}
+		if (v == 5)
+			ab_table.qkv_prep = ab_no_qkv_prep;
+		if (v == 6)
+			ab_table.add_rmsnorm = ab_no_add_rmsnorm;
 		if (v == 4) {
 			ab_table.matmul_fixed = ab_no_matmul;
 			ab_table.matmul_fixed_glu = ab_table.matmul_fixed_glu ? ab_no_matmul_glu : NULL;
