@@ -1415,12 +1415,44 @@ static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C
 }
 
 #define AR_THREADS 256
-#define AR_PER 16                       /* values a thread holds: rows up to 16 x 256 wide */
+#define AR_TPT 2                        /* tiles of 8 a thread holds: rows up to 2 x 8 x 256 wide */
 
-/* one block per row: x += r, then y = rmsnorm(x) * w. A row of up to AR_PER x blockDim
- * values is read into registers before anything is written (in the loop below, each load
- * would wait behind the store before it: x, r and y may alias as far as the compiler knows);
- * the arithmetic and its order are the loop's. */
+/* one block per row: x += r, then y = rmsnorm(x) * w. The order of the sum of squares: the
+ * row in tiles of 8 values (past C: 0), a tile's ((v0 v0 + v1 v1) + (v2 v2 + v3 v3)) +
+ * ((v4 v4 + v5 v5) + (v6 v6 + v7 v7)), then lane l of one warp adds tiles l, l + 32, l + 64,
+ * ... in turn from 0 and the lanes' sums meet in a butterfly (xor 16, 8, 4, 2, 1); the scale
+ * is 1 / sqrt(ss / C + eps) and y = (v * scale) * w. Thread t takes tiles t, t + blockDim,
+ * ...; a row of up to AR_TPT tiles a thread is read into registers (16 bytes a load where
+ * the row allows) before anything is written (x, r and y may alias as far as the compiler
+ * knows); the tiles' sums meet in shared memory (dynamic, T floats). */
+static __device__ __forceinline__ float ar_sq2(float a, float b)
+{
+	return __fadd_rn(__fmul_rn(a, a), __fmul_rn(b, b));
+}
+
+static __device__ __forceinline__ float ar_tile(const float *v)
+{
+	return __fadd_rn(__fadd_rn(ar_sq2(v[0], v[1]), ar_sq2(v[2], v[3])),
+	                 __fadd_rn(ar_sq2(v[4], v[5]), ar_sq2(v[6], v[7])));
+}
+
+/* the tiles' sums of shared memory tss (T) in the order above, by the block's first warp, into
+ * the scale at *scale */
+static __device__ __forceinline__ void ar_scale(const float *tss, int T, int C, float eps,
+                                                float *scale)
+{
+	if (threadIdx.x >= 32)
+		return;
+	float ss = 0.0f;
+	for (int t = threadIdx.x; t < T; t += 32)
+		ss = __fadd_rn(ss, tss[t]);
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+	if (threadIdx.x == 0)
+		*scale = 1.0f / sqrtf(ss / (float)C + eps);
+}
+
 static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
                                           int C, float eps)
 {
@@ -1428,46 +1460,100 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 	GPU_TL_START
 	gpu_pdl_wait();
 	GPU_TL_WAITED
-	__shared__ float part[AR_THREADS / 32];
+	extern __shared__ float ar_tss[];       /* (T) the tiles' sums */
 	float *xn = x + (size_t)blockIdx.x * C;
 	const float *rn = r + (size_t)blockIdx.x * C;
 	float *yn = y + (size_t)blockIdx.x * C;
-	float ss = 0.0f;
+	int T = CEIL_DIV(C, 8), nt = blockDim.x;
+	__shared__ float scale;
 
-	if (C <= AR_PER * (int)blockDim.x) {
-		float v[AR_PER], wv[AR_PER];
+	if (T <= AR_TPT * nt) {
+		float v[AR_TPT][8], wv[AR_TPT][8];
+		int vec = C % 8 == 0 && !(((uintptr_t)xn | (uintptr_t)rn | (uintptr_t)w) & 15);
 #pragma unroll
-		for (int i = 0; i < AR_PER; i++) {
-			int c = threadIdx.x + i * blockDim.x;
-			v[i] = c < C ? xn[c] + rn[c] : 0.0f;
-			wv[i] = c < C ? w[c] : 0.0f;
-		}
+		for (int i = 0; i < AR_TPT; i++) {
+			int c0 = 8 * (threadIdx.x + i * nt);
+			if (vec) {                      /* (the same values, 16 bytes a load) */
 #pragma unroll
-		for (int i = 0; i < AR_PER; i++) {
-			int c = threadIdx.x + i * blockDim.x;
-			if (c < C) {
-				xn[c] = v[i];
-				ss += v[i] * v[i];
+				for (int h = 0; h < 2; h++) {
+					float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a, ww = a;
+					if (c0 < C) {
+						a = *(const float4 *)(xn + c0 + 4 * h);
+						b = *(const float4 *)(rn + c0 + 4 * h);
+						ww = *(const float4 *)(w + c0 + 4 * h);
+					}
+					v[i][4 * h] = a.x + b.x, v[i][4 * h + 1] = a.y + b.y;
+					v[i][4 * h + 2] = a.z + b.z, v[i][4 * h + 3] = a.w + b.w;
+					wv[i][4 * h] = ww.x, wv[i][4 * h + 1] = ww.y;
+					wv[i][4 * h + 2] = ww.z, wv[i][4 * h + 3] = ww.w;
+				}
+				continue;
+			}
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				int c = c0 + e;
+				v[i][e] = c < C ? xn[c] + rn[c] : 0.0f;
+				wv[i][e] = c < C ? w[c] : 0.0f;
 			}
 		}
-		float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
 #pragma unroll
-		for (int i = 0; i < AR_PER; i++) {
-			int c = threadIdx.x + i * blockDim.x;
-			if (c < C)
-				yn[c] = v[i] * rs * wv[i];
+		for (int i = 0; i < AR_TPT; i++) {
+			int t = threadIdx.x + i * nt;
+			if (t >= T)
+				continue;
+			if (vec) {
+				*(float4 *)(xn + 8 * t) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
+				*(float4 *)(xn + 8 * t + 4) = make_float4(v[i][4], v[i][5], v[i][6], v[i][7]);
+			} else {
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					if (8 * t + e < C)
+						xn[8 * t + e] = v[i][e];
+			}
+			ar_tss[t] = ar_tile(v[i]);
+		}
+		__syncthreads();
+		ar_scale(ar_tss, T, C, eps, &scale);
+		__syncthreads();
+		float rs = scale;
+#pragma unroll
+		for (int i = 0; i < AR_TPT; i++) {
+			int c0 = 8 * (threadIdx.x + i * nt);
+			float yv[8];
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				yv[e] = __fmul_rn(__fmul_rn(v[i][e], rs), wv[i][e]);
+			if (vec && !((uintptr_t)yn & 15)) {
+				if (c0 < C) {
+					*(float4 *)(yn + c0) = make_float4(yv[0], yv[1], yv[2], yv[3]);
+					*(float4 *)(yn + c0 + 4) = make_float4(yv[4], yv[5], yv[6], yv[7]);
+				}
+				continue;
+			}
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				if (c0 + e < C)
+					yn[c0 + e] = yv[e];
 		}
 		GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
 		return;
 	}
-	for (int c = threadIdx.x; c < C; c += blockDim.x) {
-		float v = xn[c] + rn[c];
-		xn[c] = v;
-		ss += v * v;
+	for (int t = threadIdx.x; t < T; t += nt) {
+		float v[8];
+		for (int e = 0; e < 8; e++) {
+			int c = 8 * t + e;
+			v[e] = c < C ? xn[c] + rn[c] : 0.0f;
+			if (c < C)
+				xn[c] = v[e];
+		}
+		ar_tss[t] = ar_tile(v);
 	}
-	float rs = 1.0f / sqrtf(block_sum(ss, part) / (float)C + eps);
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		yn[c] = xn[c] * rs * w[c];
+	__syncthreads();
+	ar_scale(ar_tss, T, C, eps, &scale);
+	__syncthreads();
+	float rs = scale;
+	for (int c = threadIdx.x; c < C; c += nt)
+		yn[c] = __fmul_rn(__fmul_rn(xn[c], rs), w[c]);
 	GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
 }
 
@@ -1870,9 +1956,11 @@ int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const f
 	GPU_REQUIRE(N >= 0 && C > 0, "add_rmsnorm");
 	if (N == 0)
 		return 0;
-	int threads = C >= AR_THREADS ? AR_THREADS : 32 * CEIL_DIV(C, 32);
+	int T = CEIL_DIV(C, 8), threads = T >= AR_THREADS ? AR_THREADS : 32 * CEIL_DIV(T, 32);
+	size_t smem = (size_t)T * sizeof(float);
+	GPU_REQUIRE(smem <= 48 * 1024, "add_rmsnorm (row too wide)");
 	void *args[] = { &y, &x, &r, &w, &C, &eps };
-	gpu_launch((const void *)add_rmsnorm_kernel, dim3(N), dim3(threads), 0, st, args);
+	gpu_launch((const void *)add_rmsnorm_kernel, dim3(N), dim3(threads), smem, st, args);
 	return 0;
 }
 
