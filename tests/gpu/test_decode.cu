@@ -306,7 +306,10 @@ int main(void)
 		}
 	}
 	invariance_case(8, 61, 8, 2, 64, DICE_F32, 0, 1);            /* one split */
-	elementwise_cases(5, 2048);
-	elementwise_cases(3, 100);
+	elementwise_cases(5, 2048);                 /* add_rmsnorm: a tile a thread, 16-byte loads */
+	elementwise_cases(4, 2560);                 /* two tiles a thread (SDAR-4B) */
+	elementwise_cases(3, 100);                  /* a row not of whole tiles */
+	elementwise_cases(2, 5000);                 /* wider than two tiles a thread */
+	elementwise_cases(2, 4100);
 	return test_done();
 }
