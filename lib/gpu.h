@@ -161,6 +161,11 @@ int gpu_embed(cudaStream_t st, float *y, const int *ids, const void *w, enum dic
  * (the table's op takes those rows to the host). Any temperature > 0. */
 int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *logits, const int *rows,
                const double *u, int R, int V, float temperature, int top_k, float top_p);
+/* the denoise op (lib/ops.h) with ds, u on the DEVICE (ds's arrays and out too); the filters
+ * of gpu_sample (-1 for others); no sync */
+int gpu_denoise(cudaStream_t st, const float *logits, int V, const struct denoise_seq *ds, int n,
+                int B, const double *u, int *out, int decoding, float threshold,
+                float temperature, int top_k, float top_p);
 
 /* the engine forward's cache and fused ops (decode.cu), struct ops semantics; kv_batch's
  * arrays on the device. attention_kv: HD <= 256, a multiple of 4, HD x element size a

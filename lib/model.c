@@ -441,13 +441,17 @@ static void meta_fill(struct model *m, const struct model_seq *seqs, int nseq, i
 		kp[s] = kv->k;
 		kp[nseq + s] = kv->v;
 		for (int t = 0; t < seqs[s].T; t++, n++) {
-			h[n] = seqs[s].ids[t];
+			h[n] = seqs[s].ids_dev ? 0 : seqs[s].ids[t];
 			h[N + n] = kv->len + t;
 			rowseq[n] = s;
 		}
 	}
 	row0[nseq] = N;
 	m->ops->to_device(m->meta_d, m->meta_h, bytes);
+	for (int s = 0; s < nseq; s++)
+		if (seqs[s].ids_dev)
+			m->ops->copy((int *)m->meta_d + row0[s], seqs[s].ids_dev,
+			             (size_t)seqs[s].T * sizeof(int));
 	m->ids_h = h;
 	m->pos_h = h + N;
 	m->ids_d = m->meta_d;
@@ -739,7 +743,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 			         q->kv->len, q->kv->cap);
 			return -1;
 		}
-		for (int t = 0; t < q->T; t++) {
+		for (int t = 0; !q->ids_dev && t < q->T; t++) {
 			if (q->ids[t] < 0 || q->ids[t] >= V) {
 				warn_msg("model: token id %d outside the vocabulary (%d)", q->ids[t], V);
 				return -1;

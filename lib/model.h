@@ -88,6 +88,9 @@ struct kvcache {
 struct model_seq {                   /* one sequence's part of a forward */
 	struct kvcache *kv;
 	const int *ids;              /* (T) host token ids at positions kv->len .. kv->len+T-1 */
+	const int *ids_dev;          /* or NULL: (T) the ids in backend memory, as they are once
+	                              * the work queued before the forward is done (ids unread;
+	                              * the caller vouches they are within the vocabulary) */
 	int T;
 	int store;                   /* 1: the new K/V become committed (kv->len += T) */
 	int logits;                  /* 1: logits of rows logits_from..T-1 are wanted */

@@ -86,6 +86,18 @@ struct adamw_tensor {
 	float weight_decay;             /* this tensor's (struct adamw_step's is not read) */
 };
 
+/* one sequence's block in a .denoise step: backend arrays of the block's B positions */
+struct denoise_seq {
+	int row;                        /* the block's first row of logits */
+	int quota;                      /* positions to commit (capped by the masks left) */
+	int gstep;                      /* the step its commits record */
+	int u0;                         /* its first uniform */
+	int *x;                         /* ids (the mask id where masked) */
+	uint8_t *msk;                   /* 1: still masked */
+	int *step;                      /* committing step */
+	float *conf;                    /* probability of the committed draw */
+};
+
 struct ops {
 	const char *name;               /* "cpu" or "cuda" */
 	/* y(N,out) = x(N,in) @ w(out,in)^T */
@@ -342,6 +354,27 @@ struct ops {
 	 * the CPU backend (its products read w as it is). */
 	int (*pack)(const void *w, enum dice_dtype wdt, int out, int in);
 	void (*unpack)(const void *w);
+	/* ---- (appended) a denoising step on the backend without a sync (SPEC §2; the sampler's
+	 * static and sequential decoding, lib/sampler.c): for each of the n sequences of ds, every
+	 * masked position j of its block of B (<= 32) positions is drawn as .sample draws row
+	 * ds.row + j of logits(.., V), with the uniform u[ds.u0 + the masked positions before
+	 * j]; then the commit rule of lib/choose.h (decoding, ds.quota, threshold) picks the
+	 * positions to commit, and for each: x[j] = its draw, msk[j] = 0, step[j] = ds.gstep,
+	 * conf[j] = its probability. out (n * B, backend): each block's ids afterwards, sequence
+	 * s's at out + s * B. ds and u (nu values) are host arrays the op copies before it
+	 * returns. -1 (nothing done) where the backend cannot draw these filters without the
+	 * host (CUDA: as .sample, top-k 0 or 1 with top-p 1): the caller takes .sample then; n = 0
+	 * only asks. */
+	int (*denoise)(const float *logits, int V, const struct denoise_seq *ds, int n, int B,
+	               const double *u, int nu, int *out, int decoding, float threshold,
+	               float temperature, int top_k, float top_p);
+	/* ---- (appended) a copy to the host in order with the backend's work, without a wait:
+	 * bytes (at most 64 KiB) of backend memory src, as they are once the work queued before
+	 * is done, are in host memory dst when fetch_wait(ticket) returns; waiting for a
+	 * ticket completes every earlier one (CUDA: tickets count up from 1). The CPU backend
+	 * copies at once. */
+	long (*fetch)(void *dst, const void *src, size_t bytes);
+	void (*fetch_wait)(long ticket);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choose.h"
 #include "ops.h"
 #include "ops_bwd_cpu.h"
 #include "util.h"
@@ -356,6 +357,53 @@ static void cpu_sample(int *tok, float *prob, const float *logits, const int *ro
 		                     top_p, u[r], &prob[r], work);
 	free(work);
 }
+
+/* the specification of .denoise: each block's masked positions drawn in position order
+ * (sample_draw), then lib/choose.h's rule */
+static int cpu_denoise(const float *logits, int V, const struct denoise_seq *ds, int n, int B,
+                       const double *u, int nu, int *out, int decoding, float threshold,
+                       float temperature, int top_k, float top_p)
+{
+	float *work;
+
+	if (n <= 0 || B < 1 || B > 32)
+		return n == 0 ? 0 : -1;
+	work = xmalloc((size_t)V * 3 * sizeof *work);
+	for (int s = 0; s < n; s++) {
+		const struct denoise_seq *d = &ds[s];
+		int tok[32], k = d->u0;
+		float conf[32];
+		uint8_t commit[32];
+		for (int j = 0; j < B; j++) {
+			tok[j] = d->x[j];
+			conf[j] = 0.0f;
+			if (d->msk[j] && k < nu)
+				tok[j] = sample_draw(logits + (size_t)(d->row + j) * V, V, temperature,
+				                     top_k, top_p, u[k++], &conf[j], work);
+		}
+		dice_choose(decoding, B, d->msk, conf, d->quota, threshold, commit);
+		for (int j = 0; j < B; j++) {
+			if (commit[j]) {
+				d->x[j] = tok[j];
+				d->msk[j] = 0;
+				d->step[j] = d->gstep;
+				d->conf[j] = conf[j];
+			}
+			out[s * B + j] = d->x[j];
+		}
+	}
+	free(work);
+	return 0;
+}
+
+/* copied at once: every ticket is done */
+static long cpu_fetch(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+	return 1;
+}
+
+static void cpu_fetch_wait(long ticket) { (void)ticket; }
 
 /* ---------------------------------------------------------------- cache and fused ops */
 
@@ -810,6 +858,9 @@ const struct ops ops_cpu = {
 	.attention_tc_backward_stat_bf = cpu_attention_tc_backward_stat_bf,
 	.rmsnorm_rope_xb = cpu_rmsnorm_rope_xb,
 	.matmul_fixed_gu = cpu_matmul_fixed_gu,
+	.denoise = cpu_denoise,
+	.fetch = cpu_fetch,
+	.fetch_wait = cpu_fetch_wait,
 };
 
 /* The CUDA backend defines gpu_ops() (lib/gpu.h) when it is built in (DICE_CUDA); a build

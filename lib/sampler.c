@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "choose.h"
 #include "rng.h"
 #include "sampler.h"
 #include "util.h"
@@ -79,40 +80,7 @@ int sampler_quota(int block, int steps, int s)
 int sampler_choose(enum sampler_decoding d, int n, const uint8_t *masked, const float *conf,
                    int quota, float threshold, uint8_t *commit)
 {
-	int nm = 0, got = 0;
-
-	memset(commit, 0, (size_t)n);
-	for (int i = 0; i < n; i++)
-		nm += masked[i];
-	if (quota > nm)
-		quota = nm;
-	if (d == SAMPLER_SEQUENTIAL) {
-		for (int i = 0; i < n && got < quota; i++)
-			if (masked[i])
-				commit[i] = 1, got++;
-		return got;
-	}
-	if (d == SAMPLER_DYNAMIC) {
-		int above = 0;
-		for (int i = 0; i < n; i++)
-			above += masked[i] && conf[i] > threshold;
-		if (above >= quota) {
-			for (int i = 0; i < n; i++)
-				if (masked[i] && conf[i] > threshold)
-					commit[i] = 1;
-			return above;
-		}
-	}
-	/* the quota most confident; ties to the lowest position */
-	while (got < quota) {
-		int best = -1;
-		for (int i = 0; i < n; i++)
-			if (masked[i] && !commit[i] && (best < 0 || conf[i] > conf[best]))
-				best = i;
-		commit[best] = 1;
-		got++;
-	}
-	return got;
+	return dice_choose((int)d, n, masked, conf, quota, threshold, commit);
 }
 
 /* ---------------------------------------------------------------- the scheduler */
@@ -131,6 +99,16 @@ struct slot {
 	int pending;                 /* block b-1 is finished, its K/V not stored yet */
 	struct kvcache kv;
 	struct rng rng;
+	/* device mode (see sampler_run): the sequence on the backend, one allocation of dcap
+	 * positions: x_d (ids), step_d, conf_d (probability of each commit), msk_d; and what the
+	 * host knows ahead of the results */
+	void *dbuf;
+	int dcap;
+	int *x_d, *step_d;
+	float *conf_d;
+	uint8_t *msk_d;
+	int nm;                      /* masked positions of block b once the queued steps commit */
+	int ending;                  /* its last forward is queued: it waits for the results */
 };
 
 static double now_ms(void)
@@ -184,6 +162,48 @@ static void slot_start(struct slot *s, const struct model *m, const struct sampl
 	}
 	s->kv.len = 0;
 	rng_seed(&s->rng, r->seed);
+	s->nm = (s->b + 1) * o->block - r->plen;
+	s->ending = 0;
+}
+
+static size_t dev_bytes(int cap)
+{
+	return (size_t)cap * (3 * sizeof(int) + 1);
+}
+
+/* device mode: the slot's arrays on the backend, ids and masks as slot_start left them */
+static void slot_upload(struct slot *s, const struct model *m)
+{
+	if (s->dcap < s->len) {
+		m->ops->free(s->dbuf);
+		s->dcap = s->len;
+		s->dbuf = m->ops->alloc(dev_bytes(s->dcap));
+		s->x_d = s->dbuf;
+		s->step_d = s->x_d + s->dcap;
+		s->conf_d = (float *)(s->step_d + s->dcap);
+		s->msk_d = (uint8_t *)(s->conf_d + s->dcap);
+	}
+	m->ops->to_device(s->x_d, s->x, (size_t)s->len * sizeof *s->x);
+	m->ops->to_device(s->msk_d, s->msk, (size_t)s->len);
+}
+
+/* device mode: the generated region back from the backend (a sync), log-probabilities from
+ * the committed probabilities as slot_denoise takes them */
+static void slot_download(struct slot *s, const struct model *m)
+{
+	int n = s->len - s->P;
+	char *h = xmalloc(dev_bytes(s->dcap));
+	const int *x = (const int *)h, *step = x + s->dcap;
+	const float *conf = (const float *)(step + s->dcap);
+	const uint8_t *msk = (const uint8_t *)(conf + s->dcap);
+
+	m->ops->to_host(h, s->dbuf, dev_bytes(s->dcap));
+	memcpy(s->x + s->P, x + s->P, (size_t)n * sizeof *x);
+	memcpy(s->step + s->P, step + s->P, (size_t)n * sizeof *step);
+	memcpy(s->msk + s->P, msk + s->P, (size_t)n);
+	for (int i = s->P; i < s->len; i++)
+		s->logp[i] = msk[i] ? 0.0f : logf(conf[i]);
+	free(h);
 }
 
 static int is_stop(const struct sampler_opts *o, int id)
@@ -227,11 +247,11 @@ static void slot_finish(struct slot *s, const struct sampler_opts *o, struct sam
 }
 
 /* after the save pass of block b: is the request done? */
-static int block_ends_request(const struct slot *s, const struct sampler_opts *o)
+static int block_ends_request(const struct slot *s, const struct sampler_opts *o, int b)
 {
-	int end = (s->b + 1) * o->block;
+	int end = (b + 1) * o->block;
 
-	if (s->b + 1 >= s->nb)
+	if (b + 1 >= s->nb)
 		return 1;
 	for (int i = s->P; i < end; i++)
 		if (is_stop(o, s->x[i]))
@@ -322,6 +342,78 @@ static int decode_cap(const struct sampler_opts *o, int A)
 	return n > INT_MAX - 128 ? INT_MAX : (int)((n + 127) / 128 * 128);
 }
 
+/* Device mode (DICE_SAMPLER_DEVICE, on unless "0"): static and sequential decoding commit
+ * a fixed number of positions a step (the quota, capped by the masks left), so the host knows
+ * every forward's shape before the draws are made. The draws and commits then run on the
+ * backend (ops->denoise) into the slot's arrays there, the next forward reads its ids from
+ * them (model_seq.ids_dev), and the host queues round r + 1 before it waits for round r's
+ * results (each denoised block's ids, ops->fetch): the device never waits for the host
+ * between forwards. A block's stop check waits for the round that finished it, so with the
+ * save fused a stopped request's slot has one more forward queued, whose results are dropped
+ * (its counts are those of the round that finished it). Where it applies: no on_logits hook,
+ * blocks of at most 32, every decoding round a replayed forward (at most MODEL_GRAPH_ROWS
+ * rows and MODEL_GRAPH_SEQS sequences: its logits are whole blocks), and a backend that
+ * draws the filters itself. The results are those of the host's commits, bitwise. */
+int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int nreq)
+{
+	int A = active_slots(o, nreq);
+	const char *e = getenv("DICE_SAMPLER_DEVICE");
+
+	if ((e && !strcmp(e, "0")) || o->on_logits || o->decoding == SAMPLER_DYNAMIC ||
+	    o->block > 32 || A * 2 * o->block > MODEL_GRAPH_ROWS || A > MODEL_GRAPH_SEQS ||
+	    !m->ops->denoise || !m->ops->fetch)
+		return 0;
+	return m->ops->denoise(NULL, m->cfg.vocab_size, NULL, 0, o->block, NULL, 0, NULL,
+	                       (int)o->decoding, o->threshold, o->temperature, o->top_k,
+	                       o->top_p) == 0;
+}
+
+/* device mode: a queued round's denoised blocks, whose ids come back with ticket */
+struct dround {
+	long ticket;
+	int n;
+	int *ids;                    /* (n, block) host */
+	struct dentry {
+		int slot, req, blk;
+		int ends;            /* the round finished block blk */
+		int fw, gs;          /* the slot's forwards and steps after the round */
+	} *e;
+};
+
+/* the next unit of progress of a run: a request finished */
+static void request_done(struct slot *s, const struct sampler_opts *o,
+                         struct sampler_result *res, double t0, int *done, int nreq,
+                         sampler_progress_fn progress, void *arg)
+{
+	slot_finish(s, o, &res[s->req], now_ms() - t0);
+	if (progress)
+		progress(arg, ++*done, nreq);
+}
+
+/* device mode: round r's results in, the blocks it finished checked for stop ids */
+static void dround_take(struct dround *r, struct slot *sl, const struct model *m,
+                        const struct sampler_opts *o, struct sampler_result *res, double t0,
+                        int *done, int nreq, sampler_progress_fn progress, void *arg)
+{
+	int B = o->block;
+
+	m->ops->fetch_wait(r->ticket);
+	for (int i = 0; i < r->n; i++) {
+		const struct dentry *e = &r->e[i];
+		struct slot *s = &sl[e->slot];
+		if (s->req != e->req)           /* finished since, and maybe started again */
+			continue;
+		memcpy(s->x + e->blk * B, r->ids + i * B, (size_t)B * sizeof *s->x);
+		if (!e->ends || !block_ends_request(s, o, e->blk))
+			continue;
+		s->forwards = e->fw + (o->separate_save != 0);
+		s->gstep = e->gs;
+		slot_download(s, m);
+		request_done(s, o, res, t0, done, nreq, progress, arg);
+	}
+	r->n = 0;
+}
+
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg)
 {
@@ -340,14 +432,25 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 	double *st = st_env && strcmp(st_env, "0") ? st_acc : NULL;
 	int rounds = 0, lazy = m->lazy;
 	const char *sync_env = getenv("DICE_SAMPLER_SYNC");
+	/* device mode: the rounds queued (at most two), the denoise op's arguments and output */
+	int dev = sampler_device_mode(m, o, nreq), dq = 0, dhead = 0;   /* queued: rounds dhead - dq .. */
+	struct dround dr[2];
+	struct denoise_seq *ds = dev ? xmalloc((size_t)A * sizeof *ds) : NULL;
+	int *out_d = dev ? m->ops->alloc((size_t)A * B * sizeof *out_d) : NULL;
+	long last_ticket = 0;
 
+	for (int k = 0; k < 2; k++) {
+		dr[k].n = 0;
+		dr[k].ids = dev ? xmalloc((size_t)A * B * sizeof *dr[k].ids) : NULL;
+		dr[k].e = dev ? xmalloc((size_t)A * sizeof *dr[k].e) : NULL;
+	}
 	/* the forward's launches return at once, and the host prepares the draws' inputs and
 	 * queues the sample op behind it; the sample op's wait is the round's one sync
 	 * (DICE_SAMPLER_SYNC=1: a sync after each forward too, as before) */
 	m->lazy = !(sync_env && strcmp(sync_env, "0"));
 	/* DICE_SAMPLER_LOGITS=all: the logits of every row of a denoised block, as before */
 	const char *lg_env = getenv("DICE_SAMPLER_LOGITS");
-	int skip_ok = !o->on_logits && B <= 32 && !(lg_env && !strcmp(lg_env, "all"));
+	int skip_ok = !dev && !o->on_logits && B <= 32 && !(lg_env && !strcmp(lg_env, "all"));
 	int dcap = decode_cap(o, A);
 	m->cfg.block_size = B;
 	model_pack_for(m, (long)A * 2 * B);     /* a decoding forward's rows, at most */
@@ -363,12 +466,12 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				slot_start(s, m, o, &req[next], next);
 				next++;
 				if (o->max_tokens <= 0) {   /* nothing to generate */
-					slot_finish(s, o, &res[s->req], now_ms() - t0);
-					if (progress)
-						progress(arg, ++done, nreq);
+					request_done(s, o, res, t0, &done, nreq, progress, arg);
+				} else if (dev) {
+					slot_upload(s, m);
 				}
 			}
-			if (s->req < 0)
+			if (s->req < 0 || s->ending)
 				continue;
 			struct model_seq q = { .kv = &s->kv };
 			if (s->ph == PH_PREFILL) {
@@ -378,10 +481,12 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				q.ids = s->x + (s->b - 1) * B, q.T = 2 * B;
 				q.commit_rows = B, q.logits = 1, q.logits_from = B;
 			} else {
-				s->action_save = !block_has_mask(s, o);
+				s->action_save = dev ? !s->nm : !block_has_mask(s, o);
 				q.ids = s->x + s->b * B, q.T = B;
 				q.store = s->action_save, q.logits = !s->action_save;
 			}
+			if (dev && s->ph == PH_DECODE)
+				q.ids_dev = s->x_d + (q.ids - s->x);
 			if (rows && rows + q.T > max_rows)
 				continue;
 			rows += q.T;
@@ -397,8 +502,14 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			memmove(&who[i], &who[i + 1], (size_t)(ns - i) * sizeof *who);
 			memmove(&seq[i], &seq[i + 1], (size_t)(ns - i) * sizeof *seq);
 		}
-		if (!ns)
-			break;
+		if (!ns) {
+			if (!dq)
+				break;
+			dround_take(&dr[(dhead - dq) & 1], sl, m, o, res, t0, &done, nreq, progress,
+			            arg);
+			dq--;
+			continue;
+		}
 		/* logits only for the masked rows, where the forward is not replayed as a graph (whose
 		 * shapes would multiply) and no hook wants the whole block's */
 		int skip = skip_ok && (rows > MODEL_GRAPH_ROWS || ns > MODEL_GRAPH_SEQS);
@@ -421,6 +532,70 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			break;
 		}
 		st_lap(st, ST_FORWARD, &st_t);
+		if (dev) {
+			/* the draws and commits queued on the backend, the next round's shape from
+			 * the quotas; then the round before's results */
+			struct dround *r = &dr[dhead & 1];
+			int nd = 0, nu = 0;
+			for (int i = 0; i < ns; i++) {
+				struct slot *s = &sl[who[i]];
+				s->forwards++;
+				if (s->ph == PH_PREFILL) {
+					s->ph = PH_DECODE;
+					continue;
+				}
+				if (s->action_save) {
+					if (s->b + 1 >= s->nb)
+						s->ending = 1;
+					else
+						s->b++, s->it = 0, s->nm = B;
+					continue;
+				}
+				int bs = s->b * B, quota = s->it >= o->steps ? s->nm :
+				                           sampler_quota(B, o->steps, s->it);
+				ds[nd] = (struct denoise_seq){ .row = nd * B, .quota = quota,
+				                               .gstep = ++s->gstep, .u0 = nu, .x = s->x_d + bs,
+				                               .msk = s->msk_d + bs, .step = s->step_d + bs,
+				                               .conf = s->conf_d + bs };
+				for (int j = 0; j < s->nm; j++)
+					u[nu++] = rng_uniform(&s->rng);
+				s->pending = 0;
+				s->nm -= quota < s->nm ? quota : s->nm;
+				s->it++;
+				r->e[nd] = (struct dentry){ .slot = who[i], .req = s->req, .blk = s->b,
+				                            .ends = !s->nm, .fw = s->forwards,
+				                            .gs = s->gstep };
+				nd++;
+				if (!s->nm && !o->separate_save) {
+					if (s->b + 1 >= s->nb)
+						s->ending = 1;
+					else
+						s->b++, s->it = 0, s->pending = 1, s->nm = B;
+				}
+			}
+			st_lap(st, ST_DRAWS, &st_t);
+			if (nd) {
+				if (m->ops->denoise(m->logits, V, ds, nd, B, u, nu, out_d, (int)o->decoding,
+				                    o->threshold, o->temperature, o->top_k, o->top_p) != 0) {
+					warn_msg("sampler: the backend's denoise op failed");
+					ret = -1;
+					break;
+				}
+				r->n = nd;
+				r->ticket = last_ticket = m->ops->fetch(r->ids, out_d,
+				                                        (size_t)nd * B * sizeof *out_d);
+				dhead++;
+				dq++;
+			}
+			st_lap(st, ST_SAMPLE, &st_t);
+			if (dq == 2 || (dq && !nd)) {
+				dround_take(&dr[(dhead - dq) & 1], sl, m, o, res, t0, &done, nreq,
+				            progress, arg);
+				dq--;
+			}
+			st_lap(st, ST_COMMIT, &st_t);
+			continue;
+		}
 		/* the masked rows of every denoising sequence, drawn together on the backend; each
 		 * slot's uniforms in position order, as one request alone would take them */
 		int nd = 0, lrows = 0;
@@ -458,20 +633,16 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				k += slot_denoise(s, o, tok + k, prob + k);
 				lr += B;
 				if (!o->separate_save && !block_has_mask(s, o)) {
-					if (block_ends_request(s, o)) {
-						slot_finish(s, o, &res[s->req], now_ms() - t0);
-						if (progress)
-							progress(arg, ++done, nreq);
+					if (block_ends_request(s, o, s->b)) {
+						request_done(s, o, res, t0, &done, nreq, progress, arg);
 					} else {
 						s->b++;
 						s->it = 0;
 						s->pending = 1;
 					}
 				}
-			} else if (block_ends_request(s, o)) {
-				slot_finish(s, o, &res[s->req], now_ms() - t0);
-				if (progress)
-					progress(arg, ++done, nreq);
+			} else if (block_ends_request(s, o, s->b)) {
+				request_done(s, o, res, t0, &done, nreq, progress, arg);
 			} else {
 				s->b++;
 				s->it = 0;
@@ -487,12 +658,20 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			        rounds ? st_acc[i] / rounds : 0.0);
 		fprintf(stderr, "\n");
 	}
+	if (last_ticket)
+		m->ops->fetch_wait(last_ticket);
 	m->ops->sync();
 	m->lazy = lazy;
 	for (int a = 0; a < A; a++) {
 		kvcache_free(&sl[a].kv, m);
+		m->ops->free(sl[a].dbuf);
 		free(sl[a].x), free(sl[a].msk), free(sl[a].step), free(sl[a].logp);
 	}
+	for (int k = 0; k < 2; k++)
+		free(dr[k].ids), free(dr[k].e);
+	if (out_d)
+		m->ops->free(out_d);
+	free(ds);
 	free(sl), free(seq), free(who), free(logits), free(srow), free(tok), free(u), free(prob);
 	return ret;
 }

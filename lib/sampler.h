@@ -92,6 +92,11 @@ typedef void (*sampler_progress_fn)(void *arg, int done, int total);
 int sampler_run(struct model *m, const struct sampler_opts *o, const struct sampler_request *req,
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg);
 
+/* 1 when sampler_run would draw and commit on the backend, the host a round behind (static
+ * and sequential decoding of at most 8 sequences at block 4 without an on_logits hook, where
+ * the backend draws the filters; DICE_SAMPLER_DEVICE=0 turns it off): the same results. */
+int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int nreq);
+
 /* Bytes of KV cache that a run of nreq requests of prompts up to plen needs (at most
  * max_active caches at once). */
 size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int plen, int nreq);

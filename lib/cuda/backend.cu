@@ -389,7 +389,7 @@ static void cu_unpack(const void *w)
  * a larger one waits for its copy */
 #define TD_SLOTS 8
 #define TD_BYTES (64 * 1024)
-static void cu_to_device(void *dst, const void *src, size_t bytes)
+void gpu_upload(void *dst, const void *src, size_t bytes)
 {
 	static char *slot;
 	static cudaEvent_t done[TD_SLOTS];
@@ -411,6 +411,66 @@ static void cu_to_device(void *dst, const void *src, size_t bytes)
 	}
 	CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu_stream()));
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
+}
+
+static void cu_to_device(void *dst, const void *src, size_t bytes)
+{
+	gpu_upload(dst, src, bytes);
+}
+
+/* .fetch: a copy of up to TD_BYTES lands in one of FT_SLOTS page-locked slots, in stream
+ * order; waiting for its ticket (or reusing its slot) syncs its event and copies it on to
+ * dst. A larger copy is done before fetch returns. */
+#define FT_SLOTS 16
+static struct ft_slot {
+	cudaEvent_t ev;
+	void *dst;
+	size_t bytes;
+	long ticket;                    /* 0: nothing outstanding */
+} g_ft[FT_SLOTS];
+static char *g_ft_pin;
+static long g_ft_next = 1, g_ft_done;   /* the next ticket; every ticket up to g_ft_done is done */
+
+static void ft_complete(struct ft_slot *f)
+{
+	if (!f->ticket)
+		return;
+	CUDA_CHECK(cudaEventSynchronize(f->ev));
+	memcpy(f->dst, g_ft_pin + (size_t)(f - g_ft) * TD_BYTES, f->bytes);
+	f->ticket = 0;
+}
+
+static void cu_fetch_wait(long ticket)
+{
+	for (; g_ft_done < ticket && g_ft_done + 1 < g_ft_next; g_ft_done++)
+		ft_complete(&g_ft[(g_ft_done + 1) % FT_SLOTS]);
+}
+
+static long cu_fetch(void *dst, const void *src, size_t bytes)
+{
+	long t = g_ft_next++;
+	struct ft_slot *f = &g_ft[t % FT_SLOTS];
+
+	if (!g_ft_pin) {
+		CUDA_CHECK(cudaMallocHost((void **)&g_ft_pin, (size_t)FT_SLOTS * TD_BYTES));
+		for (int i = 0; i < FT_SLOTS; i++)
+			CUDA_CHECK(cudaEventCreateWithFlags(&g_ft[i].ev, cudaEventDisableTiming));
+	}
+	cu_fetch_wait(t - FT_SLOTS);            /* the slot's last ticket and those before it */
+	if (bytes > TD_BYTES) {
+		cu_fetch_wait(t - 1);
+		CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu_stream()));
+		CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
+		g_ft_done = t;
+		return t;
+	}
+	f->dst = dst;
+	f->bytes = bytes;
+	f->ticket = t;
+	CUDA_CHECK(cudaMemcpyAsync(g_ft_pin + (size_t)(f - g_ft) * TD_BYTES, src, bytes,
+	                           cudaMemcpyDeviceToHost, gpu_stream()));
+	CUDA_CHECK(cudaEventRecord(f->ev, gpu_stream()));
+	return t;
 }
 
 /* device -> device, in stream order */
@@ -488,6 +548,9 @@ static const struct ops ops_cuda = {
 	cu_matmul_fixed_gu,
 	cu_pack,
 	cu_unpack,
+	cu_denoise,
+	cu_fetch,
+	cu_fetch_wait,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

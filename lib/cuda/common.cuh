@@ -35,6 +35,13 @@ void *gpu_scratch(size_t bytes);        /* grows on demand; valid until the next
 /* the table's sample op (sample.cu): host arrays in and out, see lib/ops.h */
 void cu_sample(int *tok, float *prob, const float *logits, const int *rows, const double *u,
                int R, int V, float temperature, int top_k, float top_p);
+/* the table's denoise op (sample.cu): lib/ops.h's .denoise */
+int cu_denoise(const float *logits, int V, const struct denoise_seq *ds, int n, int B,
+               const double *u, int nu, int *out, int decoding, float threshold,
+               float temperature, int top_k, float top_p);
+/* the table's to_device (backend.cu): a copy of up to 64 KiB returns at once (through
+ * page-locked slots, in order with the stream), a larger one when it is done */
+void gpu_upload(void *dst, const void *src, size_t bytes);
 int gpu_sm_count(void);                 /* multiprocessors of the current device */
 int gpu_cc(void);                       /* its compute capability, 10 major + minor */
 /* an on/off switch read once from the environment into *sw (-1: not read yet): on unless the

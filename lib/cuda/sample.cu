@@ -21,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "choose.h"
 #include "common.cuh"
 
 #define SAMPLE_THREADS 1024
@@ -109,14 +110,13 @@ static __device__ __forceinline__ float weight(float l, float temperature, float
 	return e >= thr ? expf(e - mx) : 0.0f;
 }
 
-static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
-                                     const int *rows, const double *u, int V,
-                                     float temperature, int top1)
+/* one row's draw by the whole block: l (V), the uniform uu; thread 0 writes *tok, *prob */
+static __device__ void sample_row(int *tok, float *prob, const float *l, double uu, int V,
+                                  float temperature, int top1)
 {
 	__shared__ double shd[32];
 	__shared__ float shf[32];
 	__shared__ int shi[32];
-	const float *l = logits + (size_t)rows[blockIdx.x] * V;
 	int per = CEIL_DIV(V, (int)blockDim.x), lo = threadIdx.x * per, hi = min(V, lo + per);
 	float mx = -INFINITY, thr;
 	double s = 0, total, acc, target;
@@ -158,7 +158,7 @@ static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
 		first = block_min_i(mine == mx ? first : INT_MAX, shi);
 		if (all == 1) {
 			if (threadIdx.x == 0)
-				tok[blockIdx.x] = first, prob[blockIdx.x] = 1.0f;
+				*tok = first, *prob = 1.0f;
 			return;
 		}
 	}
@@ -169,7 +169,7 @@ static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
 			last = i;
 	}
 	acc = block_scan_d(s, &total, shd);
-	target = u[blockIdx.x] * total;
+	target = uu * total;
 	for (int i = lo; i < hi; i++) {
 		float e = weight(l[i], temperature, thr, mx);
 		if (e <= 0.0f)
@@ -185,9 +185,17 @@ static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
 	last = -block_min_i(-last, shi);
 	if (threadIdx.x == 0) {
 		int t = cand == INT_MAX ? last : cand;
-		tok[blockIdx.x] = t;
-		prob[blockIdx.x] = (float)(weight(l[t], temperature, thr, mx) / total);
+		*tok = t;
+		*prob = (float)(weight(l[t], temperature, thr, mx) / total);
 	}
+}
+
+static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
+                                     const int *rows, const double *u, int V,
+                                     float temperature, int top1)
+{
+	sample_row(&tok[blockIdx.x], &prob[blockIdx.x], logits + (size_t)rows[blockIdx.x] * V,
+	           u[blockIdx.x], V, temperature, top1);
 }
 
 static int on_gpu(int V, int top_k, float top_p)
@@ -277,4 +285,114 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 	CUDA_CHECK(cudaStreamSynchronize(st));
 	memcpy(tok, h + up, (size_t)R * sizeof(int));
 	memcpy(prob, h + up + (size_t)R * 4, (size_t)R * sizeof(float));
+}
+
+/* .denoise (lib/ops.h): one thread block per (sequence, position) draws a masked position as
+ * sample_kernel does; the last of a sequence's blocks to finish (a counter per sequence, left
+ * at 0 again) applies lib/choose.h's rule to the block's draws, as the CPU twin does. ds, u
+ * on the device; tok, prob (n * B) and count (n, zeros) scratch. */
+static __global__ void denoise_kernel(const float *logits, int V, const struct denoise_seq *ds,
+                                      int B, const double *u, int *out, int *tok, float *prob,
+                                      unsigned *count, int decoding, float threshold,
+                                      float temperature, int top1)
+{
+	__shared__ int last;
+	int s = blockIdx.x / B, j = blockIdx.x % B;
+	const struct denoise_seq d = ds[s];
+
+	if (d.msk[j]) {
+		int k = d.u0;
+		for (int i = 0; i < j; i++)
+			k += d.msk[i];
+		sample_row(&tok[blockIdx.x], &prob[blockIdx.x], logits + (size_t)(d.row + j) * V, u[k],
+		           V, temperature, top1);
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		last = atomicAdd(&count[s], 1u) == (unsigned)B - 1;
+	}
+	__syncthreads();
+	if (!last || threadIdx.x)
+		return;
+	__threadfence();
+	count[s] = 0;
+	uint8_t m[32], c[32];
+	float conf[32];
+	for (int i = 0; i < B; i++) {
+		m[i] = d.msk[i];
+		conf[i] = m[i] ? __ldcg(&prob[s * B + i]) : 0.0f;
+	}
+	dice_choose(decoding, B, m, conf, d.quota, threshold, c);
+	for (int i = 0; i < B; i++) {
+		if (c[i]) {
+			d.x[i] = __ldcg(&tok[s * B + i]);
+			d.msk[i] = 0;
+			d.step[i] = d.gstep;
+			d.conf[i] = conf[i];
+		}
+		out[s * B + i] = d.x[i];
+	}
+}
+
+extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
+                           const struct denoise_seq *ds, int n, int B, const double *u, int *out,
+                           int decoding, float threshold, float temperature, int top_k,
+                           float top_p)
+{
+	static char *scr;
+	static size_t cap;
+	size_t need = (size_t)n * B * 8 + (size_t)n * 4;
+
+	GPU_REQUIRE(n >= 0 && V > 0 && B >= 1 && B <= 32 && temperature > 0.0f, "denoise");
+	if (!on_gpu(V, top_k, top_p))
+		return -1;
+	if (!n)
+		return 0;
+	if (need > cap) {
+		if (scr)
+			CUDA_CHECK(cudaFree(scr));
+		cap = need + need / 2;
+		CUDA_CHECK(cudaMalloc(&scr, cap));
+		CUDA_CHECK(cudaMemsetAsync(scr, 0, cap, st));
+	}
+	denoise_kernel<<<n * B, SAMPLE_THREADS, 0, st>>>(logits, V, ds, B, u, out, (int *)scr,
+	                                                (float *)(scr + (size_t)n * B * 4),
+	                                                (unsigned *)(scr + (size_t)n * B * 8),
+	                                                decoding, threshold, temperature, top_k == 1);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* the table entry: ds and u go up together through gpu_upload (no wait), into a buffer of
+ * their own (the kernel before reads the last ones in stream order) */
+int cu_denoise(const float *logits, int V, const struct denoise_seq *ds, int n, int B,
+               const double *u, int nu, int *out, int decoding, float threshold,
+               float temperature, int top_k, float top_p)
+{
+	static char *dev, *host;
+	static size_t cap;
+	size_t a = ((size_t)n * sizeof *ds + 15) / 16 * 16, bytes = a + (size_t)nu * sizeof *u;
+	cudaStream_t st = gpu_stream();
+
+	if (n <= 0 || !on_gpu(V, top_k, top_p))
+		return n == 0 && on_gpu(V, top_k, top_p) ? 0 : -1;
+	if (bytes > cap) {
+		if (dev)
+			CUDA_CHECK(cudaFree(dev));
+		free(host);
+		cap = bytes + bytes / 2;
+		CUDA_CHECK(cudaMalloc(&dev, cap));
+		host = (char *)malloc(cap);
+		if (!host) {
+			fprintf(stderr, "dice: denoise: out of host memory\n");
+			exit(1);
+		}
+	}
+	memcpy(host, ds, (size_t)n * sizeof *ds);
+	memcpy(host + a, u, (size_t)nu * sizeof *u);
+	gpu_upload(dev, host, bytes);
+	return gpu_denoise(st, logits, V, (const struct denoise_seq *)dev, n, B,
+	                   (const double *)(dev + a), out, decoding, threshold, temperature, top_k,
+	                   top_p);
 }

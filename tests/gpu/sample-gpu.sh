@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
-echo "1..5"
+echo "1..6"
 [ -x bin/dice-sample ] && [ -x bin/dice-sft ] || { echo "ok 1 # SKIP no bin/dice-sample (make)"; exit 0; }
 bin/dice-sft --init tests/fixtures/tiny-sdar.json -o "$t/m" -t tests/dice-sample/data 2>/dev/null ||
 	{ echo "not ok 1 - init"; exit 1; }
@@ -67,3 +67,24 @@ run long-b3 -d cuda -t bf16 -p eval -b 3
 [ -s "$t/long-b1" ] && [ "$(wc -l <"$t/long-b1")" -eq 8 ] && cmp -s "$t/long-b1" "$t/long-b3"
 echo "$([ $? -eq 0 ] || echo 'not ')ok 5 - greedy tokens on cuda bf16, prompts of 64 to 148 ids" \
 	"(prefill attention): batch 3 equals batch 1"
+# full NAME ARGS...: the whole records (but the wall times)
+full() {
+	name=$1; shift
+	bin/dice-sample -m "$t/m" -n 48 -x "$@" "$in" 2>"$t/$name.err" | sed 's/"ms":[0-9.eE+-]*//g' >"$t/$name"
+}
+full dev-s -d cuda -t bf16 -D static -k 0 -e 0.8 -b 3 -S none
+full dev-q -d cuda -t bf16 -D sequential -k 0 -b 1 -S none
+stop=$(head -1 "$t/long-b1" | tr -d '"ids:[]' | cut -d, -f10)      # (greedy, batch 1: above)
+full dev-g -d cuda -t bf16 -p eval -b 3 -S "${stop:-1}"
+export DICE_SAMPLER_DEVICE=0
+full host-s -d cuda -t bf16 -D static -k 0 -e 0.8 -b 3 -S none
+full host-q -d cuda -t bf16 -D sequential -k 0 -b 1 -S none
+full host-g -d cuda -t bf16 -p eval -b 3 -S "${stop:-1}"
+unset DICE_SAMPLER_DEVICE
+ok=1
+for c in s q g; do
+	[ "$(wc -l <"$t/dev-$c")" -eq 8 ] && cmp -s "$t/dev-$c" "$t/host-$c" || ok=0
+done
+[ -n "$stop" ] && grep -q '"stopped":true' "$t/dev-g" || ok=0
+echo "$([ $ok -eq 1 ] || echo 'not ')ok 6 - the draws and commits on the GPU equal the host's commits:" \
+	"records with the trace, sampled static (batch 3), sequential, greedy with a stop id met"

@@ -147,20 +147,29 @@ static void recompute_greedy(struct model *m, const int *p, int P, int G, int *o
 	free(lg);
 }
 
-static void test_runs(void)
+/* the tiny model of random weights (seed) on the CPU, and default options for it */
+static float *tiny_model(struct model *m, struct model_weights *hw, uint64_t seed,
+                         struct sampler_opts *o)
 {
 	struct model_config c = tiny();
+	float *mem = model_weights_random(hw, &c, seed);
+
+	model_init(m, &c, hw, &ops_cpu, DICE_F32);
+	sampler_opts_default(o);
+	o->mask_id = 299;
+	return mem;
+}
+
+static void test_runs(void)
+{
 	struct model_weights hw;
-	float *mem = model_weights_random(&hw, &c, 11);
 	struct model m;
 	struct sampler_opts o;
+	float *mem = tiny_model(&m, &hw, 11, &o);
 	struct sampler_request rq[5];
 	struct sampler_result a[5], b[5];
 	int ok;
 
-	model_init(&m, &c, &hw, &ops_cpu, DICE_F32);
-	sampler_opts_default(&o);
-	o.mask_id = 299;
 	o.separate_save = 1;     /* the reference's forward counts; fused below */
 	sampler_preset(&o, "eval");
 	o.max_tokens = 8;
@@ -281,11 +290,63 @@ static void test_runs(void)
 	free(mem), free(hw.layers);
 }
 
+/* device mode (the draws and commits on the backend, the host a round behind) == the host's
+ * commits, bitwise, counts included: static and sequential, greedy and sampled, the save
+ * fused and separate, one and three at a time, stop ids met at different blocks */
+static void test_device_mode(void)
+{
+	struct model_weights hw;
+	struct model m;
+	struct sampler_opts o;
+	float *mem = tiny_model(&m, &hw, 5, &o);
+	struct sampler_request rq[5];
+	struct sampler_result a[5], b[5];
+	int ok = 1, runs = 0, on = 1, stopped = 0, stop = -1;
+
+	o.max_tokens = 11;
+	requests(rq, 5, 3);
+	for (int cfg = 0; cfg < 32; cfg++) {
+		o.decoding = cfg & 1 ? SAMPLER_SEQUENTIAL : SAMPLER_STATIC;
+		o.top_k = cfg & 2 ? 1 : 0;
+		o.temperature = cfg & 2 ? 1.0f : 0.8f;
+		o.separate_save = (cfg >> 2) & 1;
+		o.max_active = cfg & 8 ? 3 : 1;
+		o.steps = cfg & 16 ? 3 : 4;
+		o.stop = stop >= 0 ? &stop : NULL;
+		o.nstop = stop >= 0;
+		setenv("DICE_SAMPLER_DEVICE", "0", 1);
+		on &= !sampler_device_mode(&m, &o, 5);
+		sampler_run(&m, &o, rq, 5, a, NULL, NULL);
+		unsetenv("DICE_SAMPLER_DEVICE");
+		on &= sampler_device_mode(&m, &o, 5);
+		sampler_run(&m, &o, rq, 5, b, NULL, NULL);
+		for (int i = 0; i < 5; i++) {
+			ok &= same_result(&a[i], &b[i]) && a[i].stopped == b[i].stopped;
+			stopped += a[i].stopped;
+		}
+		runs++;
+		/* from the second configuration on, stop at a token the first one drew */
+		if (stop < 0)
+			stop = a[2].ids[5];
+		free_all(a, 5), free_all(b, 5);
+	}
+	CHECK(on, "device mode where it applies, and off with DICE_SAMPLER_DEVICE=0");
+	CHECK(ok && runs == 32 && stopped > 0, "device mode == the host's commits, bitwise (32 settings, stops met)");
+	o.decoding = SAMPLER_DYNAMIC;
+	CHECK(!sampler_device_mode(&m, &o, 1), "dynamic decoding stays on the host");
+	o.decoding = SAMPLER_STATIC;
+	o.max_active = 9;
+	CHECK(!sampler_device_mode(&m, &o, 9), "so do more sequences than a replayed forward holds");
+	model_free(&m);
+	free(mem), free(hw.layers);
+}
+
 int main(void)
 {
 	test_quota();
 	test_draw();
 	test_choose();
 	test_runs();
+	test_device_mode();
 	return test_done();
 }
