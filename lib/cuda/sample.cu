@@ -290,7 +290,8 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 /* .denoise (lib/ops.h): one thread block per (sequence, position) draws a masked position as
  * sample_kernel does; the last of a sequence's blocks to finish (a counter per sequence, left
  * at 0 again) applies lib/choose.h's rule to the block's draws, as the CPU twin does. ds, u
- * on the device; tok, prob (n * B) and count (n, zeros) scratch. */
+ * on the device; tok, prob (n * B) and count (n, zeros) scratch, count apart from the others
+ * (a launch of fewer sequences must find its counters where they were left at zero). */
 static __global__ void denoise_kernel(const float *logits, int V, const struct denoise_seq *ds,
                                       int B, const double *u, int *out, int *tok, float *prob,
                                       unsigned *count, int decoding, float threshold,
@@ -340,26 +341,34 @@ extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
                            int decoding, float threshold, float temperature, int top_k,
                            float top_p)
 {
-	static char *scr;
-	static size_t cap;
-	size_t need = (size_t)n * B * 8 + (size_t)n * 4;
+	/* the counters (zeros between launches: each launch's last blocks leave them so) and
+	 * the draws, each grown on demand, a new counter array zeroed */
+	static unsigned *cnt;
+	static char *draws;
+	static int cnt_cap, draws_cap;
 
 	GPU_REQUIRE(n >= 0 && V > 0 && B >= 1 && B <= 32 && temperature > 0.0f, "denoise");
 	if (!on_gpu(V, top_k, top_p))
 		return -1;
 	if (!n)
 		return 0;
-	if (need > cap) {
-		if (scr)
-			CUDA_CHECK(cudaFree(scr));
-		cap = need + need / 2;
-		CUDA_CHECK(cudaMalloc(&scr, cap));
-		CUDA_CHECK(cudaMemsetAsync(scr, 0, cap, st));
+	if (n > cnt_cap) {
+		if (cnt)
+			CUDA_CHECK(cudaFree(cnt));
+		cnt_cap = n + n / 2;
+		CUDA_CHECK(cudaMalloc(&cnt, (size_t)cnt_cap * sizeof *cnt));
+		CUDA_CHECK(cudaMemsetAsync(cnt, 0, (size_t)cnt_cap * sizeof *cnt, st));
 	}
-	denoise_kernel<<<n * B, SAMPLE_THREADS, 0, st>>>(logits, V, ds, B, u, out, (int *)scr,
-	                                                (float *)(scr + (size_t)n * B * 4),
-	                                                (unsigned *)(scr + (size_t)n * B * 8),
-	                                                decoding, threshold, temperature, top_k == 1);
+	if (n * B > draws_cap) {
+		if (draws)
+			CUDA_CHECK(cudaFree(draws));
+		draws_cap = n * B + n * B / 2;
+		CUDA_CHECK(cudaMalloc(&draws, (size_t)draws_cap * 8));
+	}
+	denoise_kernel<<<n * B, SAMPLE_THREADS, 0, st>>>(logits, V, ds, B, u, out, (int *)draws,
+	                                                (float *)(draws + (size_t)draws_cap * 4),
+	                                                cnt, decoding, threshold, temperature,
+	                                                top_k == 1);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

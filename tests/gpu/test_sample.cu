@@ -270,6 +270,9 @@ int main(void)
 	denoise_case("softmax static", V, 5, 4, 0, 0.9f, 1.0f, 0, 0);
 	denoise_case("softmax T dynamic", V, 6, 4, 1, 0.3f, 0.7f, 0, 0);
 	denoise_case("softmax sequential", 4099, 4, 16, 2, 0.9f, 1.2f, 0, 0);
+	denoise_case("greedy static, more sequences", 1000, 9, 4, 0, 0.9f, 1.0f, 1, 1);
+	denoise_case("greedy static, fewer sequences after more", 1000, 2, 4, 0, 0.9f, 1.0f, 1, 1);
+	denoise_case("softmax static, one sequence", 1000, 1, 4, 0, 0.9f, 1.0f, 0, 0);
 	CHECK(G->denoise(NULL, V, NULL, 0, 4, NULL, 0, NULL, 0, 0.9f, 1.0f, 1, 1.0f) == 0 &&
 	      G->denoise(NULL, V, NULL, 0, 4, NULL, 0, NULL, 0, 0.9f, 1.0f, 50, 1.0f) == -1 &&
 	      G->denoise(NULL, V, NULL, 0, 4, NULL, 0, NULL, 0, 0.9f, 1.0f, 0, 0.9f) == -1,
