@@ -347,8 +347,8 @@ static int decode_cap(const struct sampler_opts *o, int A)
  * every forward's shape before the draws are made. The draws and commits then run on the
  * backend (ops->denoise) into the slot's arrays there, the next forward reads its ids from
  * them (model_seq.ids_dev), and the host queues round r + 1 before it waits for round r's
- * results (each denoised block's ids, ops->fetch): the device never waits for the host
- * between forwards. A block's stop check waits for the round that finished it, so with the
+ * results (the ids of the blocks it finished, ops->fetch, where it finished one): the
+ * device never waits for the host between forwards. A block's stop check waits for the round that finished it, so with the
  * save fused a stopped request's slot has one more forward queued, whose results are dropped
  * (its counts are those of the round that finished it). Where it applies: no on_logits hook,
  * blocks of at most 32, every decoding round a replayed forward (at most MODEL_GRAPH_ROWS
@@ -368,11 +368,12 @@ int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int
 	                       o->top_p) == 0;
 }
 
-/* device mode: a queued round's denoised blocks, whose ids come back with ticket */
+/* device mode: a queued round's denoised blocks, whose ids come back with ticket (0: none,
+ * where no block ended) */
 struct dround {
 	long ticket;
 	int n;
-	int *ids;                    /* (n, block) host */
+	int *ids;                    /* (n, block) host, with a ticket */
 	struct dentry {
 		int slot, req, blk;
 		int ends;            /* the round finished block blk */
@@ -397,14 +398,18 @@ static void dround_take(struct dround *r, struct slot *sl, const struct model *m
 {
 	int B = o->block;
 
+	if (!r->ticket) {                       /* no block ended: nothing to check */
+		r->n = 0;
+		return;
+	}
 	m->ops->fetch_wait(r->ticket);
 	for (int i = 0; i < r->n; i++) {
 		const struct dentry *e = &r->e[i];
 		struct slot *s = &sl[e->slot];
-		if (s->req != e->req)           /* finished since, and maybe started again */
+		if (s->req != e->req || !e->ends)   /* (finished since, maybe started again) */
 			continue;
 		memcpy(s->x + e->blk * B, r->ids + i * B, (size_t)B * sizeof *s->x);
-		if (!e->ends || !block_ends_request(s, o, e->blk))
+		if (!block_ends_request(s, o, e->blk))
 			continue;
 		s->forwards = e->fw + (o->separate_save != 0);
 		s->gstep = e->gs;
@@ -581,9 +586,13 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					ret = -1;
 					break;
 				}
+				/* the blocks' ids come back where a block ended (for its stop check) */
 				r->n = nd;
-				r->ticket = last_ticket = m->ops->fetch(r->ids, out_d,
-				                                        (size_t)nd * B * sizeof *out_d);
+				r->ticket = 0;
+				for (int i = 0; i < nd && !r->ticket; i++)
+					if (r->e[i].ends)
+						r->ticket = last_ticket = m->ops->fetch(r->ids, out_d,
+						                         (size_t)nd * B * sizeof *out_d);
 				dhead++;
 				dq++;
 			}

@@ -1469,7 +1469,8 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 
 	if (T <= AR_TPT * nt) {
 		float v[AR_TPT][8], wv[AR_TPT][8];
-		int vec = C % 8 == 0 && !(((uintptr_t)xn | (uintptr_t)rn | (uintptr_t)w) & 15);
+		int vec = C % 8 == 0 &&
+		          !(((uintptr_t)xn | (uintptr_t)rn | (uintptr_t)w | (uintptr_t)yn) & 15);
 #pragma unroll
 		for (int i = 0; i < AR_TPT; i++) {
 			int c0 = 8 * (threadIdx.x + i * nt);
@@ -1523,7 +1524,7 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 #pragma unroll
 			for (int e = 0; e < 8; e++)
 				yv[e] = __fmul_rn(__fmul_rn(v[i][e], rs), wv[i][e]);
-			if (vec && !((uintptr_t)yn & 15)) {
+			if (vec) {
 				if (c0 < C) {
 					*(float4 *)(yn + c0) = make_float4(yv[0], yv[1], yv[2], yv[3]);
 					*(float4 *)(yn + c0 + 4) = make_float4(yv[4], yv[5], yv[6], yv[7]);

@@ -239,6 +239,27 @@ static void elementwise_cases(int N, int C)
 	G->free(dgu); G->free(dy); G->free(dx); G->free(dr); G->free(dw);
 }
 
+/* add_rmsnorm with y 4 bytes past a 16-byte boundary (x, r and w aligned, C whole tiles):
+ * the 4-byte path for every access, the same values */
+static void add_rmsnorm_misaligned(int N, int C)
+{
+	float *x = gt_rand((size_t)N * C, -2, 2), *r = gt_rand((size_t)N * C, -2, 2);
+	float *w = gt_rand(C, 0.5, 1.5), *ref = (float *)xmalloc(sizeof(float) * N * C);
+	float *dx = (float *)gt_up(x, sizeof(float) * N * C), *dr = (float *)gt_up(r, sizeof(float) * N * C);
+	float *dw = (float *)gt_up(w, sizeof(float) * C), *dy = gt_poisoned((size_t)N * C + 1);
+	char what[120];
+
+	H->add_rmsnorm(ref, x, r, w, N, C, 1e-6f);
+	G->add_rmsnorm(dy + 1, dx, dr, dw, N, C, 1e-6f);
+	float *got = gt_down(dy + 1, (size_t)N * C), *gx = gt_down(dx, (size_t)N * C);
+	snprintf(what, sizeof what, "add_rmsnorm y N=%d C=%d, y not 16-byte aligned", N, C);
+	gt_compare(what, got, ref, (size_t)N * C, 1e-5, 1e-4);
+	snprintf(what, sizeof what, "add_rmsnorm x N=%d C=%d, y not 16-byte aligned", N, C);
+	gt_compare(what, gx, x, (size_t)N * C, 0, 0);
+	free(x); free(r); free(w); free(ref); free(got); free(gx);
+	G->free(dx); G->free(dr); G->free(dw); G->free(dy);
+}
+
 int main(void)
 {
 	if (gt_init(61))
@@ -311,5 +332,6 @@ int main(void)
 	elementwise_cases(3, 100);                  /* a row not of whole tiles */
 	elementwise_cases(2, 5000);                 /* wider than two tiles a thread */
 	elementwise_cases(2, 4100);
+	add_rmsnorm_misaligned(3, 2048);
 	return test_done();
 }
