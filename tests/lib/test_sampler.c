@@ -305,13 +305,18 @@ static void test_device_mode(void)
 
 	o.max_tokens = 11;
 	requests(rq, 5, 3);
-	for (int cfg = 0; cfg < 32; cfg++) {
+	for (int cfg = 0; cfg < 64; cfg++) {
 		o.decoding = cfg & 1 ? SAMPLER_SEQUENTIAL : SAMPLER_STATIC;
 		o.top_k = cfg & 2 ? 1 : 0;
 		o.temperature = cfg & 2 ? 1.0f : 0.8f;
 		o.separate_save = (cfg >> 2) & 1;
 		o.max_active = cfg & 8 ? 3 : 1;
 		o.steps = cfg & 16 ? 3 : 4;
+		/* blocks of 8, more steps than positions (steps that commit nothing), and prompts
+		 * that wait for rows */
+		o.block = cfg & 32 ? 8 : 4;
+		o.steps = cfg & 32 ? (cfg & 16 ? 10 : 8) : o.steps;
+		o.max_rows = cfg & 32 ? 16 : 0;
 		o.stop = stop >= 0 ? &stop : NULL;
 		o.nstop = stop >= 0;
 		setenv("DICE_SAMPLER_DEVICE", "0", 1);
@@ -331,7 +336,8 @@ static void test_device_mode(void)
 		free_all(a, 5), free_all(b, 5);
 	}
 	CHECK(on, "device mode where it applies, and off with DICE_SAMPLER_DEVICE=0");
-	CHECK(ok && runs == 32 && stopped > 0, "device mode == the host's commits, bitwise (32 settings, stops met)");
+	CHECK(ok && runs == 64 && stopped > 0, "device mode == the host's commits, bitwise (64 settings, stops met)");
+	o.block = 4;
 	o.decoding = SAMPLER_DYNAMIC;
 	CHECK(!sampler_device_mode(&m, &o, 1), "dynamic decoding stays on the host");
 	o.decoding = SAMPLER_STATIC;
