@@ -6,7 +6,9 @@
 #   ours: tests/bin/model-logits bench (BIN; `make tests/bin/model-logits`): the copy
 #         bandwidth (cudaMemcpyAsync device-to-device of 1 GiB x10, read+write counted), then
 #         (a) batch 1: ms per forward against the floor = weight bytes (layers + lm_head) /
-#         that bandwidth (and the same without the prompt's prefill forward, timed alone),
+#         that bandwidth (and the same without the prompt's prefill forward, timed alone;
+#         the raw lines also time the decode forward alone, waited for one at a time, and
+#         queued back to back with the 8-row one that stores the block before),
 #         and (b) batch BATCH (128, or the largest whose KV caches fit): tokens/s;
 #   ref:  bench/engine-ref.py, the PyTorch reference sampler (transformers' Qwen3 modules in
 #         bf16, SDAR masks, a static KV cache), the same two workloads at the batch ours ran.
