@@ -353,13 +353,18 @@ static int decode_cap(const struct sampler_opts *o, int A)
  * (its counts are those of the round that finished it). Where it applies: no on_logits hook,
  * blocks of at most 32, every decoding round a replayed forward (at most MODEL_GRAPH_ROWS
  * rows and MODEL_GRAPH_SEQS sequences: its logits are whole blocks), and a backend that
- * draws the filters itself. The results are those of the host's commits, bitwise. */
+ * draws the filters itself and queues its work (CUDA; DICE_SAMPLER_DEVICE=1 the CPU too).
+ * The results are those of the host's commits, bitwise. */
 int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int nreq)
 {
 	int A = active_slots(o, nreq);
 	const char *e = getenv("DICE_SAMPLER_DEVICE");
 
-	if ((e && !strcmp(e, "0")) || o->on_logits || o->decoding == SAMPLER_DYNAMIC ||
+	/* by default only where the backend queues its work (replayed graphs: CUDA); a backend
+	 * that computes as it is called (the CPU) would only spend a forward more on each
+	 * stopped request: there DICE_SAMPLER_DEVICE=1 (the tests) */
+	if ((e && !strcmp(e, "0")) || (!(e && !strcmp(e, "1")) && !m->ops->replay) ||
+	    o->on_logits || o->decoding == SAMPLER_DYNAMIC ||
 	    o->block > 32 || A * 2 * o->block > MODEL_GRAPH_ROWS || A > MODEL_GRAPH_SEQS ||
 	    !m->ops->denoise || !m->ops->fetch)
 		return 0;

@@ -93,8 +93,9 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
                 int nreq, struct sampler_result *res, sampler_progress_fn progress, void *arg);
 
 /* 1 when sampler_run would draw and commit on the backend, the host a round behind (static
- * and sequential decoding of at most 8 sequences at block 4 without an on_logits hook, where
- * the backend draws the filters; DICE_SAMPLER_DEVICE=0 turns it off): the same results. */
+ * and sequential decoding of at most 8 sequences at block 4 without an on_logits hook, on a
+ * backend that queues its work (CUDA) and draws the filters itself; DICE_SAMPLER_DEVICE=0
+ * turns it off, =1 on for the CPU backend too): the same results. */
 int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int nreq);
 
 /* Bytes of KV cache that a run of nreq requests of prompts up to plen needs (at most

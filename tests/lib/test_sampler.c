@@ -323,8 +323,11 @@ static void test_device_mode(void)
 		on &= !sampler_device_mode(&m, &o, 5);
 		sampler_run(&m, &o, rq, 5, a, NULL, NULL);
 		unsetenv("DICE_SAMPLER_DEVICE");
+		on &= !sampler_device_mode(&m, &o, 5);          /* (the CPU: off by default) */
+		setenv("DICE_SAMPLER_DEVICE", "1", 1);
 		on &= sampler_device_mode(&m, &o, 5);
 		sampler_run(&m, &o, rq, 5, b, NULL, NULL);
+		unsetenv("DICE_SAMPLER_DEVICE");
 		for (int i = 0; i < 5; i++) {
 			ok &= same_result(&a[i], &b[i]) && a[i].stopped == b[i].stopped;
 			stopped += a[i].stopped;
@@ -335,14 +338,16 @@ static void test_device_mode(void)
 			stop = a[2].ids[5];
 		free_all(a, 5), free_all(b, 5);
 	}
-	CHECK(on, "device mode where it applies, and off with DICE_SAMPLER_DEVICE=0");
+	CHECK(on, "device mode where it applies with DICE_SAMPLER_DEVICE=1, off with 0 and by default on the CPU");
 	CHECK(ok && runs == 64 && stopped > 0, "device mode == the host's commits, bitwise (64 settings, stops met)");
 	o.block = 4;
 	o.decoding = SAMPLER_DYNAMIC;
+	setenv("DICE_SAMPLER_DEVICE", "1", 1);
 	CHECK(!sampler_device_mode(&m, &o, 1), "dynamic decoding stays on the host");
 	o.decoding = SAMPLER_STATIC;
 	o.max_active = 9;
 	CHECK(!sampler_device_mode(&m, &o, 9), "so do more sequences than a replayed forward holds");
+	unsetenv("DICE_SAMPLER_DEVICE");
 	model_free(&m);
 	free(mem), free(hw.layers);
 }
