@@ -59,4 +59,26 @@ static inline DICE_HD int dice_choose(int decoding, int n, const uint8_t *masked
 	return got;
 }
 
+/* A block's step once its masked positions are drawn (tok, conf: the draws; conf 0 where not
+ * masked): dice_choose's positions committed into the block's arrays (x = the draw, msk = 0,
+ * step = gstep, cf = its probability), and out (if not NULL) = the block's ids after. */
+static inline DICE_HD void dice_commit(int decoding, int n, int *x, uint8_t *msk, int *step,
+                                       float *cf, int gstep, int quota, float threshold,
+                                       const int *tok, const float *conf, int *out)
+{
+	uint8_t commit[32];
+
+	dice_choose(decoding, n, msk, conf, quota, threshold, commit);
+	for (int i = 0; i < n; i++) {
+		if (commit[i]) {
+			x[i] = tok[i];
+			msk[i] = 0;
+			step[i] = gstep;
+			cf[i] = conf[i];
+		}
+		if (out)
+			out[i] = x[i];
+	}
+}
+
 #endif

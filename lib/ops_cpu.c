@@ -373,7 +373,6 @@ static int cpu_denoise(const float *logits, int V, const struct denoise_seq *ds,
 		const struct denoise_seq *d = &ds[s];
 		int tok[32], k = d->u0;
 		float conf[32];
-		uint8_t commit[32];
 		for (int j = 0; j < B; j++) {
 			tok[j] = d->x[j];
 			conf[j] = 0.0f;
@@ -381,16 +380,8 @@ static int cpu_denoise(const float *logits, int V, const struct denoise_seq *ds,
 				tok[j] = sample_draw(logits + (size_t)(d->row + j) * V, V, temperature,
 				                     top_k, top_p, u[k++], &conf[j], work);
 		}
-		dice_choose(decoding, B, d->msk, conf, d->quota, threshold, commit);
-		for (int j = 0; j < B; j++) {
-			if (commit[j]) {
-				d->x[j] = tok[j];
-				d->msk[j] = 0;
-				d->step[j] = d->gstep;
-				d->conf[j] = conf[j];
-			}
-			out[s * B + j] = d->x[j];
-		}
+		dice_commit(decoding, B, d->x, d->msk, d->step, d->conf, d->gstep, d->quota,
+		            threshold, tok, conf, out + s * B);
 	}
 	free(work);
 	return 0;

@@ -259,6 +259,21 @@ static int block_ends_request(const struct slot *s, const struct sampler_opts *o
 	return 0;
 }
 
+/* the positions step s->it of the block commits, nm masked: the quota, all after `steps` */
+static int step_quota(const struct slot *s, const struct sampler_opts *o, int nm)
+{
+	return s->it >= o->steps ? nm : sampler_quota(o->block, o->steps, s->it);
+}
+
+/* on to the next block, whose K/V the first forward stores (pending) or a pass stored */
+static void next_block(struct slot *s, const struct sampler_opts *o, int pending)
+{
+	s->b++;
+	s->it = 0;
+	s->pending = pending;
+	s->nm = o->block;
+}
+
 /* commit the drawn candidates of the slot's block: tok/prob hold, in position order, the draws
  * of its masked positions (the backend's sample op); returns how many draws it took */
 static int slot_denoise(struct slot *s, const struct sampler_opts *o, const int *tok,
@@ -278,7 +293,7 @@ static int slot_denoise(struct slot *s, const struct sampler_opts *o, const int 
 		cand[j] = tok[nm];
 		conf[j] = prob[nm++];
 	}
-	quota = s->it >= o->steps ? nm : sampler_quota(B, o->steps, s->it);
+	quota = step_quota(s, o, nm);
 	sampler_choose(o->decoding, B, s->msk + bs, conf, quota, o->threshold, commit);
 	for (int j = 0; j < B; j++) {
 		if (!commit[j])
@@ -342,15 +357,16 @@ static int decode_cap(const struct sampler_opts *o, int A)
 	return n > INT_MAX - 128 ? INT_MAX : (int)((n + 127) / 128 * 128);
 }
 
-/* Device mode (DICE_SAMPLER_DEVICE, on unless "0"): static and sequential decoding commit
- * a fixed number of positions a step (the quota, capped by the masks left), so the host knows
- * every forward's shape before the draws are made. The draws and commits then run on the
- * backend (ops->denoise) into the slot's arrays there, the next forward reads its ids from
- * them (model_seq.ids_dev), and the host queues round r + 1 before it waits for round r's
- * results (the ids of the blocks it finished, ops->fetch, where it finished one): the
- * device never waits for the host between forwards. A block's stop check waits for the round that finished it, so with the
- * save fused a stopped request's slot has one more forward queued, whose results are dropped
- * (its counts are those of the round that finished it). Where it applies: no on_logits hook,
+/* Device mode (DICE_SAMPLER_DEVICE: 0 off, 1 on wherever it applies, unset on where the
+ * backend queues its work): static and sequential decoding commit a fixed number of
+ * positions a step (the quota, capped by the masks left), so the host knows every forward's
+ * shape before the draws are made. The draws and commits then run on the backend
+ * (ops->denoise) into the slot's arrays there, the next forward reads its ids from them
+ * (model_seq.ids_dev), and the host queues round r + 1 before it waits for round r's results
+ * (the ids of the blocks it finished, ops->fetch, where it finished one): the device never
+ * waits for the host between forwards. A block's stop check waits for the round that
+ * finished it, so with the save fused a stopped request's slot has one more forward queued,
+ * whose results are dropped (its counts are those of the round that finished it). Where it applies: no on_logits hook,
  * blocks of at most 32, every decoding round a replayed forward (at most MODEL_GRAPH_ROWS
  * rows and MODEL_GRAPH_SEQS sequences: its logits are whole blocks), and a backend that
  * draws the filters itself and queues its work (CUDA; DICE_SAMPLER_DEVICE=1 the CPU too).
@@ -396,11 +412,14 @@ static void request_done(struct slot *s, const struct sampler_opts *o,
 		progress(arg, ++*done, nreq);
 }
 
-/* device mode: round r's results in, the blocks it finished checked for stop ids */
-static void dround_take(struct dround *r, struct slot *sl, const struct model *m,
-                        const struct sampler_opts *o, struct sampler_result *res, double t0,
-                        int *done, int nreq, sampler_progress_fn progress, void *arg)
+/* device mode: the oldest queued round's results in (dr[dhead - *dq], 2 in the ring), the
+ * blocks it finished checked for stop ids */
+static void dround_take(struct dround *dr, int dhead, int *dq, struct slot *sl,
+                        const struct model *m, const struct sampler_opts *o,
+                        struct sampler_result *res, double t0, int *done, int nreq,
+                        sampler_progress_fn progress, void *arg)
 {
+	struct dround *r = &dr[(dhead - (*dq)--) & 1];
 	int B = o->block;
 
 	if (!r->ticket) {                       /* no block ended: nothing to check */
@@ -515,9 +534,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 		if (!ns) {
 			if (!dq)
 				break;
-			dround_take(&dr[(dhead - dq) & 1], sl, m, o, res, t0, &done, nreq, progress,
-			            arg);
-			dq--;
+			dround_take(dr, dhead, &dq, sl, m, o, res, t0, &done, nreq, progress, arg);
 			continue;
 		}
 		/* logits only for the masked rows, where the forward is not replayed as a graph (whose
@@ -558,11 +575,10 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					if (s->b + 1 >= s->nb)
 						s->ending = 1;
 					else
-						s->b++, s->it = 0, s->nm = B;
+						next_block(s, o, 0);
 					continue;
 				}
-				int bs = s->b * B, quota = s->it >= o->steps ? s->nm :
-				                           sampler_quota(B, o->steps, s->it);
+				int bs = s->b * B, quota = step_quota(s, o, s->nm);
 				ds[nd] = (struct denoise_seq){ .row = nd * B, .quota = quota,
 				                               .gstep = ++s->gstep, .u0 = nu, .x = s->x_d + bs,
 				                               .msk = s->msk_d + bs, .step = s->step_d + bs,
@@ -580,7 +596,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					if (s->b + 1 >= s->nb)
 						s->ending = 1;
 					else
-						s->b++, s->it = 0, s->pending = 1, s->nm = B;
+						next_block(s, o, 1);
 				}
 			}
 			st_lap(st, ST_DRAWS, &st_t);
@@ -603,9 +619,8 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			}
 			st_lap(st, ST_SAMPLE, &st_t);
 			if (dq == 2 || (dq && !nd)) {
-				dround_take(&dr[(dhead - dq) & 1], sl, m, o, res, t0, &done, nreq,
-				            progress, arg);
-				dq--;
+				dround_take(dr, dhead, &dq, sl, m, o, res, t0, &done, nreq, progress,
+				            arg);
 			}
 			st_lap(st, ST_COMMIT, &st_t);
 			continue;
@@ -650,16 +665,13 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					if (block_ends_request(s, o, s->b)) {
 						request_done(s, o, res, t0, &done, nreq, progress, arg);
 					} else {
-						s->b++;
-						s->it = 0;
-						s->pending = 1;
+						next_block(s, o, 1);
 					}
 				}
 			} else if (block_ends_request(s, o, s->b)) {
 				request_done(s, o, res, t0, &done, nreq, progress, arg);
 			} else {
-				s->b++;
-				s->it = 0;
+				next_block(s, o, 0);
 			}
 		}
 		st_lap(st, ST_COMMIT, &st_t);

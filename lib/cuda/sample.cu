@@ -318,22 +318,27 @@ static __global__ void denoise_kernel(const float *logits, int V, const struct d
 		return;
 	__threadfence();
 	count[s] = 0;
-	uint8_t m[32], c[32];
+	int tk[32];
 	float conf[32];
 	for (int i = 0; i < B; i++) {
-		m[i] = d.msk[i];
-		conf[i] = m[i] ? __ldcg(&prob[s * B + i]) : 0.0f;
+		int mi = d.msk[i];
+		tk[i] = mi ? __ldcg(&tok[s * B + i]) : d.x[i];
+		conf[i] = mi ? __ldcg(&prob[s * B + i]) : 0.0f;
 	}
-	dice_choose(decoding, B, m, conf, d.quota, threshold, c);
-	for (int i = 0; i < B; i++) {
-		if (c[i]) {
-			d.x[i] = __ldcg(&tok[s * B + i]);
-			d.msk[i] = 0;
-			d.step[i] = d.gstep;
-			d.conf[i] = conf[i];
-		}
-		out[s * B + i] = d.x[i];
-	}
+	dice_commit(decoding, B, d.x, d.msk, d.step, d.conf, d.gstep, d.quota, threshold, tk,
+	            conf, out + s * B);
+}
+
+/* a device buffer of at least need bytes (its contents not kept): 1 when it was made anew */
+static int dev_grow(char **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	if (*p)
+		CUDA_CHECK(cudaFree(*p));
+	*cap = need + need / 2;
+	CUDA_CHECK(cudaMalloc(p, *cap));
+	return 1;
 }
 
 extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
@@ -343,31 +348,21 @@ extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
 {
 	/* the counters (zeros between launches: each launch's last blocks leave them so) and
 	 * the draws, each grown on demand, a new counter array zeroed */
-	static unsigned *cnt;
-	static char *draws;
-	static int cnt_cap, draws_cap;
+	static char *cnt, *draws;
+	static size_t cnt_cap, draws_cap;
+	size_t nd = (size_t)n * B;
 
 	GPU_REQUIRE(n >= 0 && V > 0 && B >= 1 && B <= 32 && temperature > 0.0f, "denoise");
 	if (!on_gpu(V, top_k, top_p))
 		return -1;
 	if (!n)
 		return 0;
-	if (n > cnt_cap) {
-		if (cnt)
-			CUDA_CHECK(cudaFree(cnt));
-		cnt_cap = n + n / 2;
-		CUDA_CHECK(cudaMalloc(&cnt, (size_t)cnt_cap * sizeof *cnt));
-		CUDA_CHECK(cudaMemsetAsync(cnt, 0, (size_t)cnt_cap * sizeof *cnt, st));
-	}
-	if (n * B > draws_cap) {
-		if (draws)
-			CUDA_CHECK(cudaFree(draws));
-		draws_cap = n * B + n * B / 2;
-		CUDA_CHECK(cudaMalloc(&draws, (size_t)draws_cap * 8));
-	}
+	if (dev_grow(&cnt, &cnt_cap, (size_t)n * sizeof(unsigned)))
+		CUDA_CHECK(cudaMemsetAsync(cnt, 0, cnt_cap, st));
+	dev_grow(&draws, &draws_cap, nd * 8);          /* tok (nd ints), then prob (nd floats) */
 	denoise_kernel<<<n * B, SAMPLE_THREADS, 0, st>>>(logits, V, ds, B, u, out, (int *)draws,
-	                                                (float *)(draws + (size_t)draws_cap * 4),
-	                                                cnt, decoding, threshold, temperature,
+	                                                (float *)(draws + nd * 4), (unsigned *)cnt,
+	                                                decoding, threshold, temperature,
 	                                                top_k == 1);
 	CUDA_CHECK_LAUNCH();
 	return 0;
@@ -379,25 +374,16 @@ int cu_denoise(const float *logits, int V, const struct denoise_seq *ds, int n, 
                const double *u, int nu, int *out, int decoding, float threshold,
                float temperature, int top_k, float top_p)
 {
-	static char *dev, *host;
+	static char *dev;
 	static size_t cap;
 	size_t a = ((size_t)n * sizeof *ds + 15) / 16 * 16, bytes = a + (size_t)nu * sizeof *u;
 	cudaStream_t st = gpu_stream();
 
-	if (n <= 0 || !on_gpu(V, top_k, top_p))
-		return n == 0 && on_gpu(V, top_k, top_p) ? 0 : -1;
-	if (bytes > cap) {
-		if (dev)
-			CUDA_CHECK(cudaFree(dev));
-		free(host);
-		cap = bytes + bytes / 2;
-		CUDA_CHECK(cudaMalloc(&dev, cap));
-		host = (char *)malloc(cap);
-		if (!host) {
-			fprintf(stderr, "dice: denoise: out of host memory\n");
-			exit(1);
-		}
-	}
+	if (n <= 0 || !on_gpu(V, top_k, top_p))         /* (the answer alone) */
+		return gpu_denoise(st, logits, V, NULL, n, B, NULL, out, decoding, threshold,
+		                   temperature, top_k, top_p);
+	dev_grow(&dev, &cap, bytes);
+	char *host = (char *)host_buf(bytes);
 	memcpy(host, ds, (size_t)n * sizeof *ds);
 	memcpy(host + a, u, (size_t)nu * sizeof *u);
 	gpu_upload(dev, host, bytes);
