@@ -274,6 +274,16 @@ static void next_block(struct slot *s, const struct sampler_opts *o, int pending
 	s->nm = o->block;
 }
 
+/* device mode: the last forward of block b queued: on to the next block (pending as
+ * next_block), or, after the last one, the request waits for the results (ending) */
+static void dev_block_queued(struct slot *s, const struct sampler_opts *o, int pending)
+{
+	if (s->b + 1 >= s->nb)
+		s->ending = 1;
+	else
+		next_block(s, o, pending);
+}
+
 /* commit the drawn candidates of the slot's block: tok/prob hold, in position order, the draws
  * of its masked positions (the backend's sample op); returns how many draws it took */
 static int slot_denoise(struct slot *s, const struct sampler_opts *o, const int *tok,
@@ -572,10 +582,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					continue;
 				}
 				if (s->action_save) {
-					if (s->b + 1 >= s->nb)
-						s->ending = 1;
-					else
-						next_block(s, o, 0);
+					dev_block_queued(s, o, 0);
 					continue;
 				}
 				int bs = s->b * B, quota = step_quota(s, o, s->nm);
@@ -592,12 +599,8 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				                            .ends = !s->nm, .fw = s->forwards,
 				                            .gs = s->gstep };
 				nd++;
-				if (!s->nm && !o->separate_save) {
-					if (s->b + 1 >= s->nb)
-						s->ending = 1;
-					else
-						next_block(s, o, 1);
-				}
+				if (!s->nm && !o->separate_save)
+					dev_block_queued(s, o, 1);
 			}
 			st_lap(st, ST_DRAWS, &st_t);
 			if (nd) {

@@ -413,11 +413,6 @@ void gpu_upload(void *dst, const void *src, size_t bytes)
 	CUDA_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 
-static void cu_to_device(void *dst, const void *src, size_t bytes)
-{
-	gpu_upload(dst, src, bytes);
-}
-
 /* .fetch: a copy of up to TD_BYTES lands in one of FT_SLOTS page-locked slots, in stream
  * order; waiting for its ticket (or reusing its slot) syncs its event and copies it on to
  * dst. A larger copy is done before fetch returns. */
@@ -497,7 +492,7 @@ static const struct ops ops_cuda = {
 	cu_alloc,
 	cu_free,
 	cu_to_host,
-	cu_to_device,
+	gpu_upload,
 	cu_sync,
 	cu_copy,
 	cu_matmul_backward,
