@@ -1,5 +1,6 @@
 /* sample.cu: the sampling op (lib/ops.h .sample) on the GPU: one thread block per sampled row
- * of logits; only the token ids and probabilities go back to the host.
+ * of logits (top-k 1: one per CHUNK of it); only the token ids and probabilities go back to
+ * the host.
  *
  * The CPU twin is sample_draw (lib/ops_cpu.c). Its draw is a walk in index order over the
  * filtered, unnormalised weights e(i) = exp(l(i)/T - max) (0 for filtered-out tokens) that
@@ -15,7 +16,12 @@
  *
  * Top-k 1 and top-k 0 (or >= V) with top-p 1 run here, at any temperature: DICE's evaluation
  * and RL settings. With top-k 1, pass 1 also counts the maxima: one maximum (no tie) is the
- * draw, with probability 1, and passes 2 and 3 are skipped. Other filters copy only the R rows to the host and run the twin. */
+ * draw, with probability 1, and passes 2 and 3 are skipped. A row of more than CHUNK logits
+ * then takes a block of CHUNK_THREADS per CHUNK of it (one block reading a 150K-entry row is
+ * bound by its own loads in flight): each block's pass 1 over its chunk, and the row's last
+ * block to finish merges the chunks' results in order (the same maximum, first index and
+ * count), so the draw is the one-block draw's; a tie sends that block through the whole row
+ * as above. Other filters copy only the R rows to the host and run the twin. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -25,6 +31,8 @@
 #include "common.cuh"
 
 #define SAMPLE_THREADS 1024
+#define CHUNK 4096              /* top-k 1: logits a block of the split draw (a multiple of 4) */
+#define CHUNK_THREADS 256
 
 /* exclusive prefix of v over the block (blockDim.x a multiple of 32, <= 1024); *total gets
  * the block's sum. sh: 32 doubles of shared memory. */
@@ -71,18 +79,29 @@ static __device__ float block_max_f(float v, float *sh)
 	return v;
 }
 
+static __device__ __forceinline__ int warp_min_i(int v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+static __device__ __forceinline__ int warp_sum_i(int v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
 static __device__ int block_min_i(int v, int *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 
-	for (int o = 16; o > 0; o >>= 1)
-		v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+	v = warp_min_i(v);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
-	v = lane < nw ? sh[lane] : INT_MAX;
-	for (int o = 16; o > 0; o >>= 1)
-		v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+	v = warp_min_i(lane < nw ? sh[lane] : INT_MAX);
 	__syncthreads();
 	return v;
 }
@@ -91,14 +110,11 @@ static __device__ int block_sum_i(int v, int *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
+	v = warp_sum_i(v);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
-	v = lane < nw ? sh[lane] : 0;
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
+	v = warp_sum_i(lane < nw ? sh[lane] : 0);
 	__syncthreads();
 	return v;
 }
@@ -110,27 +126,22 @@ static __device__ __forceinline__ float weight(float l, float temperature, float
 	return e >= thr ? expf(e - mx) : 0.0f;
 }
 
-/* one row's draw by the whole block: l (V), the uniform uu; thread 0 writes *tok, *prob */
-static __device__ void sample_row(int *tok, float *prob, const float *l, double uu, int V,
-                                  float temperature, int top1)
+/* pass 1 over logits [lo, hi) of a row of V (lo and hi multiples of 4 where V is): this
+ * thread's maximum of l / temperature, its first index and how many equal it, strided over
+ * the block; 16-byte loads where the row allows (V a multiple of 4), a few in flight a
+ * thread. Each thread meets its indices in increasing order, so its first maximum and count
+ * are those of the scalar walk. */
+static __device__ __forceinline__ void pass1(const float *l, int lo, int hi, int V,
+                                             float temperature, float *mxp, int *firstp,
+                                             int *np)
 {
-	__shared__ double shd[32];
-	__shared__ float shf[32];
-	__shared__ int shi[32];
-	int per = CEIL_DIV(V, (int)blockDim.x), lo = threadIdx.x * per, hi = min(V, lo + per);
-	float mx = -INFINITY, thr;
-	double s = 0, total, acc, target;
-	int last = -1, cand = INT_MAX;
+	float mx = -INFINITY;
+	int first = INT_MAX, n = 0;
 
-	int first = INT_MAX, n = 0;            /* top-k 1: this thread's first maximum, how many */
-
-	/* pass 1: 16-byte loads where the rows allow (V a multiple of 4), a few in flight a
-	 * thread; each thread still meets its indices in increasing order, so its first maximum
-	 * and count are those of the scalar walk */
 	if (!(V & 3)) {
 		const float4 *l4 = (const float4 *)l;
 #pragma unroll 4
-		for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+		for (int i = lo / 4 + threadIdx.x; i < hi / 4; i += blockDim.x) {
 			float4 q = l4[i];
 			float e4[4] = { q.x, q.y, q.z, q.w };
 			for (int j = 0; j < 4; j++) {
@@ -142,7 +153,7 @@ static __device__ void sample_row(int *tok, float *prob, const float *l, double 
 			}
 		}
 	} else {
-		for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
 			float e = temperature == 1.0f ? l[i] : l[i] / temperature;
 			if (e > mx)
 				mx = e, first = i, n = 1;
@@ -150,6 +161,22 @@ static __device__ void sample_row(int *tok, float *prob, const float *l, double 
 				n++;
 		}
 	}
+	*mxp = mx, *firstp = first, *np = n;
+}
+
+/* one row's draw by the whole block: l (V), the uniform uu; thread 0 writes *tok, *prob */
+static __device__ void sample_row(int *tok, float *prob, const float *l, double uu, int V,
+                                  float temperature, int top1)
+{
+	__shared__ double shd[32];
+	__shared__ float shf[32];
+	__shared__ int shi[32];
+	int per = CEIL_DIV(V, (int)blockDim.x), lo = threadIdx.x * per, hi = min(V, lo + per);
+	float mx, thr;
+	double s = 0, total, acc, target;
+	int last = -1, cand = INT_MAX, first, n;        /* top-k 1: the first maximum, how many */
+
+	pass1(l, 0, V, V, temperature, &mx, &first, &n);
 	float mine = mx;
 	mx = block_max_f(mx, shf);
 	thr = top1 ? mx : -INFINITY;
@@ -190,17 +217,124 @@ static __device__ void sample_row(int *tok, float *prob, const float *l, double 
 	}
 }
 
-static __global__ void sample_kernel(int *tok, float *prob, const float *logits,
-                                     const int *rows, const double *u, int V,
-                                     float temperature, int top1)
+/* a chunk's pass 1 of the split top-k 1 draw */
+struct top1_part {
+	float mx;
+	int first, n;
+};
+
+/* blocks a row's draw takes: CHUNK logits each for top-k 1 (1 where the row is no more) */
+static int row_blocks(int V, int top1)
 {
-	sample_row(&tok[blockIdx.x], &prob[blockIdx.x], logits + (size_t)rows[blockIdx.x] * V,
-	           u[blockIdx.x], V, temperature, top1);
+	return top1 && V > CHUNK ? CEIL_DIV(V, CHUNK) : 1;
+}
+
+/* block c's part of a split row: sample_row's pass 1 over logits [c CHUNK, (c + 1) CHUNK),
+ * thread 0 writing *part */
+static __device__ void top1_part(struct top1_part *part, const float *l, int V,
+                                 float temperature, int c)
+{
+	__shared__ float shf[32];
+	__shared__ int shi[32];
+	int lo = c * CHUNK, hi = min(V, lo + CHUNK), first, n;
+	float mx;
+
+	pass1(l, lo, hi, V, temperature, &mx, &first, &n);
+	float mine = mx;
+	mx = block_max_f(mx, shf);
+	n = block_sum_i(mine == mx ? n : 0, shi);
+	first = block_min_i(mine == mx ? first : INT_MAX, shi);
+	if (threadIdx.x == 0)
+		*part = (struct top1_part){ mx, first, n };
+}
+
+/* one warp merges a row's G parts (written by other blocks) into its draw: the maximum's
+ * first index and count over the row, as sample_row's pass 1 finds them. Returns 1 where
+ * that is the draw (one maximum), 0 for a tie (or no maximum): sample_row over the row then.
+ * *tok, *prob set by lane 0 in the first case. */
+static __device__ int top1_merge(int *tok, float *prob, const struct top1_part *part, int G)
+{
+	int lane = threadIdx.x & 31, f = INT_MAX, n = 0;
+	float m = -INFINITY;
+
+	for (int i = lane; i < G; i += 32) {    /* (each lane's parts in chunk order) */
+		float pm = __ldcg(&part[i].mx);
+		int pf = __ldcg(&part[i].first), pn = __ldcg(&part[i].n);
+		if (pm > m)
+			m = pm, f = pf, n = pn;
+		else if (pm == m)
+			n += pn;
+	}
+	float M = warp_max(m);
+	n = warp_sum_i(m == M ? n : 0);
+	f = warp_min_i(m == M ? f : INT_MAX);
+	if (n != 1 || f == INT_MAX)
+		return 0;
+	if (lane == 0)
+		*tok = f, *prob = 1.0f;
+	return 1;
+}
+
+/* row r = blockIdx.x / G of the R, block blockIdx.x % G of it; the row's last block to finish
+ * (rc[r], left at 0 again) merges its parts */
+static __global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_kernel(int *tok, float *prob, const float *logits, const int *rows, const double *u,
+              int V, float temperature, int top1, int G, struct top1_part *part, unsigned *rc)
+{
+	__shared__ int last, drawn;
+	int r = blockIdx.x / G;
+	const float *l = logits + (size_t)rows[r] * V;
+
+	if (G == 1) {
+		sample_row(&tok[r], &prob[r], l, u[r], V, temperature, top1);
+		return;
+	}
+	top1_part(&part[(size_t)r * G + blockIdx.x % G], l, V, temperature, blockIdx.x % G);
+	if (threadIdx.x == 0) {
+		__threadfence();
+		last = atomicAdd(&rc[r], 1u) == (unsigned)G - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	if (threadIdx.x < 32) {
+		int ok = top1_merge(&tok[r], &prob[r], &part[(size_t)r * G], G);
+		if (threadIdx.x == 0)
+			drawn = ok, rc[r] = 0;
+	}
+	__syncthreads();
+	if (!drawn)
+		sample_row(&tok[r], &prob[r], l, u[r], V, temperature, 1);
 }
 
 static int on_gpu(int V, int top_k, float top_p)
 {
 	return top_p >= 1.0f && (top_k == 1 || top_k <= 0 || top_k >= V);
+}
+
+/* a device buffer of at least need bytes (its contents not kept): 1 when it was made anew */
+static int dev_grow(char **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	if (*p)
+		CUDA_CHECK(cudaFree(*p));
+	*cap = need + need / 2;
+	CUDA_CHECK(cudaMalloc(p, *cap));
+	return 1;
+}
+
+/* at least n counters, zeros between launches (each launch's last blocks leave them so):
+ * the two ops' per-row and per-sequence counters, a new array zeroed */
+static unsigned *counters(cudaStream_t st, size_t n)
+{
+	static char *cnt;
+	static size_t cap;
+
+	if (dev_grow(&cnt, &cap, n * sizeof(unsigned)))
+		CUDA_CHECK(cudaMemsetAsync(cnt, 0, cap, st));
+	return (unsigned *)cnt;
 }
 
 extern "C" int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *logits,
@@ -211,8 +345,14 @@ extern "C" int gpu_sample(cudaStream_t st, int *tok, float *prob, const float *l
 	GPU_REQUIRE(on_gpu(V, top_k, top_p), "sample");
 	if (!R)
 		return 0;
-	sample_kernel<<<R, SAMPLE_THREADS, 0, st>>>(tok, prob, logits, rows, u, V, temperature,
-	                                            top_k == 1);
+	static char *parts;
+	static size_t parts_cap;
+	int G = row_blocks(V, top_k == 1);
+	if (G > 1)
+		dev_grow(&parts, &parts_cap, (size_t)R * G * sizeof(struct top1_part));
+	sample_kernel<<<R * G, G > 1 ? CHUNK_THREADS : SAMPLE_THREADS, 0, st>>>(
+		tok, prob, logits, rows, u, V, temperature, top_k == 1, G, (struct top1_part *)parts,
+		G > 1 ? counters(st, (size_t)R) : NULL);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -287,58 +427,69 @@ void cu_sample(int *tok, float *prob, const float *logits, const int *rows, cons
 	memcpy(prob, h + up + (size_t)R * 4, (size_t)R * sizeof(float));
 }
 
-/* .denoise (lib/ops.h): one thread block per (sequence, position) draws a masked position as
- * sample_kernel does; the last of a sequence's blocks to finish (a counter per sequence, left
- * at 0 again) applies lib/choose.h's rule to the block's draws, as the CPU twin does. ds, u
- * on the device; tok, prob (n * B) and count (n, zeros) scratch, count apart from the others
- * (a launch of fewer sequences must find its counters where they were left at zero). */
-static __global__ void denoise_kernel(const float *logits, int V, const struct denoise_seq *ds,
-                                      int B, const double *u, int *out, int *tok, float *prob,
-                                      unsigned *count, int decoding, float threshold,
-                                      float temperature, int top1)
+/* .denoise (lib/ops.h): G thread blocks per (sequence, position) draw a masked position as
+ * sample_kernel does (G > 1: each a chunk's part); the last of a sequence's B G blocks to
+ * finish (a counter per sequence, left at 0 again) merges the parts (a warp a position),
+ * and applies lib/choose.h's rule to the block's draws, as the CPU twin does. ds, u on the
+ * device; tok, prob (n B), part (n B G) scratch; count (n) zeros at rest (a launch of fewer
+ * sequences must find its counters at zero). */
+static __global__ void __launch_bounds__(SAMPLE_THREADS)
+denoise_kernel(const float *logits, int V, const struct denoise_seq *ds, int B, const double *u,
+               int *out, int *tok, float *prob, unsigned *count, int decoding, float threshold,
+               float temperature, int top1, int G, struct top1_part *part)
 {
-	__shared__ int last;
-	int s = blockIdx.x / B, j = blockIdx.x % B;
+	__shared__ int last, tie[32], stok[32];
+	__shared__ float sprob[32];
+	int r = blockIdx.x / G, c = blockIdx.x % G, s = r / B, j = r % B;
 	const struct denoise_seq d = ds[s];
+	const float *row = logits + (size_t)d.row * V;
 
 	if (d.msk[j]) {
-		int k = d.u0;
-		for (int i = 0; i < j; i++)
-			k += d.msk[i];
-		sample_row(&tok[blockIdx.x], &prob[blockIdx.x], logits + (size_t)(d.row + j) * V, u[k],
-		           V, temperature, top1);
+		if (G > 1) {
+			top1_part(&part[(size_t)r * G + c], row + (size_t)j * V, V, temperature, c);
+		} else {
+			int k = d.u0;
+			for (int i = 0; i < j; i++)
+				k += d.msk[i];
+			sample_row(&tok[r], &prob[r], row + (size_t)j * V, u[k], V, temperature,
+			           top1);
+		}
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		__threadfence();
-		last = atomicAdd(&count[s], 1u) == (unsigned)B - 1;
+		last = atomicAdd(&count[s], 1u) == (unsigned)(B * G) - 1;
 	}
 	__syncthreads();
-	if (!last || threadIdx.x)
+	if (!last)
 		return;
 	__threadfence();
+	if (G > 1) {                    /* the parts merged, a warp a position; then the ties */
+		for (int i = threadIdx.x >> 5; i < B; i += blockDim.x >> 5) {
+			int t = d.msk[i] && !top1_merge(&stok[i], &sprob[i],
+			                                &part[(size_t)(s * B + i) * G], G);
+			if ((threadIdx.x & 31) == 0)
+				tie[i] = t;
+		}
+		__syncthreads();
+		for (int i = 0, k = d.u0; i < B; k += d.msk[i], i++)
+			if (d.msk[i] && tie[i])
+				sample_row(&stok[i], &sprob[i], row + (size_t)i * V, u[k], V, temperature,
+				           1);
+		__syncthreads();
+	}
+	if (threadIdx.x)
+		return;
 	count[s] = 0;
 	int tk[32];
 	float conf[32];
 	for (int i = 0; i < B; i++) {
 		int mi = d.msk[i];
-		tk[i] = mi ? __ldcg(&tok[s * B + i]) : d.x[i];
-		conf[i] = mi ? __ldcg(&prob[s * B + i]) : 0.0f;
+		tk[i] = !mi ? d.x[i] : G > 1 ? stok[i] : __ldcg(&tok[s * B + i]);
+		conf[i] = !mi ? 0.0f : G > 1 ? sprob[i] : __ldcg(&prob[s * B + i]);
 	}
 	dice_commit(decoding, B, d.x, d.msk, d.step, d.conf, d.gstep, d.quota, threshold, tk,
 	            conf, out + s * B);
-}
-
-/* a device buffer of at least need bytes (its contents not kept): 1 when it was made anew */
-static int dev_grow(char **p, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	if (*p)
-		CUDA_CHECK(cudaFree(*p));
-	*cap = need + need / 2;
-	CUDA_CHECK(cudaMalloc(p, *cap));
-	return 1;
 }
 
 extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
@@ -346,24 +497,23 @@ extern "C" int gpu_denoise(cudaStream_t st, const float *logits, int V,
                            int decoding, float threshold, float temperature, int top_k,
                            float top_p)
 {
-	/* the counters (zeros between launches: each launch's last blocks leave them so) and
-	 * the draws, each grown on demand, a new counter array zeroed */
-	static char *cnt, *draws;
-	static size_t cnt_cap, draws_cap;
+	/* the draws (tok, prob, the chunks' parts), grown on demand; the counters */
+	static char *draws;
+	static size_t draws_cap;
 	size_t nd = (size_t)n * B;
+	int G;
 
 	GPU_REQUIRE(n >= 0 && V > 0 && B >= 1 && B <= 32 && temperature > 0.0f, "denoise");
 	if (!on_gpu(V, top_k, top_p))
 		return -1;
 	if (!n)
 		return 0;
-	if (dev_grow(&cnt, &cnt_cap, (size_t)n * sizeof(unsigned)))
-		CUDA_CHECK(cudaMemsetAsync(cnt, 0, cnt_cap, st));
-	dev_grow(&draws, &draws_cap, nd * 8);          /* tok (nd ints), then prob (nd floats) */
-	denoise_kernel<<<n * B, SAMPLE_THREADS, 0, st>>>(logits, V, ds, B, u, out, (int *)draws,
-	                                                (float *)(draws + nd * 4), (unsigned *)cnt,
-	                                                decoding, threshold, temperature,
-	                                                top_k == 1);
+	G = row_blocks(V, top_k == 1);
+	dev_grow(&draws, &draws_cap, nd * (8 + G * sizeof(struct top1_part)));
+	denoise_kernel<<<n * B * G, G > 1 ? CHUNK_THREADS : SAMPLE_THREADS, 0, st>>>(
+		logits, V, ds, B, u, out, (int *)draws, (float *)(draws + nd * 4),
+		counters(st, (size_t)n), decoding, threshold, temperature, top_k == 1, G,
+		(struct top1_part *)(draws + nd * 8));
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

@@ -14,16 +14,18 @@
  *       per BATCH of the list: the largest batch up to BATCH whose KV caches fit, requests of
  *       P prompt tokens and G new ones (G from BATCH:G when given) decoded together; prints
  *       the decode forward alone (BENCH_MODES=1: also with CUDA graphs and PDL each off;
- *       BENCH_OPS=1: its time per op, 2: and a batch's prefill forward's; BENCH_SKIP=1: its
- *       time with the attention, the small ops, both, the products, qkv_prep or add_rmsnorm
- *       left out;
+ *       BENCH_OPS=1: its time per op, and that of the forward that also stores the block
+ *       before, 2: and a batch's prefill forward's; BENCH_SKIP=1: its time with the
+ *       attention, the small ops, both, the products, qkv_prep or add_rmsnorm left out;
  *       BENCH_TIMELINE=FILE: one more forward's kernels, a line a block, to FILE, in a build
  *       with -DDICE_TIMELINE: bench/timeline.py), at batch 1 the prefill forward alone, then one
  *       "engine" line: ms per forward, forwards per token, tokens/s, the floor (weight bytes
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
  *       size, the sample op and the host work, CUDA graphs off; BENCH_NSYS=A,B: a profiler
- *       capture range from the sampling run's sample call A to its call B); BENCH_PREFILL=N:
+ *       capture range from the sampling run's sample call A to its call B; BENCH_ROUND=1, batch 1:
+ *       a device-mode round's ops added one by one to the queued decode forward);
+ *       BENCH_PREFILL=N:
  *       instead of all that, a prefill forward of N prompts of P with the prefill attention
  *       on and off, and its ops each way
  */
@@ -187,6 +189,7 @@ static void ops_breakdown(struct model *m, struct model_seq *sq, int B, int reps
 	for (int r = 0; r < reps; r++) {
 		ot_n = 0;
 		model_forward(m, sq, B, NULL);
+		ot_real->sync();                /* (a lazy forward returns before its events) */
 		for (int i = 0; i < ot_n; i++) {
 			float ms = 0;
 			int j;
@@ -630,6 +633,104 @@ static void np_sample(int *tok, float *prob, const float *logits, const int *row
 }
 #endif
 
+/* BENCH_ROUND=1 (batch 1): what a round of the sampler's device mode adds to a queued decode
+ * forward, op by op, each way 20 rounds with one wait at the end, the ways in turn twice:
+ * 0 the forward alone, 1 its ids copied from the device (ids_dev), 2 that and the denoise op
+ * (its arguments' upload, its kernel: every position masked, quota 0, so that each round
+ * draws the whole block), 3 that and a fetch of the block's ids every block rounds; CUDA:
+ * 4 way 1 and the denoise kernel alone (its arguments uploaded once before), 5 way 1 and a
+ * 16-byte memset (a stream operation that does nothing), 6 way 4 with nothing masked (the
+ * kernel's launch and commit, no draws) */
+static void round_breakdown(struct model *m, struct model_seq *sq, int Bk, const char *geom,
+                            int P)
+{
+	static const char *name[] = { "forward", "+ids copy", "+denoise", "+fetch",
+	                              "+denoise kernel", "+memset", "+kernel, no draws" };
+	int V = m->cfg.vocab_size, lazy = m->lazy, *ids = xmalloc((size_t)Bk * sizeof *ids);
+	size_t n4 = (size_t)Bk * 4;
+	char *d = m->ops->alloc(5 * n4 + 2 * Bk);   /* x, step, conf, out, ids_dev | msk, zeros */
+	int *x = (int *)d, *step = (int *)(d + n4), *out = (int *)(d + 3 * n4);
+	int *idd = (int *)(d + 4 * n4);
+	uint8_t *msk = (uint8_t *)(d + 5 * n4), *h = xcalloc(5 * n4 + 2 * Bk, 1);
+	double u[32], tm[7] = { 0 };
+	int nw = 4;
+	struct denoise_seq ds = { .row = 0, .quota = 0, .gstep = 0, .u0 = 0, .x = x, .msk = msk,
+	                          .step = step, .conf = (float *)(d + 2 * n4) };
+#ifdef DICE_CUDA
+	void *args = NULL;              /* ways 4, 6: ds, then u, on the device; ds unmasked */
+	if (!strcmp(m->ops->name, "cuda")) {
+		char hb[2 * sizeof ds + sizeof u];
+		struct denoise_seq d0 = ds;
+		nw = 7;
+		d0.msk = msk + Bk;
+		args = m->ops->alloc(sizeof hb);
+		memcpy(hb, &ds, sizeof ds);
+		for (int j = 0; j < Bk; j++)
+			((double *)(hb + sizeof ds))[j] = (j + 0.5) / Bk;
+		memcpy(hb + sizeof ds + sizeof u, &d0, sizeof d0);
+		m->ops->to_device(args, hb, sizeof hb);
+	}
+#endif
+
+	for (int j = 0; j < Bk; j++) {
+		ids[j] = sq->ids[j], ((int *)h)[j] = m->cfg.mask_token_id, h[5 * n4 + j] = 1;
+		u[j] = (j + 0.5) / Bk;
+		((int *)(h + 4 * n4))[j] = sq->ids[j];
+	}
+	m->ops->to_device(d, h, 5 * n4 + 2 * Bk);
+	m->lazy = 1;
+	for (int rep = 0; rep < 2; rep++) {
+		for (int w = 0; w < nw; w++) {
+			struct model_seq q = *sq;
+			long tk = 0;
+			q.ids_dev = w ? idd : NULL;
+			model_forward(m, &q, 1, NULL);
+			m->ops->sync();
+			double t = now_s();
+			for (int i = 0; i < 20; i++) {
+				model_forward(m, &q, 1, NULL);
+				if (w < 2)
+					continue;
+#ifdef DICE_CUDA
+				if (w == 5) {
+					m->ops->zero(out, n4);
+					continue;
+				}
+				if (w >= 4) {
+					char *a = (char *)args + (w == 6 ? sizeof ds + sizeof u : 0);
+					if (gpu_denoise(gpu_stream(), m->logits, V, (struct denoise_seq *)a, 1,
+					                Bk, (const double *)((char *)args + sizeof ds), out,
+					                0, 0.9f, 1.0f, 1, 1.0f) != 0)
+						die("round: denoise failed");
+					continue;
+				}
+#endif
+				ds.gstep = i;
+				if (m->ops->denoise(m->logits, V, &ds, 1, Bk, u, Bk, out, 0, 0.9f, 1.0f, 1,
+				                    1.0f) != 0)
+					die("round: denoise failed");
+				if (w == 3 && i % Bk == Bk - 1)
+					tk = m->ops->fetch(ids, out, n4);
+			}
+			if (tk)
+				m->ops->fetch_wait(tk);
+			m->ops->sync();
+			tm[w] = (now_s() - t) / 20;
+		}
+		printf("round %s cache %d:", geom, P);
+		for (int w = 0; w < nw; w++)
+			printf(" %s %.3f ms%s", name[w], tm[w] * 1e3, w < nw - 1 ? ";" : "\n");
+		fflush(stdout);
+	}
+	m->lazy = lazy;
+	m->ops->free(d);
+#ifdef DICE_CUDA
+	if (args)
+		m->ops->free(args);
+#endif
+	free(h), free(ids);
+}
+
 /* one workload: up to B requests of P prompt tokens and G new ones, decoded together */
 static void bench_one(struct model *m, const char *preset, int B, int P, int G, double bw,
                       const char *geom, const char *dtn)
@@ -757,14 +858,25 @@ static void bench_one(struct model *m, const char *preset, int B, int P, int G, 
 			}
 			m->ops->sync();
 			t8 = (now_s() - t8) / 20;
+			m->lazy = lazy;
+#ifdef DICE_CUDA
+			/* BENCH_OPS=1: that forward's ops too (twice: one forward each, the cache
+			 * set back before) */
+			for (int i = 0; i < 2 && getenv("BENCH_OPS") && !strcmp(m->ops->name, "cuda"); i++) {
+				for (int b = 0; b < B; b++)
+					kv[b].len = P - o.block;
+				ops_breakdown(m, s8, B, 1, t8 * 1e3);
+			}
+#endif
 			for (int b = 0; b < B; b++)
 				kv[b].len = P;
-			m->lazy = lazy;
 			free(s8);
 			printf("decode-queued %s batch %d cache %d: %.3f ms a forward without a wait "
 			       "between; %.3f ms with the block before stored (%d rows a sequence)\n",
 			       geom, B, P, ta * 1e3, t8 * 1e3, 2 * o.block);
 			fflush(stdout);
+			if (getenv("BENCH_ROUND") && B == 1)
+				round_breakdown(m, sq, o.block, geom, P);
 		}
 		for (int b = 0; b < B; b++)
 			kvcache_free(&kv[b], m);

@@ -7,7 +7,10 @@
  * 1e-5 relative of the one computed in double, and the drawn index consistent with the CDF
  * computed in double: CDF(before) <= u + 1e-6 and CDF(through) > u - 1e-6; the draws that
  * differ from the twin's must be few and each such a boundary case. Other filters (top-k 50,
- * top-p 0.9) go through the host twin: identical. Rows are a permuted subset of the matrix. */
+ * top-p 0.9) go through the host twin: identical. Rows are a permuted subset of the matrix.
+ * Top-k 1 over rows longer than the kernel's chunk (split over blocks): rows whose maximum
+ * sits at either side of a chunk boundary, or is shared by two chunks (a tie the merge must
+ * send back through the whole row), identical too. */
 #include <string.h>
 
 #include "gpu_test.h"
@@ -99,6 +102,42 @@ static void one(const char *what, int V, int NROW, float lo, float hi, int integ
 	CHECK(bad == 0 && badp == 0 && (exact ? same == NROW : same >= NROW - NROW / 16), name);
 	free(l), free(rows), free(tg), free(tc), free(pg), free(pc), free(u);
 	G->free(dl);
+}
+
+/* top-k 1 with the row split over blocks (chunks of 4096): a row's maximum placed on either
+ * side of a chunk boundary, in the last (short) chunk, or tied across two chunks, against the
+ * twin, bitwise; V a multiple of 4 (16-byte loads) and not */
+static void split_case(int V)
+{
+	static const int at[][2] = { { 4095, -1 }, { 4096, -1 }, { 8191, -1 }, { 0, -1 },
+	                             { -1, -1 }, { 100, 4100 }, { 4096, 8192 }, { 4095, 4096 },
+	                             { 3, 7 }, { -2, 9000 } };
+	int NR = (int)(sizeof at / sizeof at[0]), bad = 0, *rows = (int *)xmalloc(NR * sizeof(int));
+	float *l = gt_rand((size_t)NR * V, -8, 8), pc[16], pg[16];
+	int tc[16], tg[16];
+	double *u = draws(NR, 0);
+	for (int r = 0; r < NR; r++) {
+		rows[r] = r;
+		for (int k = 0; k < 2; k++) {
+			int i = at[r][k] == -1 ? (k ? -1 : V - 1) : at[r][k] == -2 ? V - 2 : at[r][k];
+			if (i >= 0 && i < V)
+				l[(size_t)r * V + i] = 20.0f;
+		}
+	}
+	float *dl = (float *)gt_up(l, (size_t)NR * V * sizeof(float));
+	H->sample(tc, pc, l, rows, u, NR, V, 1.0f, 1, 1.0f);
+	G->sample(tg, pg, dl, rows, u, NR, V, 1.0f, 1, 1.0f);
+	for (int r = 0; r < NR; r++)
+		if (tg[r] != tc[r] || pg[r] != pc[r]) {
+			if (!bad++)
+				printf("#   row %d: gpu %d (%.9g) cpu %d (%.9g)\n", r, tg[r], pg[r], tc[r], pc[r]);
+		}
+	char name[120];
+	snprintf(name, sizeof name, "sample greedy split V=%d: maxima at chunk boundaries and tied "
+	         "across chunks, as the twin's", V);
+	CHECK(bad == 0, name);
+	G->free(dl);
+	free(l), free(rows), free(u);
 }
 
 /* the denoise op: n blocks of B positions (random masks, one block with none), quotas and
@@ -264,7 +303,15 @@ int main(void)
 	one("softmax small V", 33, 64, -2, 2, 0, 1.3f, 0, 1.0f);
 	one("host top-k", V, 8, -8, 8, 0, 1.0f, 50, 1.0f);
 	one("host top-p", V, 8, -8, 8, 0, 0.8f, 0, 0.9f);
+	one("greedy split, scalar loads", 10007, 64, -8, 8, 0, 1.0f, 1, 1.0f);
+	one("greedy ties split", 10008, 128, -2, 2, 1, 0.8f, 1, 1.0f);
+	split_case(10008);
+	split_case(10007);
+	split_case(V);
 	denoise_case("greedy static", V, 5, 4, 0, 0.9f, 1.0f, 1, 0);
+	denoise_case("greedy ties static, split", 10007, 5, 4, 0, 0.9f, 1.0f, 1, 1);
+	denoise_case("greedy ties sequential B 32, split", 10008, 2, 32, 2, 0.9f, 1.0f, 1, 1);
+	denoise_case("greedy T static, split", V, 3, 8, 0, 0.9f, 0.7f, 1, 0);
 	denoise_case("greedy ties sequential", 1000, 7, 8, 2, 0.9f, 1.0f, 1, 1);
 	denoise_case("greedy ties static B 32", 1000, 3, 32, 0, 0.9f, 1.0f, 1, 1);
 	denoise_case("softmax static", V, 5, 4, 0, 0.9f, 1.0f, 0, 0);
