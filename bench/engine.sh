@@ -20,11 +20,13 @@
 # T_OURS / T_REF (seconds allowed per process, 200 / 200), WORKLOADS (both; big: the big
 # batch only; one: batch 1 only), REF (1; 0 skips the PyTorch reference), BENCH_MODES (unset;
 # 1: the decode forward also with CUDA graphs and programmatic dependent launch each off),
-# BENCH_OPS (unset; 1: the decode forward's time per op, plain launches; 2: and the ops of a
-# prefill forward of the big batch's sampler: 8K rows of prompts), BENCH_SKIP (unset; 1:
-# the decode forward as it runs with the attention, the small ops, both, the products,
-# qkv_prep or add_rmsnorm left out: timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size,
-# the sample op and the host work, CUDA graphs off), BENCH_PREFILL (unset; N: instead of the
+# BENCH_ROUND (unset; 1: batch 1's queued forward with a device-mode sampler round's
+# operations added one at a time), BENCH_OPS (unset; 1: the decode forward's and the 8-row
+# forward's time per op, plain launches; 2: and the ops of a prefill forward of the big
+# batch's sampler: 8K rows of prompts), BENCH_SKIP (unset; 1: the decode forward as it runs
+# with the attention, the small ops, both, the products, qkv_prep or add_rmsnorm left out:
+# timing only), BENCH_TRACE (unset; 1: the sampling run's time by forward size, the sample op
+# and the host work, CUDA graphs off), BENCH_PREFILL (unset; N: instead of the
 # workloads, a prefill forward of N prompts of PROMPT with the prefill attention on and off,
 # DICE_PREFILL_FA, and its ops each way; with WORKLOADS=one REF=0).
 set -u
