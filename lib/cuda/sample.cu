@@ -65,56 +65,36 @@ static __device__ double block_scan_d(double v, double *total, double *sh)
 	return pre;
 }
 
-static __device__ float block_max_f(float v, float *sh)
-{
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+/* the reductions' operators; a warp's, then a block's (blockDim.x a multiple of 32) reduction
+ * of v, returned to every thread (id: op's identity; sh: 32 T of shared memory) */
+struct op_max {
+	__device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_min {
+	__device__ int operator()(int a, int b) const { return min(a, b); }
+};
+struct op_add {
+	__device__ int operator()(int a, int b) const { return a + b; }
+};
 
-	v = warp_max(v);
-	if (lane == 0)
-		sh[wid] = v;
-	__syncthreads();
-	v = lane < nw ? sh[lane] : -INFINITY;
-	v = warp_max(v);
-	__syncthreads();
-	return v;
-}
-
-static __device__ __forceinline__ int warp_min_i(int v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-static __device__ __forceinline__ int warp_sum_i(int v)
+template <typename T, typename Op>
+static __device__ __forceinline__ T warp_reduce(T v, Op op)
 {
 	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
+		v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
 
-static __device__ int block_min_i(int v, int *sh)
+template <typename T, typename Op>
+static __device__ T block_reduce(T v, T id, Op op, T *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 
-	v = warp_min_i(v);
+	v = warp_reduce(v, op);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
-	v = warp_min_i(lane < nw ? sh[lane] : INT_MAX);
-	__syncthreads();
-	return v;
-}
-
-static __device__ int block_sum_i(int v, int *sh)
-{
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-
-	v = warp_sum_i(v);
-	if (lane == 0)
-		sh[wid] = v;
-	__syncthreads();
-	v = warp_sum_i(lane < nw ? sh[lane] : 0);
+	v = warp_reduce(lane < nw ? sh[lane] : id, op);
 	__syncthreads();
 	return v;
 }
@@ -178,11 +158,11 @@ static __device__ void sample_row(int *tok, float *prob, const float *l, double 
 
 	pass1(l, 0, V, V, temperature, &mx, &first, &n);
 	float mine = mx;
-	mx = block_max_f(mx, shf);
+	mx = block_reduce(mx, -INFINITY, op_max(), shf);
 	thr = top1 ? mx : -INFINITY;
 	if (top1) {             /* one maximum (the rule, not the exception): it is the draw */
-		int all = block_sum_i(mine == mx ? n : 0, shi);
-		first = block_min_i(mine == mx ? first : INT_MAX, shi);
+		int all = block_reduce(mine == mx ? n : 0, 0, op_add(), shi);
+		first = block_reduce(mine == mx ? first : INT_MAX, INT_MAX, op_min(), shi);
 		if (all == 1) {
 			if (threadIdx.x == 0)
 				*tok = first, *prob = 1.0f;
@@ -207,9 +187,9 @@ static __device__ void sample_row(int *tok, float *prob, const float *l, double 
 			break;
 		}
 	}
-	cand = block_min_i(cand, shi);
+	cand = block_reduce(cand, INT_MAX, op_min(), shi);
 	/* u * sum at or past the end (rounding): the last kept index, as the twin's walk ends */
-	last = -block_min_i(-last, shi);
+	last = -block_reduce(-last, INT_MAX, op_min(), shi);
 	if (threadIdx.x == 0) {
 		int t = cand == INT_MAX ? last : cand;
 		*tok = t;
@@ -241,9 +221,9 @@ static __device__ void top1_part(struct top1_part *part, const float *l, int V,
 
 	pass1(l, lo, hi, V, temperature, &mx, &first, &n);
 	float mine = mx;
-	mx = block_max_f(mx, shf);
-	n = block_sum_i(mine == mx ? n : 0, shi);
-	first = block_min_i(mine == mx ? first : INT_MAX, shi);
+	mx = block_reduce(mx, -INFINITY, op_max(), shf);
+	n = block_reduce(mine == mx ? n : 0, 0, op_add(), shi);
+	first = block_reduce(mine == mx ? first : INT_MAX, INT_MAX, op_min(), shi);
 	if (threadIdx.x == 0)
 		*part = (struct top1_part){ mx, first, n };
 }
@@ -265,9 +245,9 @@ static __device__ int top1_merge(int *tok, float *prob, const struct top1_part *
 		else if (pm == m)
 			n += pn;
 	}
-	float M = warp_max(m);
-	n = warp_sum_i(m == M ? n : 0);
-	f = warp_min_i(m == M ? f : INT_MAX);
+	float M = warp_reduce(m, op_max());
+	n = warp_reduce(m == M ? n : 0, op_add());
+	f = warp_reduce(m == M ? f : INT_MAX, op_min());
 	if (n != 1 || f == INT_MAX)
 		return 0;
 	if (lane == 0)
