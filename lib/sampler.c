@@ -376,11 +376,11 @@ static int decode_cap(const struct sampler_opts *o, int A)
  * (the ids of the blocks it finished, ops->fetch, where it finished one): the device never
  * waits for the host between forwards. A block's stop check waits for the round that
  * finished it, so with the save fused a stopped request's slot has one more forward queued,
- * whose results are dropped (its counts are those of the round that finished it). Where it applies: no on_logits hook,
- * blocks of at most 32, every decoding round a replayed forward (at most MODEL_GRAPH_ROWS
- * rows and MODEL_GRAPH_SEQS sequences: its logits are whole blocks), and a backend that
- * draws the filters itself and queues its work (CUDA; DICE_SAMPLER_DEVICE=1 the CPU too).
- * The results are those of the host's commits, bitwise. */
+ * whose results are dropped (its counts are those of the round that finished it). Where it
+ * applies: no on_logits hook, blocks of at most 32, every decoding round a replayed forward
+ * (at most MODEL_GRAPH_ROWS rows and MODEL_GRAPH_SEQS sequences: its logits are whole
+ * blocks), and a backend that draws the filters itself and queues its work (CUDA;
+ * DICE_SAMPLER_DEVICE=1 the CPU too). The results are those of the host's commits, bitwise. */
 int sampler_device_mode(const struct model *m, const struct sampler_opts *o, int nreq)
 {
 	int A = active_slots(o, nreq);

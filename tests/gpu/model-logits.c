@@ -23,8 +23,8 @@
  *       / copy bandwidth) and the share of it (batch 1: and an "engine-decode" line, the same
  *       without the prefill forward; BENCH_TRACE=1: then the sampling run's time by forward
  *       size, the sample op and the host work, CUDA graphs off; BENCH_NSYS=A,B: a profiler
- *       capture range from the sampling run's sample call A to its call B; BENCH_ROUND=1, batch 1:
- *       a device-mode round's ops added one by one to the queued decode forward);
+ *       capture range from the sampling run's sample call A to its call B; BENCH_ROUND=1,
+ *       batch 1: a device-mode round's ops added one by one to the queued decode forward);
  *       BENCH_PREFILL=N:
  *       instead of all that, a prefill forward of N prompts of P with the prefill attention
  *       on and off, and its ops each way
