@@ -1464,13 +1464,16 @@ static __device__ __forceinline__ void ar_scale(const float *tss, int T, int C, 
 		*scale = 1.0f / sqrtf(ss / (float)C + eps);
 }
 
+static __device__ __forceinline__ void ar_put4(float *d, float4 a)
+{
+	d[0] = a.x, d[1] = a.y, d[2] = a.z, d[3] = a.w;
+}
+
 static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
                                           int C, float eps)
 {
 	gpu_pdl_trigger();
 	GPU_TL_START
-	gpu_pdl_wait();
-	GPU_TL_WAITED
 	extern __shared__ float ar_tss[];       /* (T) the tiles' sums */
 	float *xn = x + (size_t)blockIdx.x * C;
 	const float *rn = r + (size_t)blockIdx.x * C;
@@ -1482,22 +1485,34 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 		float v[AR_TPT][8], wv[AR_TPT][8];
 		int vec = C % 8 == 0 &&
 		          !(((uintptr_t)xn | (uintptr_t)rn | (uintptr_t)w | (uintptr_t)yn) & 15);
+		/* the norm's weights before the wait: no kernel of the forward writes them (and
+		 * they come from DRAM, where x and r come from L2) */
 #pragma unroll
 		for (int i = 0; i < AR_TPT; i++) {
 			int c0 = 8 * (threadIdx.x + i * nt);
-			if (vec) {                      /* (the same values, 16 bytes a load) */
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				wv[i][e] = !vec && c0 + e < C ? w[c0 + e] : 0.0f;
+			if (vec && c0 < C) {            /* (the same values, 16 bytes a load) */
+				ar_put4(wv[i], *(const float4 *)(w + c0));
+				ar_put4(wv[i] + 4, *(const float4 *)(w + c0 + 4));
+			}
+		}
+		gpu_pdl_wait();
+		GPU_TL_WAITED
+#pragma unroll
+		for (int i = 0; i < AR_TPT; i++) {
+			int c0 = 8 * (threadIdx.x + i * nt);
+			if (vec) {
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
-					float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a, ww = a;
+					float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
 					if (c0 < C) {
 						a = *(const float4 *)(xn + c0 + 4 * h);
 						b = *(const float4 *)(rn + c0 + 4 * h);
-						ww = *(const float4 *)(w + c0 + 4 * h);
 					}
 					v[i][4 * h] = a.x + b.x, v[i][4 * h + 1] = a.y + b.y;
 					v[i][4 * h + 2] = a.z + b.z, v[i][4 * h + 3] = a.w + b.w;
-					wv[i][4 * h] = ww.x, wv[i][4 * h + 1] = ww.y;
-					wv[i][4 * h + 2] = ww.z, wv[i][4 * h + 3] = ww.w;
 				}
 				continue;
 			}
@@ -1505,7 +1520,6 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 			for (int e = 0; e < 8; e++) {
 				int c = c0 + e;
 				v[i][e] = c < C ? xn[c] + rn[c] : 0.0f;
-				wv[i][e] = c < C ? w[c] : 0.0f;
 			}
 		}
 #pragma unroll
@@ -1550,6 +1564,8 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 		GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
 		return;
 	}
+	gpu_pdl_wait();
+	GPU_TL_WAITED
 	for (int t = threadIdx.x; t < T; t += nt) {
 		float v[8];
 		for (int e = 0; e < 8; e++) {
