@@ -1886,7 +1886,11 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 	static int trig = -1;                       /* DICE_DK_TRIGGER, read once */
 	if (trig < 0) {
 		const char *v = getenv("DICE_DK_TRIGGER");
-		trig = v && (*v == '0' || *v == '1') && !v[1] ? *v - '0' : 2;
+		trig = 2;
+		if (v && v[0] >= '0' && v[0] <= '2' && !v[1])
+			trig = *v - '0';
+		else if (v)
+			fprintf(stderr, "dice: DICE_DK_TRIGGER=%s: want 0, 1 or 2; using 2\n", v);
 	}
 	a.trig = trig;
 
