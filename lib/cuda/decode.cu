@@ -1430,7 +1430,7 @@ static __global__ void swiglu_cat_kernel(float *y, const float *gu, int N, int C
 
 /* one block per row: x += r, then y = rmsnorm(x) * w. The order of the sum of squares: the
  * row in tiles of 8 values (past C: 0), a tile's ((v0 v0 + v1 v1) + (v2 v2 + v3 v3)) +
- * ((v4 v4 + v5 v5) + (v6 v6 + v7 v7)), then lane l of one warp adds tiles l, l + 32, l + 64,
+ * ((v4 v4 + v5 v5) + (v6 v6 + v7 v7)), then lane l of a warp adds tiles l, l + 32, l + 64,
  * ... in turn from 0 and the lanes' sums meet in a butterfly (xor 16, 8, 4, 2, 1); the scale
  * is 1 / sqrt(ss / C + eps) and y = (v * scale) * w. Thread t takes tiles t, t + blockDim,
  * ...; a row of up to AR_TPT tiles a thread is read into registers (16 bytes a load where
@@ -1447,21 +1447,17 @@ static __device__ __forceinline__ float ar_tile(const float *v)
 	                 __fadd_rn(ar_sq2(v[4], v[5]), ar_sq2(v[6], v[7])));
 }
 
-/* the tiles' sums of shared memory tss (T) in the order above, by the block's first warp, into
- * the scale at *scale */
-static __device__ __forceinline__ void ar_scale(const float *tss, int T, int C, float eps,
-                                                float *scale)
+/* the scale from the tiles' sums of shared memory tss (T) in the order above, made by every
+ * warp alike (the butterfly leaves the sum in every lane): no second barrier */
+static __device__ __forceinline__ float ar_scale(const float *tss, int T, int C, float eps)
 {
-	if (threadIdx.x >= 32)
-		return;
 	float ss = 0.0f;
-	for (int t = threadIdx.x; t < T; t += 32)
+	for (int t = threadIdx.x % 32; t < T; t += 32)
 		ss = __fadd_rn(ss, tss[t]);
 #pragma unroll
 	for (int o = 16; o; o >>= 1)
 		ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-	if (threadIdx.x == 0)
-		*scale = 1.0f / sqrtf(ss / (float)C + eps);
+	return 1.0f / sqrtf(ss / (float)C + eps);
 }
 
 static __device__ __forceinline__ void ar_put4(float *d, float4 a)
@@ -1479,7 +1475,6 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 	const float *rn = r + (size_t)blockIdx.x * C;
 	float *yn = y + (size_t)blockIdx.x * C;
 	int T = CEIL_DIV(C, 8), nt = blockDim.x;
-	__shared__ float scale;
 
 	if (T <= AR_TPT * nt) {
 		float v[AR_TPT][8], wv[AR_TPT][8];
@@ -1539,9 +1534,7 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 			ar_tss[t] = ar_tile(v[i]);
 		}
 		__syncthreads();
-		ar_scale(ar_tss, T, C, eps, &scale);
-		__syncthreads();
-		float rs = scale;
+		float rs = ar_scale(ar_tss, T, C, eps);
 #pragma unroll
 		for (int i = 0; i < AR_TPT; i++) {
 			int c0 = 8 * (threadIdx.x + i * nt);
@@ -1577,9 +1570,7 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 		ar_tss[t] = ar_tile(v);
 	}
 	__syncthreads();
-	ar_scale(ar_tss, T, C, eps, &scale);
-	__syncthreads();
-	float rs = scale;
+	float rs = ar_scale(ar_tss, T, C, eps);
 	for (int c = threadIdx.x; c < C; c += nt)
 		yn[c] = __fmul_rn(__fmul_rn(xn[c], rs), w[c]);
 	GPU_TL_END(GPU_TL_ADD_RMSNORM, 0)
