@@ -94,6 +94,15 @@ int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
                      enum dice_dtype wdt, int N, int in, int out);
 int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int in, int out, int kernel);
+/* the same with x16 (or NULL): x rounded to wdt (bf16 or f16, as every kernel rounds x; the
+ * 16-bit copy that gpu_add_rmsnorm16, gpu_attention_kv16 and gpu_matmul_fixed_gu16 write beside
+ * fp32 outputs), which the streaming kernel of up to 8 rows then reads instead of x: half the
+ * bytes a step, the same bits */
+int gpu_matmul_fixed16(cudaStream_t st, float *y, const float *x, const void *x16, const void *w,
+                       enum dice_dtype wdt, int N, int in, int out);
+int gpu_matmul_fixed_path16(cudaStream_t st, float *y, const float *x, const void *x16,
+                            const void *w, enum dice_dtype wdt, int N, int in, int out,
+                            int kernel);
 /* the tiled kernel at one of its tile shapes (variant 0 .. gpu_matmul_fixed_variants() - 1,
  * the wgmma ones last where they run, named by gpu_matmul_fixed_variant_name; -1: the one
  * gpu_matmul_fixed_choice picks for the shape, with its split), split 1: one block per
@@ -117,6 +126,11 @@ int gpu_matmul_fixed_glu(cudaStream_t st, float *y, float *h, const float *gu, c
  * one step in flight; -2 where that kernel does not take the shape, nothing launched) */
 int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
                         enum dice_dtype wdt, int N, int in, int I, int kernel);
+/* the same with x16 (or NULL) as gpu_matmul_fixed16's, and h16 (or NULL): where h is made, h
+ * rounded to wdt too */
+int gpu_matmul_fixed_gu16(cudaStream_t st, float *gu, float *h, void *h16, const float *x,
+                          const void *x16, const void *w, enum dice_dtype wdt, int N, int in,
+                          int I, int kernel);
 int gpu_matmul_fixed_variants(void);
 const char *gpu_matmul_fixed_variant_name(int variant);
 int gpu_matmul_fixed_choice(int N, int in, int out, int *split);
@@ -178,6 +192,12 @@ int gpu_kv_append(cudaStream_t st, const struct kv_batch *b, int l, const float 
                   const float *v, int NKV, int HD);
 int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
                      int l, int NH, int NKV, int HD, int block);
+/* the same, and where out16 is given (8-byte aligned) and the kernel taken finishes its rows
+ * itself (16-bit caches at HD 128: the unit kernels, the cluster kernel or a single split),
+ * out rounded to dt16 (bf16 or f16) into out16 too: 1; 0 where it wrote out alone */
+int gpu_attention_kv16(cudaStream_t st, float *out, void *out16, enum dice_dtype dt16,
+                       const float *q, const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                       int block);
 /* attention_kv's unit kernel (a block walks all key splits of one (sequence, row tile, kv
  * head); 16-bit caches, HD 128, sm_90; the same bits as the cluster kernel): taken for
  * launches of at least min_units units; 0 never, 1 always (where it runs), -1 back to
@@ -201,6 +221,11 @@ int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, c
 int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C);
 int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
                     int C, float eps);
+/* the same, and where y16 is given and the kernel's 16-byte path takes the rows (C % 8 == 0,
+ * up to 4096 wide, every pointer 16-byte aligned), y rounded to dt16 into y16 too: 1; 0 where
+ * it wrote y alone */
+int gpu_add_rmsnorm16(cudaStream_t st, float *y, void *y16, enum dice_dtype dt16, float *x,
+                      const float *r, const float *w, int N, int C, float eps);
 /* the prefill attention (struct ops .attention_prefill, decode.cu): the out rows of sequences
  * s0 .. nseq-1 of b through the fused training attention; row0h, lenh host copies of b's
  * row0 and len. -1 (nothing done) where it does not serve: off (gpu_set_prefill_fa /

@@ -347,6 +347,9 @@ void model_free(struct model *m)
 	if (!m->ops)
 		return;
 	scratch_free(m);
+	for (int i = 0; i < 2; i++)
+		if (m->x16[i])
+			m->ops->free(m->x16[i]);
 	if (m->logits)
 		m->ops->free(m->logits);
 	if (m->meta_d)
@@ -515,6 +518,7 @@ struct fwd {
 	int s0;
 	struct kv_batch kbd;
 	const int *row0h, *lenh;
+	int x16;                            /* the products' inputs in 16 bits too (m->x16) */
 };
 
 typedef void (*mm_fn)(float *, const float *, const void *, enum dice_dtype, int, int, int);
@@ -579,7 +583,8 @@ static void layer_mm(const struct fwd *f, mm_fn mm, int glu, float *y, const flo
  * rounded to bf16, gate and up kept in bf16, their SwiGLU in bf16, the down product from it,
  * a sequence at a time (the bf16 copies in its own rows of m->tmp, m->gate and m->up); the
  * other rows as layer_mm has them, glu: the SwiGLU folded into the down product. */
-static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer_weights *w)
+static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer_weights *w,
+                      int xv)
 {
 	struct model *m = f->m;
 	const struct ops *o = m->ops;
@@ -591,6 +596,19 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 
 	/* every row on mm (a decode forward): the backend may make the SwiGLU (into m->up) in
 	 * the gate/up product's own pass, and the down product takes it as its input */
+	if (glu && nd == f->N && f->x16) {      /* xv: m->x16[0] holds m->xn in 16 bits */
+		int rc = o->matmul_fixed_gu16(m->gate, m->up, m->x16[1], m->xn, xv ? m->x16[0] : NULL,
+		                              w->gate_proj.p, w->gate_proj.dt, nd, C, I);
+		if (rc == 1)
+			o->matmul_fixed16(m->tmp, m->up, m->x16[1], w->down_proj.p, w->down_proj.dt, nd,
+			                  I, C);
+		else if (rc == 0)
+			mm(m->tmp, m->up, w->down_proj.p, w->down_proj.dt, nd, I, C);
+		else
+			o->matmul_fixed_glu(m->tmp, m->up, m->gate, w->down_proj.p, w->down_proj.dt, nd,
+			                    I, C);
+		return;
+	}
 	if (glu && nd == f->N && o->matmul_fixed_gu) {  /* (glu: mm is .matmul_fixed) */
 		if (o->matmul_fixed_gu(m->gate, m->up, m->xn, w->gate_proj.p, w->gate_proj.dt, nd, C,
 		                       I))
@@ -633,13 +651,22 @@ static void forward_launch(void *arg)
 	mm_fn mm = o->matmul_fixed ? o->matmul_fixed : o->matmul;
 	int glu = m->fuse_gu && o->matmul_fixed && o->matmul_fixed_glu;
 
+	/* xv: m->x16[0] holds m->xn in 16 bits (f->x16: the norms wrote it); av: m->x16[1]
+	 * holds m->att */
+	int xv = 0, av = 0;
+
 	o->embed(m->x, m->ids_d, m->w.embed.p, m->w.embed.dt, N, C);
 	o->rmsnorm(m->xn, m->x, m->w.layers[0].input_norm.p, m->w.layers[0].input_norm.dt, N, C,
 	           eps);
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct layer_weights *w = &m->w.layers[l];
 
-		if (m->fuse_qkv) {
+		if (m->fuse_qkv && xv) {
+			o->matmul_fixed16(m->qkv, m->xn, m->x16[0], w->q_proj.p, w->q_proj.dt, N, C,
+			                  QD + 2 * KVD);
+			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
+			            HD, eps, c->rope_theta);
+		} else if (m->fuse_qkv) {
 			layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
 			         QD + 2 * KVD, 1);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
@@ -654,7 +681,10 @@ static void forward_launch(void *arg)
 			o->rope(m->k, m->pos_d, N, NKV, HD, c->rope_theta);
 			o->kv_append(kb, l, m->k, m->v, NKV, HD);
 		}
-		if (f->s0 == f->nseq) {
+		if (f->x16) {
+			av = o->attention_kv16(m->att, m->x16[1], m->dtype, m->q, kb, l, NH, NKV, HD,
+			                       c->block_size) == 1;
+		} else if (f->s0 == f->nseq) {
 			o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, c->block_size);
 		} else {
 			int B = c->block_size;
@@ -665,17 +695,28 @@ static void forward_launch(void *arg)
 			                         HD, B))
 				o->attention_kv(m->att, m->q, kb, l, NH, NKV, HD, B);
 		}
-		layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, 1);
-		o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
+		if (av)
+			o->matmul_fixed16(m->tmp, m->att, m->x16[1], w->o_proj.p, w->o_proj.dt, N, QD, C);
+		else
+			layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, 1);
+		if (f->x16)
+			xv = o->add_rmsnorm16(m->xn, m->x16[0], m->dtype, m->x, m->tmp, w->post_norm.p,
+			                      N, C, eps) == 1;
+		else
+			o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
 		if (m->fuse_gu) {
-			mlp_fused(f, mm, glu, w);
+			mlp_fused(f, mm, glu, w, xv);
 		} else {
 			layer_mm(f, mm, 0, m->gate, m->xn, NULL, w->gate_proj.p, w->gate_proj.dt, C, I, 1);
 			layer_mm(f, mm, 0, m->up, m->xn, NULL, w->up_proj.p, w->up_proj.dt, C, I, 1);
 			o->swiglu(m->up, m->gate, m->up, N, I);
 			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C, 1);
 		}
-		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
+		xv = 0;
+		if (l + 1 < c->num_layers && f->x16)    /* the residual add with the next layer's norm */
+			xv = o->add_rmsnorm16(m->xn, m->x16[0], m->dtype, m->x, m->tmp,
+			                      m->w.layers[l + 1].input_norm.p, N, C, eps) == 1;
+		else if (l + 1 < c->num_layers)
 			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
 		else
 			o->add(m->x, m->tmp, (size_t)N * C);
@@ -719,10 +760,42 @@ static void forward_launch(void *arg)
 /* what forward_launch's launches depend on, host side (see ops->replay) */
 struct fwd_key {
 	struct model_config cfg;
-	const void *wbuf, *x, *logits, *meta_d;
-	int nseq, N, R, hrow, maxT, maxS, rows, lrows;
+	const void *wbuf, *x, *logits, *meta_d, *x16[2];
+	int nseq, N, R, hrow, maxT, maxS, rows, lrows, use16;
 	int seq[GRAPH_SEQS][3];             /* T, logits, logits_from */
 };
+
+/* whether a forward of N rows passes the products 16-bit copies of their inputs (the
+ * backend's ops for them, 16-bit matrices, DICE_X16 not 0), its buffers made at the first */
+static int x16_ok(struct model *m, int N)
+{
+	static int on = -1;
+	const struct ops *o = m->ops;
+	const struct model_config *c = &m->cfg;
+
+	if (on < 0) {
+		const char *e = getenv("DICE_X16");
+		on = !(e && e[0] == '0' && !e[1]);
+	}
+	if (!on || N > MODEL_X16_ROWS || !o->matmul_fixed || !o->matmul_fixed16 ||
+	    !o->add_rmsnorm16 || !o->attention_kv16 || !o->matmul_fixed_gu16 ||
+	    (m->dtype != DICE_BF16 && m->dtype != DICE_F16))
+		return 0;
+	if (!m->x16[0]) {
+		size_t C = (size_t)c->hidden_size, QD = (size_t)c->num_heads * c->head_dim;
+		size_t I = (size_t)c->intermediate_size, W = QD > I ? QD : I;
+		m->x16[0] = o->alloc(MODEL_X16_ROWS * C * 2);
+		m->x16[1] = m->x16[0] ? o->alloc(MODEL_X16_ROWS * W * 2) : NULL;
+		if (!m->x16[1]) {
+			if (m->x16[0])
+				o->free(m->x16[0]);
+			m->x16[0] = NULL;
+			on = 0;
+			return 0;
+		}
+	}
+	return 1;
+}
 
 int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float *logits)
 {
@@ -842,6 +915,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		if (pieces != 1 || (size_t)f.hrow * C % 4)
 			f.hrow = -1;
 	}
+	f.x16 = x16_ok(m, N) && f.s0 == nseq;
 	/* (a prefill attention's launches depend on the cache lengths: never a graph) */
 	if (o->replay && f.s0 == nseq && N <= GRAPH_ROWS && nseq <= GRAPH_SEQS) {
 		struct fwd_key k;
@@ -853,6 +927,7 @@ int model_forward(struct model *m, const struct model_seq *seqs, int nseq, float
 		k.wbuf = m->wbuf, k.x = m->x, k.logits = m->logits, k.meta_d = m->meta_d;
 		k.nseq = nseq, k.N = N, k.R = R, k.hrow = f.hrow, k.maxT = maxT, k.maxS = maxcap;
 		k.rows = m->rows, k.lrows = m->lrows;
+		k.use16 = f.x16, k.x16[0] = m->x16[0], k.x16[1] = m->x16[1];
 		for (int s = 0; s < nseq; s++) {
 			k.seq[s][0] = seqs[s].T;
 			k.seq[s][1] = seqs[s].logits;

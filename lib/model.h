@@ -103,6 +103,9 @@ struct model_seq {                   /* one sequence's part of a forward */
  * graphs (ops->replay), one per shape: what the rows of each sequence are and which want
  * logits (logits_skip aside: a caller that varies it keeps to larger forwards). */
 #define MODEL_GRAPH_ROWS 64
+/* Forwards of up to MODEL_X16_ROWS rows pass the products 16-bit copies of their inputs where
+ * the backend makes them (ops->add_rmsnorm16 and the like; DICE_X16=0: never): the same bits */
+#define MODEL_X16_ROWS 8
 #define MODEL_GRAPH_SEQS 16
 
 struct model {
@@ -121,6 +124,9 @@ struct model {
 	size_t meta_cap;
 	int fuse_qkv, fuse_gu;       /* q/k/v (gate/up) matrices adjacent: one product each */
 	int packed;                  /* matrices with a packed copy (model_pack) */
+	void *x16[2];                /* (MODEL_X16_ROWS rows) the few-row products' inputs in 16
+	                              * bits (ops->matmul_fixed16): the norms' outputs; the
+	                              * attention's or the SwiGLU's */
 	int lazy;                    /* 1: model_forward returns without waiting for the device
 	                              * when it copies no logits to the host (the caller's next
 	                              * sync point, e.g. the sample op, waits); 0 after model_init */

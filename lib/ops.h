@@ -375,6 +375,23 @@ struct ops {
 	 * copies at once. */
 	long (*fetch)(void *dst, const void *src, size_t bytes);
 	void (*fetch_wait)(long ticket);
+	/* ---- (appended) 16-bit copies of the few-row products' inputs (NULL on the CPU
+	 * backend). .add_rmsnorm16, .attention_kv16 and .matmul_fixed_gu16 are .add_rmsnorm,
+	 * .attention_kv and .matmul_fixed_gu that may also write their output (y, out, h) rounded
+	 * to dt16 (bf16 or f16, the weights' type) into y16 / out16 / h16 (or NULL): they return
+	 * 1 where they did, 0 where only the fp32 output was written (and .matmul_fixed_gu16 -1
+	 * where h was not made either: as .matmul_fixed_gu's 0). .matmul_fixed16 is .matmul_fixed
+	 * given x16, x rounded to w's type, which it may read instead of x: the same bits, every
+	 * product rounding its input to w's type (CUDA: the streaming kernel of up to 8 rows,
+	 * half the bytes a step). */
+	int (*add_rmsnorm16)(float *y, void *y16, enum dice_dtype dt16, float *x, const float *r,
+	                     const float *w, int N, int C, float eps);
+	int (*attention_kv16)(float *out, void *out16, enum dice_dtype dt16, const float *q,
+	                      const struct kv_batch *b, int l, int NH, int NKV, int HD, int block);
+	int (*matmul_fixed_gu16)(float *gu, float *h, void *h16, const float *x, const void *x16,
+	                         const void *w, enum dice_dtype wdt, int N, int in, int I);
+	void (*matmul_fixed16)(float *y, const float *x, const void *x16, const void *w,
+	                       enum dice_dtype wdt, int N, int in, int out);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

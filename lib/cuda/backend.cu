@@ -371,6 +371,37 @@ static int cu_matmul_fixed_gu(float *gu, float *h, const float *x, const void *w
 	return rc;
 }
 
+static void cu_matmul_fixed16(float *y, const float *x, const void *x16, const void *w,
+                              enum dice_dtype wdt, int N, int in, int out)
+{
+	OPS_CALL("matmul_fixed", gpu_matmul_fixed16(gpu_stream(), y, x, x16, w, wdt, N, in, out));
+}
+
+static int cu_matmul_fixed_gu16(float *gu, float *h, void *h16, const float *x, const void *x16,
+                                const void *w, enum dice_dtype wdt, int N, int in, int I)
+{
+	int rc = gpu_matmul_fixed_gu16(gpu_stream(), gu, h, h16, x, x16, w, wdt, N, in, I, 1);
+	OPS_CALL("matmul_fixed_gu", rc < 0);
+	return rc == 1 ? h16 != NULL : -1;
+}
+
+static int cu_add_rmsnorm16(float *y, void *y16, enum dice_dtype dt16, float *x, const float *r,
+                            const float *w, int N, int C, float eps)
+{
+	int rc = gpu_add_rmsnorm16(gpu_stream(), y, y16, dt16, x, r, w, N, C, eps);
+	OPS_CALL("add_rmsnorm", rc < 0);
+	return rc;
+}
+
+static int cu_attention_kv16(float *out, void *out16, enum dice_dtype dt16, const float *q,
+                             const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                             int block)
+{
+	int rc = gpu_attention_kv16(gpu_stream(), out, out16, dt16, q, b, l, NH, NKV, HD, block);
+	OPS_CALL("attention_kv", rc < 0);
+	return rc;
+}
+
 static int cu_pack(const void *w, enum dice_dtype wdt, int out, int in)
 {
 	int rc = gpu_matmul_fixed_pack(gpu_stream(), w, wdt, out, in);
@@ -546,6 +577,10 @@ static const struct ops ops_cuda = {
 	cu_denoise,
 	cu_fetch,
 	cu_fetch_wait,
+	cu_add_rmsnorm16,
+	cu_attention_kv16,
+	cu_matmul_fixed_gu16,
+	cu_matmul_fixed16,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -67,6 +67,8 @@ static struct dk_splits dk_splits_get(void)
 
 struct dk_args {
 	float *out;
+	void *out16;                        /* or NULL: out rounded to 16 bits (f16o 1: f16, 0: bf16) */
+	int f16o;
 	const float *q;
 	struct kv_batch b;                  /* device arrays */
 	int l, NH, NKV, HD, group, block, rtiles;
@@ -707,9 +709,13 @@ static __device__ __forceinline__ void dm_out(const struct dk_args &a, float4 O,
                                               int kh, int rbase, int r, int c)
 {
 	int row = rbase + r, t = row / a.group, h = kh * a.group + row % a.group;
-	*(float4 *)(a.out + ((size_t)(r0 + t) * a.NH + h) * DM_HD + c) =
-		L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
-		           make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	size_t i = ((size_t)(r0 + t) * a.NH + h) * DM_HD + c;
+	float4 v = L > 0.0f ? make_float4(O.x / L, O.y / L, O.z / L, O.w / L) :
+	                      make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	*(float4 *)(a.out + i) = v;
+	if (a.out16)
+		*(uint2 *)((char *)a.out16 + i * 2) = make_uint2(gpu_pack2(v.x, v.y, a.f16o),
+		                                                 gpu_pack2(v.z, v.w, a.f16o));
 }
 
 /* output channels c .. c + 3 of row rbase + r of a tile: the triples of splits 0 .. ns - 1
@@ -1466,7 +1472,7 @@ static __device__ __forceinline__ void ar_put4(float *d, float4 a)
 }
 
 static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, const float *w,
-                                          int C, float eps)
+                                          int C, float eps, void *y16, int f16)
 {
 	gpu_pdl_trigger();
 	GPU_TL_START
@@ -1546,6 +1552,12 @@ static __global__ void add_rmsnorm_kernel(float *y, float *x, const float *r, co
 				if (c0 < C) {
 					*(float4 *)(yn + c0) = make_float4(yv[0], yv[1], yv[2], yv[3]);
 					*(float4 *)(yn + c0 + 4) = make_float4(yv[4], yv[5], yv[6], yv[7]);
+					if (y16)        /* y rounded to 16 bits, as a product rounds it */
+						*(uint4 *)((char *)y16 + ((size_t)blockIdx.x * C + c0) * 2) =
+							make_uint4(gpu_pack2(yv[0], yv[1], f16),
+							           gpu_pack2(yv[2], yv[3], f16),
+							           gpu_pack2(yv[4], yv[5], f16),
+							           gpu_pack2(yv[6], yv[7], f16));
 				}
 				continue;
 			}
@@ -1850,8 +1862,9 @@ static int dm_launch_cluster(const void *fn, dim3 grid, int cluster, cudaStream_
 	return -1;
 }
 
-int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
-                     int l, int NH, int NKV, int HD, int block)
+int gpu_attention_kv16(cudaStream_t st, float *out, void *out16, enum dice_dtype dt16,
+                       const float *q, const struct kv_batch *b, int l, int NH, int NKV, int HD,
+                       int block)
 {
 	static int smem_set;
 	struct dk_args a;
@@ -1864,6 +1877,7 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		return 0;
 	memset(&a, 0, sizeof a);
 	a.out = out;
+	a.f16o = dt16 == DICE_F16;
 	a.q = q;
 	a.b = *b;
 	a.l = l;
@@ -1915,10 +1929,15 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		a.rtiles = CEIL_DIV(b->maxT * a.group, DM_ROWS);
 		a.nz = nsplit;
 		int units = b->nseq * a.rtiles * NKV, v = du_ok(units, b->maxS);
+		/* out16 where every row ends in dm_out: the unit kernels, the cluster kernel, or a
+		 * single split (not where dk_merge_kernel finishes) */
+		int o16 = out16 && (dt16 == DICE_BF16 || dt16 == DICE_F16) &&
+		          !((uintptr_t)out16 & 7);
+		a.out16 = o16 && (v >= 1 || nsplit == 1 || dm_clusters()) ? out16 : NULL;
 		if (v == 1) {
 			gpu_launch(du_fn[dk_parts() - 1][f16], dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
-			return 0;
+			return a.out16 != NULL;
 		}
 		if (v >= 2) {                           /* persistent: the blocks that fit at once */
 			int grid = dv_k[v - 2].fit * gpu_sm_count();
@@ -1926,13 +1945,15 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 			grid = units < grid ? units : grid;
 			gpu_launch(dv_k[v - 2].fn[dk_parts() - 1][f16], dim3(grid), dim3(DM_WARPS * 32),
 			           dv_k[v - 2].smem, st, args);
-			return 0;
+			return a.out16 != NULL;
 		}
 		a.cl = cl = nsplit > 1 && dm_clusters();
 		dim3 grid(b->nseq * a.rtiles * nsplit, NKV, 1);
 		if (cl && dm_launch_cluster(dm_fn[dk_parts() - 1][f16], grid, nsplit, st, args) != 0)
 			a.cl = cl = 0;
 		if (!cl) {
+			if (nsplit > 1)             /* (dk_merge_kernel finishes: no 16-bit copy) */
+				a.out16 = NULL;
 			dk_partials(&a, nsplit, NH, HD);
 			gpu_launch(dm_fn[dk_parts() - 1][f16], grid, dim3(DM_WARPS * 32), DM_SMEM, st, args);
 		}
@@ -1949,7 +1970,14 @@ int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct k
 		gpu_launch((const void *)dk_merge_kernel, dim3(CEIL_DIV(b->N * NH, 8)), dim3(256), 0, st,
 		           args);
 	}
-	return 0;
+	return a.out16 != NULL;
+}
+
+int gpu_attention_kv(cudaStream_t st, float *out, const float *q, const struct kv_batch *b,
+                     int l, int NH, int NKV, int HD, int block)
+{
+	int rc = gpu_attention_kv16(st, out, NULL, DICE_BF16, q, b, l, NH, NKV, HD, block);
+	return rc < 0 ? rc : 0;
 }
 
 int gpu_qkv_prep(cudaStream_t st, float *q, const float *qkv, const float *qw, const float *kw,
@@ -1979,8 +2007,8 @@ int gpu_swiglu_cat(cudaStream_t st, float *y, const float *gu, int N, int C)
 	return 0;
 }
 
-int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
-                    int C, float eps)
+int gpu_add_rmsnorm16(cudaStream_t st, float *y, void *y16, enum dice_dtype dt16, float *x,
+                      const float *r, const float *w, int N, int C, float eps)
 {
 	GPU_REQUIRE(N >= 0 && C > 0, "add_rmsnorm");
 	if (N == 0)
@@ -1988,9 +2016,21 @@ int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const f
 	int T = CEIL_DIV(C, 8), threads = T >= AR_THREADS ? AR_THREADS : 32 * CEIL_DIV(T, 32);
 	size_t smem = (size_t)T * sizeof(float);
 	GPU_REQUIRE(smem <= 48 * 1024, "add_rmsnorm (row too wide)");
-	void *args[] = { &y, &x, &r, &w, &C, &eps };
+	/* y16 only where the kernel's 16-byte path takes the rows (it writes it there) */
+	int f16 = dt16 == DICE_F16;
+	if (!(dt16 == DICE_BF16 || f16) || C % 8 || T > AR_TPT * threads ||
+	    (((uintptr_t)y | (uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y16) & 15))
+		y16 = NULL;
+	void *args[] = { &y, &x, &r, &w, &C, &eps, &y16, &f16 };
 	gpu_launch((const void *)add_rmsnorm_kernel, dim3(N), dim3(threads), smem, st, args);
-	return 0;
+	return y16 != NULL;
+}
+
+int gpu_add_rmsnorm(cudaStream_t st, float *y, float *x, const float *r, const float *w, int N,
+                    int C, float eps)
+{
+	int rc = gpu_add_rmsnorm16(st, y, NULL, DICE_BF16, x, r, w, N, C, eps);
+	return rc < 0 ? rc : 0;
 }
 
 /* ---------------------------------------------------------------- prefill attention

@@ -142,6 +142,17 @@ static __device__ __forceinline__ const char *mf_wp(const void *w, int t, int la
 	return (const char *)w + ((size_t)min(8 * t + (lane >> 2), out - 1) * K + 8 * (lane & 3)) * 2;
 }
 
+/* h's outputs i, i + 1 (i even), and where h16 is given the same rounded to the weights'
+ * 16-bit type, as every product rounds its input (a later product's x16) */
+static __device__ __forceinline__ void mf_hstore(float *h, void *h16, size_t i, float a, float b,
+                                                 int f16)
+{
+	h[i] = a;
+	h[i + 1] = b;
+	if (h16)
+		((unsigned *)h16)[i / 2] = gpu_pack2(a, b, f16);
+}
+
 /* the streaming kernel: block = 8 outputs, warp s = segment s; R8 groups of 8 rows (1, 2 or
  * 4: up to 8, 16, 32 rows), U = 8 / R8 blocks of 32 inputs per step. The next step's weights
  * are in flight while this step's x is converted and multiplied. Launched with programmatic
@@ -150,10 +161,11 @@ static __device__ __forceinline__ const char *mf_wp(const void *w, int t, int la
  * up], block p = gate tile p (warps 0 .. nseg - 1) and up tile p + np (the next nseg); the up
  * tile's sums go through shared memory to the gate tile's warp, which also writes
  * hout = silu(gate) * up (gpu_swiglu1, as swiglu_cat). */
-template <int PAIR, int PK = 0>
+template <int PAIR, int PK = 0, int X16 = 0>
 static __device__ __forceinline__ void mfs_body(float *y, const float *x, const void *w, int f16,
                                                 const int R8, int M, int K, int out, int kseg,
-                                                float *hout, int np)
+                                                float *hout, int np, const void *x16 = NULL,
+                                                void *h16 = NULL)
 {
 	const int U = 8 / R8, MT = (R8 + 1) / 2;
 	__shared__ float4 parts[PAIR + 1][MF_SEGMAX][2][32];
@@ -166,7 +178,8 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	int kbeg = seg * kseg, kend = min(K, kbeg + kseg);
 	float c[2][4];
 	uint4 b[8], bn[8];
-	float4 xa[8][2];
+	float4 xa[X16 ? 1 : 8][2];
+	uint4 xh[X16 ? 8 : 1];
 
 	gpu_pdl_trigger();
 	GPU_TL_START
@@ -178,7 +191,14 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	GPU_TL_WAITED
 	for (int k = kbeg; k < kend; k += MF_KB * U) {
 #pragma unroll
-		for (int u = 0; u < U; u++) {
+		for (int u = 0; X16 && u < U; u++) {    /* (R8 1) the 16-bit copy: 16 bytes a step */
+			int kk = k + MF_KB * u + 8 * q;
+			xh[u] = make_uint4(0, 0, 0, 0);
+			if (g < M && kk < kend)
+				xh[u] = __ldg((const uint4 *)((const char *)x16 + ((size_t)g * K + kk) * 2));
+		}
+#pragma unroll
+		for (int u = 0; !X16 && u < U; u++) {
 #pragma unroll
 			for (int h = 0; h < R8; h++) {
 				int row = 8 * h + g, kk = k + MF_KB * u + 8 * q;
@@ -197,6 +217,10 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 			if (k + MF_KB * u < kend) {
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++) {
+					if (X16) {
+						mf_step(c[0], xh[u], make_uint4(0, 0, 0, 0), b[u], f16);
+						continue;
+					}
 					int h = u * R8 + 2 * mt;
 					uint4 ra = mf_pack8(xa[h][0], xa[h][1], f16), rb = make_uint4(0, 0, 0, 0);
 					if (2 * mt + 1 < R8)
@@ -246,9 +270,8 @@ static __device__ __forceinline__ void mfs_body(float *y, const float *x, const 
 	}
 	if (PAIR && !half && g < M) {           /* h = silu(gate) * up, as swiglu_cat */
 		float2 u = upv[lane];
-		float *hr = hout + (size_t)g * np * 8 + col;
-		hr[0] = gpu_swiglu1(c[0][0], u.x);
-		hr[1] = gpu_swiglu1(c[0][1], u.y);
+		mf_hstore(hout, h16, (size_t)g * np * 8 + col, gpu_swiglu1(c[0][0], u.x),
+		          gpu_swiglu1(c[0][1], u.y), f16);
 	}
 	GPU_TL_END(K, out)
 }
@@ -258,6 +281,14 @@ static __global__ void mfs_kernel8(float *y, const float *x, const void *w, int 
                                    int K, int out, int kseg)
 {
 	mfs_body<0, PK>(y, x, w, f16, 1, M, K, out, kseg, NULL, 0);
+}
+
+/* the same reading x16, x's 16-bit copy */
+template <int PK>
+static __global__ void mfs_kernel8_x16(float *y, const void *x16, const void *w, int f16, int M,
+                                       int K, int out, int kseg)
+{
+	mfs_body<0, PK, 1>(y, NULL, w, f16, 1, M, K, out, kseg, NULL, 0, x16);
 }
 
 template <int PK>
@@ -276,11 +307,12 @@ static __global__ void mfs_kernel32(float *y, const float *x, const void *w, int
 
 /* the pairs of gpu_matmul_fixed_gu on the streaming kernel (up to 8 rows): block p, gate tile
  * p and up tile p + np */
-template <int PK>
+template <int PK, int X16>
 static __global__ void mfs_kernel8_gu(float *y, const float *x, const void *w, int f16, int M,
-                                      int K, int out, int kseg, float *h, int np)
+                                      int K, int out, int kseg, float *h, int np,
+                                      const void *x16, void *h16)
 {
-	mfs_body<1, PK>(y, x, w, f16, 1, M, K, out, kseg, h, np);
+	mfs_body<1, PK, X16>(y, x, w, f16, 1, M, K, out, kseg, h, np, x16, h16);
 }
 
 /* The staged streaming kernel (up to 8 rows; matmul_fixed's default there, DICE_MFX=0: the
@@ -309,7 +341,7 @@ template <int NB, int PAIRS, int PK = 0>
 static __global__ void __launch_bounds__(NB == 1 ? 32 * MFX1_WARPS :
                                          32 * (PAIRS ? MFXP_WARPS : MFX_WARPS))
 mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int out, int kseg,
-           int T, float *h, int np)
+           int T, float *h, int np, void *h16)
 {
 	extern __shared__ uint4 mfx_smem[];
 	char *xs = (char *)mfx_smem;
@@ -402,9 +434,8 @@ mfx_kernel(float *y, const float *x, const void *w, int f16, int M, int K, int o
 		y[(size_t)g * out + col + 1] = c[1];
 	if (PAIRS && !(tl & 1)) {               /* h = silu(gate) * up, as swiglu_cat */
 		float2 u = upv[(tl >> 1) * 32 + lane];
-		float *hr = h + (size_t)g * np * 8 + col;
-		hr[0] = gpu_swiglu1(c[0], u.x);
-		hr[1] = gpu_swiglu1(c[1], u.y);
+		mf_hstore(h, h16, (size_t)g * np * 8 + col, gpu_swiglu1(c[0], u.x),
+		          gpu_swiglu1(c[1], u.y), f16);
 	}
 	GPU_TL_END(K, out)
 }
@@ -542,7 +573,8 @@ void gpu_set_mfx(int on)
  * tile p, up tile p + I / 8) over every SM; -2 where the plain kernel would run but the
  * pairs' blocks do not fit (nothing launched) */
 static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, int f16, int M,
-                      int K, int out, int kseg, int nseg, int force, int one, float *h, int pk)
+                      int K, int out, int kseg, int nseg, int force, int one, float *h, int pk,
+                      void *h16 = NULL)
 {
 	static int attr;
 	/* [pairs][one][pk] */
@@ -607,7 +639,7 @@ static int mfx_launch(cudaStream_t st, float *y, const float *x, const void *w, 
 			return -2;
 		fn = fns[1][one][pk];
 	}
-	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np };
+	void *args[] = { &y, &x, &w, &f16, &M, &K, &out, &kseg, &T, &h, &np, &h16 };
 	gpu_launch(fn, dim3(grid), dim3(32 * T * nseg), smem, st, args);
 	return 0;
 }
@@ -1003,9 +1035,11 @@ const char *gpu_matmul_fixed_variant_name(int v)
 }
 
 
-/* kernel: 1 streaming, 2 tiled (16-bit weights, in % 8 == 0, 16-byte aligned x and w) */
-int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
-                          enum dice_dtype wdt, int N, int in, int out, int kernel)
+/* kernel: 1 streaming, 2 tiled (16-bit weights, in % 8 == 0, 16-byte aligned x and w); x16
+ * (or NULL): x rounded to wdt, read instead of x by the streaming kernel of up to 8 rows */
+int gpu_matmul_fixed_path16(cudaStream_t st, float *y, const float *x, const void *x16,
+                            const void *w, enum dice_dtype wdt, int N, int in, int out,
+                            int kernel)
 {
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0 && kernel >= 1 && kernel <= 4, "matmul_fixed");
 	GPU_REQUIRE(mf_tc_ok(x, w, wdt, in), "matmul_fixed");
@@ -1027,6 +1061,12 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		  (const void *)mfs_kernel32<0> },
 		{ (const void *)mfs_kernel8<1>, (const void *)mfs_kernel16<1>,
 		  (const void *)mfs_kernel32<1> } };
+	if (x16 && N <= 8 && !((uintptr_t)x16 & 15)) {
+		void *args[] = { &y, &x16, &w, &f16, &N, &in, &out, &kseg };
+		gpu_launch(pk ? (const void *)mfs_kernel8_x16<1> : (const void *)mfs_kernel8_x16<0>,
+		           dim3(CEIL_DIV(out, 8)), dim3(32 * nseg), 0, st, args);
+		return 0;
+	}
 	for (int r0 = 0; r0 < N; r0 += MF_SMALL_M) {
 		int m = N - r0 < MF_SMALL_M ? N - r0 : MF_SMALL_M;
 		const float *xr = x + (size_t)r0 * in;
@@ -1036,6 +1076,12 @@ int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void 
 		           0, st, args);
 	}
 	return 0;
+}
+
+int gpu_matmul_fixed_path(cudaStream_t st, float *y, const float *x, const void *w,
+                          enum dice_dtype wdt, int N, int in, int out, int kernel)
+{
+	return gpu_matmul_fixed_path16(st, y, x, NULL, w, wdt, N, in, out, kernel);
 }
 
 int gpu_matmul_fixed_tiled(cudaStream_t st, float *y, const float *x, const void *w,
@@ -1071,8 +1117,9 @@ static int mfg_on = -1;
  * streaming one, a gate and an up tile a block (1); else gu alone (gpu_matmul_fixed: 0); -1
  * bad arguments. kernel: 1 as the engine calls it; tests: 2 the streaming pairs forced, 3 / 4
  * the staged kernel's (-2 where that kernel does not take the shape, nothing launched) */
-int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
-                        enum dice_dtype wdt, int N, int in, int I, int kernel)
+int gpu_matmul_fixed_gu16(cudaStream_t st, float *gu, float *h, void *h16, const float *x,
+                          const void *x16, const void *w, enum dice_dtype wdt, int N, int in,
+                          int I, int kernel)
 {
 	GPU_REQUIRE(N >= 1 && in > 0 && I > 0 && kernel >= 1 && kernel <= 4, "matmul_fixed_gu");
 	if (h && N <= 8 && I % 8 == 0 && mf_tc_ok(x, w, wdt, in) &&
@@ -1086,7 +1133,8 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 		 * one); none for kernel 2 */
 		for (int one = kernel == 4; one < 2 && rc == -1 && kernel != 2 &&
 		     (kernel == 1 ? gpu_switch(&mfx_on, "DICE_MFX") : one == kernel - 3); one++)
-			rc = mfx_launch(st, gu, x, wk, f16, N, in, out, kseg, nseg, kernel > 2, one, h, pk);
+			rc = mfx_launch(st, gu, x, wk, f16, N, in, out, kseg, nseg, kernel > 2, one, h, pk,
+			                h16);
 		if (rc == 0)
 			return 1;
 		if (kernel > 2)
@@ -1095,15 +1143,21 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 		 * fit a block at its registers (7 segments or more do not) */
 		static int fit[MF_SEGMAX + 1];
 		if (rc == -1 && !fit[nseg]) {
-			int n = 0;
-			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mfs_kernel8_gu<0>,
+			int n = 0, n16 = 0;
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mfs_kernel8_gu<0, 0>,
 			                                                         64 * nseg, 0));
-			fit[nseg] = n > 0 ? 1 : -1;
+			CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n16, mfs_kernel8_gu<0, 1>,
+			                                                         64 * nseg, 0));
+			fit[nseg] = n > 0 && n16 > 0 ? 1 : -1;
 		}
 		if (rc == -1 && fit[nseg] > 0) {
-			void *args[] = { &gu, &x, &wk, &f16, &N, &in, &out, &kseg, &h, &np };
-			gpu_launch(pk ? (const void *)mfs_kernel8_gu<1> : (const void *)mfs_kernel8_gu<0>,
-			           dim3(np), dim3(64 * nseg), 0, st, args);
+			/* [pk][x16] */
+			static const void *const gfn[2][2] = {
+				{ (const void *)mfs_kernel8_gu<0, 0>, (const void *)mfs_kernel8_gu<0, 1> },
+				{ (const void *)mfs_kernel8_gu<1, 0>, (const void *)mfs_kernel8_gu<1, 1> } };
+			int x16ok = x16 && !((uintptr_t)x16 & 15);
+			void *args[] = { &gu, &x, &wk, &f16, &N, &in, &out, &kseg, &h, &np, &x16, &h16 };
+			gpu_launch(gfn[pk][x16ok], dim3(np), dim3(64 * nseg), 0, st, args);
 			return 1;
 		}
 		if (kernel == 2)
@@ -1113,13 +1167,20 @@ int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, co
 	return gpu_matmul_fixed(st, gu, x, w, wdt, N, in, 2 * I) ? -1 : 0;
 }
 
-int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
-                     enum dice_dtype wdt, int N, int in, int out)
+int gpu_matmul_fixed_gu(cudaStream_t st, float *gu, float *h, const float *x, const void *w,
+                        enum dice_dtype wdt, int N, int in, int I, int kernel)
+{
+	return gpu_matmul_fixed_gu16(st, gu, h, NULL, x, NULL, w, wdt, N, in, I, kernel);
+}
+
+int gpu_matmul_fixed16(cudaStream_t st, float *y, const float *x, const void *x16, const void *w,
+                       enum dice_dtype wdt, int N, int in, int out)
 {
 	GPU_REQUIRE(N >= 1 && in > 0 && out > 0, "matmul_fixed");
 	GPU_REQUIRE(wdt == DICE_F32 || wdt == DICE_BF16 || wdt == DICE_F16, "matmul_fixed dtype");
 	if (mf_tc_ok(x, w, wdt, in))
-		return gpu_matmul_fixed_path(st, y, x, w, wdt, N, in, out, N <= MF_SMALL_M ? 1 : 2);
+		return gpu_matmul_fixed_path16(st, y, x, x16, w, wdt, N, in, out,
+		                               N <= MF_SMALL_M ? 1 : 2);
 	if (wdt == DICE_F32 && in % 4 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0)
 		return gpu_matmul_gemv_rows(st, y, x, w, wdt, N, in, out);
 	size_t total = (size_t)N * out;
@@ -1127,4 +1188,10 @@ int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
 	mf_plain_kernel<<<grid, 256, 0, st>>>(y, x, w, (int)wdt, N, in, out);
 	CUDA_CHECK_LAUNCH();
 	return 0;
+}
+
+int gpu_matmul_fixed(cudaStream_t st, float *y, const float *x, const void *w,
+                     enum dice_dtype wdt, int N, int in, int out)
+{
+	return gpu_matmul_fixed16(st, y, x, NULL, w, wdt, N, in, out);
 }

@@ -59,6 +59,25 @@ static double one_part_atol(enum dice_dtype dt)
 	return dt == DICE_BF16 ? 2e-2 : 2.5e-3;
 }
 
+/* host 16-bit copy of v (n) rounded to dt (nearest even, as the kernels) */
+static uint16_t *to16(const float *v, size_t n, enum dice_dtype dt)
+{
+	uint16_t *r = (uint16_t *)xmalloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		r[i] = dt == DICE_F16 ? dice_f32_to_f16(v[i]) : dice_f32_to_bf16(v[i]);
+	return r;
+}
+
+/* check: the n 16-bit values at dev equal v (n) rounded to dt */
+static void check16(const char *what, const void *dev, const float *v, size_t n,
+                    enum dice_dtype dt)
+{
+	uint16_t *got = (uint16_t *)xmalloc(n * 2), *want = to16(v, n, dt);
+	CHECK(cudaMemcpy(got, dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+	      !memcmp(got, want, n * 2), what);
+	free(got); free(want);
+}
+
 static void attention_case(int nseq, const int *T, const int *len, int NH, int NKV, int HD,
                            int block, enum dice_dtype dt)
 {
@@ -95,6 +114,29 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 				G->attention_kv(d, dq, &b.d, 1, NH, NKV, HD, block);
 				got[u] = gt_down(d, qn);
 				G->free(d);
+			}
+			/* attention_kv16: the same out, and out16 its rounding where it says it wrote
+			 * it (every tensor-core kernel but the global-memory merge), on the cluster
+			 * kernel and the two unit kernels */
+			for (int u = 0; u < 3; u++) {
+				gpu_set_dk_unit(u > 0);
+				gpu_set_dk_unit_v(u, 0);
+				float *d = gt_poisoned(qn);
+				void *d16 = G->alloc(qn * 2);
+				int rc = G->attention_kv16(d, d16, DICE_BF16, dq, &b.d, 1, NH, NKV, HD, block);
+				float *o2 = gt_down(d, qn);
+				snprintf(what, sizeof what, "attention_kv16 %s%s nseq=%d T0=%d NH=%d NKV=%d "
+				         "kernel %d: out bitwise equal, out16 written (%d)", dtname(dt), mode,
+				         nseq, T[0], NH, NKV, u, rc);
+				CHECK((rc == 1 || (u == 0 && rc == 0)) &&
+				      !memcmp(o2, got[0], qn * sizeof(float)), what);
+				snprintf(what, sizeof what, "attention_kv16 %s%s nseq=%d T0=%d NH=%d NKV=%d "
+				         "kernel %d: out16 the rounding of out", dtname(dt), mode, nseq, T[0],
+				         NH, NKV, u);
+				if (rc == 1)
+					check16(what, d16, got[0], qn, DICE_BF16);
+				free(o2);
+				G->free(d); G->free(d16);
 			}
 			gpu_set_dk_unit(-1);
 			gpu_set_dk_unit_v(0, 0);
@@ -227,6 +269,8 @@ static void elementwise_cases(int N, int C)
 	float *w = gt_rand(C, 0.5, 1.5);
 	float *dx = (float *)gt_up(x, sizeof(float) * N * C), *dr = (float *)gt_up(r, sizeof(float) * N * C);
 	float *dw = (float *)gt_up(w, sizeof(float) * C);
+	float *x0 = (float *)xmalloc(sizeof(float) * N * C);   /* (the twin adds r into x) */
+	memcpy(x0, x, sizeof(float) * N * C);
 	H->add_rmsnorm(ref, x, r, w, N, C, 1e-6f);
 	G->add_rmsnorm(dy, dx, dr, dw, N, C, 1e-6f);
 	got = gt_down(dy, (size_t)N * C);
@@ -235,7 +279,30 @@ static void elementwise_cases(int N, int C)
 	gt_compare(what, got, ref, (size_t)N * C, 1e-5, 1e-4);
 	snprintf(what, sizeof what, "add_rmsnorm x N=%d C=%d", N, C);
 	gt_compare(what, gx, x, (size_t)N * C, 0, 0);
-	free(gu); free(ref); free(got); free(gx); free(x); free(r); free(w);
+	/* add_rmsnorm16: the same y and x, and y16 the rounding of y where it says it wrote it
+	 * (the 16-byte path: C % 8 == 0, up to 4096 wide) */
+	for (int f = 0; f < 2; f++) {
+		enum dice_dtype dt16 = f ? DICE_F16 : DICE_BF16;
+		float *dx2 = (float *)gt_up(x0, sizeof(float) * N * C), *dy2 = gt_poisoned((size_t)N * C);
+		void *dy16 = G->alloc((size_t)N * C * 2);
+		int rc = G->add_rmsnorm16(dy2, dy16, dt16, dx2, dr, dw, N, C, 1e-6f);
+		float *y2 = gt_down(dy2, (size_t)N * C), *x2 = gt_down(dx2, (size_t)N * C);
+		snprintf(what, sizeof what, "add_rmsnorm16 %s N=%d C=%d: y16 written (%d) where the "
+		         "16-byte path runs", dtname(dt16), N, C, rc);
+		CHECK(rc == (C % 8 == 0 && C <= 4096), what);
+		snprintf(what, sizeof what, "add_rmsnorm16 %s N=%d C=%d: y and x bitwise those of "
+		         "add_rmsnorm", dtname(dt16), N, C);
+		CHECK(!memcmp(y2, got, sizeof(float) * N * C) && !memcmp(x2, gx, sizeof(float) * N * C),
+		      what);
+		if (rc == 1) {
+			snprintf(what, sizeof what, "add_rmsnorm16 %s N=%d C=%d: y16 the rounding of y",
+			         dtname(dt16), N, C);
+			check16(what, dy16, got, (size_t)N * C, dt16);
+		}
+		free(y2); free(x2);
+		G->free(dx2); G->free(dy2); G->free(dy16);
+	}
+	free(gu); free(ref); free(got); free(gx); free(x); free(x0); free(r); free(w);
 	G->free(dgu); G->free(dy); G->free(dx); G->free(dr); G->free(dw);
 }
 

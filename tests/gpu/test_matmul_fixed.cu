@@ -322,6 +322,64 @@ static void gu_pairs(enum dice_dtype dt, int N, int in, int I)
 	mfd_free(&d);
 }
 
+/* host 16-bit copy of v (n) rounded to dt, as the kernels round (nearest even) */
+static uint16_t *to16(const float *v, size_t n, enum dice_dtype dt)
+{
+	uint16_t *r = (uint16_t *)xmalloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		r[i] = dt == DICE_F16 ? dice_f32_to_f16(v[i]) : dice_f32_to_bf16(v[i]);
+	return r;
+}
+
+/* the 16-bit copies of the few-row products' inputs: gpu_matmul_fixed16 given x16 (x rounded
+ * to w's type) bitwise equal to gpu_matmul_fixed on x; gpu_matmul_fixed_gu16 given x16 and
+ * h16 (each kernel: the table's choice, the streaming pairs, the staged pairs at both depths)
+ * gu and h bitwise equal to gpu_matmul_fixed_gu's, and h16 the rounding of h */
+static void x16(enum dice_dtype dt, int N, int in, int out, int I)
+{
+	struct mfd d = mfd_new(dt, N, in, out > 2 * I ? out : 2 * I);
+	uint16_t *x16h = to16(d.x, (size_t)N * in, dt);
+	void *dx16 = gt_up(x16h, (size_t)N * in * 2);
+	size_t ng = (size_t)N * 2 * I, nh = (size_t)N * I;
+	float *ref = product(d.dx, d.dw, dt, N, in, out, 0), *dy = gt_poisoned((size_t)N * out);
+
+	CHECK(gpu_matmul_fixed16(gpu_stream(), dy, d.dx, dx16, d.dw, dt, N, in, out) == 0,
+	      "matmul_fixed16 launch");
+	same_rows(gt_down(dy, (size_t)N * out), ref, N, out,
+	          "matmul_fixed16 %s N=%d in=%d out=%d: x16 read, bitwise equal to matmul_fixed",
+	          dtname[dt], N, in, out);
+	for (int k = 1; k <= (N <= 8 ? 4 : 1); k++) {
+		float *dgu = gt_poisoned(ng), *dh = gt_poisoned(nh), *dgu2 = gt_poisoned(ng);
+		float *dh2 = gt_poisoned(nh);
+		void *dh16 = G->alloc(nh * 2);
+		int r0 = gpu_matmul_fixed_gu(gpu_stream(), dgu, dh, d.dx, d.dw, dt, N, in, I, k);
+		int r1 = gpu_matmul_fixed_gu16(gpu_stream(), dgu2, dh2, dh16, d.dx, dx16, d.dw, dt, N,
+		                               in, I, k);
+		char what[200];
+		snprintf(what, sizeof what, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: as "
+		         "matmul_fixed_gu (%d, %d)", dtname[dt], N, in, I, k, r0, r1);
+		CHECK(r0 == r1, what);
+		if (r0 == 1) {
+			float *h = gt_down(dh, nh), *h2 = gt_down(dh2, nh);
+			uint16_t *h16 = (uint16_t *)xmalloc(nh * 2), *want = to16(h, nh, dt);
+			CHECK(cudaMemcpy(h16, dh16, nh * 2, cudaMemcpyDeviceToHost) == cudaSuccess,
+			      "h16 copy");
+			snprintf(what, sizeof what, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: "
+			         "h16 the rounding of h", dtname[dt], N, in, I, k);
+			CHECK(!memcmp(h16, want, nh * 2), what);
+			same_rows(h2, h, N, I, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: h "
+			          "bitwise equal", dtname[dt], N, in, I, k);
+			same_rows(gt_down(dgu2, ng), gt_down(dgu, ng), N, 2 * I, "matmul_fixed_gu16 %s "
+			          "N=%d in=%d I=%d kernel %d: gu bitwise equal", dtname[dt], N, in, I, k);
+			free(h); free(h16); free(want);
+		}
+		G->free(dgu); G->free(dh); G->free(dgu2); G->free(dh2); G->free(dh16);
+	}
+	free(ref); free(x16h);
+	G->free(dy); G->free(dx16);
+	mfd_free(&d);
+}
+
 /* the packed copies (gpu_matmul_fixed_pack): the streaming kernel (8, 16, 32 rows), the
  * staged kernel at both depths and matmul_fixed_gu's pairs (streaming, staged) on the packed
  * copy, bitwise against the same on row-major w; made again after w changes; another shape
@@ -471,12 +529,27 @@ static void decode_shapes(void)
 	}
 }
 
+static void x16_shapes(void)
+{
+	x16(DICE_BF16, 4, 2560, 6144, 9728);       /* SDAR 4B: q/k/v, gate/up (staged pairs) */
+	x16(DICE_BF16, 8, 4096, 2560, 9728);       /* 4B's o at 8 rows */
+	x16(DICE_BF16, 4, 2048, 4096, 6144);       /* 1.7B: gate/up on the streaming pairs */
+	x16(DICE_BF16, 1, 4096, 4096, 12288);      /* 8B's o; its gate/up one step in flight */
+	x16(DICE_BF16, 2, 12288, 4096, 64);        /* 8B's down */
+	x16(DICE_F16, 7, 1000, 513, 40);           /* short blocks, 8 segments */
+	x16(DICE_BF16, 12, 512, 300, 64);          /* past 8 rows: x16 not read, the same bits */
+}
+
 int main(int argc, char **argv)
 {
 	if (gt_init(17))
 		return 0;
 	if (argc > 1 && !strcmp(argv[1], "packed")) {
 		packed_shapes();
+		return test_done();
+	}
+	if (argc > 1 && !strcmp(argv[1], "x16")) {
+		x16_shapes();
 		return test_done();
 	}
 	if (argc > 1 && !strcmp(argv[1], "staged")) {
@@ -551,6 +624,7 @@ int main(int argc, char **argv)
 	gu_pairs(DICE_BF16, 3, 320, 512);           /* 5 segments: the streaming kernel's pairs */
 	gu_pairs(DICE_BF16, 30, 512, 64);           /* past 8 rows: the product alone */
 	packed_shapes();
+	x16_shapes();
 	glu(DICE_F32, 40, 512, 300, 0);             /* the two-step paths */
 	glu(DICE_BF16, 5, 2560, 264, 0);
 	glu(DICE_BF16, 77, 1000, 300, 1);          /* every tile shape, short last block */
