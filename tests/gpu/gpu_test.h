@@ -129,6 +129,16 @@ static void *gt_up_or_null(const void *h, size_t bytes)
 	return h ? gt_up(h, bytes) : NULL;
 }
 
+/* a host copy of v (n) rounded to dt's 16 bits (bf16 or f16, nearest even, as the kernels'
+ * gpu_pack2) */
+static uint16_t *gt_to16(const float *v, size_t n, enum dice_dtype dt)
+{
+	uint16_t *r = (uint16_t *)xmalloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		r[i] = dt == DICE_F16 ? dice_f32_to_f16(v[i]) : dice_f32_to_bf16(v[i]);
+	return r;
+}
+
 /* the case's mask with its arrays on the host (*hm) and copied to the device (*dm) */
 static void gt_masks(const struct gt_acase *c, struct attn_mask *hm, struct attn_mask *dm)
 {

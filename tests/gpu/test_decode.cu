@@ -59,20 +59,11 @@ static double one_part_atol(enum dice_dtype dt)
 	return dt == DICE_BF16 ? 2e-2 : 2.5e-3;
 }
 
-/* host 16-bit copy of v (n) rounded to dt (nearest even, as the kernels) */
-static uint16_t *to16(const float *v, size_t n, enum dice_dtype dt)
-{
-	uint16_t *r = (uint16_t *)xmalloc(n * 2);
-	for (size_t i = 0; i < n; i++)
-		r[i] = dt == DICE_F16 ? dice_f32_to_f16(v[i]) : dice_f32_to_bf16(v[i]);
-	return r;
-}
-
 /* check: the n 16-bit values at dev equal v (n) rounded to dt */
 static void check16(const char *what, const void *dev, const float *v, size_t n,
                     enum dice_dtype dt)
 {
-	uint16_t *got = (uint16_t *)xmalloc(n * 2), *want = to16(v, n, dt);
+	uint16_t *got = (uint16_t *)xmalloc(n * 2), *want = gt_to16(v, n, dt);
 	CHECK(cudaMemcpy(got, dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
 	      !memcmp(got, want, n * 2), what);
 	free(got); free(want);

@@ -322,15 +322,6 @@ static void gu_pairs(enum dice_dtype dt, int N, int in, int I)
 	mfd_free(&d);
 }
 
-/* host 16-bit copy of v (n) rounded to dt, as the kernels round (nearest even) */
-static uint16_t *to16(const float *v, size_t n, enum dice_dtype dt)
-{
-	uint16_t *r = (uint16_t *)xmalloc(n * 2);
-	for (size_t i = 0; i < n; i++)
-		r[i] = dt == DICE_F16 ? dice_f32_to_f16(v[i]) : dice_f32_to_bf16(v[i]);
-	return r;
-}
-
 /* the 16-bit copies of the few-row products' inputs: gpu_matmul_fixed16 given x16 (x rounded
  * to w's type) bitwise equal to gpu_matmul_fixed on x; gpu_matmul_fixed_gu16 given x16 and
  * h16 (each kernel: the table's choice, the streaming pairs, the staged pairs at both depths)
@@ -338,7 +329,7 @@ static uint16_t *to16(const float *v, size_t n, enum dice_dtype dt)
 static void x16(enum dice_dtype dt, int N, int in, int out, int I)
 {
 	struct mfd d = mfd_new(dt, N, in, out > 2 * I ? out : 2 * I);
-	uint16_t *x16h = to16(d.x, (size_t)N * in, dt);
+	uint16_t *x16h = gt_to16(d.x, (size_t)N * in, dt);
 	void *dx16 = gt_up(x16h, (size_t)N * in * 2);
 	size_t ng = (size_t)N * 2 * I, nh = (size_t)N * I;
 	float *ref = product(d.dx, d.dw, dt, N, in, out, 0), *dy = gt_poisoned((size_t)N * out);
@@ -361,7 +352,7 @@ static void x16(enum dice_dtype dt, int N, int in, int out, int I)
 		CHECK(r0 == r1, what);
 		if (r0 == 1) {
 			float *h = gt_down(dh, nh), *h2 = gt_down(dh2, nh);
-			uint16_t *h16 = (uint16_t *)xmalloc(nh * 2), *want = to16(h, nh, dt);
+			uint16_t *h16 = (uint16_t *)xmalloc(nh * 2), *want = gt_to16(h, nh, dt);
 			CHECK(cudaMemcpy(h16, dh16, nh * 2, cudaMemcpyDeviceToHost) == cudaSuccess,
 			      "h16 copy");
 			snprintf(what, sizeof what, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: "
