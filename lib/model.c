@@ -635,6 +635,21 @@ static void mlp_fused(const struct fwd *f, mm_fn mm, int glu, const struct layer
 	}
 }
 
+/* the residual add and a norm: x += tmp, xn = rmsnorm(x) * w; with f->x16 xn in 16 bits into
+ * m->x16[0] too, where the backend writes it (returns 1 then) */
+static int add_norm(const struct fwd *f, const float *w)
+{
+	struct model *m = f->m;
+	const struct ops *o = m->ops;
+	int N = f->N, C = m->cfg.hidden_size;
+	float eps = m->cfg.rms_norm_eps;
+
+	if (f->x16)
+		return o->add_rmsnorm16(m->xn, m->x16[0], m->dtype, m->x, m->tmp, w, N, C, eps) == 1;
+	o->add_rmsnorm(m->xn, m->x, m->tmp, w, N, C, eps);
+	return 0;
+}
+
 static void forward_launch(void *arg)
 {
 	struct fwd *f = arg;
@@ -661,14 +676,13 @@ static void forward_launch(void *arg)
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct layer_weights *w = &m->w.layers[l];
 
-		if (m->fuse_qkv && xv) {
-			o->matmul_fixed16(m->qkv, m->xn, m->x16[0], w->q_proj.p, w->q_proj.dt, N, C,
-			                  QD + 2 * KVD);
-			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
-			            HD, eps, c->rope_theta);
-		} else if (m->fuse_qkv) {
-			layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
-			         QD + 2 * KVD, 1);
+		if (m->fuse_qkv) {
+			if (xv)
+				o->matmul_fixed16(m->qkv, m->xn, m->x16[0], w->q_proj.p, w->q_proj.dt, N, C,
+				                  QD + 2 * KVD);
+			else
+				layer_mm(f, mm, 0, m->qkv, m->xn, NULL, w->q_proj.p, w->q_proj.dt, C,
+				         QD + 2 * KVD, 1);
 			o->qkv_prep(m->q, m->qkv, w->q_norm.p, w->k_norm.p, m->pos_d, kb, l, NH, NKV,
 			            HD, eps, c->rope_theta);
 		} else {
@@ -699,11 +713,7 @@ static void forward_launch(void *arg)
 			o->matmul_fixed16(m->tmp, m->att, m->x16[1], w->o_proj.p, w->o_proj.dt, N, QD, C);
 		else
 			layer_mm(f, mm, 0, m->tmp, m->att, NULL, w->o_proj.p, w->o_proj.dt, QD, C, 1);
-		if (f->x16)
-			xv = o->add_rmsnorm16(m->xn, m->x16[0], m->dtype, m->x, m->tmp, w->post_norm.p,
-			                      N, C, eps) == 1;
-		else
-			o->add_rmsnorm(m->xn, m->x, m->tmp, w->post_norm.p, N, C, eps);
+		xv = add_norm(f, w->post_norm.p);
 		if (m->fuse_gu) {
 			mlp_fused(f, mm, glu, w, xv);
 		} else {
@@ -712,12 +722,8 @@ static void forward_launch(void *arg)
 			o->swiglu(m->up, m->gate, m->up, N, I);
 			layer_mm(f, mm, 0, m->tmp, m->up, NULL, w->down_proj.p, w->down_proj.dt, I, C, 1);
 		}
-		xv = 0;
-		if (l + 1 < c->num_layers && f->x16)    /* the residual add with the next layer's norm */
-			xv = o->add_rmsnorm16(m->xn, m->x16[0], m->dtype, m->x, m->tmp,
-			                      m->w.layers[l + 1].input_norm.p, N, C, eps) == 1;
-		else if (l + 1 < c->num_layers)
-			o->add_rmsnorm(m->xn, m->x, m->tmp, m->w.layers[l + 1].input_norm.p, N, C, eps);
+		if (l + 1 < c->num_layers)      /* the residual add with the next layer's norm */
+			xv = add_norm(f, m->w.layers[l + 1].input_norm.p);
 		else
 			o->add(m->x, m->tmp, (size_t)N * C);
 	}

@@ -1930,10 +1930,9 @@ int gpu_attention_kv16(cudaStream_t st, float *out, void *out16, enum dice_dtype
 		a.nz = nsplit;
 		int units = b->nseq * a.rtiles * NKV, v = du_ok(units, b->maxS);
 		/* out16 where every row ends in dm_out: the unit kernels, the cluster kernel, or a
-		 * single split (not where dk_merge_kernel finishes) */
-		int o16 = out16 && (dt16 == DICE_BF16 || dt16 == DICE_F16) &&
-		          !((uintptr_t)out16 & 7);
-		a.out16 = o16 && (v >= 1 || nsplit == 1 || dm_clusters()) ? out16 : NULL;
+		 * single split (cleared below where dk_merge_kernel finishes) */
+		if ((dt16 == DICE_BF16 || dt16 == DICE_F16) && !((uintptr_t)out16 & 7))
+			a.out16 = out16;
 		if (v == 1) {
 			gpu_launch(du_fn[dk_parts() - 1][f16], dim3(b->nseq * a.rtiles, NKV), dim3(DU_WARPS * 32),
 			           DU_SMEM, st, args);
