@@ -294,10 +294,9 @@ static void unpack_all(struct model *m, const struct mshape *d, int n)
 int model_pack(struct model *m)
 {
 	const struct ops *o = m->ops;
-	const char *e = getenv("DICE_PACK");
 
 	if (m->packed || !o->pack || !o->unpack || !o->matmul_fixed || m->dtype == DICE_F32 ||
-	    (e && !strcmp(e, "0")))
+	    util_env_zero("DICE_PACK"))
 		return m->packed;
 	int n;
 	struct mshape *d = products(m, &n);
@@ -529,10 +528,8 @@ static int prefill_mm = -1;
 
 static int prefill_mm_on(void)
 {
-	if (prefill_mm < 0) {
-		const char *e = getenv("DICE_PREFILL_MM");
-		prefill_mm = !(e && e[0] == '0' && !e[1]);
-	}
+	if (prefill_mm < 0)
+		prefill_mm = !util_env_zero("DICE_PREFILL_MM");
 	return prefill_mm;
 }
 
@@ -779,10 +776,8 @@ static int x16_ok(struct model *m, int N)
 	const struct ops *o = m->ops;
 	const struct model_config *c = &m->cfg;
 
-	if (on < 0) {
-		const char *e = getenv("DICE_X16");
-		on = !(e && e[0] == '0' && !e[1]);
-	}
+	if (on < 0)
+		on = !util_env_zero("DICE_X16");
 	if (!on || N > MODEL_X16_ROWS || !o->matmul_fixed || !o->matmul_fixed16 ||
 	    !o->add_rmsnorm16 || !o->attention_kv16 || !o->matmul_fixed_gu16 ||
 	    (m->dtype != DICE_BF16 && m->dtype != DICE_F16))

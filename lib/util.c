@@ -419,6 +419,12 @@ unsigned long long util_hash64(const void *p, size_t n)
 	return h;
 }
 
+int util_env_zero(const char *name)
+{
+	const char *e = getenv(name);
+	return e && e[0] == '0' && !e[1];
+}
+
 const char *util_sharedir(void)
 {
 	static char *dir;

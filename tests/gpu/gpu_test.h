@@ -139,6 +139,18 @@ static uint16_t *gt_to16(const float *v, size_t n, enum dice_dtype dt)
 	return r;
 }
 
+/* check: the n 16-bit values at dev equal v (n) rounded to dt */
+static int gt_check16(const char *what, const void *dev, const float *v, size_t n,
+                      enum dice_dtype dt)
+{
+	uint16_t *got = (uint16_t *)xmalloc(n * 2), *want = gt_to16(v, n, dt);
+	int ok = CHECK(cudaMemcpy(got, dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+	               !memcmp(got, want, n * 2), what);
+	free(got);
+	free(want);
+	return ok;
+}
+
 /* the case's mask with its arrays on the host (*hm) and copied to the device (*dm) */
 static void gt_masks(const struct gt_acase *c, struct attn_mask *hm, struct attn_mask *dm)
 {

@@ -59,16 +59,6 @@ static double one_part_atol(enum dice_dtype dt)
 	return dt == DICE_BF16 ? 2e-2 : 2.5e-3;
 }
 
-/* check: the n 16-bit values at dev equal v (n) rounded to dt */
-static void check16(const char *what, const void *dev, const float *v, size_t n,
-                    enum dice_dtype dt)
-{
-	uint16_t *got = (uint16_t *)xmalloc(n * 2), *want = gt_to16(v, n, dt);
-	CHECK(cudaMemcpy(got, dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
-	      !memcmp(got, want, n * 2), what);
-	free(got); free(want);
-}
-
 static void attention_case(int nseq, const int *T, const int *len, int NH, int NKV, int HD,
                            int block, enum dice_dtype dt)
 {
@@ -125,7 +115,7 @@ static void attention_case(int nseq, const int *T, const int *len, int NH, int N
 				         "kernel %d: out16 the rounding of out", dtname(dt), mode, nseq, T[0],
 				         NH, NKV, u);
 				if (rc == 1)
-					check16(what, d16, got[0], qn, DICE_BF16);
+					gt_check16(what, d16, got[0], qn, DICE_BF16);
 				free(o2);
 				G->free(d); G->free(d16);
 			}
@@ -288,7 +278,7 @@ static void elementwise_cases(int N, int C)
 		if (rc == 1) {
 			snprintf(what, sizeof what, "add_rmsnorm16 %s N=%d C=%d: y16 the rounding of y",
 			         dtname(dt16), N, C);
-			check16(what, dy16, got, (size_t)N * C, dt16);
+			gt_check16(what, dy16, got, (size_t)N * C, dt16);
 		}
 		free(y2); free(x2);
 		G->free(dx2); G->free(dy2); G->free(dy16);

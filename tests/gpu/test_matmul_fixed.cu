@@ -352,17 +352,14 @@ static void x16(enum dice_dtype dt, int N, int in, int out, int I)
 		CHECK(r0 == r1, what);
 		if (r0 == 1) {
 			float *h = gt_down(dh, nh), *h2 = gt_down(dh2, nh);
-			uint16_t *h16 = (uint16_t *)xmalloc(nh * 2), *want = gt_to16(h, nh, dt);
-			CHECK(cudaMemcpy(h16, dh16, nh * 2, cudaMemcpyDeviceToHost) == cudaSuccess,
-			      "h16 copy");
 			snprintf(what, sizeof what, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: "
 			         "h16 the rounding of h", dtname[dt], N, in, I, k);
-			CHECK(!memcmp(h16, want, nh * 2), what);
+			gt_check16(what, dh16, h, nh, dt);
 			same_rows(h2, h, N, I, "matmul_fixed_gu16 %s N=%d in=%d I=%d kernel %d: h "
 			          "bitwise equal", dtname[dt], N, in, I, k);
 			same_rows(gt_down(dgu2, ng), gt_down(dgu, ng), N, 2 * I, "matmul_fixed_gu16 %s "
 			          "N=%d in=%d I=%d kernel %d: gu bitwise equal", dtname[dt], N, in, I, k);
-			free(h); free(h16); free(want);
+			free(h);
 		}
 		G->free(dgu); G->free(dh); G->free(dgu2); G->free(dh2); G->free(dh16);
 	}
