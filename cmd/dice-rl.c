@@ -22,7 +22,7 @@
 
 static const char usage_text[] =
 	"usage: dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]\n"
-	"  -m, --model DIR          checkpoint to start from (HF directory)\n"
+	"  -m, --model DIR          checkpoint to start from (HF directory; default $DICE_MODEL)\n"
 	"  -o, --output DIR         where checkpoints, rl_state.json go\n"
 	"  -t, --tokenizer DIR      tokenizer files (default: the model directory)\n"
 	"  -S, --stage NAME         one stage: infill or e2e (default e2e)\n"
@@ -50,7 +50,7 @@ static const char usage_text[] =
 	"  -M, --micro-batch N      samples per forward/backward (4)\n"
 	"  -c, --clip X             gradient-norm clipping (1.0; 0: off)\n"
 	"  -z, --seed N             seed of rollouts and sample order (10086)\n"
-	"  -d, --device NAME        cpu (default) or cuda\n"
+	"  -d, --device NAME        cpu or cuda (default $DICE_DEVICE, else cpu)\n"
 	"  -g, --log FILE           JSONL metrics, one line per step\n"
 	"  -k, --save-every N       save every N steps (0: only at the end)\n"
 	"  -C, --resume             continue from -o (weights, task positions, RNG)\n"
@@ -283,7 +283,7 @@ static void load_model(struct model *m, const char *dir, const struct ops *ops)
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = "cpu", *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
+	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu", *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
 	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
 	long update = 256, micro = 4, save_every = 0, eval_every = 0, max_plen = 2000;
@@ -339,6 +339,8 @@ int main(int argc, char **argv)
 			usage(EXIT_STATUS_USAGE);
 		}
 	}
+	if (!model_dir && !resume)
+		model_dir = util_env("DICE_MODEL");
 	if (!out || (!model_dir && !resume))
 		usage(EXIT_STATUS_USAGE);
 	if (strcmp(order, "file") && strcmp(order, "level"))

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "config.h"
 #include "extract.h"
 #include "input.h"
 #include "jsonl.h"
@@ -84,7 +85,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:EZyo:UvhV";
+static const char shortopts[] = ":m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:EZyo:UvhV";
 
 static _Noreturn void usage(int status)
 {
@@ -460,7 +461,7 @@ int main(int argc, char **argv)
 	static struct state st;
 	struct checkpoint ck;
 	struct tokenizer tok;
-	const char *model_dir = getenv("DICE_MODEL"), *out_path = NULL, *stop_arg = NULL;
+	const char *model_dir = util_env("DICE_MODEL"), *out_path = NULL, *stop_arg = NULL;
 	const char *dtype_arg = NULL, *preset = NULL, *template_path = NULL;
 	enum front front = FRONT_NONE;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
@@ -477,7 +478,7 @@ int main(int argc, char **argv)
 	sampler_opts_default(&st.o);
 	set = st.o;
 	st.samples = 1;
-	st.device = getenv("DICE_DEVICE");
+	st.device = util_env("DICE_DEVICE");
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {
@@ -592,12 +593,8 @@ int main(int argc, char **argv)
 	if (!(ops = ops_get(st.device)))
 		die("no CUDA device (or this build has no CUDA backend)\nhint: --device cpu");
 	enum dice_dtype dt = !strcmp(st.device, "cuda") ? DICE_BF16 : DICE_F32;
-	if (dtype_arg) {
-		if (!strcmp(dtype_arg, "bf16")) dt = DICE_BF16;
-		else if (!strcmp(dtype_arg, "fp16")) dt = DICE_F16;
-		else if (!strcmp(dtype_arg, "fp32")) dt = DICE_F32;
-		else bad_arg("dtype", dtype_arg);
-	}
+	if (dtype_arg && config_dtype_arg(dtype_arg, &dt) < 0)
+		bad_arg("dtype", dtype_arg);
 	st.dtype = dt == DICE_BF16 ? "bf16" : dt == DICE_F16 ? "fp16" : "fp32";
 
 	/* checkpoint, tokenizer, model */

@@ -22,7 +22,7 @@
 static const char usage_text[] =
 	"usage: dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
 	"       dice-sft --init CONFIG.json -o OUT_DIR [-s SEED] [-t TOKENIZER_DIR]\n"
-	"  -m, --model DIR         checkpoint to start from (HF directory)\n"
+	"  -m, --model DIR         checkpoint to start from (HF directory; default $DICE_MODEL)\n"
 	"  -o, --output DIR        where checkpoints and the training state go\n"
 	"  -i, --init CONFIG.json  write a randomly initialised checkpoint to -o and exit\n"
 	"  -t, --tokenizer DIR     tokenizer files (default: the model directory)\n"
@@ -35,10 +35,10 @@ static const char usage_text[] =
 	"  -a, --grad-accum N      micro-batches per optimizer step (1)\n"
 	"  -L, --max-len N         drop samples longer than N tokens (6144)\n"
 	"  -s, --seed N            seed of data order, noise and --init (42)\n"
-	"  -d, --device NAME       cpu (default) or cuda\n"
-	"  -D, --dtype NAME        compute dtype: float32 (default) or bf16 (bfloat16; cuda\n"
-	"                          only: bf16 GEMMs and attention, fp32 master weights)\n"
-	"  -g, --log FILE          JSONL metrics, one line per step\n"
+	"  -d, --device NAME       cpu or cuda (default $DICE_DEVICE, else cpu)\n"
+	"  -D, --dtype NAME        compute dtype: fp32 (float32; default) or bf16 (bfloat16;\n"
+	"                          cuda only: bf16 GEMMs and attention, fp32 master weights)\n"
+	"  -g, --log FILE          JSONL metrics, one line per step (appended with -r)\n"
 	"  -k, --save-every N      also save every N steps (0: only at the end)\n"
 	"  -r, --resume            continue from -o's checkpoint and trainer state\n"
 	"  -R, --recompute         recompute activations in the backward (less memory)\n"
@@ -209,7 +209,7 @@ static void perf_of(struct perf *pf, const struct sft_train *st, const struct sf
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = "cpu", *dtype_name = NULL, *dump = NULL;
+	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu", *dtype_name = NULL, *dump = NULL;
 	long epochs = 3, max_steps = 0, batch_tokens = 16384, grad_accum = 1, max_len = 6144;
 	long save_every = 0;
 	unsigned long long seed = 42;
@@ -281,17 +281,17 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!model_dir && !resume)
-		die_status(EXIT_STATUS_USAGE, "-m INIT_DIR is required (or --resume)");
+		model_dir = util_env("DICE_MODEL");
+	if (!model_dir && !resume)
+		die_status(EXIT_STATUS_USAGE, "-m INIT_DIR (or DICE_MODEL) is required, or --resume");
 
 	const struct ops *ops = ops_get(device);
 	if (!ops)
 		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build (cpu%s)", device,
 		           ops_get("cuda") ? ", cuda" : "");
 	enum dice_dtype dt = DICE_F32;
-	if (dtype_name && !strcmp(dtype_name, "bf16"))
-		dt = DICE_BF16;
-	else if (dtype_name && config_dtype_parse(dtype_name, &dt) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (float32, bf16)", dtype_name);
+	if (dtype_name && config_dtype_arg(dtype_name, &dt) < 0)
+		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (fp32, bf16)", dtype_name);
 	if (dt == DICE_F16)
 		die_status(EXIT_STATUS_USAGE, "--dtype %s: training computes in float32 or bf16",
 		           dtype_name);

@@ -37,7 +37,8 @@ static const char usage_text[] =
 "  -b, --baseline FILE      reference times from baseline_time_torch.json\n"
 "  -t, --timeout S          seconds for one run (default 180)\n"
 "  -T, --compile-timeout S  seconds for one build (default 600)\n"
-"  -c, --cache DIR          build cache (default ~/.cache/dice/kbench)\n"
+"  -c, --cache DIR          build cache (default $XDG_CACHE_HOME/dice/kbench, else\n"
+"                           ~/.cache/dice/kbench)\n"
 "  -G, --log-bytes N        bytes of worker output kept in eval.log (default 4096)\n"
 "  -M, --mem-limit MB       address-space limit of CPU-mode workers (default 16384)\n"
 "  -N, --no-netns           no private network namespace for workers\n"
@@ -79,7 +80,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "k:lL:p:rJRF:d:j:g:w:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
+static const char shortopts[] = ":k:lL:p:rJRF:d:j:g:w:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
 
 static _Noreturn void usage(void)
 {
@@ -212,15 +213,15 @@ int main(int argc, char **argv)
 	int c, list = 0, report = 0, json = 0, unbuffered = 0, have_tree = 0;
 	size_t nth = 0;
 	long v;
-	double d;
 	FILE *out = stdout;
 
 	util_set_progname(argv[0]);
-	if (getenv("DICE_DEVICE") && *getenv("DICE_DEVICE"))
-		cfg.device = getenv("DICE_DEVICE");
+	if (util_env("DICE_DEVICE"))
+		cfg.device = util_env("DICE_DEVICE");
 	cfg.python = getenv("DICE_PYTHON") && *getenv("DICE_PYTHON") ? getenv("DICE_PYTHON") : NULL;
 	v = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.jobs = v > 0 ? (int)v : 1;
+	opterr = 0;     /* our own messages: "kbench-eval: ...", not the full argv[0] */
 	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'k': kb = optarg; break;
@@ -228,12 +229,12 @@ int main(int argc, char **argv)
 		case 'L':
 			kbench_ranges_free(&levels);
 			if (kbench_ranges_parse(&levels, optarg) < 0)
-				usage();
+				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2)", optarg);
 			break;
 		case 'p':
 			kbench_ranges_free(&problems);
 			if (kbench_ranges_parse(&problems, optarg) < 0)
-				usage();
+				die_status(EXIT_STATUS_USAGE, "bad --problems '%s' (want e.g. 1-10,19)", optarg);
 			break;
 		case 'r': report = 1; break;
 		case 'J': json = 1; break;
@@ -247,70 +248,50 @@ int main(int argc, char **argv)
 			break;
 		case 'd':
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
-				usage();
+				die_status(EXIT_STATUS_USAGE, "bad --device '%s' (want cpu, cuda or auto)", optarg);
 			cfg.device = optarg;
 			break;
 		case 'j':
-			if (parse_long(optarg, 1, 256, &v) < 0)
-				usage();
-			cfg.jobs = (int)v;
+			cfg.jobs = (int)cli_long("--jobs", optarg, 1, 256);
 			break;
 		case 'g':
 			free(cfg.gpus);
 			if ((cfg.ngpus = parse_gpus(optarg, &cfg.gpus)) <= 0)
-				usage();
+				die_status(EXIT_STATUS_USAGE, "bad --gpus '%s' (want e.g. 0,1 or 0-3)", optarg);
 			break;
 		case 'w':
-			if (parse_long(optarg, 1, 64, &v) < 0)
-				usage();
-			cfg.run_workers = (int)v;
+			cfg.run_workers = (int)cli_long("--run-workers", optarg, 1, 64);
 			break;
 		case 'n':
-			if (parse_long(optarg, 1, 1000, &v) < 0)
-				usage();
-			cfg.trials = (int)v;
+			cfg.trials = (int)cli_long("--trials", optarg, 1, 1000);
 			break;
 		case 'P':
-			if (parse_long(optarg, 0, 100000, &v) < 0)
-				usage();
-			cfg.perf_trials = (int)v;
+			cfg.perf_trials = (int)cli_long("--perf-trials", optarg, 0, 100000);
 			break;
 		case 'W':
-			if (parse_long(optarg, 0, 1000, &v) < 0)
-				usage();
-			cfg.warmup = (int)v;
+			cfg.warmup = (int)cli_long("--warmup", optarg, 0, 1000);
 			break;
 		case 'a':
-			if (parse_double(optarg, 0, 1e9, &cfg.atol) < 0)
-				usage();
+			cfg.atol = cli_double("--atol", optarg, 0, 1e9);
 			break;
 		case 'e':
-			if (parse_double(optarg, 0, 1e9, &cfg.rtol) < 0)
-				usage();
+			cfg.rtol = cli_double("--rtol", optarg, 0, 1e9);
 			break;
 		case 'E': cfg.rtol_only = 1; break;
 		case 'f': cfg.flush_l2 = 1; break;
 		case 'b': baseline = optarg; break;
 		case 't':
-			if (parse_double(optarg, 0.1, 1e6, &d) < 0)
-				usage();
-			cfg.timeout = d;
+			cfg.timeout = cli_double("--timeout", optarg, 0.1, 1e6);
 			break;
 		case 'T':
-			if (parse_double(optarg, 0.1, 1e6, &d) < 0)
-				usage();
-			cfg.compile_timeout = d;
+			cfg.compile_timeout = cli_double("--compile-timeout", optarg, 0.1, 1e6);
 			break;
 		case 'c': free(cache); cache = xstrdup(optarg); break;
 		case 'G':
-			if (parse_long(optarg, 0, 1 << 26, &v) < 0)
-				usage();
-			cfg.log_bytes = (size_t)v;
+			cfg.log_bytes = (size_t)cli_long("--log-bytes", optarg, 0, 1 << 26);
 			break;
 		case 'M':
-			if (parse_long(optarg, 0, 1L << 30, &v) < 0)
-				usage();
-			cfg.mem_mb = v;
+			cfg.mem_mb = cli_long("--mem-limit", optarg, 0, 1L << 30);
 			break;
 		case 'N': cfg.netns = 0; break;
 		case 'o': output = optarg; break;
@@ -320,6 +301,7 @@ int main(int argc, char **argv)
 			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
 		case 'V': cli_version();
 		default:
+			cli_warn_option(c, argv[optind - 1]);
 			usage();
 		}
 	}
@@ -363,8 +345,8 @@ int main(int argc, char **argv)
 		}
 		if (!json)
 			kbench_rows_print(out, rows, nr);
-		if (th && kbench_thresholds_check(th, nth, rows, nr))
-			r.ret = 3;
+		if (th && kbench_thresholds_check(th, nth, rows, nr) && r.ret == 0)
+			r.ret = 3;      /* a bad record's 1 wins, as when evaluating */
 		free(rows);
 	} else {
 		json_t *base = NULL;

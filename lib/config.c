@@ -31,6 +31,23 @@ int config_dtype_parse(const char *s, enum dice_dtype *out)
 	return -1;
 }
 
+int config_dtype_arg(const char *s, enum dice_dtype *out)
+{
+	static const char *const short_names[] = {
+		[DICE_F32] = "fp32",
+		[DICE_BF16] = "bf16",
+		[DICE_F16] = "fp16",
+	};
+
+	for (size_t i = 0; i < ARRAY_LEN(short_names); i++) {
+		if (!strcmp(s, short_names[i])) {
+			*out = (enum dice_dtype)i;
+			return 0;
+		}
+	}
+	return config_dtype_parse(s, out);
+}
+
 const char *config_dtype_name(enum dice_dtype dt)
 {
 	return (size_t)dt < ARRAY_LEN(dtype_names) ? dtype_names[dt] : "?";

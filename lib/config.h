@@ -35,6 +35,8 @@ int config_write(const struct model_config *c, const char *path, char *err, size
 size_t config_nparams(const struct model_config *c);
 /* "bfloat16", "float16", "float32" <-> dtype; -1 for an unknown name. */
 int config_dtype_parse(const char *s, enum dice_dtype *out);
+/* a --dtype argument: bf16, fp16 or fp32, or a config name (bfloat16, float16, float32) */
+int config_dtype_arg(const char *s, enum dice_dtype *out);
 const char *config_dtype_name(enum dice_dtype dt);
 
 #endif

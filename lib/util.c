@@ -425,6 +425,12 @@ int util_env_zero(const char *name)
 	return e && e[0] == '0' && !e[1];
 }
 
+const char *util_env(const char *name)
+{
+	const char *e = getenv(name);
+	return e && *e ? e : NULL;
+}
+
 const char *util_sharedir(void)
 {
 	static char *dir;

@@ -17,6 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 PATH="$root/bin:$PATH"
 DICE_SHARE="$root/share"
 export PATH DICE_SHARE
+unset DICE_MODEL DICE_DEVICE    # the cases name their checkpoints and devices themselves
 out="$root/tests/out"
 rm -rf "$out"
 mkdir -p "$out"
