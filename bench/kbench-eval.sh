@@ -4,16 +4,8 @@
 # kbench-eval -j 1 per candidate, as a serial KernelBench loop does), on the same candidates
 # in the same run: N distinct extension candidates (C++ on the CPU, CUDA with a GPU) and N
 # pure-PyTorch ones, each mode with a cold build cache of its own. Prints a table.
-set -u
-root=$(cd "$(dirname "$0")/.." && pwd)
-n=${1:-4}
-jobs=${2:-$(nproc)}
-dev=${DICE_DEVICE:-cpu}
-PATH="$root/bin:$PATH"
-DICE_SHARE="$root/share"
-export PATH DICE_SHARE
-[ -x "$root/bin/kbench-eval" ] || make -C "$root" bin/kbench-eval >/dev/null || exit 1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kbench-bench.XXXXXX") || exit 1
+N_DEFAULT=4 TMP_NAME=kbench-bench
+. "$(dirname "$0")/kbench-env.sh"
 trap 'rm -rf "$tmp"' EXIT
 kb="$root/tests/fixtures/kernelbench"
 cands="$root/tests/fixtures/kbench-candidates"

@@ -514,6 +514,12 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	snprintf(ext, sizeof ext, "%s/ext", en->cache);
 	json_object_set_new(j, "extensions_dir", json_string(ext));
 	json_object_set_new(j, "arch", json_string(e->arch));
+	if (e->cfg.pch) {
+		snprintf(ext, sizeof ext, "%s/pch", e->cache);
+		json_object_set_new(j, "pch_dir", json_string(ext));
+	}
+	if (mode == ROLE_BUILD)         /* the build's deadline: the header is made within it */
+		json_object_set_new(j, "build_timeout", json_real(e->cfg.compile_timeout));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
 	json_object_set_new(j, "device", json_string(e->device));
 	if (mode == ROLE_BUILD)

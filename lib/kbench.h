@@ -82,6 +82,8 @@ struct kbench_config {
 	double start_timeout;       /* seconds for a worker to import torch */
 	long mem_mb, fsize_mb, nproc;
 	int netns;
+	int pch;                    /* C++ builds through a precompiled torch/extension.h kept in
+	                             * cache_dir/pch (worker.py, ext_pch) */
 	size_t log_bytes;           /* eval.log size; 0: no log field */
 	json_t *baseline;           /* baseline_time_torch.json or NULL (borrowed) */
 	struct deceive_checker *robust;   /* NULL: no robust check (borrowed) */

@@ -267,6 +267,13 @@ def cpu_only_extensions():
     ext.load_inline = load_inline
 
 
+# load_inline's parameters in order (torch 1.13 .. 2.x)
+LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
+                    "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
+                    "build_directory", "verbose", "with_cuda", "is_python_module",
+                    "with_pytorch_error_handling", "keep_intermediates")
+
+
 def ext_cache():
     """load_inline through the build cache: a build that succeeded leaves a stamp holding the
     hash of its arguments beside the library; a later call with the same arguments imports
@@ -275,13 +282,9 @@ def ext_cache():
     import hashlib
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
-    names = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
-             "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "build_directory",
-             "verbose", "with_cuda", "is_python_module", "with_pytorch_error_handling",
-             "keep_intermediates")
 
     def load_inline(*a, **k):
-        call = dict(zip(names, a))
+        call = dict(zip(LOAD_INLINE_ARGS, a))
         call.update(k)
         call.pop("verbose", None)
         key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
@@ -309,6 +312,112 @@ def ext_cache():
             pass
         return mod
     ext.load_inline = load_inline
+
+
+def ext_pch(torch, pch_dir, make_new, t_job, timeout):
+    """load_inline's C++ half (main.cpp: torch/extension.h, then the bindings) through a
+    precompiled torch/extension.h. Every build gets -I ROOT (ROOT = PCH_DIR/<this torch's
+    header: path, size, mtime>, so an upgraded torch never meets an old header), where
+    ROOT/torch/extension.h links to the real header (for a second #include of it) and
+    ROOT/torch/extension.h.gch is a directory of precompiled headers, one per set of compiler
+    flags: GCC takes one that is valid for its compilation, else reads the header, so the
+    build's result is the same either way. After a build whose flags have none yet, a build
+    worker (make_new) makes it from that build's own compile line (build.ninja: cxx, cflags,
+    post_cflags, less the extension's name) under a temporary name and renames it in (one
+    maker at a time per header, by a lock file). It does so only where the build's deadline
+    (timeout seconds from t_job) leaves twice the job's time so far, and within it, so the
+    header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
+    more once MAX_PCH headers are there."""
+    import hashlib
+    import re
+    import shlex
+    import subprocess
+    import torch.utils.cpp_extension as ext
+    header = [os.path.join(d, "torch", "extension.h") for d in ext.include_paths()]
+    header = [h for h in header if os.path.exists(h)]
+    if not header:
+        return
+    header = os.path.realpath(header[0])
+    st = os.stat(header)
+    ident = repr((torch.__version__, header, st.st_size, st.st_mtime_ns))
+    root = os.path.join(pch_dir, hashlib.sha256(ident.encode()).hexdigest()[:16])
+    gdir = os.path.join(root, "torch", "extension.h.gch")
+    link = os.path.join(root, "torch", "extension.h")
+    try:
+        os.makedirs(gdir, exist_ok=True)
+        if os.path.realpath(link) != header:
+            tmp = "%s.%d.tmp" % (link, os.getpid())
+            os.symlink(header, tmp)
+            os.replace(tmp, link)
+    except OSError:
+        return
+    orig = ext.load_inline
+
+    def make(build_dir):
+        v = {}
+        with open(os.path.join(build_dir, "build.ninja")) as f:
+            for line in f:
+                m = re.match(r"^(cxx|cflags|post_cflags) = (.*)$", line.rstrip("\n"))
+                if m:
+                    v[m.group(1)] = m.group(2)
+        if "cxx" not in v or "cflags" not in v:
+            return
+        words = shlex.split(v["cflags"]) + shlex.split(v.get("post_cflags", ""))
+        words = [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=")]
+        out = os.path.join(gdir, hashlib.sha256(repr((v["cxx"], words)).encode())
+                           .hexdigest()[:24] + ".gch")
+        if os.path.exists(out) or \
+                len([f for f in os.listdir(gdir) if f.endswith(".gch")]) >= MAX_PCH:
+            return
+        took = time.perf_counter() - t_job
+        left = timeout - took - PCH_MARGIN_S
+        if left < 2 * took:
+            return
+        cxx = shlex.split(v["cxx"])
+        ver = subprocess.run(cxx + ["--version"], capture_output=True, text=True).stdout
+        if not ver or "clang" in ver.lower():
+            return
+        lock = out[:-4] + ".lock"     # one maker at a time; a dead maker's lock goes stale
+        try:
+            if time.time() - os.stat(lock).st_mtime > PCH_LOCK_S:
+                os.unlink(lock)
+        except OSError:
+            pass
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except OSError:
+            return
+        tmp = "%s.%d.tmp" % (out, os.getpid())
+        try:
+            r = subprocess.run(cxx + words + ["-x", "c++-header", header, "-o", tmp],
+                               capture_output=True, text=True, timeout=left)
+            if r.returncode == 0:
+                os.replace(tmp, out)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            for f in (tmp, lock):
+                if os.path.exists(f):
+                    os.unlink(f)
+
+    def load_inline(*a, **k):
+        call = dict(zip(LOAD_INLINE_ARGS, a))
+        call.update(k)
+        call["extra_include_paths"] = list(call.get("extra_include_paths") or []) + [root]
+        mod = orig(**call)
+        if make_new:
+            try:
+                make(call.get("build_directory") or os.path.join(
+                    os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(call.get("name"))))
+            except Exception:   # the header is a speed-up only, never the build's verdict
+                traceback.print_exc()
+        return mod
+    ext.load_inline = load_inline
+
+
+MAX_PCH = 3           # precompiled headers kept (sets of C++ flags; 0.6 GB or more each)
+PCH_LOCK_S = 900      # seconds after which a maker's lock is taken for dead
+PCH_MARGIN_S = 15     # seconds of a build's deadline the header's making leaves over
 
 
 def load_candidate(torch, src, ev):
@@ -504,6 +613,7 @@ def main():
         info["gpu_name"] = torch.cuda.get_device_name(0)
     chan.send(info)
     job = read_job(fin)
+    t_job = time.perf_counter()
     nonce = job.get("nonce")
     mode = job.get("mode")
     global CHANNEL
@@ -518,6 +628,9 @@ def main():
     if job.get("arch"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]
     ext_cache()
+    if job.get("pch_dir"):
+        ext_pch(torch, job["pch_dir"], mode == "build", t_job,
+                float(job.get("build_timeout") or 600))
     if info["device"] == "cpu":
         cpu_only_extensions()
     ev = {"compiled": False, "correct": False}
