@@ -1292,6 +1292,8 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	buf_init(&b);
 	buf_adds(&b, en->kernel);
 	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
+	if (e->cfg.pch)         /* its builds compile with the header's -I: not --no-pch's */
+		buf_addf(&b, "%cpch", 0);
 	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
 	buf_free(&b);
 	snprintf(key, sizeof key, "%s/%s", e->cache, en->hash);
