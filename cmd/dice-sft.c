@@ -209,7 +209,8 @@ static void perf_of(struct perf *pf, const struct sft_train *st, const struct sf
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu", *dtype_name = NULL, *dump = NULL;
+	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu";
+	const char *dtype_name = NULL, *dump = NULL;
 	long epochs = 3, max_steps = 0, batch_tokens = 16384, grad_accum = 1, max_len = 6144;
 	long save_every = 0;
 	unsigned long long seed = 42;

@@ -206,7 +206,8 @@ int main(int argc, char **argv)
 	struct kbench_config cfg = {
 		.device = "auto", .trials = 5, .perf_trials = 100, .warmup = 3, .atol = 1e-2,
 		.rtol = 1e-2, .timeout = 180, .compile_timeout = 600, .start_timeout = 300,
-		.mem_mb = 16384, .fsize_mb = 4096, .nproc = 0, .netns = 1, .pch = 1, .log_bytes = 4096,
+		.mem_mb = 16384, .fsize_mb = 4096, .nproc = 0, .netns = 1, .pch = 1,
+		.log_bytes = 4096,
 	};
 	struct kbench_ranges levels = { 0 }, problems = { 0 };
 	struct kbench_threshold *th = NULL;
@@ -233,12 +234,14 @@ int main(int argc, char **argv)
 		case 'L':
 			kbench_ranges_free(&levels);
 			if (kbench_ranges_parse(&levels, optarg) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2)", optarg);
+				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2)",
+				           optarg);
 			break;
 		case 'p':
 			kbench_ranges_free(&problems);
 			if (kbench_ranges_parse(&problems, optarg) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --problems '%s' (want e.g. 1-10,19)", optarg);
+				die_status(EXIT_STATUS_USAGE, "bad --problems '%s' (want e.g. 1-10,19)",
+				           optarg);
 			break;
 		case 'r': report = 1; break;
 		case 'J': json = 1; break;
@@ -252,7 +255,8 @@ int main(int argc, char **argv)
 			break;
 		case 'd':
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
-				die_status(EXIT_STATUS_USAGE, "bad --device '%s' (want cpu, cuda or auto)", optarg);
+				die_status(EXIT_STATUS_USAGE, "bad --device '%s' (want cpu, cuda or auto)",
+				           optarg);
 			cfg.device = optarg;
 			break;
 		case 'j':
@@ -261,7 +265,8 @@ int main(int argc, char **argv)
 		case 'g':
 			free(cfg.gpus);
 			if ((cfg.ngpus = parse_gpus(optarg, &cfg.gpus)) <= 0)
-				die_status(EXIT_STATUS_USAGE, "bad --gpus '%s' (want e.g. 0,1 or 0-3)", optarg);
+				die_status(EXIT_STATUS_USAGE, "bad --gpus '%s' (want e.g. 0,1 or 0-3)",
+				           optarg);
 			break;
 		case 'w':
 			cfg.run_workers = (int)cli_long("--run-workers", optarg, 1, 64);
