@@ -323,8 +323,8 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     flags: GCC takes one that is valid for its compilation, else reads the header, so the
     build's result is the same either way. After a build whose flags have none yet, a build
     worker (make_new) makes it from that build's own compile line (build.ninja: cxx, cflags,
-    post_cflags, less the extension's name) under a temporary name and renames it in (one
-    maker at a time per header, by a lock file). It does so only where the build's deadline
+    post_cflags, less the extension's name) in ROOT/work and renames it in whole (one maker
+    at a time per header, by a lock file there). It does so only where the build's deadline
     (timeout seconds from t_job) leaves twice the job's time so far, and within it, so the
     header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
     more once MAX_PCH headers are there."""
@@ -343,8 +343,10 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     root = os.path.join(pch_dir, hashlib.sha256(ident.encode()).hexdigest()[:16])
     gdir = os.path.join(root, "torch", "extension.h.gch")
     link = os.path.join(root, "torch", "extension.h")
-    try:
+    work = os.path.join(root, "work")   # locks and headers being written: GCC reads every
+    try:                                # file of gdir as a header, so none of them go there
         os.makedirs(gdir, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
         if os.path.realpath(link) != header:
             tmp = "%s.%d.tmp" % (link, os.getpid())
             os.symlink(header, tmp)
@@ -364,8 +366,8 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
             return
         words = shlex.split(v["cflags"]) + shlex.split(v.get("post_cflags", ""))
         words = [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=")]
-        out = os.path.join(gdir, hashlib.sha256(repr((v["cxx"], words)).encode())
-                           .hexdigest()[:24] + ".gch")
+        key = hashlib.sha256(repr((v["cxx"], words)).encode()).hexdigest()[:24]
+        out = os.path.join(gdir, key + ".gch")
         if os.path.exists(out) or \
                 len([f for f in os.listdir(gdir) if f.endswith(".gch")]) >= MAX_PCH:
             return
@@ -377,7 +379,7 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
         ver = subprocess.run(cxx + ["--version"], capture_output=True, text=True).stdout
         if not ver or "clang" in ver.lower():
             return
-        lock = out[:-4] + ".lock"     # one maker at a time; a dead maker's lock goes stale
+        lock = os.path.join(work, key + ".lock")  # one maker at a time; a dead one's goes stale
         try:
             if time.time() - os.stat(lock).st_mtime > PCH_LOCK_S:
                 os.unlink(lock)
@@ -387,7 +389,7 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
             os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except OSError:
             return
-        tmp = "%s.%d.tmp" % (out, os.getpid())
+        tmp = os.path.join(work, "%s.%d.gch" % (key, os.getpid()))
         try:
             r = subprocess.run(cxx + words + ["-x", "c++-header", header, "-o", tmp],
                                capture_output=True, text=True, timeout=left)
