@@ -324,7 +324,8 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     build's result is the same either way. After a build whose flags have none yet, a build
     worker (make_new) makes it from that build's own compile line (build.ninja: cxx, cflags,
     post_cflags, less the extension's name) in ROOT/work and renames it in whole (one maker
-    at a time per header, by a lock file there). It does so only where the build's deadline
+    at a time per header, by a lock file there, which a maker that died leaves stale after
+    PCH_LOCK_S; the next maker removes its half-written header). It does so only where the build's deadline
     (timeout seconds from t_job) leaves twice the job's time so far, and within it, so the
     header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
     more once MAX_PCH headers are there."""
@@ -389,6 +390,9 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
             os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except OSError:
             return
+        for f in os.listdir(work):      # the lock is ours: a header of this key half-written
+            if f.startswith(key + ".") and f.endswith(".gch"):   # is a dead maker's
+                os.unlink(os.path.join(work, f))
         tmp = os.path.join(work, "%s.%d.gch" % (key, os.getpid()))
         try:
             r = subprocess.run(cxx + words + ["-x", "c++-header", header, "-o", tmp],
