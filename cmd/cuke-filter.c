@@ -157,7 +157,7 @@ int main(int argc, char **argv)
 		}
 	}
 
-	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = util_env("DICE_MODEL")))
+	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = util_env("DICE_MODEL", NULL)))
 		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
 	if (cfg.tokenizer && cfg.max_tokens <= 0)
 		die_status(EXIT_STATUS_USAGE, "--tokenizer is only used with --max-tokens N");

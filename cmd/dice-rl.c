@@ -283,7 +283,7 @@ static void load_model(struct model *m, const char *dir, const struct ops *ops)
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu";
+	const char *device = util_env("DICE_DEVICE", "cpu");
 	const char *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
 	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
@@ -341,7 +341,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!model_dir && !resume)
-		model_dir = util_env("DICE_MODEL");
+		model_dir = util_env("DICE_MODEL", NULL);
 	if (!out || (!model_dir && !resume))
 		usage(EXIT_STATUS_USAGE);
 	if (strcmp(order, "file") && strcmp(order, "level"))

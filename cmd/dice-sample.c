@@ -461,7 +461,7 @@ int main(int argc, char **argv)
 	static struct state st;
 	struct checkpoint ck;
 	struct tokenizer tok;
-	const char *model_dir = util_env("DICE_MODEL"), *out_path = NULL, *stop_arg = NULL;
+	const char *model_dir = util_env("DICE_MODEL", NULL), *out_path = NULL, *stop_arg = NULL;
 	const char *dtype_arg = NULL, *preset = NULL, *template_path = NULL;
 	enum front front = FRONT_NONE;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
@@ -478,7 +478,7 @@ int main(int argc, char **argv)
 	sampler_opts_default(&st.o);
 	set = st.o;
 	st.samples = 1;
-	st.device = util_env("DICE_DEVICE");
+	st.device = util_env("DICE_DEVICE", NULL);
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (opt) {

@@ -209,7 +209,7 @@ static void perf_of(struct perf *pf, const struct sft_train *st, const struct sf
 int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *init = NULL, *tok_dir = NULL, *log_path = NULL;
-	const char *device = util_env("DICE_DEVICE") ? util_env("DICE_DEVICE") : "cpu";
+	const char *device = util_env("DICE_DEVICE", "cpu");
 	const char *dtype_name = NULL, *dump = NULL;
 	long epochs = 3, max_steps = 0, batch_tokens = 16384, grad_accum = 1, max_len = 6144;
 	long save_every = 0;
@@ -282,7 +282,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!model_dir && !resume)
-		model_dir = util_env("DICE_MODEL");
+		model_dir = util_env("DICE_MODEL", NULL);
 	if (!model_dir && !resume)
 		die_status(EXIT_STATUS_USAGE, "-m INIT_DIR (or DICE_MODEL) is required, or --resume");
 

@@ -221,9 +221,8 @@ int main(int argc, char **argv)
 	FILE *out = stdout;
 
 	util_set_progname(argv[0]);
-	if (util_env("DICE_DEVICE"))
-		cfg.device = util_env("DICE_DEVICE");
-	cfg.python = getenv("DICE_PYTHON") && *getenv("DICE_PYTHON") ? getenv("DICE_PYTHON") : NULL;
+	cfg.device = util_env("DICE_DEVICE", cfg.device);
+	cfg.python = util_env("DICE_PYTHON", NULL);
 	v = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.jobs = v > 0 ? (int)v : 1;
 	opterr = 0;     /* our own messages: "kbench-eval: ...", not the full argv[0] */

@@ -388,8 +388,8 @@ static char *find_worker(void)
 	char exe[4096], *p, *cand;
 	ssize_t n;
 
-	if (getenv("KBENCH_WORKER") && *getenv("KBENCH_WORKER"))
-		return xstrdup(getenv("KBENCH_WORKER"));
+	if (util_env("KBENCH_WORKER", NULL))
+		return xstrdup(util_env("KBENCH_WORKER", NULL));
 	cand = xasprintf("%s/kbench/worker.py", util_sharedir());
 	if (access(cand, R_OK) == 0)
 		return cand;

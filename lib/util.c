@@ -425,10 +425,10 @@ int util_env_zero(const char *name)
 	return e && e[0] == '0' && !e[1];
 }
 
-const char *util_env(const char *name)
+const char *util_env(const char *name, const char *dflt)
 {
 	const char *e = getenv(name);
-	return e && *e ? e : NULL;
+	return e && *e ? e : dflt;
 }
 
 const char *util_sharedir(void)
@@ -440,8 +440,8 @@ const char *util_sharedir(void)
 
 	if (dir)
 		return dir;
-	if (getenv("DICE_SHARE") && *getenv("DICE_SHARE"))
-		return dir = xstrdup(getenv("DICE_SHARE"));
+	if (util_env("DICE_SHARE", NULL))
+		return dir = xstrdup(util_env("DICE_SHARE", NULL));
 	n = readlink("/proc/self/exe", exe, sizeof exe - 32);
 	if (n > 0) {
 		exe[n] = '\0';

@@ -91,9 +91,9 @@ unsigned long long util_hash64(const void *p, size_t n);
 /* Whether environment variable name is set to exactly "0": the engine's switches that are on
  * unless so (DICE_PACK, DICE_PREFILL_MM, DICE_X16, ...). */
 int util_env_zero(const char *name);
-/* Environment variable name's value where set and not empty, else NULL (DICE_MODEL,
- * DICE_DEVICE: the defaults of -m and --device) */
-const char *util_env(const char *name);
+/* Environment variable name's value where set and not empty, else dflt (DICE_MODEL,
+ * DICE_DEVICE: the defaults of -m and --device; DICE_SHARE, DICE_PYTHON, ...) */
+const char *util_env(const char *name, const char *dflt);
 
 /* Directory holding share/ data: $DICE_SHARE if set, else the source tree's share/ when the
  * program runs from bin/ of a checkout, else the installed DICE_SHAREDIR. Never NULL. */

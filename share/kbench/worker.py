@@ -274,6 +274,12 @@ LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_c
                     "with_pytorch_error_handling", "keep_intermediates")
 
 
+def ext_build_dir(call):
+    """Where load_inline builds the extension of call (its arguments by name)."""
+    return call.get("build_directory") or os.path.join(
+        os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(call.get("name")))
+
+
 def ext_cache():
     """load_inline through the build cache: a build that succeeded leaves a stamp holding the
     hash of its arguments beside the library; a later call with the same arguments imports
@@ -289,8 +295,7 @@ def ext_cache():
         call.pop("verbose", None)
         key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
         name = call.get("name")
-        root = call.get("build_directory") or os.path.join(
-            os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(name))
+        root = ext_build_dir(call)
         stamp = os.path.join(root, "%s.kbench-stamp" % name)
         so = os.path.join(root, "%s.so" % name)
         try:
@@ -413,8 +418,7 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
         mod = orig(**call)
         if make_new:
             try:
-                make(call.get("build_directory") or os.path.join(
-                    os.environ.get("TORCH_EXTENSIONS_DIR", os.getcwd()), str(call.get("name"))))
+                make(ext_build_dir(call))
             except Exception:   # the header is a speed-up only, never the build's verdict
                 traceback.print_exc()
         return mod
