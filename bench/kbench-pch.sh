@@ -41,7 +41,7 @@ run cold "$tmp/c2" "$tmp/a.jsonl"
 run made "$tmp/c2" "$tmp/b.jsonl"
 gch=$(ls "$tmp"/c2/pch/*/torch/extension.h.gch/*.gch 2>/dev/null | wc -l)
 sz=$(du -sm "$tmp/c2/pch" 2>/dev/null | cut -f1)
-echo "# kbench-eval's C++ builds with and without the precompiled torch/extension.h:"
+echo "# kbench-eval's builds with and without the precompiled torch/extension.h (their C++ halves):"
 echo "# $n extension candidates a mode, device $dev, $(nproc) CPUs, -j $jobs;" \
 	"headers made: $gch ($sz MB)"
 echo "# command: bench/kbench-pch.sh $n $jobs${KB_ARGS:+ (KB_ARGS=$KB_ARGS)}"
