@@ -15,6 +15,7 @@ static const char usage_text[] =
 	"usage: deceive-check [options] [file.jsonl | file.py | -]...\n"
 	"Check kernel records (or .py files) for deception; write each record with a `deceive` object.\n"
 	"  -d, --drop          write only the records that are not deceptive\n"
+	"  -x, --rejects FILE  with --drop, write the deceptive records (with `deceive`) to FILE\n"
 	"  -s, --strict        exit 1 when any record is deceptive\n"
 	"  -e, --explain       print findings on stderr as `where:line: rule: message`\n"
 	"                      (where: the record's id, else file:record-line; line: the kernel's)\n"
@@ -29,6 +30,7 @@ static const char usage_text[] =
 
 static const struct option long_opts[] = {
 	{ "drop", no_argument, NULL, 'd' },
+	{ "rejects", required_argument, NULL, 'x' },
 	{ "strict", no_argument, NULL, 's' },
 	{ "explain", no_argument, NULL, 'e' },
 	{ "rules", required_argument, NULL, 'r' },
@@ -44,16 +46,17 @@ static const struct option long_opts[] = {
 
 struct state {
 	struct deceive_checker *checker;
-	struct jsonl_writer w;
+	struct jsonl_writer w, rw;     /* rw: --rejects (rw.f NULL without it) */
 	const char *field;
 	char *ref;                      /* --ref FILE contents, or NULL */
 	int drop, explain;
-	long records, deceptive, missing;
+	long records, deceptive, missing, dropped;
 };
 
 static _Noreturn void usage_error(void)
 {
-	fputs("usage: deceive-check [-dselu] [-r rules] [-f field] [-R ref.py] [-o file] [file ...]\n", stderr);
+	fputs("usage: deceive-check [-dselu] [-x rejects] [-r rules] [-f field] [-R ref.py] [-o file]"
+	      " [file ...]\n", stderr);
 	exit(EXIT_STATUS_USAGE);
 }
 
@@ -64,9 +67,12 @@ static void explain(const struct deceive_result *res, const char *where)
 		        res->findings[i].message);
 }
 
-/* Check one record; line/len is its raw text for pass-through (NULL: serialise rec). */
-static int check_record(struct state *st, json_t *rec, const char *line, size_t len, const char *where)
+/* Check one record; line/len is its raw text for pass-through (NULL: serialise rec); where
+ * names it in --explain's lines (its id, else loc), loc in warnings (file:line, or the file). */
+static int check_record(struct state *st, json_t *rec, const char *line, size_t len,
+                        const char *where, const char *loc)
 {
+	struct jsonl_writer *w = &st->w;
 	const char *from, *ref = json_get_str(rec, "ref");
 	char *kernel = extract_record_kernel(rec, st->field, &from);
 	struct deceive_result res;
@@ -84,7 +90,7 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 			snprintf(msg, sizeof msg, "no string field '%s'", st->field);
 		else
 			snprintf(msg, sizeof msg, "no kernel: neither 'kernel' nor 'completion' is a string");
-		warn_msg("%s: %s", where, msg);
+		warn_msg("%s: %s", loc, msg);
 		obj = json_pack("{s:b, s:[], s:s}", "deceptive", 0, "findings", "error", msg);
 		st->missing++;
 		bad = 1;
@@ -96,21 +102,21 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 		if (res.deceptive)
 			st->deceptive++;
 		if (res.deceptive && st->drop) {
-			json_decref(obj);
-			obj = NULL;
+			st->dropped++;
+			w = &st->rw;
 		}
 		deceive_result_free(&res);
 		free(kernel);
 	}
-	if (obj) {
+	if (w->fp) {
 		if (line)
-			jsonl_write_added(&st->w, line, len, rec, "deceive", obj);
+			jsonl_write_added(w, line, len, rec, "deceive", obj);
 		else {
 			json_object_set(rec, "deceive", obj);
-			jsonl_write(&st->w, rec);
+			jsonl_write(w, rec);
 		}
-		json_decref(obj);
 	}
+	json_decref(obj);
 	return bad;
 }
 
@@ -118,10 +124,10 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct state *st = arg;
 	const char *id = json_get_str(rec, "id");
-	char *where = id ? xstrdup(id) : xasprintf("%s:%zu", r->name, r->lineno);
-	int bad = check_record(st, rec, r->line, r->len, where);
+	char *loc = xasprintf("%s:%zu", r->name, r->lineno);
+	int bad = check_record(st, rec, r->line, r->len, id ? id : loc, loc);
 
-	free(where);
+	free(loc);
 	json_decref(rec);
 	return bad;
 }
@@ -138,7 +144,7 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	rec = json_object();
 	json_object_set_new(rec, "id", json_string(name));
 	json_object_set_new(rec, "kernel", json_stringn(b.p, b.len));
-	bad = check_record(st, rec, NULL, 0, name);
+	bad = check_record(st, rec, NULL, 0, name, name);
 	json_decref(rec);
 	buf_free(&b);
 	return bad ? 2 : 0;
@@ -153,16 +159,17 @@ static int is_py(const char *path)
 int main(int argc, char **argv)
 {
 	struct state st;
-	const char *rules = NULL, *output = NULL, *bad_rule = NULL;
+	const char *rules = NULL, *output = NULL, *rejects = NULL, *bad_rule = NULL;
 	int strict = 0, unbuffered = 0, c, ret = 0;
-	FILE *out = stdout;
+	FILE *out = stdout, *rej = NULL;
 
 	util_set_progname(argv[0]);
 	memset(&st, 0, sizeof st);
 	opterr = 0;     /* our own messages: "deceive-check: ...", not the full argv[0] */
-	while ((c = getopt_long(argc, argv, ":dser:lf:R:o:uhV", long_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":dx:ser:lf:R:o:uhV", long_opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': st.drop = 1; break;
+		case 'x': rejects = optarg; break;
 		case 's': strict = 1; break;
 		case 'e': st.explain = 1; break;
 		case 'r': rules = optarg; break;
@@ -194,9 +201,17 @@ int main(int argc, char **argv)
 		warn_msg("unknown rule '%s' (deceive-check --list-rules lists them)", bad_rule);
 		usage_error();
 	}
+	if (rejects && !st.drop) {
+		warn_msg("--rejects needs --drop (without it every record is written)");
+		usage_error();
+	}
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
+	if (rejects && !(rej = fopen(rejects, "w")))
+		die("cannot open '%s':", rejects);
 	jsonl_writer_init(&st.w, out, output ? output : "stdout", unbuffered);
+	if (rej)
+		jsonl_writer_init(&st.rw, rej, rejects, unbuffered);
 
 	/* operands in order: .py files are records of their own, the rest JSONL */
 	char **ops = argv + optind;
@@ -214,9 +229,17 @@ int main(int argc, char **argv)
 	}
 	if (strict && st.deceptive)
 		ret = 1;
-	if (st.w.failed)
+	if (st.dropped && !rej)
+		warn_msg("dropped %ld deceptive record%s of %ld (--rejects FILE keeps them)", st.dropped,
+		         st.dropped == 1 ? "" : "s", st.records);
+	if (st.w.failed || st.rw.failed)
 		ret = 1;
 	jsonl_writer_free(&st.w);
+	if (rej) {
+		jsonl_writer_free(&st.rw);
+		if (util_fshut(rej, rejects))
+			ret = 1;
+	}
 	deceive_checker_free(st.checker);
 	free(st.ref);
 	if (util_fshut(out, output ? output : "stdout"))
