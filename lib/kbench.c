@@ -1440,6 +1440,14 @@ static double pass_at_k(int n, int c, int k)
 	return 1 - exp(lchoose(n - c, k) - lchoose(n, k));
 }
 
+static int tally_has_level(const struct kbench_tally *t, int level)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (t->e[i].level == level)
+			return 1;
+	return 0;
+}
+
 size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree *tree,
                          const struct kbench_ranges *levels, const struct kbench_ranges *problems,
                          struct kbench_row **rows)
@@ -1451,7 +1459,8 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 
 	for (i = 0; tree && i < tree->n; i++) {
 		if (!kbench_ranges_has(levels, tree->p[i].level) ||
-		    !kbench_ranges_has(problems, tree->p[i].num))
+		    !kbench_ranges_has(problems, tree->p[i].num) ||
+		    ((!levels || !levels->n) && !tally_has_level(t, tree->p[i].level)))
 			continue;
 		a = xrealloc(a, (na + 1) * sizeof *a);
 		a[na] = (struct prob_acc){ canon_key(tree->p[i].level, tree->p[i].path),

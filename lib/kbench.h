@@ -156,7 +156,8 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
  * *why set when the record has no eval object or no problem. */
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why);
 /* Per-level rows (caller frees *rows). tree (may be NULL) adds its problems of each level,
- * filtered by levels/problems (NULL: all), to the denominators. Returns the row count. */
+ * filtered by levels/problems (NULL or empty: all; levels empty: the levels of t's samples
+ * alone), to the denominators. Returns the row count. */
 size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree *tree,
                          const struct kbench_ranges *levels, const struct kbench_ranges *problems,
                          struct kbench_row **rows);
