@@ -451,7 +451,7 @@ int main(int argc, char **argv)
 	rng_seed(&r.rng, seed);
 
 	/* the prompt-length filter, per stage (the prompts differ) */
-	size_t nlong = 0;
+	size_t nlong, nlongk[2] = { 0, 0 };  /* skipped for length: all, by kind */
 	for (int k = 0; k < 2; k++) {
 		int used = 0;
 		size_t kept = 0;
@@ -465,7 +465,7 @@ int main(int argc, char **argv)
 				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
 				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
 				         max_plen);
-				nlong++;
+				nlongk[k]++;
 				continue;
 			}
 			list[k][kept++] = list[k][i];
@@ -473,11 +473,16 @@ int main(int argc, char **argv)
 		if (used)
 			nlist[k] = kept;
 	}
-	for (int i = 0; i < nst; i++)
-		if (st[i].steps && !nlist[st[i].infill])
-			die("no%s tasks in the input%s", st[i].infill ? " infilling" : "",
-			    st[i].infill ? " (records with prefix and suffix)" :
-			    nlong ? " (all prompts too long)" : "");
+	nlong = nlongk[0] + nlongk[1];
+	for (int i = 0; i < nst; i++) {
+		int k = st[i].infill;
+		if (st[i].steps && !nlist[k] && nlongk[k])
+			die("no%s tasks left: all %zu over --max-prompt-len %ld", k ? " infilling" : "",
+			    nlongk[k], max_plen);
+		if (st[i].steps && !nlist[k])
+			die("no%s tasks in the input%s", k ? " infilling" : "",
+			    k ? " (records with prefix and suffix)" : "");
+	}
 
 	int si = 0, done = 0;
 	long step = 0;
