@@ -37,6 +37,11 @@ CPPFLAGS += -Ilib -DDICE_VERSION='"$(VERSION)"' -DDICE_SHAREDIR='"$(SHAREDIR)"'
 BUILDCFG := lib/.buildcfg
 $(shell echo '$(SHAREDIR) $(VERSION)' | cmp -s - $(BUILDCFG) 2>/dev/null || echo '$(SHAREDIR) $(VERSION)' > $(BUILDCFG))
 
+# whether CUDA is on, the same way: `make CUDA=0` after a CUDA build rebuilds the C objects
+# (their backend table) and the library without the .cu objects
+CUDACFG := lib/.cudacfg
+$(shell echo '$(CUDA_ON)' | cmp -s - $(CUDACFG) 2>/dev/null || echo '$(CUDA_ON)' > $(CUDACFG))
+
 all: $(PROGS)
 
 lib/util.o: $(BUILDCFG)
@@ -45,7 +50,7 @@ lib/libdice.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $(LIB_OBJ)
 
-lib/%.o: lib/%.c $(HDRS) config.mk
+lib/%.o: lib/%.c $(HDRS) config.mk $(CUDACFG)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 lib/cuda/%.o: lib/cuda/%.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
@@ -129,7 +134,7 @@ dist:
 	git archive --format=tar.gz --prefix=dice-$(VERSION)/ -o dice-$(VERSION).tar.gz HEAD
 
 clean:
-	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a lib/.buildcfg dice-*.tar.gz
+	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a lib/.buildcfg lib/.cudacfg dice-*.tar.gz
 
 .PHONY: all deps deps-npm check check-gpu demo fuzz lint-man install uninstall dist clean
 .PRECIOUS: lib/%.o lib/cuda/%.o
