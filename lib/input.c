@@ -11,6 +11,7 @@
 #include "util.h"
 
 enum { INPUT_FRESH, INPUT_PLAIN_OUT, INPUT_ARCHIVE, INPUT_DONE };
+enum { INNER_BUF = 1 << 16 };
 
 #define ARCHIVE_CHECK(in, r, what) \
 	do { if ((r) < ARCHIVE_WARN) { \
@@ -29,10 +30,20 @@ static la_ssize_t ar_read_cb(struct archive *a, void *arg, const void **buf)
 	return (la_ssize_t)n;
 }
 
+/* an archive member's bytes, for the decompressor that reads it (inner) */
+static la_ssize_t inner_read_cb(struct archive *a, void *arg, const void **buf)
+{
+	struct input *in = arg;
+
+	(void)a;
+	*buf = in->mbuf;
+	return archive_read_data(in->ar, in->mbuf, INNER_BUF);
+}
+
 static ssize_t member_read(void *cookie, char *buf, size_t size)
 {
 	struct input *in = cookie;
-	la_ssize_t n = archive_read_data(in->ar, buf, size);
+	la_ssize_t n = archive_read_data(in->inner ? in->inner : in->ar, buf, size);
 
 	if (n < 0) {
 		errno = EIO;
@@ -95,6 +106,32 @@ int input_open(struct input *in, const char *path)
 	return 0;
 }
 
+/* The current member through the decompression filters (a plain member passes as it is):
+ * 0, or -1 with a message */
+static int open_inner(struct input *in)
+{
+	struct archive_entry *e;
+
+	if (!in->mbuf)
+		in->mbuf = xmalloc(INNER_BUF);
+	in->inner = archive_read_new();
+	/* the compressors, not filter_all: uuencode would bid on a text member's "begin " */
+	archive_read_support_filter_gzip(in->inner);
+	archive_read_support_filter_bzip2(in->inner);
+	archive_read_support_filter_xz(in->inner);
+	archive_read_support_filter_lzma(in->inner);
+	archive_read_support_filter_zstd(in->inner);
+	archive_read_support_filter_lz4(in->inner);
+	archive_read_support_filter_compress(in->inner);
+	archive_read_support_format_raw(in->inner);
+	if (archive_read_open(in->inner, in, NULL, inner_read_cb, NULL) != ARCHIVE_OK ||
+	    archive_read_next_header(in->inner, &e) != ARCHIVE_OK) {
+		warn_msg("%s: cannot read: %s", in->name, archive_error_string(in->inner));
+		return -1;
+	}
+	return 0;
+}
+
 int input_next(struct input *in)
 {
 	struct archive_entry *e;
@@ -109,6 +146,10 @@ int input_next(struct input *in)
 	if (in->fp) {
 		fclose(in->fp);
 		in->fp = NULL;
+	}
+	if (in->inner) {
+		archive_read_free(in->inner);
+		in->inner = NULL;
 	}
 	for (;;) {
 		r = archive_read_next_header(in->ar, &e);
@@ -129,6 +170,10 @@ int input_next(struct input *in)
 			free(in->name);
 			in->name = xasprintf("%s:%s", !strcmp(in->path, "-") ? "<stdin>" : in->path,
 			                     in->member);
+			/* (the raw reader refuses empty data) */
+			if ((!archive_entry_size_is_set(e) || archive_entry_size(e) > 0) &&
+			    open_inner(in) < 0)
+				return -1;
 		}
 		break;
 	}
@@ -144,8 +189,11 @@ void input_close(struct input *in)
 	if (in->ar) {
 		if (in->fp)
 			fclose(in->fp);
+		if (in->inner)
+			archive_read_free(in->inner);
 		archive_read_free(in->ar);
 	}
+	free(in->mbuf);
 	if (in->raw && in->raw != stdin)
 		fclose(in->raw);
 	free(in->iobuf);

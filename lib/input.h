@@ -3,7 +3,7 @@
  * An operand is a path or "-" (stdin). Plain text (the first byte is '{', '[' or white space)
  * is read directly; anything else goes through libarchive: a compressed file (.gz .zst .xz
  * .bz2 ...) is one stream, an archive (.tar*, .zip) yields each regular member in archive
- * order. Detection is by content, not by file name, and never reads ahead of the first byte on
+ * order, decompressed when the member is itself compressed (a .tar of .jsonl.gz files). Detection is by content, not by file name, and never reads ahead of the first byte on
  * plain input, so a JSONL coprocess on a pipe is not blocked.
  *
  *     struct input in;
@@ -29,6 +29,8 @@ struct input {
 	/* private */
 	FILE *raw;          /* the opened file or stdin */
 	struct archive *ar;
+	struct archive *inner;  /* the current member through a decompressor (archives only) */
+	char *mbuf;         /* the member's bytes on their way to inner */
 	int state;          /* 0 fresh, 1 plain handed out, 2 archive, 3 done */
 	int is_raw;         /* archive format "raw": a compressed single stream */
 	char *member_buf;
