@@ -192,8 +192,9 @@ struct prompt_template *prompt_load(const char *name, char *err, size_t errlen)
 	data = util_read_file(path, &len);
 	if (!data) {
 		if (is_builtin_name(name))
-			errmsg_set(err, errlen, "no built-in template '%s' (%s: %s); a file path needs "
-			       "a '/' or a '.'", name, path, strerror(errno));
+			errmsg_set(err, errlen, "no built-in template '%s' (%s: %s): set DICE_SHARE to "
+			           "dice's share/ directory, or name a template file (a path with a '/' "
+			           "or a '.')", name, path, strerror(errno));
 		else
 			errmsg_set(err, errlen, "cannot read template '%s': %s", path, strerror(errno));
 		free(path);
@@ -287,8 +288,8 @@ char *prompt_fill(const struct prompt_template *t, const char *const *keys,
 		if (i == t->nnames || !values[k] || val[i]) {
 			list = name_list(t);
 			if (i == t->nnames)
-				errmsg_set(err, errlen, "%s: unknown placeholder '%s' (the template has: %s)",
-				       t->path, keys[k] ? keys[k] : "(null)", list);
+				errmsg_set(err, errlen, "%s: the template has no {{%s}}, which this record "
+				           "fills (it has: %s)", t->path, keys[k] ? keys[k] : "(null)", list);
 			else if (!values[k])
 				errmsg_set(err, errlen, "%s: no value for placeholder '%s'", t->path, keys[k]);
 			else

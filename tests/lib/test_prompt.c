@@ -58,7 +58,7 @@ static void test_builtin(void)
 	CHECK(s && s[strlen(s) - 1] != '\n', "final newline of the template dropped");
 	free(s);
 	s = prompt_fill(t, keys, vals, 2, err, sizeof err);
-	CHECK(!s && strstr(err, "unknown placeholder 'prefix'") && strstr(err, "has: ref"),
+	CHECK(!s && strstr(err, "has no {{prefix}}") && strstr(err, "has: ref"),
 	      "an unknown key is an error naming it");
 	s = prompt_fill(t, keys, vals, 0, err, sizeof err);
 	CHECK(!s && strstr(err, "placeholder 'ref' has no value"), "a missing value is an error");
