@@ -46,7 +46,7 @@ static const struct option long_opts[] = {
 
 struct state {
 	struct deceive_checker *checker;
-	struct jsonl_writer w, rw;     /* rw: --rejects (rw.f NULL without it) */
+	struct jsonl_writer w, rw;     /* rw: --rejects (rw.fp NULL without it) */
 	const char *field;
 	char *ref;                      /* --ref FILE contents, or NULL */
 	int drop, explain;
