@@ -28,6 +28,7 @@ static const char usage_text[] =
 "  -j, --jobs N             build workers (default: CPU count)\n"
 "  -g, --gpus LIST          CUDA devices, one run worker each (default: all)\n"
 "  -w, --run-workers N      run workers in CPU mode (default 1)\n"
+"  -S, --spares N           workers each run worker keeps started ahead (default 3)\n"
 "  -n, --trials N           correctness trials (default 5)\n"
 "  -P, --perf-trials N      timed trials, 0: no timing (default 100)\n"
 "  -W, --warmup N           warm-up runs before timing (default 3)\n"
@@ -64,6 +65,7 @@ static const struct option longopts[] = {
 	{ "jobs", required_argument, NULL, 'j' },
 	{ "gpus", required_argument, NULL, 'g' },
 	{ "run-workers", required_argument, NULL, 'w' },
+	{ "spares", required_argument, NULL, 'S' },
 	{ "trials", required_argument, NULL, 'n' },
 	{ "perf-trials", required_argument, NULL, 'P' },
 	{ "warmup", required_argument, NULL, 'W' },
@@ -85,7 +87,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = ":k:lL:p:rJRF:d:j:g:w:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
+static const char shortopts[] = ":k:lL:p:rJRF:d:j:g:w:S:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
 
 static _Noreturn void usage(void)
 {
@@ -270,6 +272,9 @@ int main(int argc, char **argv)
 			break;
 		case 'w':
 			cfg.run_workers = (int)cli_long("--run-workers", optarg, 1, 64);
+			break;
+		case 'S':
+			cfg.run_spares = (int)cli_long("--spares", optarg, 1, 16);
 			break;
 		case 'n':
 			cfg.trials = (int)cli_long("--trials", optarg, 1, 1000);

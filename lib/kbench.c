@@ -338,8 +338,10 @@ struct kbench_engine {
 	char *cache;           /* absolute path of the build cache (workers run elsewhere) */
 	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
 	size_t head, n, cap;
-	struct worker *w;      /* (nlanes * 2): lane i owns w[2i] and w[2i+1] */
+	struct worker *w;      /* (nlanes * slots): lane i owns w[slots * i ..] */
 	int nlanes, nbuild;
+	int slots;             /* workers a lane: the busy one and up to slots - 1 spares */
+	int run_spares;        /* spares a run lane keeps started (a build lane keeps 1) */
 	int input_closed;
 	int start_failures;
 	int fatal;
@@ -491,7 +493,7 @@ static void worker_stop(struct kbench_engine *e, struct worker *w, int sweep)
 	w->state = W_NONE;
 	if (!sweep)
 		return;
-	for (int i = 0; i < e->nlanes * 2 && n < 256; i++)
+	for (int i = 0; i < e->nlanes * e->slots && n < 256; i++)
 		if (e->w[i].p.pid)
 			live[n++] = e->w[i].p.pid;
 	pool_sweep(live, n);
@@ -751,11 +753,13 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	}
 	e->nbuild = cfg->jobs > 0 ? cfg->jobs : 1;
 	e->nlanes = e->nbuild + nrun;
-	e->w = xcalloc((size_t)e->nlanes * 2, sizeof *e->w);
+	e->run_spares = cfg->run_spares > 0 ? cfg->run_spares : KBENCH_RUN_SPARES;
+	e->slots = 1 + e->run_spares;
+	e->w = xcalloc((size_t)e->nlanes * e->slots, sizeof *e->w);
 	/* in CPU mode the probe is as good as a run worker: the first one */
 	if (!strcmp(e->device, "cpu") && !strcmp(cfg->device, "cpu")) {
-		e->w[2 * e->nbuild] = pw;
-		e->w[2 * e->nbuild].role = ROLE_RUN;
+		e->w[e->slots * e->nbuild] = pw;
+		e->w[e->slots * e->nbuild].role = ROLE_RUN;
 	} else {
 		pool_finish(&pw.p);
 		pool_proc_free(&pw.p);
@@ -773,7 +777,7 @@ const char *kbench_engine_torch(const struct kbench_engine *e) { return e->torch
 
 void kbench_engine_abort(struct kbench_engine *e)
 {
-	for (int i = 0; i < e->nlanes * 2; i++)
+	for (int i = 0; i < e->nlanes * e->slots; i++)
 		if (e->w[i].p.pid)
 			pool_finish(&e->w[i].p);
 	pool_sweep(NULL, 0);
@@ -787,7 +791,7 @@ int kbench_engine_free(struct kbench_engine *e)
 		return 0;
 	fatal = e->fatal;
 	kbench_engine_abort(e);
-	for (int i = 0; i < e->nlanes * 2; i++) {
+	for (int i = 0; i < e->nlanes * e->slots; i++) {
 		pool_proc_free(&e->w[i].p);
 		json_decref(e->w[i].result);
 	}
@@ -1081,7 +1085,7 @@ static void handle(struct kbench_engine *e, struct worker *w)
 
 static int hash_building(const struct kbench_engine *e, const char *hash)
 {
-	for (int i = 0; i < e->nlanes * 2; i++)
+	for (int i = 0; i < e->nlanes * e->slots; i++)
 		if (e->w[i].state == W_BUSY && e->w[i].role == ROLE_BUILD && e->w[i].job &&
 		    !strcmp(e->w[i].job->hash, hash))
 			return 1;
@@ -1120,23 +1124,30 @@ static struct entry *next_job(struct kbench_engine *e, int role)
 
 int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
 {
-	struct pool_proc **pp = xcalloc((size_t)e->nlanes * 2, sizeof *pp);
-	int n = 0, lane, k;
+	int nw = e->nlanes * e->slots, n = 0, lane, k;
+	struct pool_proc **pp = xcalloc((size_t)nw, sizeof *pp);
 
 	for (lane = 0; lane < e->nlanes && !e->fatal; lane++) {
-		int role = lane_role(e, lane), has_spare = 0;
-		for (k = 0; k < 2; k++)
-			if (e->w[2 * lane + k].state == W_STARTING || e->w[2 * lane + k].state == W_READY)
-				has_spare = 1;
-		if (!has_spare && want_work(e, role)) {
-			struct worker *w = &e->w[2 * lane + (e->w[2 * lane].state != W_NONE)];
-			if (w->state == W_NONE && spawn(e, w, role, lane_gpu(e, lane)) < 0)
+		struct worker *lw = &e->w[e->slots * lane];
+		int role = lane_role(e, lane), spares = 0, busy = 0;
+		int want = role == ROLE_RUN ? e->run_spares : 1;
+		for (k = 0; k < e->slots; k++) {
+			spares += lw[k].state == W_STARTING || lw[k].state == W_READY;
+			busy |= lw[k].state == W_BUSY;
+		}
+		/* spares started ahead: a worker's start (Python, torch) overlaps the jobs before */
+		for (k = 0; k < e->slots && spares < want && want_work(e, role); k++) {
+			if (lw[k].state != W_NONE)
+				continue;
+			if (spawn(e, &lw[k], role, lane_gpu(e, lane)) < 0) {
 				e->fatal = 1;
+				break;
+			}
+			spares++;
 		}
 		/* give a ready worker a job when the lane is idle */
-		int busy = e->w[2 * lane].state == W_BUSY || e->w[2 * lane + 1].state == W_BUSY;
-		for (k = 0; k < 2 && !busy; k++) {
-			struct worker *w = &e->w[2 * lane + k];
+		for (k = 0; k < e->slots && !busy; k++) {
+			struct worker *w = &lw[k];
 			struct entry *en;
 			if (w->state != W_READY || !(en = next_job(e, role)))
 				continue;
@@ -1146,19 +1157,19 @@ int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
 			busy = 1;
 		}
 		/* idle spares when no work can come */
-		for (k = 0; k < 2; k++) {
-			struct worker *w = &e->w[2 * lane + k];
+		for (k = 0; k < e->slots; k++) {
+			struct worker *w = &lw[k];
 			if ((w->state == W_READY || w->state == W_STARTING) && !want_work(e, role))
 				worker_stop(e, w, 0);
 		}
 	}
-	for (int i = 0; i < e->nlanes * 2; i++)
+	for (int i = 0; i < nw; i++)
 		if (e->w[i].p.pid)
 			pp[n++] = &e->w[i].p;
 	if (n)
 		pool_poll(pp, n, timeout_ms);
 	free(pp);
-	for (int i = 0; i < e->nlanes * 2; i++)
+	for (int i = 0; i < nw; i++)
 		if (e->w[i].p.pid)
 			handle(e, &e->w[i]);
 	return e->fatal ? -1 : 0;

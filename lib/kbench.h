@@ -63,6 +63,11 @@ void kbench_ranges_free(struct kbench_ranges *rs);
 
 /* ------------------------------------------------------------------ engine */
 
+/* spares a run lane keeps by default: a worker's start (Python, import torch: 1.5 s on a
+ * 2-core machine with torch 1.13, several seconds with a CUDA torch) is longer than a small
+ * candidate's run, so one spare would leave the GPU waiting */
+#define KBENCH_RUN_SPARES 3
+
 struct kbench_config {
 	const char *python;         /* interpreter with torch */
 	const char *worker;         /* path of worker.py */
@@ -71,6 +76,8 @@ struct kbench_config {
 	const char *tmp_root;       /* parent of private temp dirs; NULL: $TMPDIR or /tmp */
 	int jobs;                   /* build workers */
 	int run_workers;            /* CPU mode: run workers */
+	int run_spares;             /* workers a run worker's lane keeps started ahead of their
+	                             * jobs (0: KBENCH_RUN_SPARES) */
 	int *gpus;                  /* (ngpus) CUDA device numbers, one run worker each */
 	int ngpus;
 	int trials, perf_trials, warmup;
