@@ -11,6 +11,13 @@ ifeq ($(CUDA),auto)
 else
   CUDA_ON := $(CUDA)
 endif
+# whether CUDA is on, kept in lib/.cudacfg (rewritten only when it changes, as lib/.buildcfg
+# below): `make CUDA=0` after a CUDA build rebuilds the C objects (their backend table) and
+# the library without the .cu objects. Written before any wildcard reads lib/: make keeps
+# what it read of a directory, and a pattern rule whose prerequisite it saw missing fails.
+CUDACFG := lib/.cudacfg
+$(shell echo '$(CUDA_ON)' | cmp -s - $(CUDACFG) 2>/dev/null || echo '$(CUDA_ON)' > $(CUDACFG))
+
 ifeq ($(DEVELOPER),1)
   CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
 endif
@@ -36,11 +43,6 @@ CPPFLAGS += -Ilib -DDICE_VERSION='"$(VERSION)"' -DDICE_SHAREDIR='"$(SHAREDIR)"'
 # when it changes, so `make install PREFIX=...` after a plain `make` rebuilds what uses it
 BUILDCFG := lib/.buildcfg
 $(shell echo '$(SHAREDIR) $(VERSION)' | cmp -s - $(BUILDCFG) 2>/dev/null || echo '$(SHAREDIR) $(VERSION)' > $(BUILDCFG))
-
-# whether CUDA is on, the same way: `make CUDA=0` after a CUDA build rebuilds the C objects
-# (their backend table) and the library without the .cu objects
-CUDACFG := lib/.cudacfg
-$(shell echo '$(CUDA_ON)' | cmp -s - $(CUDACFG) 2>/dev/null || echo '$(CUDA_ON)' > $(CUDACFG))
 
 all: $(PROGS)
 
