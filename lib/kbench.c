@@ -340,8 +340,8 @@ struct kbench_engine {
 	size_t head, n, cap;
 	struct worker *w;      /* (nlanes * slots): lane i owns w[slots * i ..] */
 	int nlanes, nbuild;
-	int slots;             /* workers a lane: the busy one and up to slots - 1 spares */
-	int run_spares;        /* spares a run lane keeps started (a build lane keeps 1) */
+	int slots;             /* workers a lane: the busy one and up to slots - 1 spares (a run
+	                        * lane keeps that many started, a build lane one) */
 	int input_closed;
 	int start_failures;
 	int fatal;
@@ -387,11 +387,12 @@ static char *find_in_path(const char *prog)
 
 static char *find_worker(void)
 {
+	const char *env = util_env("KBENCH_WORKER", NULL);
 	char exe[4096], *p, *cand;
 	ssize_t n;
 
-	if (util_env("KBENCH_WORKER", NULL))
-		return xstrdup(util_env("KBENCH_WORKER", NULL));
+	if (env)
+		return xstrdup(env);
 	cand = xasprintf("%s/kbench/worker.py", util_sharedir());
 	if (access(cand, R_OK) == 0)
 		return cand;
@@ -753,8 +754,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	}
 	e->nbuild = cfg->jobs > 0 ? cfg->jobs : 1;
 	e->nlanes = e->nbuild + nrun;
-	e->run_spares = cfg->run_spares > 0 ? cfg->run_spares : KBENCH_RUN_SPARES;
-	e->slots = 1 + e->run_spares;
+	e->slots = 1 + (cfg->run_spares > 0 ? cfg->run_spares : KBENCH_RUN_SPARES);
 	e->w = xcalloc((size_t)e->nlanes * e->slots, sizeof *e->w);
 	/* in CPU mode the probe is as good as a run worker: the first one */
 	if (!strcmp(e->device, "cpu") && !strcmp(cfg->device, "cpu")) {
@@ -1130,7 +1130,7 @@ int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
 	for (lane = 0; lane < e->nlanes && !e->fatal; lane++) {
 		struct worker *lw = &e->w[e->slots * lane];
 		int role = lane_role(e, lane), spares = 0, busy = 0;
-		int want = role == ROLE_RUN ? e->run_spares : 1;
+		int want = role == ROLE_RUN ? e->slots - 1 : 1;
 		for (k = 0; k < e->slots; k++) {
 			spares += lw[k].state == W_STARTING || lw[k].state == W_READY;
 			busy |= lw[k].state == W_BUSY;

@@ -274,6 +274,13 @@ LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_c
                     "with_pytorch_error_handling", "keep_intermediates")
 
 
+def inline_call(a, k):
+    """A load_inline call's arguments by name, from its positional and keyword ones."""
+    call = dict(zip(LOAD_INLINE_ARGS, a))
+    call.update(k)
+    return call
+
+
 def ext_build_dir(call):
     """Where load_inline builds the extension of call (its arguments by name)."""
     return call.get("build_directory") or os.path.join(
@@ -290,8 +297,7 @@ def ext_cache():
     orig = ext.load_inline
 
     def load_inline(*a, **k):
-        call = dict(zip(LOAD_INLINE_ARGS, a))
-        call.update(k)
+        call = inline_call(a, k)
         call.pop("verbose", None)
         key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
         name = call.get("name")
@@ -330,9 +336,9 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     worker (make_new) makes it from that build's own compile line (build.ninja: cxx, cflags,
     post_cflags, less the extension's name) in ROOT/work and renames it in whole (one maker
     at a time per header, by a lock file there, which a maker that died leaves stale after
-    PCH_LOCK_S; the next maker removes its half-written header). It does so only where the build's deadline
-    (timeout seconds from t_job) leaves twice the job's time so far, and within it, so the
-    header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
+    PCH_LOCK_S; the next maker removes its half-written header). It does so only where the
+    build's deadline (timeout seconds from t_job) leaves twice the job's time so far, and
+    within it, so the header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
     more once MAX_PCH headers are there."""
     import hashlib
     import re
@@ -412,8 +418,7 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
                     os.unlink(f)
 
     def load_inline(*a, **k):
-        call = dict(zip(LOAD_INLINE_ARGS, a))
-        call.update(k)
+        call = inline_call(a, k)
         call["extra_include_paths"] = list(call.get("extra_include_paths") or []) + [root]
         mod = orig(**call)
         if make_new:
