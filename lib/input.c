@@ -155,7 +155,7 @@ int input_next(struct input *in)
 		r = archive_read_next_header(in->ar, &e);
 		if (r == ARCHIVE_EOF) {
 			in->state = INPUT_DONE;
-			return 0;
+			return in->bad_member ? -1 : 0;
 		}
 		ARCHIVE_CHECK(in, r, "cannot read archive");
 		if (archive_format(in->ar) == ARCHIVE_FORMAT_RAW) {
@@ -172,8 +172,12 @@ int input_next(struct input *in)
 			                     in->member);
 			/* (the raw reader refuses empty data) */
 			if ((!archive_entry_size_is_set(e) || archive_entry_size(e) > 0) &&
-			    open_inner(in) < 0)
-				return -1;
+			    open_inner(in) < 0) {
+				archive_read_free(in->inner);   /* reported; the next members still count */
+				in->inner = NULL;
+				in->bad_member = 1;
+				continue;
+			}
 		}
 		break;
 	}

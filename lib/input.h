@@ -3,13 +3,15 @@
  * An operand is a path or "-" (stdin). Plain text (the first byte is '{', '[' or white space)
  * is read directly; anything else goes through libarchive: a compressed file (.gz .zst .xz
  * .bz2 ...) is one stream, an archive (.tar*, .zip) yields each regular member in archive
- * order, decompressed when the member is itself compressed (a .tar of .jsonl.gz files). Detection is by content, not by file name, and never reads ahead of the first byte on
- * plain input, so a JSONL coprocess on a pipe is not blocked.
+ * order, decompressed when the member is itself compressed (a .tar of .jsonl.gz files).
+ * Detection is by content, not by file name, and never reads ahead of the first byte on plain
+ * input, so a JSONL coprocess on a pipe is not blocked.
  *
  *     struct input in;
  *     if (input_open(&in, path) < 0) -> message already printed, count the failure
  *     while ((r = input_next(&in)) > 0)  read in.fp; name lines as in.name
- *     if (r < 0) -> a read error was printed
+ *     if (r < 0) -> a read error was printed (for a member that cannot be decompressed: at
+ *                   the end, after the members that can)
  *     input_close(&in);
  *
  * in.fp and in.name belong to the input and stay valid until the next input_next/close.
@@ -33,6 +35,7 @@ struct input {
 	char *mbuf;         /* the member's bytes on their way to inner */
 	int state;          /* 0 fresh, 1 plain handed out, 2 archive, 3 done */
 	int is_raw;         /* archive format "raw": a compressed single stream */
+	int bad_member;     /* a member could not be decompressed (skipped, reported) */
 	char *member_buf;
 	char *iobuf;        /* stdio buffer of raw when it is a file we opened */
 	char rbuf[65536];
