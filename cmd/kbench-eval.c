@@ -45,12 +45,14 @@ static const char usage_text[] =
 "  -M, --mem-limit MB       address-space limit of CPU-mode workers (default 16384)\n"
 "  -N, --no-netns           no private network namespace for workers\n"
 "      --no-pch             no precompiled torch/extension.h for the C++ builds\n"
+"      --no-lean            CUDA sources built as written (default: their\n"
+"                           torch/extension.h read as torch/types.h first)\n"
 "  -o, --output FILE        write records to FILE\n"
 "  -u, --unbuffered         flush after every record\n"
 "  -h, --help               this help\n"
 "  -V, --version            print the version\n";
 
-enum { OPT_NO_PCH = 256 };   /* long-only options */
+enum { OPT_NO_PCH = 256, OPT_NO_LEAN };   /* long-only options */
 
 static const struct option longopts[] = {
 	{ "kernelbench", required_argument, NULL, 'k' },
@@ -81,6 +83,7 @@ static const struct option longopts[] = {
 	{ "mem-limit", required_argument, NULL, 'M' },
 	{ "no-netns", no_argument, NULL, 'N' },
 	{ "no-pch", no_argument, NULL, OPT_NO_PCH },
+	{ "no-lean", no_argument, NULL, OPT_NO_LEAN },
 	{ "output", required_argument, NULL, 'o' },
 	{ "unbuffered", no_argument, NULL, 'u' },
 	{ "help", no_argument, NULL, 'h' },
@@ -209,7 +212,7 @@ int main(int argc, char **argv)
 	struct kbench_config cfg = {
 		.device = "auto", .trials = 5, .perf_trials = 100, .warmup = 3, .atol = 1e-2,
 		.rtol = 1e-2, .timeout = 180, .compile_timeout = 600, .start_timeout = 300,
-		.mem_mb = 16384, .fsize_mb = 4096, .nproc = 0, .netns = 1, .pch = 1,
+		.mem_mb = 16384, .fsize_mb = 4096, .nproc = 0, .netns = 1, .pch = 1, .lean = 1,
 		.log_bytes = 4096,
 	};
 	struct kbench_ranges levels = { 0 }, problems = { 0 };
@@ -309,6 +312,7 @@ int main(int argc, char **argv)
 			break;
 		case 'N': cfg.netns = 0; break;
 		case OPT_NO_PCH: cfg.pch = 0; break;
+		case OPT_NO_LEAN: cfg.lean = 0; break;
 		case 'o': output = optarg; break;
 		case 'u': unbuffered = 1; break;
 		case 'h':

@@ -521,6 +521,8 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 		snprintf(ext, sizeof ext, "%s/pch", e->cache);
 		json_object_set_new(j, "pch_dir", json_string(ext));
 	}
+	if (e->cfg.lean)
+		json_object_set_new(j, "lean", json_true());
 	if (mode == ROLE_BUILD)         /* the build's deadline: the header is made within it */
 		json_object_set_new(j, "build_timeout", json_real(e->cfg.compile_timeout));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
@@ -1305,6 +1307,8 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
 	if (e->cfg.pch)         /* its builds compile with the header's -I: not --no-pch's */
 		buf_addf(&b, "%cpch", 0);
+	if (e->cfg.lean)        /* its CUDA builds may read torch/types.h: not --no-lean's */
+		buf_addf(&b, "%clean", 0);
 	snprintf(en->hash, sizeof en->hash, "%016llx", util_hash64(b.p, b.len));
 	buf_free(&b);
 	snprintf(key, sizeof key, "%s/%s", e->cache, en->hash);

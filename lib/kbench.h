@@ -91,6 +91,8 @@ struct kbench_config {
 	int netns;
 	int pch;                    /* C++ builds through a precompiled torch/extension.h kept in
 	                             * cache_dir/pch (worker.py, ext_pch) */
+	int lean;                   /* CUDA sources' torch/extension.h read as torch/types.h, the
+	                             * source as written where that fails on a name (ext_lean) */
 	size_t log_bytes;           /* eval.log size; 0: no log field */
 	json_t *baseline;           /* baseline_time_torch.json or NULL (borrowed) */
 	struct deceive_checker *robust;   /* NULL: no robust check (borrowed) */

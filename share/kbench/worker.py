@@ -13,6 +13,7 @@
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -281,6 +282,13 @@ def inline_call(a, k):
     return call
 
 
+def call_key(call):
+    """The hash of a load_inline call's arguments, verbose aside (it changes no build)."""
+    import hashlib
+    return hashlib.sha256(repr(sorted((k, v) for k, v in call.items()
+                                      if k != "verbose")).encode()).hexdigest()
+
+
 def ext_build_dir(call):
     """Where load_inline builds the extension of call (its arguments by name)."""
     return call.get("build_directory") or os.path.join(
@@ -292,14 +300,12 @@ def ext_cache():
     hash of its arguments beside the library; a later call with the same arguments imports
     that library instead of rebuilding (older torch rewrites the sources on every call, which
     makes ninja rebuild)."""
-    import hashlib
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
 
     def load_inline(*a, **k):
         call = inline_call(a, k)
-        call.pop("verbose", None)
-        key = hashlib.sha256(repr(sorted(call.items())).encode()).hexdigest()
+        key = call_key(call)
         name = call.get("name")
         root = ext_build_dir(call)
         stamp = os.path.join(root, "%s.kbench-stamp" % name)
@@ -341,7 +347,6 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     within it, so the header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
     more once MAX_PCH headers are there."""
     import hashlib
-    import re
     import shlex
     import subprocess
     import torch.utils.cpp_extension as ext
@@ -433,6 +438,99 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
 MAX_PCH = 3           # precompiled headers kept (sets of C++ flags; 0.6 GB or more each)
 PCH_LOCK_S = 900      # seconds after which a maker's lock is taken for dead
 PCH_MARGIN_S = 15     # seconds of a build's deadline the header's making leaves over
+
+
+# ---------------------------------------------------------------- lean CUDA builds
+
+# a line that includes torch/extension.h (the C++ frontend, pybind11 and Python.h over
+# torch/types.h: the CUDA half's three parses of it take about twice as long)
+LEAN_INCLUDE = re.compile(r'^([ \t]*#[ \t]*include[ \t]*)[<"]torch/extension\.h[>"]', re.M)
+# names that torch/extension.h declares and torch/types.h does not: a CUDA source naming one
+# is built as written without trying
+LEAN_NEEDS_FULL = re.compile(
+    r"\b(?:py|pybind11|nn|optim|jit|data|serialize|fft|linalg|special|nested|sparse|python|"
+    r"autograd|enumtype)::|\bPYBIND11|\bPy[A-Z]\w*|\bTHP\w*|\btorch::cuda\b|\b(?:NoGradGuard|"
+    r"AutoGradMode|InferenceMode|manual_seed|set_num_threads|get_num_threads|TORCH_MODULE|"
+    r"torch::save|torch::load)\b")
+LEAN_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# a failed build's first error (its later ones may follow from it: a missing ";" leaves
+# names undefined), and what a missing declaration makes of it (nvcc's front end, then GCC's;
+# an import's missing symbol, where no line says error): only these are tried again with
+# torch/extension.h
+LEAN_FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?:.*$", re.M)
+LEAN_RETRY = re.compile(
+    r"is undefined|has no member|must be a class or namespace name|incomplete type|"
+    r"is not a template|no instance of|storage class or type specifier|was not declared|"
+    r"is not a member of|has not been declared|does not name a|undefined symbol")
+LEAN = {}    # the eval object's "lean": whether every CUDA build read torch/types.h
+
+
+def lean_sources(src):
+    """CUDA sources (a string or a list of them) with each #include of torch/extension.h read
+    as torch/types.h, line for line; None when none includes it, False when one names what
+    only torch/extension.h declares (comments aside)."""
+    parts = [src] if isinstance(src, str) else src
+    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) for p in parts) \
+            or not any(LEAN_INCLUDE.search(p) for p in parts):
+        return None
+    if any(LEAN_NEEDS_FULL.search(LEAN_COMMENT.sub(" ", p)) for p in parts):
+        return False
+    out = [LEAN_INCLUDE.sub(r"\1<torch/types.h>", p) for p in parts]
+    return out[0] if isinstance(src, str) else out
+
+
+def ext_lean():
+    """load_inline with CUDA sources that include torch/extension.h (what KernelBench's
+    candidates write) builds them first with torch/types.h in its place (what load_inline
+    puts before every CUDA source anyway): the CUDA half, cudafe++, cicc and the host
+    compiler each parsing the torch headers, takes about half as long. A lean build that
+    fails on a missing name (LEAN_RETRY) is built again as written, and a mark in the build
+    directory sends later calls with those arguments (the run phase) straight there; any
+    other first error is the build's verdict, as it would have been with the full header. The
+    kernel's code is the same either way. LEAN["lean"] says which way the builds went."""
+    import torch.utils.cpp_extension as ext
+    orig = ext.load_inline
+
+    def load_inline(*a, **k):
+        call = inline_call(a, k)
+        src = lean_sources(call.get("cuda_sources"))
+        if src is None:
+            return orig(**call)
+        # verbose off: the failure's messages come back in the exception
+        lean_call = dict(call, cuda_sources=src, verbose=False)
+        key = call_key(lean_call)
+        mark = os.path.join(ext_build_dir(call), "%s.kbench-lean-failed" % call.get("name"))
+        try:
+            with open(mark) as f:
+                failed = f.read().strip() == key
+        except OSError:
+            failed = False
+        if src is False or failed:
+            LEAN["lean"] = False
+            return orig(**call)
+        try:
+            mod = orig(**lean_call)
+        except Exception as e:
+            first = LEAN_FIRST_ERROR.search(str(e))
+            if not LEAN_RETRY.search(first.group(0) if first else str(e)):
+                raise
+            print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
+                  "failed on a name; building it as written", flush=True)
+            try:
+                with open(mark, "w") as f:
+                    f.write(key + "\n")
+            except OSError:
+                pass
+            LEAN["lean"] = False
+            # torch numbers a name's builds in a process (name_v1 for the second source):
+            # the build as written takes the name itself, as the run phase's will
+            versions = getattr(getattr(ext, "JIT_EXTENSION_VERSIONER", None), "entries", None)
+            if isinstance(versions, dict):
+                versions.pop(call.get("name"), None)
+            return orig(**call)
+        LEAN["lean"] = LEAN.get("lean", True)
+        return mod
+    ext.load_inline = load_inline
 
 
 def load_candidate(torch, src, ev):
@@ -646,6 +744,8 @@ def main():
     if job.get("pch_dir"):
         ext_pch(torch, job["pch_dir"], mode == "build", t_job,
                 float(job.get("build_timeout") or 600))
+    if job.get("lean"):
+        ext_lean()
     if info["device"] == "cpu":
         cpu_only_extensions()
     ev = {"compiled": False, "correct": False}
@@ -666,6 +766,7 @@ def main():
         ev["message"] = "%s: %s" % (type(e).__name__, tail(e))
         ev["correct"] = False
     ev["run_s"] = round(time.perf_counter() - t0, 3)
+    ev.update(LEAN)
     for k in list(ev):
         if isinstance(ev[k], float):
             ev[k] = finite(ev[k])

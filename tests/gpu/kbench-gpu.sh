@@ -1,7 +1,8 @@
 #!/bin/sh
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
-# timing trick, input mutation, uninitialised output) and a few Python ones. Prints TAP
+# timing trick, input mutation, uninitialised output; lean builds, their fallback to the
+# source as written, a syntax error) and a few Python ones. Prints TAP
 # lines, a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
 # Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
 # ($DICE_PYTHON or python3).
@@ -43,7 +44,8 @@ cat "$out/env.txt" | sed 's/^/# /'
 	cuda/relu_cuda_illegal.py cuda/relu_cuda_ok.py relu_ok.py cuda/relu_cuda_sidestream.py \
 	cuda/relu_cuda_mutate.py cuda/relu_cuda_uninit.py relu_segv.py relu_hang.py \
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
-	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py >"$out/in.jsonl"
+	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
+	cuda/relu_cuda_kmean.py cuda/relu_cuda_pybind.py cuda/relu_cuda_syntax.py >"$out/in.jsonl"
 # a unique id per line (relu_cuda_ok appears twice)
 "$py" -c '
 import json, sys
@@ -100,6 +102,18 @@ EOF
 }
 
 check relu_cuda_ok 'ev["correct"] and ev["device"] == "cuda" and ev["kernel_ms"] > 0' "correct, timed"
+# lean builds: torch/extension.h read as torch/types.h; as written where that fails on a name
+# (a mark in the build directory sends the run phase there) or the source needs pybind11
+check relu_cuda_ok 'ev.get("lean") is True' "built with torch/types.h (lean)"
+check relu_cuda_kmean 'ev["correct"] and ev.get("lean") is False and ev["run_s"] < 20' \
+	"a name of torch/extension.h alone: lean build failed, built as written, correct, not rebuilt"
+check relu_cuda_pybind 'ev["correct"] and ev.get("lean") is False' \
+	"PYBIND11_MODULE in the CUDA source: built as written, correct"
+check relu_cuda_syntax 'ev["error"] == "compile_error" and "lean" not in ev' \
+	"a syntax error: compile_error, not tried again"
+marks=$(ls "$cache"/*/ext/*/*.kbench-lean-failed 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')
+[ "$marks" = "kbench_relu_cuda_kmean.kbench-lean-failed " ] &&
+	ok "a lean-failed mark for the kmean build alone" || notok "lean-failed marks: '$marks'"
 check relu_cuda_wrong 'ev["compiled"] and ev["error"] == "mismatch"' "mismatch"
 check relu_cuda_illegal 'ev["error"] in ("cuda_error", "crash")' "illegal memory access: cuda_error or crash"
 check 'relu_cuda_ok#2' 'ev["correct"] and ev["cached"]' "correct after the illegal access, from the cache"
