@@ -335,6 +335,7 @@ struct kbench_engine {
 	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
 	char *python;
 	char *worker;
+	unsigned long long worker_hash;   /* of worker.py's text: a new worker, new verdicts */
 	char *cache;           /* absolute path of the build cache (workers run elsewhere) */
 	struct entry **q;      /* submitted, not yet handed back: q[head..n) */
 	size_t head, n, cap;
@@ -728,6 +729,10 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	}
 	e->device = xstrdup(dev && !strcmp(dev, "cuda") && strcmp(cfg->device, "cpu") ? "cuda" : "cpu");
 	e->torch = xstrdup(json_get_str(info, "torch") ? json_get_str(info, "torch") : "?");
+	size_t wlen;
+	char *wtext = util_read_file(e->worker, &wlen);
+	e->worker_hash = wtext ? util_hash64(wtext, wlen) : 0;
+	free(wtext);
 	if (!strcmp(e->device, "cuda")) {
 		free(e->arch);
 		e->arch = xstrdup(getenv("TORCH_CUDA_ARCH_LIST") ? getenv("TORCH_CUDA_ARCH_LIST") :
@@ -1304,7 +1309,8 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	struct buf b;
 	buf_init(&b);
 	buf_adds(&b, en->kernel);
-	buf_addf(&b, "%c%s%c%s%c%s", 0, e->device, 0, e->arch, 0, e->python);
+	buf_addf(&b, "%c%s%c%s%c%s%c%s%c%016llx", 0, e->device, 0, e->arch, 0, e->python, 0,
+	         e->torch, 0, e->worker_hash);
 	if (e->cfg.pch)         /* its builds compile with the header's -I: not --no-pch's */
 		buf_addf(&b, "%cpch", 0);
 	if (e->cfg.lean)        /* its CUDA builds may read torch/types.h: not --no-lean's */

@@ -69,6 +69,17 @@ def tail(msg, n=400):
     return msg if len(msg) <= n else msg[: n - 3] + "..."
 
 
+# a compiler's error line: nvcc's front end (file(line): error: ...), GCC (file:l:c: error:)
+FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?:.*$", re.M)
+
+
+def first_error(msg):
+    """The first compiler error in a build's output (the later ones may follow from it: a
+    missing ";" leaves names undefined), its file named without the directory; None if none."""
+    m = FIRST_ERROR.search(msg)
+    return re.sub(r"^\S*/", "", m.group(0).strip()) if m else None
+
+
 def finite(x):
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return None
@@ -453,11 +464,9 @@ LEAN_NEEDS_FULL = re.compile(
     r"AutoGradMode|InferenceMode|manual_seed|set_num_threads|get_num_threads|TORCH_MODULE|"
     r"torch::save|torch::load)\b")
 LEAN_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-# a failed build's first error (its later ones may follow from it: a missing ";" leaves
-# names undefined), and what a missing declaration makes of it (nvcc's front end, then GCC's;
-# an import's missing symbol, where no line says error): only these are tried again with
-# torch/extension.h
-LEAN_FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?:.*$", re.M)
+# what a missing declaration makes of a failed build's first error (nvcc's front end, then
+# GCC's; an import's missing symbol, where no line says error): only these are tried again
+# with torch/extension.h
 LEAN_RETRY = re.compile(
     r"is undefined|has no member|must be a class or namespace name|incomplete type|"
     r"is not a template|no instance of|storage class or type specifier|was not declared|"
@@ -511,8 +520,7 @@ def ext_lean():
         try:
             mod = orig(**lean_call)
         except Exception as e:
-            first = LEAN_FIRST_ERROR.search(str(e))
-            if not LEAN_RETRY.search(first.group(0) if first else str(e)):
+            if not LEAN_RETRY.search(first_error(str(e)) or str(e)):
                 raise
             print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
                   "failed on a name; building it as written", flush=True)
@@ -541,7 +549,11 @@ def load_candidate(torch, src, ev):
     except BaseException as e:  # SystemExit too: the candidate does not end the worker
         ev["build_s"] = round(time.perf_counter() - t0, 3)
         traceback.print_exc()
-        raise Verdict("compile_error", "%s: %s" % (type(e).__name__, tail(e)))
+        msg = str(e)   # a failed build: its first error, not ninja's command lines
+        first = first_error(msg) if msg.startswith("Error building extension") else None
+        if first:
+            msg = "%s: %s" % (msg.split(": ", 1)[0], first)
+        raise Verdict("compile_error", "%s: %s" % (type(e).__name__, tail(msg)))
     ev["build_s"] = round(time.perf_counter() - t0, 3)
     ev["compiled"] = True
     return ns
