@@ -69,8 +69,9 @@ def tail(msg, n=400):
     return msg if len(msg) <= n else msg[: n - 3] + "..."
 
 
-# a compiler's error line: nvcc's front end (file(line): error: ...), GCC (file:l:c: error:)
-FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?:.*$", re.M)
+# a compiler's error line: nvcc's front end (file(line): error: ...), GCC (file:l:c: error:),
+# nvcc's driver (nvcc error   : ...)
+FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?\s*:.*$", re.M)
 
 
 def first_error(msg):
@@ -279,11 +280,25 @@ def cpu_only_extensions():
     ext.load_inline = load_inline
 
 
-# load_inline's parameters in order (torch 1.13 .. 2.x)
+# load_inline's parameters in order (torch 1.13 .. 2.6; load_inline_args reads torch's own)
 LOAD_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
                     "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
                     "build_directory", "verbose", "with_cuda", "is_python_module",
                     "with_pytorch_error_handling", "keep_intermediates")
+
+
+def load_inline_args(fn):
+    """load_inline's parameters in order, from this torch's own function (torch 2.7 put
+    sycl_sources fourth), else LOAD_INLINE_ARGS."""
+    global LOAD_INLINE_ARGS
+    import inspect
+    try:
+        p = inspect.signature(fn).parameters.values()
+        names = tuple(x.name for x in p if x.kind == x.POSITIONAL_OR_KEYWORD)
+        if names[:2] == ("name", "cpp_sources"):
+            LOAD_INLINE_ARGS = names
+    except (TypeError, ValueError):
+        pass
 
 
 def inline_call(a, k):
@@ -313,6 +328,7 @@ def ext_cache():
     makes ninja rebuild)."""
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
+    load_inline_args(orig)
 
     def load_inline(*a, **k):
         call = inline_call(a, k)
@@ -456,30 +472,32 @@ PCH_MARGIN_S = 15     # seconds of a build's deadline the header's making leaves
 # a line that includes torch/extension.h (the C++ frontend, pybind11 and Python.h over
 # torch/types.h: the CUDA half's three parses of it take about twice as long)
 LEAN_INCLUDE = re.compile(r'^([ \t]*#[ \t]*include[ \t]*)[<"]torch/extension\.h[>"]', re.M)
-# names that torch/extension.h declares and torch/types.h does not: a CUDA source naming one
-# is built as written without trying
+# names that torch/extension.h declares and torch/types.h does not, macros too (Python's,
+# torch/version.h's: an #if on one would take another branch without a word): a CUDA source
+# naming one is built as written without trying
 LEAN_NEEDS_FULL = re.compile(
     r"\b(?:py|pybind11|nn|optim|jit|data|serialize|fft|linalg|special|nested|sparse|python|"
     r"autograd|enumtype)::|\bPYBIND11|\bPy[A-Z]\w*|\bTHP\w*|\btorch::cuda\b|\b(?:NoGradGuard|"
     r"AutoGradMode|InferenceMode|manual_seed|set_num_threads|get_num_threads|TORCH_MODULE|"
-    r"torch::save|torch::load)\b")
+    r"TORCH_ARG|torch::save|torch::load)\b|\bPy_\w*|\bPY_\w*|\bTORCH_VERSION\w*")
 LEAN_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 # what a missing declaration makes of a failed build's first error (nvcc's front end, then
-# GCC's; an import's missing symbol, where no line says error): only these are tried again
-# with torch/extension.h
+# GCC's; an import's missing symbol, where no line says error; an #error on a macro the
+# header would have defined): only these are tried again with torch/extension.h
 LEAN_RETRY = re.compile(
     r"is undefined|has no member|must be a class or namespace name|incomplete type|"
     r"is not a template|no instance of|storage class or type specifier|was not declared|"
-    r"is not a member of|has not been declared|does not name a|undefined symbol")
+    r"is not a member of|has not been declared|does not name a|undefined symbol|#error")
 LEAN = {}    # the eval object's "lean": whether every CUDA build read torch/types.h
 
 
 def lean_sources(src):
-    """CUDA sources (a string or a list of them) with each #include of torch/extension.h read
-    as torch/types.h, line for line; None when none includes it, False when one names what
-    only torch/extension.h declares (comments aside)."""
+    """CUDA sources (a string or a list of them, what torch takes) with each #include of
+    torch/extension.h read as torch/types.h, line for line; None when none includes it (or
+    they are of another type), False when one names what only torch/extension.h declares
+    (comments aside)."""
     parts = [src] if isinstance(src, str) else src
-    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) for p in parts) \
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts) \
             or not any(LEAN_INCLUDE.search(p) for p in parts):
         return None
     if any(LEAN_NEEDS_FULL.search(LEAN_COMMENT.sub(" ", p)) for p in parts):
@@ -500,6 +518,9 @@ def ext_lean():
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
 
+    def build(call):   # torch adds to the lists it is given: each build gets its own
+        return orig(**{k: list(v) if isinstance(v, list) else v for k, v in call.items()})
+
     def load_inline(*a, **k):
         call = inline_call(a, k)
         src = lean_sources(call.get("cuda_sources"))
@@ -516,11 +537,12 @@ def ext_lean():
             failed = False
         if src is False or failed:
             LEAN["lean"] = False
-            return orig(**call)
+            return build(call)
         try:
-            mod = orig(**lean_call)
+            mod = build(lean_call)
         except Exception as e:
             if not LEAN_RETRY.search(first_error(str(e)) or str(e)):
+                LEAN["lean"] = LEAN.get("lean", True)   # the lean build's verdict
                 raise
             print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
                   "failed on a name; building it as written", flush=True)
@@ -535,7 +557,7 @@ def ext_lean():
             versions = getattr(getattr(ext, "JIT_EXTENSION_VERSIONER", None), "entries", None)
             if isinstance(versions, dict):
                 versions.pop(call.get("name"), None)
-            return orig(**call)
+            return build(call)
         LEAN["lean"] = LEAN.get("lean", True)
         return mod
     ext.load_inline = load_inline

@@ -109,7 +109,7 @@ check relu_cuda_kmean 'ev["correct"] and ev.get("lean") is False and ev["run_s"]
 	"a name of torch/extension.h alone: lean build failed, built as written, correct, not rebuilt"
 check relu_cuda_pybind 'ev["correct"] and ev.get("lean") is False' \
 	"PYBIND11_MODULE in the CUDA source: built as written, correct"
-check relu_cuda_syntax '(ev["error"] == "compile_error" and "lean" not in ev and
+check relu_cuda_syntax '(ev["error"] == "compile_error" and ev.get("lean") is True and
 	"cuda.cu(" in ev["message"] and "error: expected a" in ev["message"])' \
 	"a syntax error: compile_error, not tried again, the message nvcc's first error"
 marks=$(ls "$cache"/*/ext/*/*.kbench-lean-failed 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')
