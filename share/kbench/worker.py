@@ -74,10 +74,16 @@ def tail(msg, n=400):
 FIRST_ERROR = re.compile(r"^.*?\berror\b(?: #[\w-]+)?\s*:.*$", re.M)
 
 
+LINK_ERROR = re.compile(r"^.*undefined reference to.*$", re.M)
+
+
 def first_error(msg):
     """The first compiler error in a build's output (the later ones may follow from it: a
-    missing ";" leaves names undefined), its file named without the directory; None if none."""
+    missing ";" leaves names undefined), its file named without the directory; for a failed
+    link, the first undefined reference rather than the linker's exit status; None if none."""
     m = FIRST_ERROR.search(msg)
+    if m and "ld returned" in m.group(0):
+        m = LINK_ERROR.search(msg) or m
     return re.sub(r"^\S*/", "", m.group(0).strip()) if m else None
 
 
@@ -487,7 +493,8 @@ LEAN_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 LEAN_RETRY = re.compile(
     r"is undefined|has no member|must be a class or namespace name|incomplete type|"
     r"is not a template|no instance of|storage class or type specifier|was not declared|"
-    r"is not a member of|has not been declared|does not name a|undefined symbol|#error")
+    r"is not a member of|has not been declared|does not name a|undefined symbol|"
+    r"undefined reference|#error")
 LEAN = {}    # the eval object's "lean": whether every CUDA build read torch/types.h
 
 
