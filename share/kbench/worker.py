@@ -520,8 +520,9 @@ def ext_lean():
     compiler each parsing the torch headers, takes about half as long. A lean build that
     fails on a missing name (LEAN_RETRY) is built again as written, and a mark in the build
     directory sends later calls with those arguments (the run phase) straight there; any
-    other first error is the build's verdict, as it would have been with the full header. The
-    kernel's code is the same either way. LEAN["lean"] says which way the builds went."""
+    other first error is the build's verdict, as it would have been with the full header. Only
+    the include line differs, and sources that name the full header's own macros (an #if
+    could test them) are built as written. LEAN["lean"] says which way the builds went."""
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
 
