@@ -321,6 +321,28 @@ def call_key(call):
                                       if k != "verbose")).encode()).hexdigest()
 
 
+def stamp_path(call, kind):
+    """A stamp file of kbench-eval's in the build directory of call: NAME.kbench-KIND."""
+    return os.path.join(ext_build_dir(call), "%s.kbench-%s" % (call.get("name"), kind))
+
+
+def stamp_holds(path, key):
+    """Whether the stamp at path holds key (a call's hash)."""
+    try:
+        with open(path) as f:
+            return f.read().strip() == key
+    except OSError:
+        return False
+
+
+def stamp_write(path, key):
+    try:
+        with open(path, "w") as f:
+            f.write(key + "\n")
+    except OSError:     # a stamp only saves work later
+        pass
+
+
 def ext_build_dir(call):
     """Where load_inline builds the extension of call (its arguments by name)."""
     return call.get("build_directory") or os.path.join(
@@ -341,25 +363,15 @@ def ext_cache():
         key = call_key(call)
         name = call.get("name")
         root = ext_build_dir(call)
-        stamp = os.path.join(root, "%s.kbench-stamp" % name)
-        so = os.path.join(root, "%s.so" % name)
-        try:
-            with open(stamp) as f:
-                hit = f.read().strip() == key and os.path.exists(so)
-        except OSError:
-            hit = False
-        if hit:
+        stamp = stamp_path(call, "stamp")
+        if stamp_holds(stamp, key) and os.path.exists(os.path.join(root, "%s.so" % name)):
             try:
                 return ext._import_module_from_library(name, root,
                                                        call.get("is_python_module", True))
             except Exception:
                 pass
         mod = orig(*a, **k)
-        try:
-            with open(stamp, "w") as f:
-                f.write(key + "\n")
-        except OSError:
-            pass
+        stamp_write(stamp, key)
         return mod
     ext.load_inline = load_inline
 
@@ -537,13 +549,8 @@ def ext_lean():
         # verbose off: the failure's messages come back in the exception
         lean_call = dict(call, cuda_sources=src, verbose=False)
         key = call_key(lean_call)
-        mark = os.path.join(ext_build_dir(call), "%s.kbench-lean-failed" % call.get("name"))
-        try:
-            with open(mark) as f:
-                failed = f.read().strip() == key
-        except OSError:
-            failed = False
-        if src is False or failed:
+        mark = stamp_path(call, "lean-failed")
+        if src is False or stamp_holds(mark, key):
             LEAN["lean"] = False
             return build(call)
         try:
@@ -554,11 +561,7 @@ def ext_lean():
                 raise
             print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
                   "failed on a name; building it as written", flush=True)
-            try:
-                with open(mark, "w") as f:
-                    f.write(key + "\n")
-            except OSError:
-                pass
+            stamp_write(mark, key)
             LEAN["lean"] = False
             # torch numbers a name's builds in a process (name_v1 for the second source):
             # the build as written takes the name itself, as the run phase's will
