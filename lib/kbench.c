@@ -522,8 +522,11 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 		snprintf(ext, sizeof ext, "%s/pch", e->cache);
 		json_object_set_new(j, "pch_dir", json_string(ext));
 	}
-	if (e->cfg.lean)
+	if (e->cfg.lean) {      /* and where the names torch/extension.h adds are kept */
 		json_object_set_new(j, "lean", json_true());
+		snprintf(ext, sizeof ext, "%s/lean", e->cache);
+		json_object_set_new(j, "lean_dir", json_string(ext));
+	}
 	if (mode == ROLE_BUILD)         /* the build's deadline: the header is made within it */
 		json_object_set_new(j, "build_timeout", json_real(e->cfg.compile_timeout));
 	json_object_set_new(j, "kernel", json_string(en->kernel));

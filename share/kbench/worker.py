@@ -507,6 +507,14 @@ LEAN_RETRY = re.compile(
     r"is not a template|no instance of|storage class or type specifier|was not declared|"
     r"is not a member of|has not been declared|does not name a|undefined symbol|"
     r"undefined reference|#error")
+# the name such an error is about (nvcc's front end, then GCC's), qualified or not: a name
+# that torch/extension.h's text adds nothing of over torch/types.h's is not tried again
+LEAN_NAME = re.compile(
+    r'identifier "([^"]+)" is undefined|has no member(?: \w+)? "([^"]+)"|'
+    r'no instance of (?:overloaded function|function template|constructor) "([^"]+)"|'
+    r'incomplete type "([^"]+)"|"([^"]+)" is not a template|'
+    r"'([^']+)' (?:was not declared|is not a member of|has not been declared|does not name a|"
+    r"is not a template|in namespace)")
 LEAN = {}    # the eval object's "lean": whether every CUDA build read torch/types.h
 
 
@@ -525,7 +533,136 @@ def lean_sources(src):
     return out[0] if isinstance(src, str) else out
 
 
-def ext_lean():
+def lean_name(msg):
+    """The name a missing-declaration error is about, its last part without template or
+    call arguments (torch::zeros<float> -> zeros); None when the message names none."""
+    m = LEAN_NAME.search(msg)
+    if not m:
+        return None
+    name = next(g for g in m.groups() if g is not None)
+    prev = None
+    while prev != name:     # template arguments, innermost first
+        prev, name = name, re.sub(r"<[^<>]*>", "", name)
+    name = re.sub(r"\(.*", "", name).split("::")[-1].strip()
+    return name if re.fullmatch(r"[A-Za-z_]\w*", name) else None
+
+
+FULL_NAMES = {}      # full_header_names' answers in this process, by key
+
+
+def full_header_names(build_dir, names_dir):
+    """The names torch/extension.h adds to torch/types.h for the CUDA compile line of the
+    build in build_dir (its build.ninja; architectures, the extension's name and the
+    precompiled header's directory left out), with this torch: header_names' answer, kept in
+    names_dir (KEY.names, a name a line) for the next build with that line. None where it
+    cannot be had."""
+    import hashlib
+    import shlex
+    v = {}
+    try:
+        with open(os.path.join(build_dir, "build.ninja")) as f:
+            for line in f:
+                m = re.match(r"^(nvcc|cuda_cflags|cuda_post_cflags) = (.*)$", line.rstrip("\n"))
+                if m:
+                    v[m.group(1)] = m.group(2).replace("$$", "$")
+        words = shlex.split(v.get("cuda_cflags", "")) + shlex.split(v.get("cuda_post_cflags", ""))
+        nvcc = shlex.split(v["nvcc"])
+    except (OSError, KeyError, ValueError):
+        return None
+    # (GCC would read a precompiled header's binary form in place of its text)
+    words = [w for w in words if not re.match(
+        r"-gencode|--generate-code|-arch|--gpu-architecture|-code|-DTORCH_EXTENSION_NAME=", w)
+        and not (w.startswith("-I") and os.path.isdir(w[2:] + "/torch/extension.h.gch"))]
+    torch = sys.modules.get("torch")
+    key = hashlib.sha256(repr((nvcc, words, getattr(torch, "__version__", None)))
+                         .encode()).hexdigest()[:24]
+    if key in FULL_NAMES:
+        return FULL_NAMES[key]
+    path = os.path.join(names_dir, key + ".names") if names_dir else None
+    try:
+        with open(path) as f:
+            FULL_NAMES[key] = set(f.read().split())
+            return FULL_NAMES[key]
+    except (OSError, TypeError):
+        pass
+    FULL_NAMES[key] = names = header_names(nvcc + words)
+    if path and names is not None:
+        try:
+            os.makedirs(names_dir, exist_ok=True)
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                f.write("\n".join(sorted(names)) + "\n")
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return names
+
+
+def header_names(cmd):
+    """What torch/extension.h adds to torch/types.h under the compile command cmd: every
+    identifier that the one's preprocessed text holds more often than the other's (whatever
+    the full header declares, its declaration names), and every macro the one defines and
+    the other does not, or otherwise. Four runs of cmd -E at once (about 2 s on an H200
+    machine); None if one fails or the text is not the full header's (no pybind11)."""
+    import collections
+    import subprocess
+    import tempfile
+    ident = re.compile(r"[A-Za-z_]\w*")
+    text = {}
+    with tempfile.TemporaryDirectory(prefix="kbench-lean-") as tmp:
+        runs = []
+        try:
+            for h in ("types", "extension"):
+                src = os.path.join(tmp, h + ".cu")
+                with open(src, "w") as f:
+                    f.write("#include <torch/%s.h>\n" % h)
+                for kind, extra in (("i", []), ("m", ["-Xcompiler", "-dM"])):
+                    out = os.path.join(tmp, "%s.%s" % (h, kind))
+                    runs.append((out, subprocess.Popen(
+                        cmd + ["-E", "-x", "cu"] + extra + [src, "-o", out],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+            failed = False
+            for out, p in runs:
+                failed |= p.wait(timeout=300) != 0
+            if failed:
+                return None
+            for out, _ in runs:
+                with open(out, errors="replace") as f:
+                    text[os.path.basename(out)] = [l for l in f if not l.startswith("# ")]
+        except (OSError, subprocess.SubprocessError):
+            for _, p in runs:
+                p.kill()
+                p.wait()
+            return None
+    count = [collections.Counter(ident.findall("".join(text[h + ".i"])))
+             for h in ("types", "extension")]
+    names = {n for n, c in count[1].items() if c > count[0].get(n, 0)}
+    defined = set(text["types.m"])
+    names.update(l.split()[1].split("(")[0] for l in text["extension.m"]
+                 if l not in defined and l.startswith("#define "))
+    return names if "pybind11" in names else None
+
+
+def lean_mendable(first, build_dir, names_dir):
+    """Whether a lean build's first error could be mended by torch/extension.h: an error
+    of a missing name (LEAN_RETRY) that names none (an #error, a symbol at import) or names
+    one the full header adds (full_header_names, or where those cannot be had). A name
+    neither header has (a helper never written, a macro of another header, an API torch
+    took away) fails the build as written too."""
+    if not LEAN_RETRY.search(first):
+        return False
+    name = lean_name(first)
+    if name is None:
+        return True
+    names = full_header_names(build_dir, names_dir)
+    if names is None or name in names:
+        return True
+    print("kbench-eval: torch/extension.h does not declare %s either: the lean build's "
+          "error stands" % name, flush=True)
+    return False
+
+
+def ext_lean(names_dir=None):
     """load_inline with CUDA sources that include torch/extension.h (what KernelBench's
     candidates write) builds them first with torch/types.h in its place (what load_inline
     puts before every CUDA source anyway): the CUDA half, cudafe++, cicc and the host
@@ -534,7 +671,9 @@ def ext_lean():
     directory sends later calls with those arguments (the run phase) straight there; any
     other first error is the build's verdict, as it would have been with the full header. Only
     the include line differs, and sources that name the full header's own macros (an #if
-    could test them) are built as written. LEAN["lean"] says which way the builds went."""
+    could test them) are built as written. A missing name that torch/extension.h does not
+    add (lean_mendable; names_dir keeps the names it adds) is the lean build's verdict too.
+    LEAN["lean"] says which way the builds went."""
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
 
@@ -556,7 +695,8 @@ def ext_lean():
         try:
             mod = build(lean_call)
         except Exception as e:
-            if not LEAN_RETRY.search(first_error(str(e)) or str(e)):
+            first = first_error(str(e)) or str(e)
+            if not lean_mendable(first, ext_build_dir(call), names_dir):
                 LEAN["lean"] = LEAN.get("lean", True)   # the lean build's verdict
                 raise
             print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
@@ -790,7 +930,7 @@ def main():
         ext_pch(torch, job["pch_dir"], mode == "build", t_job,
                 float(job.get("build_timeout") or 600))
     if job.get("lean"):
-        ext_lean()
+        ext_lean(job.get("lean_dir"))
     if info["device"] == "cpu":
         cpu_only_extensions()
     ev = {"compiled": False, "correct": False}

@@ -2,7 +2,7 @@
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # timing trick, input mutation, uninitialised output; lean builds, their fallback to the
-# source as written, a syntax error) and a few Python ones. Prints TAP
+# source as written, a syntax error, a name neither header has) and a few Python ones. Prints TAP
 # lines, a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
 # Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
 # ($DICE_PYTHON or python3).
@@ -45,7 +45,8 @@ cat "$out/env.txt" | sed 's/^/# /'
 	cuda/relu_cuda_mutate.py cuda/relu_cuda_uninit.py relu_segv.py relu_hang.py \
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
 	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
-	cuda/relu_cuda_kmean.py cuda/relu_cuda_pybind.py cuda/relu_cuda_syntax.py >"$out/in.jsonl"
+	cuda/relu_cuda_kmean.py cuda/relu_cuda_pybind.py cuda/relu_cuda_syntax.py \
+	cuda/relu_cuda_undef.py >"$out/in.jsonl"
 # a unique id per line (relu_cuda_ok appears twice)
 "$py" -c '
 import json, sys
@@ -112,6 +113,14 @@ check relu_cuda_pybind 'ev["correct"] and ev.get("lean") is False' \
 check relu_cuda_syntax '(ev["error"] == "compile_error" and ev.get("lean") is True and
 	"cuda.cu(" in ev["message"] and "error: expected a" in ev["message"])' \
 	"a syntax error: compile_error, not tried again, the message nvcc's first error"
+check relu_cuda_undef '(ev["error"] == "compile_error" and ev.get("lean") is True and
+	"identifier \"CHECK_INPUT\" is undefined" in ev["message"])' \
+	"a name torch/extension.h lacks too: compile_error, not tried again"
+names=$(ls "$cache"/lean/*.names 2>/dev/null | wc -l)
+kmean=$(grep -lx kMean "$cache"/lean/*.names 2>/dev/null | wc -l)
+[ "$names" = 1 ] && [ "$kmean" = 1 ] &&
+	ok "the names torch/extension.h adds, kept once (kMean among them)" ||
+	notok "names files: $names, with kMean: $kmean"
 marks=$(ls "$cache"/*/ext/*/*.kbench-lean-failed 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')
 [ "$marks" = "kbench_relu_cuda_kmean.kbench-lean-failed " ] &&
 	ok "a lean-failed mark for the kmean build alone" || notok "lean-failed marks: '$marks'"
