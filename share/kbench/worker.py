@@ -513,8 +513,8 @@ LEAN_NAME = re.compile(
     r'identifier "([^"]+)" is undefined|has no member(?: \w+)? "([^"]+)"|'
     r'no instance of (?:overloaded function|function template|constructor) "([^"]+)"|'
     r'incomplete type "([^"]+)"|"([^"]+)" is not a template|'
-    r"'([^']+)' (?:was not declared|is not a member of|has not been declared|does not name a|"
-    r"is not a template|in namespace)")
+    r"['\u2018]([^'\u2019]+)['\u2019] (?:was not declared|is not a member of|"
+    r"has not been declared|does not name a|is not a template|in namespace)")
 LEAN = {}    # the eval object's "lean": whether every CUDA build read torch/types.h
 
 
@@ -548,16 +548,22 @@ def lean_name(msg):
 
 
 FULL_NAMES = {}      # full_header_names' answers in this process, by key
+MAX_NAMES = 64       # names files kept (one a compile line and torch; about 0.2 MB each)
+NAMES_S = 120        # seconds the header runs may take, at most
+# nvcc's architecture options, with their value in the word or in the next
+ARCH_OPT = re.compile(r"^(?:-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code)"
+                      r"(=.*)?$")
 
 
-def full_header_names(build_dir, names_dir):
+def full_header_names(build_dir, names_dir, deadline=None):
     """The names torch/extension.h adds to torch/types.h for the CUDA compile line of the
-    build in build_dir (its build.ninja; architectures, the extension's name and the
-    precompiled header's directory left out), with this torch: header_names' answer, kept in
-    names_dir (KEY.names, a name a line) for the next build with that line. None where it
-    cannot be had."""
+    build in build_dir (its build.ninja, less the architectures, the extension's name and the
+    precompiled header's directory), with this nvcc, torch and headers: header_names'
+    answer, kept in names_dir (KEY.names, a name a line; the MAX_NAMES newest) for the next
+    build with that line. None where it cannot be had (then it is asked again)."""
     import hashlib
     import shlex
+    import shutil
     v = {}
     try:
         with open(os.path.join(build_dir, "build.ninja")) as f:
@@ -569,23 +575,46 @@ def full_header_names(build_dir, names_dir):
         nvcc = shlex.split(v["nvcc"])
     except (OSError, KeyError, ValueError):
         return None
-    # (GCC would read a precompiled header's binary form in place of its text)
-    words = [w for w in words if not re.match(
-        r"-gencode|--generate-code|-arch|--gpu-architecture|-code|-DTORCH_EXTENSION_NAME=", w)
-        and not (w.startswith("-I") and os.path.isdir(w[2:] + "/torch/extension.h.gch"))]
-    torch = sys.modules.get("torch")
-    key = hashlib.sha256(repr((nvcc, words, getattr(torch, "__version__", None)))
+    kept, skip = [], False
+    for w in words:
+        m = ARCH_OPT.match(w)
+        if skip or m or w.startswith("-DTORCH_EXTENSION_NAME=") or \
+                (w.startswith("-I") and os.path.isdir(w[2:] + "/torch/extension.h.gch")):
+            # (GCC would read a precompiled header's binary form in place of its text)
+            skip = bool(m) and not m.group(1) and not skip
+            continue
+        kept.append(w)
+    words = kept
+
+    def stat(path):
+        try:
+            st = os.stat(path)
+            return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+        except (OSError, TypeError):
+            return None
+    import torch.utils.cpp_extension as ext
+    headers = [stat(os.path.join(d, "torch", h)) for d in ext.include_paths()
+               for h in ("extension.h", "types.h")]
+    key = hashlib.sha256(repr((nvcc, words, stat(shutil.which(nvcc[0]) if nvcc else None),
+                               os.environ.get("NVCC_PREPEND_FLAGS"),
+                               os.environ.get("NVCC_APPEND_FLAGS"), headers,
+                               getattr(sys.modules.get("torch"), "__version__", None)))
                          .encode()).hexdigest()[:24]
     if key in FULL_NAMES:
         return FULL_NAMES[key]
     path = os.path.join(names_dir, key + ".names") if names_dir else None
-    try:
-        with open(path) as f:
-            FULL_NAMES[key] = set(f.read().split())
-            return FULL_NAMES[key]
-    except (OSError, TypeError):
-        pass
-    FULL_NAMES[key] = names = header_names(nvcc + words)
+    if path and os.path.exists(path):
+        try:
+            with open(path, errors="replace") as f:
+                names = set(f.read().split())
+            if "pybind11" in names:     # else not a whole file: made again
+                FULL_NAMES[key] = names
+                return names
+        except OSError:
+            pass
+    # at most a quarter of what the build's deadline leaves: the build as written may follow
+    budget = NAMES_S if deadline is None else min(NAMES_S, (deadline - time.time()) / 4)
+    FULL_NAMES[key] = names = header_names(nvcc + words, budget) if budget > 0 else None
     if path and names is not None:
         try:
             os.makedirs(names_dir, exist_ok=True)
@@ -593,68 +622,90 @@ def full_header_names(build_dir, names_dir):
             with open(tmp, "w") as f:
                 f.write("\n".join(sorted(names)) + "\n")
             os.replace(tmp, path)
+            files = sorted((os.path.join(names_dir, f) for f in os.listdir(names_dir)
+                            if f.endswith(".names")), key=os.path.getmtime)
+            for f in files[:-MAX_NAMES]:
+                os.unlink(f)
         except OSError:
             pass
     return names
 
 
-def header_names(cmd):
+def header_names(cmd, budget):
     """What torch/extension.h adds to torch/types.h under the compile command cmd: every
     identifier that the one's preprocessed text holds more often than the other's (whatever
     the full header declares, its declaration names), and every macro the one defines and
-    the other does not, or otherwise. Four runs of cmd -E at once (about 2 s on an H200
-    machine); None if one fails or the text is not the full header's (no pybind11)."""
+    the other does not, or otherwise; from the host pass (cudafe++'s view: __CUDA_ARCH__
+    undefined) and the device pass (nvcc -E's) both. Eight runs of cmd -E at once (about 2 s
+    on an H200 machine), killed with their children after budget seconds; None if one
+    fails or the text is not the full header's (no pybind11)."""
     import collections
+    import signal
     import subprocess
     import tempfile
     ident = re.compile(r"[A-Za-z_]\w*")
-    text = {}
-    with tempfile.TemporaryDirectory(prefix="kbench-lean-") as tmp:
-        runs = []
-        try:
+    end = time.time() + budget
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="kbench-lean-") as tmp:
             for h in ("types", "extension"):
                 src = os.path.join(tmp, h + ".cu")
                 with open(src, "w") as f:
                     f.write("#include <torch/%s.h>\n" % h)
                 for kind, extra in (("i", []), ("m", ["-Xcompiler", "-dM"])):
-                    out = os.path.join(tmp, "%s.%s" % (h, kind))
-                    runs.append((out, subprocess.Popen(
-                        cmd + ["-E", "-x", "cu"] + extra + [src, "-o", out],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+                    for side, undef in (("device", []),
+                                        ("host", ["-Xcompiler", "-U__CUDA_ARCH__"])):
+                        out = os.path.join(tmp, "%s.%s.%s" % (h, side, kind))
+                        runs.append((out, subprocess.Popen(
+                            cmd + ["-E", "-x", "cu"] + extra + undef + [src, "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)))
             failed = False
             for out, p in runs:
-                failed |= p.wait(timeout=300) != 0
+                failed |= p.wait(timeout=max(end - time.time(), 0.01)) != 0
             if failed:
                 return None
+            text = {}
             for out, _ in runs:
                 with open(out, errors="replace") as f:
                     text[os.path.basename(out)] = [l for l in f if not l.startswith("# ")]
-        except (OSError, subprocess.SubprocessError):
-            for _, p in runs:
-                p.kill()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    finally:
+        for _, p in runs:   # nvcc and the compilers it started, if still there
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
                 p.wait()
-            return None
-    count = [collections.Counter(ident.findall("".join(text[h + ".i"])))
-             for h in ("types", "extension")]
-    names = {n for n, c in count[1].items() if c > count[0].get(n, 0)}
-    defined = set(text["types.m"])
-    names.update(l.split()[1].split("(")[0] for l in text["extension.m"]
-                 if l not in defined and l.startswith("#define "))
+    names = set()
+    for side in ("device", "host"):
+        count = [collections.Counter(ident.findall("".join(text["%s.%s.i" % (h, side)])))
+                 for h in ("types", "extension")]
+        names.update(n for n, c in count[1].items() if c > count[0].get(n, 0))
+        defined = set(text["types.%s.m" % side])
+        names.update(l.split()[1].split("(")[0] for l in text["extension.%s.m" % side]
+                     if l not in defined and l.startswith("#define "))
     return names if "pybind11" in names else None
 
 
-def lean_mendable(first, build_dir, names_dir):
+def lean_mendable(first, build_dir, names_dir, deadline=None):
     """Whether a lean build's first error could be mended by torch/extension.h: an error
     of a missing name (LEAN_RETRY) that names none (an #error, a symbol at import) or names
-    one the full header adds (full_header_names, or where those cannot be had). A name
-    neither header has (a helper never written, a macro of another header, an API torch
-    took away) fails the build as written too."""
+    one the full header adds (full_header_names; or where those cannot be had, or anything
+    goes wrong finding out). A name neither header has (a helper never written, a macro of
+    another header, an API torch took away) fails the build as written too."""
     if not LEAN_RETRY.search(first):
         return False
     name = lean_name(first)
     if name is None:
         return True
-    names = full_header_names(build_dir, names_dir)
+    try:
+        names = full_header_names(build_dir, names_dir, deadline)
+    except Exception:       # never the candidate's verdict: built as written
+        traceback.print_exc()
+        return True
     if names is None or name in names:
         return True
     print("kbench-eval: torch/extension.h does not declare %s either: the lean build's "
@@ -662,7 +713,7 @@ def lean_mendable(first, build_dir, names_dir):
     return False
 
 
-def ext_lean(names_dir=None):
+def ext_lean(names_dir=None, deadline=None):
     """load_inline with CUDA sources that include torch/extension.h (what KernelBench's
     candidates write) builds them first with torch/types.h in its place (what load_inline
     puts before every CUDA source anyway): the CUDA half, cudafe++, cicc and the host
@@ -672,7 +723,8 @@ def ext_lean(names_dir=None):
     other first error is the build's verdict, as it would have been with the full header. Only
     the include line differs, and sources that name the full header's own macros (an #if
     could test them) are built as written. A missing name that torch/extension.h does not
-    add (lean_mendable; names_dir keeps the names it adds) is the lean build's verdict too.
+    add (lean_mendable; names_dir keeps the names it adds; the header runs take at most a
+    quarter of what deadline leaves) is the lean build's verdict too.
     LEAN["lean"] says which way the builds went."""
     import torch.utils.cpp_extension as ext
     orig = ext.load_inline
@@ -696,7 +748,7 @@ def ext_lean(names_dir=None):
             mod = build(lean_call)
         except Exception as e:
             first = first_error(str(e)) or str(e)
-            if not lean_mendable(first, ext_build_dir(call), names_dir):
+            if not lean_mendable(first, ext_build_dir(call), names_dir, deadline):
                 LEAN["lean"] = LEAN.get("lean", True)   # the lean build's verdict
                 raise
             print("kbench-eval: the CUDA source with torch/types.h for torch/extension.h "
@@ -929,8 +981,9 @@ def main():
     if job.get("pch_dir"):
         ext_pch(torch, job["pch_dir"], mode == "build", t_job,
                 float(job.get("build_timeout") or 600))
-    if job.get("lean"):
-        ext_lean(job.get("lean_dir"))
+    if job.get("lean"):     # the build's deadline (time.time()), where it has one
+        ext_lean(job.get("lean_dir"), time.time() - (time.perf_counter() - t_job) +
+                 float(job["build_timeout"]) if job.get("build_timeout") else None)
     if info["device"] == "cpu":
         cpu_only_extensions()
     ev = {"compiled": False, "correct": False}
