@@ -86,6 +86,13 @@ static unsigned parse_levels(const char *arg)
 	return bits;
 }
 
+static const char *nonempty(int opt, const char *arg)
+{
+	if (!*arg)
+		die_status(EXIT_STATUS_USAGE, "option '-%c' needs a file name, not ''", opt);
+	return arg;
+}
+
 static FILE *open_out(const char *path)
 {
 	FILE *fp = fopen(path, "w");
@@ -102,8 +109,7 @@ int main(int argc, char **argv)
 	char err[256];
 
 	util_set_progname(argv[0]);
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm':
 			if (parse_double(optarg, 0, 1e300, &cfg.min_speedup) < 0)
@@ -133,7 +139,7 @@ int main(int argc, char **argv)
 			if (parse_long(optarg, 1, LONG_MAX, &cfg.max_tokens) < 0)
 				die_status(EXIT_STATUS_USAGE, "bad --max-tokens '%s'", optarg);
 			break;
-		case 'T': cfg.tokenizer = optarg; break;
+		case 'T': cfg.tokenizer = nonempty(opt, optarg); break;
 		case 'l': cfg.levels = parse_levels(optarg); break;
 		case 'C': cfg.classify = 1; break;
 		case 'S': cfg.sort_level = 1; break;
@@ -143,20 +149,25 @@ int main(int argc, char **argv)
 				die_status(EXIT_STATUS_USAGE, "--to-sft and --to-infill exclude each other");
 			cfg.format = opt == 'p' ? CUKE_OUT_SFT : CUKE_OUT_INFILL;
 			break;
-		case 'r': rejects_path = optarg; break;
+		case 'r': rejects_path = nonempty(opt, optarg); break;
 		case 's': stats = 1; break;
-		case 'j': stats_json = optarg; break;
-		case 'o': out_path = optarg; break;
+		case 'j': stats_json = nonempty(opt, optarg); break;
+		case 'o': out_path = nonempty(opt, optarg); break;
 		case 'U': unbuffered = 1; break;
 		case 'P': cfg.no_fast = 1; break;
 		case 'h': usage(0);
 		case 'V': cli_version();
 		default:
-			cli_warn_option(opt, argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}
 
+	if (cfg.has_min && cfg.has_max && cfg.min_speedup > cfg.max_speedup)
+		die_status(EXIT_STATUS_USAGE, "--min-speedup %g is above --max-speedup %g: nothing "
+		           "would be kept", cfg.min_speedup, cfg.max_speedup);
+	cli_output_not_input(out_path, argv + optind, argc - optind);
+	cli_output_not_input(rejects_path, argv + optind, argc - optind);
+	cli_output_not_input(stats_json, argv + optind, argc - optind);
 	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = util_env("DICE_MODEL", NULL)))
 		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
 	if (cfg.tokenizer && cfg.max_tokens <= 0)
@@ -166,6 +177,7 @@ int main(int argc, char **argv)
 		die("%s", err);
 	FILE *out = out_path ? open_out(out_path) : stdout;
 	FILE *rej = rejects_path ? open_out(rejects_path) : NULL;
+	FILE *sj = stats_json ? open_out(stats_json) : NULL;   /* before the run, not after */
 	/* records are often bigger than stdio's default buffer: write in 64 KiB pieces */
 	static char obuf[1 << 16], rbuf[1 << 16];
 	if (!unbuffered) {
@@ -218,13 +230,10 @@ int main(int argc, char **argv)
 		cuke_stats_print(st, stderr);
 	if (stats_json) {
 		json_t *j = cuke_stats_json(st);
-		FILE *fp = fopen(stats_json, "w");
-		if (!fp || json_dumpf(j, fp, JSON_COMPACT) < 0 || fputc('\n', fp) == EOF ||
-		    util_fshut(fp, stats_json)) {
-			if (!fp)
-				warn_msg("cannot open '%s':", stats_json);
+		if (json_dumpf(j, sj, JSON_COMPACT) < 0 || fputc('\n', sj) == EOF)
+			ret = 1;        /* util_fshut says why */
+		if (util_fshut(sj, stats_json))
 			ret = 1;
-		}
 		json_decref(j);
 	}
 	if (wout.failed || (rej && wrej.failed))

@@ -165,8 +165,7 @@ int main(int argc, char **argv)
 
 	util_set_progname(argv[0]);
 	memset(&st, 0, sizeof st);
-	opterr = 0;     /* our own messages: "deceive-check: ...", not the full argv[0] */
-	while ((c = getopt_long(argc, argv, ":dx:ser:lf:R:o:uhV", long_opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, ":dx:ser:lf:R:o:uhV", long_opts)) != -1) {
 		switch (c) {
 		case 'd': st.drop = 1; break;
 		case 'x': rejects = optarg; break;
@@ -192,19 +191,23 @@ int main(int argc, char **argv)
 			return util_fshut(stdout, "stdout") ? 1 : 0;
 		case 'V': cli_version();
 		default:
-			cli_warn_option(c, argv[optind - 1]);
 			usage_error();
 		}
 	}
 	st.checker = deceive_checker_new(rules, &bad_rule);
 	if (!st.checker) {
-		warn_msg("unknown rule '%s' (deceive-check --list-rules lists them)", bad_rule);
+		if (*bad_rule)
+			warn_msg("unknown rule '%s' (deceive-check --list-rules lists them)", bad_rule);
+		else
+			warn_msg("--rules names no rule (deceive-check --list-rules lists them)");
 		usage_error();
 	}
 	if (rejects && !st.drop) {
 		warn_msg("--rejects needs --drop (without it every record is written)");
 		usage_error();
 	}
+	cli_output_not_input(output, argv + optind, argc - optind);
+	cli_output_not_input(rejects, argv + optind, argc - optind);
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
 	if (rejects && !(rej = fopen(rejects, "w")))

@@ -297,8 +297,7 @@ int main(int argc, char **argv)
 	util_set_progname(argv[0]);
 	optim_defaults(&oo);
 	oo.lr = 1e-6f;
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'o': out = optarg; break;
@@ -336,7 +335,6 @@ int main(int argc, char **argv)
 		case 'h': usage(0);
 		case 'V': cli_version();
 		default:
-			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}

@@ -479,8 +479,7 @@ int main(int argc, char **argv)
 	set = st.o;
 	st.samples = 1;
 	st.device = util_env("DICE_DEVICE", NULL);
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'd': st.device = optarg; break;
@@ -564,7 +563,6 @@ int main(int argc, char **argv)
 		case 'h': usage(0);
 		case 'V': cli_version();
 		default:
-			cli_warn_option(opt, argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}
@@ -580,6 +578,7 @@ int main(int argc, char **argv)
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
 		bad_arg("stop", stop_arg);
+	cli_output_not_input(out_path, argv + optind, argc - optind);
 	if (front != FRONT_NONE)
 		return run_front(front, model_dir, template_path, chat, infill, out_path, unbuffered,
 		                 argv + optind, argc - optind);

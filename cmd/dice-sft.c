@@ -223,8 +223,7 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);      /* from here on a signal ends training after a step */
 	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'o': out = optarg; break;
@@ -260,7 +259,6 @@ int main(int argc, char **argv)
 		case 'h': usage(0);
 		case 'V': cli_version();
 		default:
-			warn_msg("bad option or missing argument: '%s'", argv[optind - 1]);
 			usage(EXIT_STATUS_USAGE);
 		}
 	}

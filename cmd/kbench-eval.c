@@ -231,8 +231,7 @@ int main(int argc, char **argv)
 	cfg.python = util_env("DICE_PYTHON", NULL);
 	v = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.jobs = v > 0 ? (int)v : 1;
-	opterr = 0;     /* our own messages: "kbench-eval: ...", not the full argv[0] */
-	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (c) {
 		case 'k': kb = optarg; break;
 		case 'l': list = 1; break;
@@ -320,7 +319,6 @@ int main(int argc, char **argv)
 			return util_fshut(stdout, "stdout") ? EXIT_STATUS_BAD : 0;
 		case 'V': cli_version();
 		default:
-			cli_warn_option(c, argv[optind - 1]);
 			usage();
 		}
 	}
@@ -335,6 +333,7 @@ int main(int argc, char **argv)
 			die("cannot load KernelBench from '%s'", kb);
 		have_tree = 1;
 	}
+	cli_output_not_input(output, argv + optind, argc - optind);
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
 	jsonl_writer_init(&r.w, out, output ? output : "stdout", unbuffered);

@@ -1511,6 +1511,12 @@ struct deceive_checker *deceive_checker_new(const char *rules, const char **bad)
 				c->enabled |= 1u << k;
 			s += n + (e ? 1 : 0);
 		}
+		if (!c->enabled) {      /* "" or ",": an empty shell variable would check nothing */
+			if (bad)
+				*bad = "";
+			free(c);
+			return NULL;
+		}
 	}
 	for (int k = 0; k < RE_COUNT; k++) {
 		c->re[k] = pcre2_compile((PCRE2_SPTR)patterns[k], PCRE2_ZERO_TERMINATED, 0, &err, &off, NULL);

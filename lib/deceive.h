@@ -33,7 +33,8 @@ struct deceive_result {
 struct deceive_checker;
 
 /* rules: comma-separated rule names to run, or NULL for all. NULL on an unknown name, with
- * the bad name written to *bad (static storage) when bad is not NULL. */
+ * the bad name written to *bad (static storage) when bad is not NULL, and on a list that
+ * names no rule ("", ","), with *bad "". */
 struct deceive_checker *deceive_checker_new(const char *rules, const char **bad);
 void deceive_checker_free(struct deceive_checker *c);
 

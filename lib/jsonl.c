@@ -56,8 +56,20 @@ int jsonl_parse_line(struct jsonl_reader *r, json_t **rec)
 		return -1;
 	}
 	v = json_loadb(r->line, r->len, 0, &e);
+	if (!v && json_error_code(&e) == json_error_numeric_overflow)
+		/* valid JSON all the same (a 64-bit hash as an id): read as a double; the
+		 * writers that add a field keep the line's own bytes */
+		v = json_loadb(r->line, r->len, JSON_DECODE_INT_AS_REAL, &e);
 	if (!v) {
-		snprintf(r->err, sizeof r->err, "invalid JSON at column %d: %.160s", e.column, e.text);
+		if (json_error_code(&e) == json_error_null_character)
+			snprintf(r->err, sizeof r->err, "a string at column %d holds \\u0000 (NUL), "
+			         "which no field takes", e.column);
+		else if (json_error_code(&e) == json_error_numeric_overflow)
+			snprintf(r->err, sizeof r->err, "a number at column %d is out of a double's "
+			         "range", e.column);
+		else
+			snprintf(r->err, sizeof r->err, "invalid JSON at column %d: %.160s", e.column,
+			         e.text);
 		return -1;
 	}
 	if (!json_is_object(v)) {
@@ -127,6 +139,7 @@ static int flush_buf(struct jsonl_writer *w)
 		if (!w->failed)
 			warn_msg("write error on %s:", w->name ? w->name : "output");
 		w->failed = 1;
+		util_write_failed(w->fp);       /* util_fshut says no more of it */
 		return -1;
 	}
 	return 0;
@@ -139,20 +152,100 @@ int jsonl_write(struct jsonl_writer *w, json_t *rec)
 	return flush_buf(w);
 }
 
+/* The end of the JSON value at p (a line the parser took whole), or NULL. */
+static const char *value_end(const char *p, const char *e)
+{
+	int depth = 0;
+
+	for (; p < e; p++) {
+		if (*p == '"') {
+			for (p++; p < e && *p != '"'; p++)
+				if (*p == '\\')
+					p++;
+			if (p >= e)
+				return NULL;
+			if (!depth)
+				return p + 1;
+		} else if (*p == '{' || *p == '[') {
+			depth++;
+		} else if (*p == '}' || *p == ']') {
+			if (--depth < 0)
+				return p;       /* the end of a number or literal at the object's end */
+			if (!depth)
+				return p + 1;
+		} else if (!depth && (*p == ',' || *p == ' ' || *p == '\t' || *p == '\r' ||
+		                      *p == '\n')) {
+			return p;
+		}
+	}
+	return depth ? NULL : p;
+}
+
+/* The line's object with its members named key left out, their bytes and the others' as
+ * they were: "{" then the kept members joined by ",", into b (no closing brace). Returns
+ * the number of members kept, or -1 where the line is not an object as expected. */
+static int members_without(struct buf *b, const char *line, size_t n, const char *key)
+{
+	const char *p = line, *e = line + n;
+	int kept = 0;
+
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+		p++;
+	if (p >= e || *p++ != '{')
+		return -1;
+	buf_addc(b, '{');
+	for (;;) {
+		while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == ','))
+			p++;
+		if (p < e && *p == '}')
+			return kept;
+		if (p >= e || *p != '"')
+			return -1;
+		const char *k = p, *ke = value_end(p, e), *v;
+		if (!ke)
+			return -1;
+		for (v = ke; v < e && *v != ':'; v++)
+			;
+		for (v++; v < e && (*v == ' ' || *v == '\t' || *v == '\r' || *v == '\n'); v++)
+			;
+		const char *ve = value_end(v, e);
+		if (!ve || v >= e)
+			return -1;
+		json_t *name = json_loadb(k, (size_t)(ke - k), JSON_DECODE_ANY, NULL);
+		int drop = name && json_is_string(name) && !strcmp(json_string_value(name), key);
+		json_decref(name);
+		if (!drop) {
+			if (kept++)
+				buf_addc(b, ',');
+			buf_add(b, k, (size_t)(ve - k));
+		}
+		p = ve;
+	}
+}
+
 int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json_t *rec,
                       const char *key, json_t *val)
 {
 	size_t n = len;
+	int kept;
 
 	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
 		n--;
-	if (!line || json_object_get(rec, key) || !n || line[n - 1] != '}') {
+	if (!line || !n || line[n - 1] != '}') {
 		json_object_set(rec, key, val);
 		return jsonl_write(w, rec);
 	}
 	buf_reset(&w->b);
-	buf_add(&w->b, line, n - 1);
-	if (json_object_size(rec))
+	if (json_object_get(rec, key)) {        /* the old member out, the others' bytes kept */
+		if ((kept = members_without(&w->b, line, n, key)) < 0) {
+			json_object_set(rec, key, val);
+			return jsonl_write(w, rec);
+		}
+	} else {
+		buf_add(&w->b, line, n - 1);
+		kept = (int)json_object_size(rec);
+	}
+	if (kept)
 		buf_addc(&w->b, ',');
 	json_t *k = json_string(key);
 	json_dump_callback(k, dump_cb, &w->b, JSON_ENCODE_ANY);

@@ -1,6 +1,7 @@
 /* util: messages, fatal allocation, checked number parsing, growable buffers, UTF-8 repair.
  * See util.h for the contracts. */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -197,12 +198,45 @@ void cli_version(void)
 	exit(util_fshut(stdout, "stdout") ? 1 : 0);
 }
 
-void cli_warn_option(int opt, const char *arg)
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts)
 {
-	if (opt == ':')
-		warn_msg("option '%s' needs an argument", arg);
+	int before = optind, c;
+
+	opterr = 0;     /* our own messages: "program: ...", not the full argv[0] */
+	c = getopt_long(argc, argv, shortopts, longopts, NULL);
+	if (c != '?' && c != ':')
+		return c;
+	/* the word at fault: a long option's, or none inside a group of short ones (-Zc) */
+	const char *w = optind > before && optind - 1 < argc ? argv[optind - 1] : "";
+	if (w[0] != '-' || w[1] != '-') {
+		if (c == ':' || (optopt > 0 && optopt < 256 && strchr(shortopts, optopt) &&
+		                 strchr(shortopts, optopt)[1] == ':'))
+			warn_msg("option '-%c' needs an argument", optopt);
+		else if (optopt > ' ' && optopt < 127)
+			warn_msg("unknown option '-%c'", optopt);
+		else
+			warn_msg("unknown option '%s'", w);
+		return '?';
+	}
+	size_t n = strcspn(w + 2, "=");
+	int match = 0, exact = -1, last = -1;
+	for (int i = 0; longopts[i].name; i++)
+		if (!strncmp(longopts[i].name, w + 2, n)) {
+			match++;
+			last = i;
+			if (strlen(longopts[i].name) == n)
+				exact = i;
+		}
+	int k = exact >= 0 ? exact : match == 1 ? last : -1;      /* the option meant */
+	if (k >= 0 && (c == ':' || (w[2 + n] != '=' && longopts[k].has_arg == required_argument)))
+		warn_msg("option '--%s' needs an argument", longopts[k].name);
+	else if (k >= 0 && w[2 + n] == '=' && longopts[k].has_arg == no_argument)
+		warn_msg("option '--%s' takes no argument", longopts[k].name);
+	else if (k < 0 && match > 1)
+		warn_msg("ambiguous option '%.*s'", (int)(n + 2), w);
 	else
-		warn_msg("unknown option '%s'", arg);
+		warn_msg("unknown option '%.*s'", (int)(n + 2), w);
+	return '?';
 }
 
 void buf_init(struct buf *b)
@@ -391,11 +425,41 @@ size_t utf8_repair(struct buf *out, const char *s, size_t n)
 	return bad;
 }
 
+void cli_output_not_input(const char *out, char **ops, int n)
+{
+	struct stat so, si;
+
+	if (!out || stat(out, &so) || !S_ISREG(so.st_mode))
+		return;
+	for (int i = 0; i < n; i++)
+		if (strcmp(ops[i], "-") && !stat(ops[i], &si) && si.st_dev == so.st_dev &&
+		    si.st_ino == so.st_ino)
+			die_status(EXIT_STATUS_USAGE, "'%s' is an input too: opening it for writing "
+			           "would empty it first", out);
+}
+
+static FILE *write_failed[8];    /* streams whose write error was reported already */
+
+void util_write_failed(FILE *fp)
+{
+	for (int i = 0; i < 8; i++)
+		if (!write_failed[i] || write_failed[i] == fp) {
+			write_failed[i] = fp;
+			return;
+		}
+}
+
 int util_fshut(FILE *fp, const char *name)
 {
-	int ret = 0;
+	int ret = 0, told = 0;
 
-	if (fflush(fp) || ferror(fp)) {
+	for (int i = 0; i < 8; i++)
+		if (write_failed[i] == fp) {
+			write_failed[i] = NULL;
+			told = 1;
+			ret = -1;
+		}
+	if ((fflush(fp) || ferror(fp)) && !told) {
 		warn_msg("write error on %s:", name);
 		ret = -1;
 	}

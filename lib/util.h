@@ -70,8 +70,14 @@ _Noreturn void cli_usage(int status, const char *synopsis, const char *text);
 
 /* --version: "prog VERSION" on stdout, exit 0 (1 when stdout fails). */
 _Noreturn void cli_version(void);
-/* getopt_long with opterr = 0 returned ':' or '?': say which, for `arg` (argv[optind - 1]). */
-void cli_warn_option(int opt, const char *arg);
+/* getopt_long, which says itself what is wrong on '?' or ':' (an unknown or ambiguous
+ * option, a missing argument, an argument to an option that takes none, each named as
+ * given: -Z inside -Zc too) and then returns '?'. */
+/* Die with the usage status where the file out is one of the n operands (a regular file
+ * both, by device and inode): opening it for writing would empty an input. */
+void cli_output_not_input(const char *out, char **ops, int n);
+struct option;
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
 
 /* Read a whole stream; returns a NUL-terminated xmalloc'ed buffer or NULL with errno set. */
 char *util_read_all(FILE *fp, size_t *len);
@@ -82,8 +88,10 @@ int utf8_valid(const char *s, size_t n);
 /* Append s[0..n) to out with every invalid byte replaced by U+FFFD; returns the count replaced. */
 size_t utf8_repair(struct buf *out, const char *s, size_t n);
 
-/* fflush + ferror + fclose; returns 0, or -1 after a message naming `name`. */
+/* fflush + ferror + fclose; returns 0, or -1 after a message naming `name` (none where
+ * util_write_failed said the stream's write error was reported already). */
 int util_fshut(FILE *fp, const char *name);
+void util_write_failed(FILE *fp);
 
 /* 64-bit FNV-1a; a stable hash for keys and cache names. */
 unsigned long long util_hash64(const void *p, size_t n);
