@@ -401,6 +401,7 @@ int main(int argc, char **argv)
 	int have_tok = has_tokenizer(tok_dir) && tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
 	struct sample_rec sr;
 	sample_rec_init(&sr, have_tok ? &tok : NULL, PROMPT_CHAT_QWEN3, 0);
+	sr.vocab = m.cfg.vocab_size;
 
 	struct rl_runner r = { 0 };
 	if (rl_runner_init(&r, &m, recompute) < 0)

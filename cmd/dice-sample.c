@@ -621,6 +621,7 @@ int main(int argc, char **argv)
 		st.kv_limit = host_memory() / 10 * 9;
 	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
 	st.sr.template_path = template_path;
+	st.sr.vocab = st.m.cfg.vocab_size;
 	st.progress |= isatty(2);
 
 	st.out = stdout;

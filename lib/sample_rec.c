@@ -86,8 +86,31 @@ int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n
 	return sample_rec_prompt_text(s, rec, NULL, ids, n, err, errlen);
 }
 
+static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
+                       int *n, char *err, size_t errlen);
+
 int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
                            int *n, char *err, size_t errlen)
+{
+	if (prompt_text(s, rec, textp, ids, n, err, errlen) < 0)
+		return -1;
+	for (int i = 0; s->vocab > 0 && i < *n; i++)
+		if ((*ids)[i] >= s->vocab) {
+			snprintf(err, errlen, "prompt token %d (id %d) is outside the model's "
+			         "vocabulary (%d)", i, (*ids)[i], s->vocab);
+			free(*ids);
+			*ids = NULL;
+			if (textp) {
+				free(*textp);
+				*textp = NULL;
+			}
+			return -1;
+		}
+	return 0;
+}
+
+static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
+                       int *n, char *err, size_t errlen)
 {
 	const char *ref = json_get_str(rec, "ref"), *prompt = json_get_str(rec, "prompt");
 	const json_t *pids = json_object_get(rec, "prompt_ids");

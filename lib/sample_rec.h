@@ -29,6 +29,8 @@ struct sample_rec {
 	int infill;                          /* --infill: the infill template for every ref */
 	struct prompt_template *kb, *fill;  /* loaded on first use */
 	const char *template_path;          /* --prompt-template: replaces both built-ins */
+	int vocab;                          /* > 0: a prompt's ids must be below it (the
+	                                     * record's error, not the model's, for the run) */
 };
 
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
