@@ -226,7 +226,8 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 		j->rec = k + 1 < st->samples ? json_deep_copy(rec) : json_incref(rec);
 		j->where = xstrdup(where);
 		j->text = text;
-		j->seed = st->next_seed++;
+		j->seed = st->next_seed;        /* within --seed's range: the record reproduces */
+		st->next_seed = (st->next_seed + 1) & INT64_MAX;
 		if (ok) {
 			j->ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
 			memcpy(j->ids, ids, (size_t)n * sizeof *ids);
@@ -249,9 +250,31 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	return 0;
 }
 
+/* A reference worth sampling on: not empty (white space alone) and valid UTF-8 (a binary
+ * file given by mistake); else a message naming the file. */
+static int py_usable(const char *name, const char *data, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len && strchr(" \t\r\n\f\v", data[i]) && data[i])
+		i++;
+	if (i == len)
+		warn_msg("%s: the reference is empty", name);
+	else if (!utf8_valid(data, len))
+		warn_msg("%s: the reference is not UTF-8 text", name);
+	else
+		return 1;
+	return 0;
+}
+
 static int on_py(const char *name, const char *data, size_t len, void *arg)
 {
-	queue(arg, sample_rec_from_py(name, data, len), name, 1);
+	struct state *st = arg;
+
+	if (py_usable(name, data, len))
+		queue(st, sample_rec_from_py(name, data, len), name, 1);
+	else
+		st->ret = 1;
 	return 0;
 }
 
@@ -404,7 +427,12 @@ static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
 
 static int front_dry_py(const char *name, const char *data, size_t len, void *arg)
 {
-	front_dry(arg, sample_rec_from_py(name, data, len), name);
+	struct front_state *f = arg;
+
+	if (py_usable(name, data, len))
+		front_dry(f, sample_rec_from_py(name, data, len), name);
+	else
+		f->ret = 1;
 	return 0;
 }
 
@@ -553,7 +581,15 @@ int main(int argc, char **argv)
 			if (prompt_chat_parse(optarg, &chat) < 0)
 				bad_arg("template", optarg);
 			break;
-		case 'F': template_path = optarg; break;
+		case 'F': {     /* read now: a missing file is a usage error, not one per record */
+			char terr[512];
+			struct prompt_template *t = prompt_load(optarg, terr, sizeof terr);
+			if (!t)
+				die_status(EXIT_STATUS_USAGE, "%s", terr);
+			prompt_free(t);
+			template_path = optarg;
+			break;
+		}
 		case 'E': front = FRONT_ENCODE; break;
 		case 'Z': front = FRONT_DECODE; break;
 		case 'y': front = FRONT_DRY_RUN; break;

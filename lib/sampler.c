@@ -109,6 +109,7 @@ struct slot {
 	uint8_t *msk_d;
 	int nm;                      /* masked positions of block b once the queued steps commit */
 	int ending;                  /* its last forward is queued: it waits for the results */
+	double t_start;              /* now_ms() when its request took the slot */
 };
 
 static double now_ms(void)
@@ -140,6 +141,7 @@ static void slot_start(struct slot *s, const struct model *m, const struct sampl
 	int len = blocks_for(o, r->plen) * o->block;
 
 	s->req = idx;
+	s->t_start = now_ms();
 	s->len = len;
 	s->P = r->plen;
 	s->nb = len / o->block;
@@ -414,10 +416,10 @@ struct dround {
 
 /* the next unit of progress of a run: a request finished */
 static void request_done(struct slot *s, const struct sampler_opts *o,
-                         struct sampler_result *res, double t0, int *done, int nreq,
+                         struct sampler_result *res, int *done, int nreq,
                          sampler_progress_fn progress, void *arg)
 {
-	slot_finish(s, o, &res[s->req], now_ms() - t0);
+	slot_finish(s, o, &res[s->req], now_ms() - s->t_start);
 	if (progress)
 		progress(arg, ++*done, nreq);
 }
@@ -426,7 +428,7 @@ static void request_done(struct slot *s, const struct sampler_opts *o,
  * blocks it finished checked for stop ids */
 static void dround_take(struct dround *dr, int dhead, int *dq, struct slot *sl,
                         const struct model *m, const struct sampler_opts *o,
-                        struct sampler_result *res, double t0, int *done, int nreq,
+                        struct sampler_result *res, int *done, int nreq,
                         sampler_progress_fn progress, void *arg)
 {
 	struct dround *r = &dr[(dhead - (*dq)--) & 1];
@@ -448,7 +450,7 @@ static void dround_take(struct dround *dr, int dhead, int *dq, struct slot *sl,
 		s->forwards = e->fw + (o->separate_save != 0);
 		s->gstep = e->gs;
 		slot_download(s, m);
-		request_done(s, o, res, t0, done, nreq, progress, arg);
+		request_done(s, o, res, done, nreq, progress, arg);
 	}
 	r->n = 0;
 }
@@ -505,7 +507,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				slot_start(s, m, o, &req[next], next);
 				next++;
 				if (o->max_tokens <= 0) {   /* nothing to generate */
-					request_done(s, o, res, t0, &done, nreq, progress, arg);
+					request_done(s, o, res, &done, nreq, progress, arg);
 				} else if (dev) {
 					slot_upload(s, m);
 				}
@@ -544,7 +546,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 		if (!ns) {
 			if (!dq)
 				break;
-			dround_take(dr, dhead, &dq, sl, m, o, res, t0, &done, nreq, progress, arg);
+			dround_take(dr, dhead, &dq, sl, m, o, res, &done, nreq, progress, arg);
 			continue;
 		}
 		/* logits only for the masked rows, where the forward is not replayed as a graph (whose
@@ -622,7 +624,7 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			}
 			st_lap(st, ST_SAMPLE, &st_t);
 			if (dq == 2 || (dq && !nd)) {
-				dround_take(dr, dhead, &dq, sl, m, o, res, t0, &done, nreq, progress,
+				dround_take(dr, dhead, &dq, sl, m, o, res, &done, nreq, progress,
 				            arg);
 			}
 			st_lap(st, ST_COMMIT, &st_t);
@@ -666,13 +668,13 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 				lr += B;
 				if (!o->separate_save && !block_has_mask(s, o)) {
 					if (block_ends_request(s, o, s->b)) {
-						request_done(s, o, res, t0, &done, nreq, progress, arg);
+						request_done(s, o, res, &done, nreq, progress, arg);
 					} else {
 						next_block(s, o, 1);
 					}
 				}
 			} else if (block_ends_request(s, o, s->b)) {
-				request_done(s, o, res, t0, &done, nreq, progress, arg);
+				request_done(s, o, res, &done, nreq, progress, arg);
 			} else {
 				next_block(s, o, 0);
 			}

@@ -80,7 +80,8 @@ struct sampler_result {
 	int forwards;                /* forwards this request took part in */
 	int steps;                   /* denoising steps taken */
 	int stopped;                 /* 1: a stop id ended it before max_tokens */
-	double ms;                   /* wall time from the run's start to this request's end */
+	double ms;                   /* wall time from this request's start (it took a slot:
+	                              * its prefill) to its end */
 };
 void sampler_result_free(struct sampler_result *r);
 
