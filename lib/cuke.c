@@ -550,6 +550,18 @@ static int defined_here(const struct pysrc *p, const char *name)
 	return pysrc_find_block(p, name, 0, -1) >= 0;
 }
 
+/* Whether token t is a decorator's '@' or in the name after it (@staticmethod,
+ * @torch.no_grad()): at the start of a logical line, not an operator and not an op. */
+static int in_decorator(const struct pysrc *p, const char *src, int t)
+{
+	while (t > 0 && (p->tok[t].kind == PYSRC_TOK_NAME ||
+	                 (p->tok[t].kind == PYSRC_TOK_OP && src[p->tok[t].start] == '.' &&
+	                  p->tok[t].end - p->tok[t].start == 1)))
+		t--;
+	return p->tok[t].kind == PYSRC_TOK_OP && p->tok[t].end - p->tok[t].start == 1 &&
+	       src[p->tok[t].start] == '@' && (t == 0 || p->tok[t - 1].kind == PYSRC_TOK_NEWLINE);
+}
+
 int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 {
 	struct pysrc p;
@@ -576,7 +588,8 @@ int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 			structure = 1, out->why = "loop";
 	for (size_t i = 0; i < p.ncall; i++) {
 		const struct pysrc_call *c = &p.call[i];
-		if (c->block < 0 || !pysrc_block_within(&p, c->block, model))
+		if (c->block < 0 || !pysrc_block_within(&p, c->block, model) ||
+		    in_decorator(&p, ref, c->tok_name))
 			continue;
 		const char *name = last_part(c->callee);
 		if (in_list(name, strlen(name), containers, ARRAY_LEN(containers)))
@@ -610,7 +623,8 @@ int cuke_classify(const char *ref, size_t len, struct cuke_level *out)
 		if (init >= 0 && t >= p.block[init].tok_start && t < p.block[init].tok_end)
 			continue;
 		if (k->kind != PYSRC_TOK_OP ||
-		    !in_list(ref + k->start, k->end - k->start, arith, ARRAY_LEN(arith)))
+		    !in_list(ref + k->start, k->end - k->start, arith, ARRAY_LEN(arith)) ||
+		    in_decorator(&p, ref, t))
 			continue;
 		const struct pysrc_tok *prev = &p.tok[t - 1];
 		const char *ps = ref + prev->start;
