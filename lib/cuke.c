@@ -1063,6 +1063,13 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 		snprintf(detail, dn, from ? "no code block in %s" : "no kernel or completion", from);
 		return CUKE_NO_KERNEL;
 	}
+	if (cfg->format == CUKE_OUT_SFT && strstr(ct->kernel, "```")) {
+		/* KernelBench, and dice-sample, take the first fenced block: the response would
+		 * not give this kernel back */
+		snprintf(detail, dn, "the kernel holds a ``` fence: the response's first fenced "
+		         "block would not be the kernel");
+		return CUKE_NO_KERNEL;
+	}
 	if (cfg->format == CUKE_OUT_SFT || cfg->max_tokens > 0) {
 		const char *key = "ref";
 		if (!(ct->prompt = prompt_fill(c->sft, &key, &ct->ref, 1, err, sizeof err))) {
