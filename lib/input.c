@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -72,8 +73,12 @@ int input_open(struct input *in, const char *path)
 			setvbuf(stdin, stdin_iobuf, _IOFBF, sizeof stdin_iobuf);
 	} else {
 		in->name = xstrdup(path);
-		if (!(in->raw = fopen(path, "rb"))) {
-			warn_msg("cannot open '%s':", path);
+		struct stat st;
+		if (!(in->raw = fopen(path, "rb")) ||
+		    (!fstat(fileno(in->raw), &st) && S_ISDIR(st.st_mode) && (errno = EISDIR))) {
+			warn_msg("cannot open '%s':", path);   /* a directory: "Is a directory" */
+			if (in->raw)
+				fclose(in->raw);
 			free(in->name);
 			in->name = NULL;
 			return -1;
