@@ -235,17 +235,29 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 		} else {
 			j->err = xstrdup(err);
 		}
+		if (st->njobs >= 4 * st->o.max_active)  /* within the copies too: -N 100000 */
+			flush(st);
 	}
 	free(ids);
 	json_decref(rec);
-	if (st->njobs >= 4 * st->o.max_active)
-		flush(st);
+}
+
+/* the output is gone (a closed pipe, a full disk): nothing more is worth sampling */
+static int output_dead(const struct state *st)
+{
+	return st->w.failed || ferror(st->out);
 }
 
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
+	struct state *st = arg;
+
+	if (output_dead(st)) {
+		json_decref(rec);
+		return -1;
+	}
 	char *where = xasprintf("%s:%zu", r->name, r->lineno);
-	queue(arg, rec, where, 0);
+	queue(st, rec, where, 0);
 	free(where);
 	return 0;
 }
@@ -271,6 +283,8 @@ static int on_py(const char *name, const char *data, size_t len, void *arg)
 {
 	struct state *st = arg;
 
+	if (output_dead(st))
+		return -1;
 	if (py_usable(name, data, len))
 		queue(st, sample_rec_from_py(name, data, len), name, 1);
 	else
@@ -668,7 +682,7 @@ int main(int argc, char **argv)
 	int nops = argc - optind;
 	if (!nops)
 		ops_v = dash, nops = 1;
-	for (int i = 0; i < nops; i++) {
+	for (int i = 0; i < nops && !output_dead(&st); i++) {
 		if (is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
 				st.ret = 1;
@@ -676,7 +690,12 @@ int main(int argc, char **argv)
 			st.ret = 1;
 		}
 	}
-	flush(&st);
+	if (!output_dead(&st))
+		flush(&st);
+	for (int i = 0; i < st.njobs; i++) {   /* queued when the output died: not sampled */
+		json_decref(st.jobs[i].rec);
+		free(st.jobs[i].where), free(st.jobs[i].ids), free(st.jobs[i].err);
+	}
 	if (st.w.failed)
 		st.ret = 1;
 	jsonl_writer_free(&st.w);
