@@ -90,7 +90,15 @@ static void test_writer(void)
 	jsonl_reader_init(&r, in, "mem");
 	CHECK(jsonl_read(&r, &rec) == JSONL_RECORD, "read one record");
 	jsonl_write_added(&w, r.line, r.len, rec, "added", val);
-	json_object_set_new(rec, "added", json_integer(1));
+	json_decref(rec);
+	fclose(in);
+	jsonl_reader_free(&r);
+	/* the key there already (twice, once escaped): left out, every other member's bytes
+	 * kept, the new one last */
+	const char *old = " {\"added\" : [1, {\"}\":\"\\\"}\"}], \"b\": 1.50,\"add\\u0065d\":2 ,\"c\":1e3}";
+	in = fmemopen((void *)old, strlen(old), "r");
+	jsonl_reader_init(&r, in, "mem");
+	CHECK(jsonl_read(&r, &rec) == JSONL_RECORD, "read a record holding the key");
 	jsonl_write_added(&w, r.line, r.len, rec, "added", val);
 	json_decref(rec);
 	fclose(in);
@@ -103,7 +111,7 @@ static void test_writer(void)
 	jsonl_writer_free(&w);
 	CHECK_STR(mem,
 	          "{\"b\": 1.50, \"a\":[1, 2],\"unknown\":{\"x\":1e3},\"added\":{\"ok\":true}}\n"
-	          "{\"b\":1.5,\"a\":[1,2],\"unknown\":{\"x\":1000.0},\"added\":{\"ok\":true}}\n"
+	          "{\"b\": 1.50,\"c\":1e3,\"added\":{\"ok\":true}}\n"
 	          "{\"k\":{\"ok\":true}}\n",
 	          "pass-through splice, replace when present, empty object");
 	free(mem);
