@@ -197,7 +197,7 @@ int main(int argc, char **argv)
 		ops = dash;
 		nops = 1;
 	}
-	for (int i = 0; i < nops; i++) {
+	for (int i = 0; i < nops && !wout.failed && !(rej && wrej.failed); i++) {
 		struct input in;
 		struct jsonl_reader r;
 		int k, s;
@@ -207,7 +207,10 @@ int main(int argc, char **argv)
 		}
 		while ((k = input_next(&in)) > 0) {
 			jsonl_reader_init(&r, in.fp, in.name);
-			while ((s = jsonl_read_line(&r)) == JSONL_RECORD)
+			/* until the output is gone (a closed pipe, a full disk) */
+			s = JSONL_EOF;
+			while (!wout.failed && !(rej && wrej.failed) &&
+			       (s = jsonl_read_line(&r)) == JSONL_RECORD)
 				if (cuke_line(c, &r, &sink) == CUKE_MALFORMED)
 					ret = 1;
 			if (s == JSONL_IOERR) {

@@ -123,6 +123,10 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct state *st = arg;
+	if (st->w.failed || st->rw.failed) {    /* the output is gone: stop reading */
+		json_decref(rec);
+		return -1;
+	}
 	const char *id = json_get_str(rec, "id");
 	char *loc = xasprintf("%s:%zu", r->name, r->lineno);
 	int bad = check_record(st, rec, r->line, r->len, id ? id : loc, loc);
@@ -139,6 +143,8 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	json_t *rec;
 	int bad;
 
+	if (st->w.failed || st->rw.failed)
+		return 1;
 	buf_init(&b);
 	utf8_repair(&b, data, len);
 	rec = json_object();
@@ -222,7 +228,7 @@ int main(int argc, char **argv)
 	if (n == 0) {
 		ret |= jsonl_each(NULL, 0, on_record, NULL, &st);
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && !st.w.failed && !st.rw.failed; i++) {
 		if (is_py(ops[i])) {
 			if (input_each_file(ops[i], py_file, &st) != 0)
 				ret = 1;
