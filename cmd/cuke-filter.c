@@ -93,6 +93,12 @@ static const char *nonempty(int opt, const char *arg)
 	return arg;
 }
 
+/* a write to the output or the rejects failed (a closed pipe, a full disk): stop reading */
+static int sink_gone(const struct cuke_sink *k)
+{
+	return k->out->failed || (k->rejects && k->rejects->failed);
+}
+
 static FILE *open_out(const char *path)
 {
 	FILE *fp = fopen(path, "w");
@@ -197,7 +203,7 @@ int main(int argc, char **argv)
 		ops = dash;
 		nops = 1;
 	}
-	for (int i = 0; i < nops && !wout.failed && !(rej && wrej.failed); i++) {
+	for (int i = 0; i < nops && !sink_gone(&sink); i++) {
 		struct input in;
 		struct jsonl_reader r;
 		int k, s;
@@ -207,10 +213,8 @@ int main(int argc, char **argv)
 		}
 		while ((k = input_next(&in)) > 0) {
 			jsonl_reader_init(&r, in.fp, in.name);
-			/* until the output is gone (a closed pipe, a full disk) */
 			s = JSONL_EOF;
-			while (!wout.failed && !(rej && wrej.failed) &&
-			       (s = jsonl_read_line(&r)) == JSONL_RECORD)
+			while (!sink_gone(&sink) && (s = jsonl_read_line(&r)) == JSONL_RECORD)
 				if (cuke_line(c, &r, &sink) == CUKE_MALFORMED)
 					ret = 1;
 			if (s == JSONL_IOERR) {

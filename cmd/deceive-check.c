@@ -120,10 +120,16 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 	return bad;
 }
 
+/* a write to the output or the rejects failed (a closed pipe, a full disk) */
+static int output_gone(const struct state *st)
+{
+	return st->w.failed || st->rw.failed;
+}
+
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct state *st = arg;
-	if (st->w.failed || st->rw.failed) {    /* the output is gone: stop reading */
+	if (output_gone(st)) {                  /* stop reading */
 		json_decref(rec);
 		return -1;
 	}
@@ -143,7 +149,7 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	json_t *rec;
 	int bad;
 
-	if (st->w.failed || st->rw.failed)
+	if (output_gone(st))
 		return 1;
 	buf_init(&b);
 	utf8_repair(&b, data, len);
@@ -228,7 +234,7 @@ int main(int argc, char **argv)
 	if (n == 0) {
 		ret |= jsonl_each(NULL, 0, on_record, NULL, &st);
 	}
-	for (int i = 0; i < n && !st.w.failed && !st.rw.failed; i++) {
+	for (int i = 0; i < n && !output_gone(&st); i++) {
 		if (is_py(ops[i])) {
 			if (input_each_file(ops[i], py_file, &st) != 0)
 				ret = 1;

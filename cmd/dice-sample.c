@@ -173,6 +173,12 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 	free(kernel);
 }
 
+static void job_free(struct job *j)
+{
+	json_decref(j->rec);
+	free(j->where), free(j->ids), free(j->err);
+}
+
 /* decode every queued job and write them in order */
 static void flush(struct state *st)
 {
@@ -203,8 +209,7 @@ static void flush(struct state *st)
 		write_job(st, j, j->ids ? &res[map[i]] : NULL);
 		if (j->ids)
 			sampler_result_free(&res[map[i]]);
-		json_decref(j->rec);
-		free(j->where), free(j->ids), free(j->err);
+		job_free(j);
 	}
 	st->njobs = 0;
 	free(rq), free(res), free(map);
@@ -692,10 +697,8 @@ int main(int argc, char **argv)
 	}
 	if (!output_dead(&st))
 		flush(&st);
-	for (int i = 0; i < st.njobs; i++) {   /* queued when the output died: not sampled */
-		json_decref(st.jobs[i].rec);
-		free(st.jobs[i].where), free(st.jobs[i].ids), free(st.jobs[i].err);
-	}
+	for (int i = 0; i < st.njobs; i++)     /* queued when the output died: not sampled */
+		job_free(&st.jobs[i]);
 	if (st.w.failed)
 		st.ret = 1;
 	jsonl_writer_free(&st.w);

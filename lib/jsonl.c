@@ -152,6 +152,11 @@ int jsonl_write(struct jsonl_writer *w, json_t *rec)
 	return flush_buf(w);
 }
 
+static int json_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 /* The end of the JSON value at p (a line the parser took whole), or NULL. */
 static const char *value_end(const char *p, const char *e)
 {
@@ -173,8 +178,7 @@ static const char *value_end(const char *p, const char *e)
 				return p;       /* the end of a number or literal at the object's end */
 			if (!depth)
 				return p + 1;
-		} else if (!depth && (*p == ',' || *p == ' ' || *p == '\t' || *p == '\r' ||
-		                      *p == '\n')) {
+		} else if (!depth && (*p == ',' || json_ws(*p))) {
 			return p;
 		}
 	}
@@ -189,13 +193,13 @@ static int members_without(struct buf *b, const char *line, size_t n, const char
 	const char *p = line, *e = line + n;
 	int kept = 0;
 
-	while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+	while (p < e && json_ws(*p))
 		p++;
 	if (p >= e || *p++ != '{')
 		return -1;
 	buf_addc(b, '{');
 	for (;;) {
-		while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == ','))
+		while (p < e && (json_ws(*p) || *p == ','))
 			p++;
 		if (p < e && *p == '}')
 			return kept;
@@ -206,7 +210,7 @@ static int members_without(struct buf *b, const char *line, size_t n, const char
 			return -1;
 		for (v = ke; v < e && *v != ':'; v++)
 			;
-		for (v++; v < e && (*v == ' ' || *v == '\t' || *v == '\r' || *v == '\n'); v++)
+		for (v++; v < e && json_ws(*v); v++)
 			;
 		const char *ve = value_end(v, e);
 		if (!ve || v >= e)

@@ -376,6 +376,18 @@ def ext_cache():
     ext.load_inline = load_inline
 
 
+def ninja_vars(build_dir, names):
+    """The variables named of the build.ninja torch wrote in build_dir (its compile lines),
+    ninja's $$ read as $; OSError where there is none."""
+    v = {}
+    with open(os.path.join(build_dir, "build.ninja")) as f:
+        for line in f:
+            name, eq, value = line.rstrip("\n").partition(" = ")
+            if eq and name in names:
+                v[name] = value.replace("$$", "$")
+    return v
+
+
 def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     """load_inline's C++ half (main.cpp: torch/extension.h, then the bindings) through a
     precompiled torch/extension.h. Every build gets -I ROOT (ROOT = PCH_DIR/<this torch's
@@ -418,12 +430,7 @@ def ext_pch(torch, pch_dir, make_new, t_job, timeout):
     orig = ext.load_inline
 
     def make(build_dir):
-        v = {}
-        with open(os.path.join(build_dir, "build.ninja")) as f:
-            for line in f:
-                m = re.match(r"^(cxx|cflags|post_cflags) = (.*)$", line.rstrip("\n"))
-                if m:
-                    v[m.group(1)] = m.group(2)
+        v = ninja_vars(build_dir, ("cxx", "cflags", "post_cflags"))
         if "cxx" not in v or "cflags" not in v:
             return
         words = shlex.split(v["cflags"]) + shlex.split(v.get("post_cflags", ""))
@@ -564,13 +571,8 @@ def full_header_names(build_dir, names_dir, deadline=None):
     import hashlib
     import shlex
     import shutil
-    v = {}
     try:
-        with open(os.path.join(build_dir, "build.ninja")) as f:
-            for line in f:
-                m = re.match(r"^(nvcc|cuda_cflags|cuda_post_cflags) = (.*)$", line.rstrip("\n"))
-                if m:
-                    v[m.group(1)] = m.group(2).replace("$$", "$")
+        v = ninja_vars(build_dir, ("nvcc", "cuda_cflags", "cuda_post_cflags"))
         words = shlex.split(v.get("cuda_cflags", "")) + shlex.split(v.get("cuda_post_cflags", ""))
         nvcc = shlex.split(v["nvcc"])
     except (OSError, KeyError, ValueError):
