@@ -72,17 +72,14 @@ static _Noreturn void usage(int status)
 static unsigned parse_levels(const char *arg)
 {
 	unsigned bits = 0;
-	char *copy = xstrdup(arg), *save = NULL;
-	long n;
+	long *v;
+	int n = parse_long_list(arg, 1, 3, &v);
 
-	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		if (parse_long(t, 1, 3, &n) < 0)
-			die_status(EXIT_STATUS_USAGE, "bad --level '%s': levels are 1, 2 and 3", arg);
-		bits |= 1u << n;
-	}
-	free(copy);
-	if (!bits)
+	if (n < 0)
 		die_status(EXIT_STATUS_USAGE, "bad --level '%s': levels are 1, 2 and 3", arg);
+	for (int i = 0; i < n; i++)
+		bits |= 1u << v[i];
+	free(v);
 	return bits;
 }
 
@@ -118,13 +115,11 @@ int main(int argc, char **argv)
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm':
-			if (parse_double(optarg, 0, 1e300, &cfg.min_speedup) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --min-speedup '%s'", optarg);
+			cfg.min_speedup = cli_double("--min-speedup", optarg, 0, 1e300);
 			cfg.has_min = 1;
 			break;
 		case 'M':
-			if (parse_double(optarg, 0, 1e300, &cfg.max_speedup) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --max-speedup '%s'", optarg);
+			cfg.max_speedup = cli_double("--max-speedup", optarg, 0, 1e300);
 			cfg.has_max = 1;
 			break;
 		case 'c': cfg.require_correct = 1; break;
@@ -142,8 +137,7 @@ int main(int argc, char **argv)
 				die_status(EXIT_STATUS_USAGE, "bad --dedupe-key '%s': use pair or ref", optarg);
 			break;
 		case 't':
-			if (parse_long(optarg, 1, LONG_MAX, &cfg.max_tokens) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --max-tokens '%s'", optarg);
+			cfg.max_tokens = cli_long("--max-tokens", optarg, 1, LONG_MAX);
 			break;
 		case 'T': cfg.tokenizer = nonempty(opt, optarg); break;
 		case 'l': cfg.levels = parse_levels(optarg); break;

@@ -164,12 +164,42 @@ int parse_double(const char *s, double min, double max, double *out)
 	return 0;
 }
 
+int parse_long_list(const char *s, long min, long max, long **out)
+{
+	const char *p = s;
+	int n = 0;
+
+	*out = xmalloc((strlen(s) / 2 + 1) * sizeof **out);
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		char *item = xstrndup(p, len);
+		int bad = parse_long(item, min, max, &(*out)[n]) < 0;
+
+		free(item);
+		if (bad) {
+			free(*out);
+			*out = NULL;
+			return -1;
+		}
+		n++;
+		if (!p[len])
+			return n;
+		p += len + 1;
+	}
+}
+
+/* The message names the range, open-ended where the top is there only to stop an overflow. */
 long cli_long(const char *opt, const char *s, long min, long max)
 {
 	long v;
 
-	if (parse_long(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	if (parse_long(s, min, max, &v) < 0) {
+		if (max == LONG_MAX)
+			die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want an integer of at least %ld)",
+			           opt, s, min);
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want an integer from %ld to %ld)", opt, s,
+		           min, max);
+	}
 	return v;
 }
 
@@ -177,8 +207,13 @@ double cli_double(const char *opt, const char *s, double min, double max)
 {
 	double v;
 
-	if (parse_double(s, min, max, &v) < 0)
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s'", opt, s);
+	if (parse_double(s, min, max, &v) < 0) {
+		if (max >= 1e300)
+			die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number of at least %g)", opt,
+			           s, min);
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number from %g to %g)", opt, s,
+		           min, max);
+	}
 	return v;
 }
 

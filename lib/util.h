@@ -44,6 +44,9 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whole string must be a number within [min, max]; 0 on success, -1 otherwise. */
 int parse_long(const char *s, long min, long max, long *out);
 int parse_double(const char *s, double min, double max, double *out);
+/* "3,1,2": the numbers of a comma-separated list, each within [min, max], into *out (the
+ * caller frees it); their count, or -1 (nothing allocated) for an empty item or a bad one. */
+int parse_long_list(const char *s, long min, long max, long **out);
 
 struct buf {
 	char *p;      /* (cap) bytes, p[len] == '\0' */
@@ -61,7 +64,7 @@ void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf,
 char *buf_detach(struct buf *b, size_t *len);  /* caller owns the result; b is re-inited */
 
 /* For cmd/ only (they exit): the number in option `opt` within [min, max], else
- * "prog: bad OPT 'S'" and exit 2. */
+ * "prog: bad OPT 'S' (want an integer from MIN to MAX)" and exit 2. */
 long cli_long(const char *opt, const char *s, long min, long max);
 double cli_double(const char *opt, const char *s, double min, double max);
 /* status 0 (--help): the full text on stdout, exit 0 (1 when stdout fails); otherwise the
