@@ -4,6 +4,7 @@
  * `kernel` and a `sample` object. The prompt rules are in lib/sample_rec.h; this file holds
  * the options and the read/decode/write loop. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,10 +93,9 @@ static _Noreturn void usage(int status)
 	cli_usage(status, "dice-sample [options] [file.py | file.jsonl ...]", usage_text);
 }
 
-static _Noreturn void bad_arg(const char *opt, const char *arg)
+static _Noreturn void bad_arg(const char *opt, const char *arg, const char *want)
 {
-	warn_msg("bad --%s '%s'", opt, arg);
-	usage(EXIT_STATUS_USAGE);
+	die_status(EXIT_STATUS_USAGE, "bad --%s '%s' (want %s)", opt, arg, want);
 }
 
 /* one sample to draw: a record (or a .py file) and its sample number */
@@ -103,6 +103,7 @@ struct job {
 	json_t *rec;                 /* owned */
 	char *where;                 /* "file:line" or the .py path */
 	int text;                    /* 1: print the kernel / completion, not a record */
+	int k;                       /* its sample number, 0 .. --samples - 1 */
 	int *ids, n;                 /* prompt ids; NULL when the prompt failed */
 	char *err;
 	uint64_t seed;
@@ -116,17 +117,25 @@ struct state {
 	FILE *out;
 	const char *device, *dtype;
 	int samples, trace, raw, jsonl, progress, ret;
+	int headers, texts;          /* several texts to stdout: each under a "==> NAME <==" line */
+	int ctx_warned;              /* a prompt + --max-tokens past the context, said once */
+	long queued, done;           /* samples queued and written, for the progress line */
 	uint64_t next_seed;
 	struct job *jobs;
 	int njobs, cap;
 	size_t kv_limit;             /* bytes the KV caches may take (0: unchecked) */
 };
 
+/* samples written / samples queued so far, over the whole run (the line ends at its end) */
+static void progress_show(struct state *st, int done)
+{
+	fprintf(stderr, "\rdice-sample: %ld/%ld", st->done + done, st->queued);
+}
+
 static void progress_cb(void *arg, int done, int total)
 {
-	fprintf(stderr, "\rdice-sample: %d/%d", done, total);
-	if (done == total)
-		fputc('\n', stderr);
+	(void)total;
+	progress_show(arg, done);
 }
 
 static void write_job(struct state *st, struct job *j, struct sampler_result *r)
@@ -135,6 +144,14 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
 
 	if (j->text && !st->jsonl) {
+		if (st->headers) {
+			fputs(st->texts++ ? "\n==> " : "==> ", st->out);
+			if (st->samples > 1)
+				fprintf(st->out, "%s (sample %d, seed %llu) <==\n", j->where, j->k + 1,
+				        (unsigned long long)j->seed);
+			else
+				fprintf(st->out, "%s <==\n", j->where);
+		}
 		if (!r) {
 			warn_msg("%s: %s", j->where, j->err);
 			st->ret = 1;
@@ -202,7 +219,9 @@ static void flush(struct state *st)
 			    st->o.max_active < nr ? st->o.max_active : nr, maxp, st->o.max_tokens, need / 1073741824.0,
 			    st->kv_limit / 1073741824.0);
 	}
-	if (nr && sampler_run(&st->m, &st->o, rq, nr, res, st->progress ? progress_cb : NULL, NULL) < 0)
+	if (st->progress && st->njobs)
+		progress_show(st, 0);
+	if (nr && sampler_run(&st->m, &st->o, rq, nr, res, st->progress ? progress_cb : NULL, st) < 0)
 		die("the model failed");
 	for (int i = 0; i < st->njobs; i++) {
 		struct job *j = &st->jobs[i];
@@ -211,6 +230,7 @@ static void flush(struct state *st)
 			sampler_result_free(&res[map[i]]);
 		job_free(j);
 	}
+	st->done += st->njobs;
 	st->njobs = 0;
 	free(rq), free(res), free(map);
 }
@@ -221,16 +241,24 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	int *ids = NULL, n = 0, ok;
 
 	ok = sample_rec_prompt(&st->sr, rec, &ids, &n, err, sizeof err) == 0;
+	if (ok && !st->ctx_warned && (long)n + st->o.max_tokens > st->sr.ctx) {
+		warn_msg("warning: %s: a prompt of %d tokens plus --max-tokens %d passes the model's "
+		         "context (%d): tokens past it are sampled at positions it was not trained "
+		         "for (said once)", where, n, st->o.max_tokens, st->sr.ctx);
+		st->ctx_warned = 1;
+	}
 	for (int k = 0; k < st->samples; k++) {
 		if (st->njobs == st->cap) {
 			st->cap = st->cap ? 2 * st->cap : 16;
 			st->jobs = xrealloc(st->jobs, (size_t)st->cap * sizeof *st->jobs);
 		}
 		struct job *j = &st->jobs[st->njobs++];
+		st->queued++;
 		memset(j, 0, sizeof *j);
 		j->rec = k + 1 < st->samples ? json_deep_copy(rec) : json_incref(rec);
 		j->where = xstrdup(where);
 		j->text = text;
+		j->k = k;
 		j->seed = st->next_seed;        /* within --seed's range: the record reproduces */
 		st->next_seed = (st->next_seed + 1) & INT64_MAX;
 		if (ok) {
@@ -303,25 +331,21 @@ static int is_py(const char *path)
 	return n > 3 && !strcmp(path + n - 3, ".py");
 }
 
+/* --stop: "none" or ids (checked against the vocabulary once the model is known) */
 static int parse_stop(const char *arg, int **stop)
 {
-	char *copy = xstrdup(arg), *save = NULL;
-	long v;
-	int n = 0;
+	long *v;
+	int n;
 
-	*stop = xmalloc((strlen(arg) / 2 + 2) * sizeof **stop);
-	if (strcmp(arg, "none")) {
-		for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			if (parse_long(t, 0, 1 << 30, &v) < 0) {
-				free(copy);
-				return -1;
-			}
-			(*stop)[n++] = (int)v;
-		}
-		if (!n)
-			n = -1;
-	}
-	free(copy);
+	*stop = NULL;
+	if (!strcmp(arg, "none"))
+		return 0;
+	if ((n = parse_long_list(arg, 0, INT32_MAX, &v)) < 0)
+		return -1;
+	*stop = xmalloc((size_t)n * sizeof **stop);
+	for (int i = 0; i < n; i++)
+		(*stop)[i] = (int)v[i];
+	free(v);
 	return n;
 }
 
@@ -472,6 +496,17 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 	jsonl_writer_init(&f.w, f.out, out_path ? out_path : "stdout", unbuffered);
 	sample_rec_init(&f.sr, &tok, chat, infill);
 	f.sr.template_path = template_path;
+	if (mode == FRONT_DRY_RUN) {    /* the run's checks on the prompt, when there is a config */
+		char *path = xasprintf("%s/config.json", model_dir);
+		struct model_config cfg;
+		if (!access(path, F_OK)) {
+			if (config_load(&cfg, path, err, sizeof err) < 0)
+				die("%s", err);
+			f.sr.vocab = cfg.vocab_size;
+			f.sr.ctx = cfg.max_position_embeddings;
+		}
+		free(path);
+	}
 	if (!nops)
 		ops_v = dash, nops = 1;
 	for (int i = 0; i < nops; i++) {
@@ -533,64 +568,48 @@ int main(int argc, char **argv)
 		case 't': dtype_arg = optarg; break;
 		case 'p':
 			if (sampler_preset(&st.o, optarg) < 0)
-				bad_arg("preset", optarg);
+				bad_arg("preset", optarg, "eval or rl");
 			preset = optarg;
 			break;
 		case 'D':
 			if (sampler_decoding_parse(optarg, &set.decoding) < 0)
-				bad_arg("decoding", optarg);
+				bad_arg("decoding", optarg, "static, dynamic or sequential");
 			given |= G_DEC;
 			break;
 		case 'T':
-			if (parse_double(optarg, 0, 1, &d) < 0)
-				bad_arg("threshold", optarg);
-			set.threshold = (float)d, given |= G_THR;
+			set.threshold = (float)cli_double("--threshold", optarg, 0, 1);
+			given |= G_THR;
 			break;
 		case 's':
-			if (parse_long(optarg, 1, 1024, &v) < 0)
-				bad_arg("steps", optarg);
-			st.o.steps = (int)v;
+			st.o.steps = (int)cli_long("--steps", optarg, 1, 1024);
 			break;
 		case 'B':
-			if (parse_long(optarg, 1, 1024, &v) < 0)
-				bad_arg("block-size", optarg);
-			block = (int)v;
+			block = (int)cli_long("--block-size", optarg, 1, 1024);
 			break;
 		case 'e':
-			if (parse_double(optarg, 1e-6, 1e6, &d) < 0)
-				bad_arg("temperature", optarg);
-			set.temperature = (float)d, given |= G_TEMP;
+			set.temperature = (float)cli_double("--temperature", optarg, 1e-6, 1e6);
+			given |= G_TEMP;
 			break;
 		case 'k':
-			if (parse_long(optarg, 0, 1 << 30, &v) < 0)
-				bad_arg("top-k", optarg);
-			set.top_k = (int)v, given |= G_TOPK;
+			set.top_k = (int)cli_long("--top-k", optarg, 0, 1 << 30);
+			given |= G_TOPK;
 			break;
 		case 'P':
-			if (parse_double(optarg, 1e-9, 1, &d) < 0)
-				bad_arg("top-p", optarg);
-			set.top_p = (float)d, given |= G_TOPP;
+			set.top_p = (float)cli_double("--top-p", optarg, 1e-9, 1);
+			given |= G_TOPP;
 			break;
 		case 'n':
-			if (parse_long(optarg, 0, 1 << 24, &v) < 0)
-				bad_arg("max-tokens", optarg);
-			st.o.max_tokens = (int)v;
+			st.o.max_tokens = (int)cli_long("--max-tokens", optarg, 0, 1 << 24);
 			break;
 		case 'S': stop_arg = optarg; break;
 		case 'r':
-			if (parse_long(optarg, 0, (long)(~0UL >> 1), &v) < 0)
-				bad_arg("seed", optarg);
-			st.next_seed = (uint64_t)v;
+			st.next_seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX);
 			break;
 		case 'N':
-			if (parse_long(optarg, 1, 1 << 20, &v) < 0)
-				bad_arg("samples", optarg);
-			st.samples = (int)v;
+			st.samples = (int)cli_long("--samples", optarg, 1, 1 << 20);
 			break;
 		case 'b':
-			if (parse_long(optarg, 1, 1 << 20, &v) < 0)
-				bad_arg("batch", optarg);
-			st.o.max_active = (int)v;
+			st.o.max_active = (int)cli_long("--batch", optarg, 1, 1 << 20);
 			break;
 		case 'j': st.jsonl = 1; break;
 		case 'R': st.raw = 1; break;
@@ -598,7 +617,7 @@ int main(int argc, char **argv)
 		case 'I': infill = 1; break;
 		case 'c':
 			if (prompt_chat_parse(optarg, &chat) < 0)
-				bad_arg("template", optarg);
+				bad_arg("template", optarg, "qwen3 or none");
 			break;
 		case 'F': {     /* read now: a missing file is a usage error, not one per record */
 			char terr[512];
@@ -632,7 +651,7 @@ int main(int argc, char **argv)
 		usage(EXIT_STATUS_USAGE);
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
-		bad_arg("stop", stop_arg);
+		bad_arg("stop", stop_arg, "none or token ids, e.g. 151643,151645");
 	cli_output_not_input(out_path, argv + optind, argc - optind);
 	if (front != FRONT_NONE)
 		return run_front(front, model_dir, template_path, chat, infill, out_path, unbuffered,
@@ -643,12 +662,12 @@ int main(int argc, char **argv)
 	if (!st.device)
 		st.device = ops_get("cuda") ? "cuda" : "cpu";
 	if (strcmp(st.device, "cpu") && strcmp(st.device, "cuda"))
-		bad_arg("device", st.device);
+		bad_arg("device", st.device, "cpu or cuda");
 	if (!(ops = ops_get(st.device)))
 		die("no CUDA device (or this build has no CUDA backend)\nhint: --device cpu");
 	enum dice_dtype dt = !strcmp(st.device, "cuda") ? DICE_BF16 : DICE_F32;
 	if (dtype_arg && config_dtype_arg(dtype_arg, &dt) < 0)
-		bad_arg("dtype", dtype_arg);
+		bad_arg("dtype", dtype_arg, "bf16, fp16 or fp32");
 	st.dtype = dt == DICE_BF16 ? "bf16" : dt == DICE_F16 ? "fp16" : "fp32";
 
 	/* checkpoint, tokenizer, model */
@@ -666,6 +685,10 @@ int main(int argc, char **argv)
 				stop[nstop++] = id;
 		}
 	}
+	for (int i = 0; stop_arg && i < nstop; i++)
+		if (stop[i] >= ck.cfg.vocab_size)
+			die_status(EXIT_STATUS_USAGE, "bad --stop '%s': id %d is outside the model's "
+			           "vocabulary (%d)", stop_arg, stop[i], ck.cfg.vocab_size);
 	st.o.stop = stop, st.o.nstop = nstop;
 	st.o.block = block ? block : ck.cfg.block_size;
 	st.o.mask_id = ck.cfg.mask_token_id;
@@ -677,6 +700,7 @@ int main(int argc, char **argv)
 	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
 	st.sr.template_path = template_path;
 	st.sr.vocab = st.m.cfg.vocab_size;
+	st.sr.ctx = st.m.cfg.max_position_embeddings;
 	st.progress |= isatty(2);
 
 	st.out = stdout;
@@ -684,9 +708,12 @@ int main(int argc, char **argv)
 		die("cannot open '%s':", out_path);
 	jsonl_writer_init(&st.w, st.out, out_path ? out_path : "stdout", unbuffered);
 	char **ops_v = argv + optind, *dash[] = { "-" };
-	int nops = argc - optind;
+	int nops = argc - optind, npy = 0;
 	if (!nops)
 		ops_v = dash, nops = 1;
+	for (int i = 0; i < nops; i++)
+		npy += is_py(ops_v[i]);
+	st.headers = !st.jsonl && (long)npy * st.samples > 1;
 	for (int i = 0; i < nops && !output_dead(&st); i++) {
 		if (is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
@@ -697,6 +724,8 @@ int main(int argc, char **argv)
 	}
 	if (!output_dead(&st))
 		flush(&st);
+	if (st.progress && st.queued)
+		fputc('\n', stderr);
 	for (int i = 0; i < st.njobs; i++)     /* queued when the output died: not sampled */
 		job_free(&st.jobs[i]);
 	if (st.w.failed)

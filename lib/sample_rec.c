@@ -92,20 +92,48 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
                            int *n, char *err, size_t errlen)
 {
+	int bad = 0;
+
 	if (prompt_text(s, rec, textp, ids, n, err, errlen) < 0)
 		return -1;
-	for (int i = 0; s->vocab > 0 && i < *n; i++)
+	for (int i = 0; s->vocab > 0 && i < *n && !bad; i++)
 		if ((*ids)[i] >= s->vocab) {
 			snprintf(err, errlen, "prompt token %d (id %d) is outside the model's "
 			         "vocabulary (%d)", i, (*ids)[i], s->vocab);
-			free(*ids);
-			*ids = NULL;
-			if (textp) {
-				free(*textp);
-				*textp = NULL;
-			}
+			bad = 1;
+		}
+	if (!bad && s->ctx > 0 && *n >= s->ctx) {
+		snprintf(err, errlen, "the prompt has %d tokens, no fewer than the model's context "
+		         "(max_position_embeddings %d)", *n, s->ctx);
+		bad = 1;
+	}
+	if (!bad)
+		return 0;
+	free(*ids);
+	*ids = NULL;
+	if (textp) {
+		free(*textp);
+		*textp = NULL;
+	}
+	return -1;
+}
+
+/* A prompt field that is there but of the wrong type names itself, rather than reading as
+ * absent; null reads as absent. */
+static int field_types(const json_t *rec, char *err, size_t errlen)
+{
+	static const char *const strs[] = { "ref", "prompt", "prefix", "suffix" };
+	const json_t *v;
+
+	for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+		if ((v = json_object_get(rec, strs[i])) && !json_is_string(v) && !json_is_null(v)) {
+			snprintf(err, errlen, "%s is not a string", strs[i]);
 			return -1;
 		}
+	if ((v = json_object_get(rec, "prompt_ids")) && !json_is_array(v) && !json_is_null(v)) {
+		snprintf(err, errlen, "prompt_ids is not an array of token ids");
+		return -1;
+	}
 	return 0;
 }
 
@@ -120,6 +148,8 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 
 	if (textp)
 		*textp = NULL;
+	if (field_types(rec, err, errlen) < 0)
+		return -1;
 	if (!ref && !prompt) {
 		if (json_is_array(pids))
 			return ids_from_array(pids, ids, n, err, errlen);

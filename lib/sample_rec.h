@@ -31,6 +31,8 @@ struct sample_rec {
 	const char *template_path;          /* --prompt-template: replaces both built-ins */
 	int vocab;                          /* > 0: a prompt's ids must be below it (the
 	                                     * record's error, not the model's, for the run) */
+	int ctx;                            /* > 0: a prompt must be shorter (the model's
+	                                     * max_position_embeddings) */
 };
 
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
@@ -40,7 +42,9 @@ void sample_rec_free(struct sample_rec *s);
  * UTF-8}. New reference. */
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len);
 
-/* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err. */
+/* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err: no
+ * prompt field, one of the wrong type (null counts as absent), an id outside the vocabulary,
+ * a prompt of ctx tokens or more. */
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
                       char *err, size_t errlen);
 
