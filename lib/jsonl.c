@@ -145,10 +145,50 @@ static int flush_buf(struct jsonl_writer *w)
 	return 0;
 }
 
+/*
+ * The fewest digits, p to 17, at which every real in v prints back to itself: jansson
+ * takes one "%.*g" precision per dump, 17 by default, which spells our rounded 0.9 as
+ * 0.90000000000000002. Going below 15 would shorten no normal double (a decimal of at
+ * most 15 digits is its double's %.15g, DBL_DIG), only subnormals. == is the test for
+ * every finite double (-0.0 == 0.0, but printf keeps the sign). One print and one read
+ * per real at the precision reached so far; the walk stops once 17 is needed.
+ */
+static int real_digits(json_t *v, int p)
+{
+	const char *key;
+	json_t *m;
+	size_t i;
+	char s[32];
+
+	switch (json_typeof(v)) {
+	case JSON_REAL:
+		for (; p < 17; p++) {
+			snprintf(s, sizeof s, "%.*g", p, json_real_value(v));
+			if (strtod(s, NULL) == json_real_value(v))
+				break;
+		}
+		break;
+	case JSON_OBJECT:
+		json_object_foreach(v, key, m)
+			if ((p = real_digits(m, p)) == 17)
+				break;
+		break;
+	case JSON_ARRAY:
+		json_array_foreach(v, i, m)
+			if ((p = real_digits(m, p)) == 17)
+				break;
+		break;
+	default:
+		break;
+	}
+	return p;
+}
+
 int jsonl_write(struct jsonl_writer *w, json_t *rec)
 {
 	buf_reset(&w->b);
-	json_dump_callback(rec, dump_cb, &w->b, JSON_COMPACT);
+	json_dump_callback(rec, dump_cb, &w->b,
+	                   JSON_COMPACT | JSON_REAL_PRECISION(real_digits(rec, 15)));
 	return flush_buf(w);
 }
 
@@ -255,7 +295,8 @@ int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json
 	json_dump_callback(k, dump_cb, &w->b, JSON_ENCODE_ANY);
 	json_decref(k);
 	buf_addc(&w->b, ':');
-	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY |
+	                   JSON_REAL_PRECISION(real_digits(val, 15)));
 	buf_addc(&w->b, '}');
 	return flush_buf(w);
 }

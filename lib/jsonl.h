@@ -11,6 +11,11 @@
  * order and number spellings survive exactly. If the record already has `key`, the record is
  * re-serialised with the key replaced instead.
  *
+ * What the writer prints itself (the record in jsonl_write, the added value) has its reals
+ * at the fewest digits, 15 to 17, at which every real of that dump reads back to the same
+ * double: 0.9 is 0.9, not 0.90000000000000002, and one real that needs 17 digits (an input
+ * 0.12345678901234567) gives the whole dump 17, so no bit is lost.
+ *
  * Ownership: jsonl_read hands the caller a new reference (*rec); the writer never steals.
  */
 #ifndef DICE_JSONL_H

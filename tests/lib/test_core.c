@@ -1,11 +1,13 @@
-/* test_core: util (numbers, buffers, UTF-8), jsonl (reader, pass-through writer, operand
- * loop) and input (plain, compressed, archives) on data written here at run time. */
+/* test_core: util (numbers, buffers, UTF-8), jsonl (reader, pass-through writer, reals
+ * printed short, operand loop) and input (plain, compressed, archives) on data written
+ * here at run time. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "input.h"
 #include "jsonl.h"
+#include "rng.h"
 #include "test.h"
 #include "util.h"
 
@@ -117,6 +119,141 @@ static void test_writer(void)
 	free(mem);
 }
 
+/* The bytes jsonl_write prints for rec, or, with key, the bytes jsonl_write_added prints
+ * for line with key:val added (line NULL: its whole-record path); a string to free. */
+static char *written(const char *line, json_t *rec, const char *key, json_t *val)
+{
+	struct jsonl_writer w;
+	char *mem = NULL;
+	size_t memlen = 0;
+	FILE *fp = open_memstream(&mem, &memlen);
+
+	jsonl_writer_init(&w, fp, "mem", 0);
+	if (key)
+		jsonl_write_added(&w, line, line ? strlen(line) : 0, rec, key, val);
+	else
+		jsonl_write(&w, rec);
+	jsonl_writer_free(&w);
+	fclose(fp);
+	return mem;
+}
+
+/* written() against want; rec is read from line where there is one. Takes rec and val. */
+static void check_written(const char *line, json_t *rec, const char *key, json_t *val,
+                          const char *want, const char *what)
+{
+	if (line)
+		rec = json_loads(line, 0, NULL);
+	char *got = written(line, rec, key, val);
+	CHECK_STR(got, want, what);
+	free(got);
+	json_decref(rec);
+	json_decref(val);
+}
+
+/* Reals print at the fewest digits, 15 to 17, that give every real of the dump back. The
+ * rule is one precision per dump (jansson takes no other): a real that needs 17 digits
+ * gives 17 to every real of its dump, and to no other dump. */
+static void test_reals(void)
+{
+	check_written(NULL, json_pack("{s:f,s:f,s:f,s:f}", "a", 0.9, "b", 0.1, "c", 1e-06,
+	                              "d", 2.5),
+	              NULL, NULL, "{\"a\":0.9,\"b\":0.1,\"c\":1e-6,\"d\":2.5}\n",
+	              "jsonl_write: 0.9 0.1 1e-06 2.5 short");
+	check_written(NULL, json_pack("{s:f,s:f,s:f,s:f,s:f}", "a", 0.9, "b", 0.1, "c", 1e-06,
+	                              "d", 2.5, "e", 0.12345678901234567),
+	              NULL, NULL, "{\"a\":0.90000000000000002,\"b\":0.10000000000000001,"
+	              "\"c\":9.9999999999999995e-7,\"d\":2.5,\"e\":0.12345678901234566}\n",
+	              "jsonl_write: a 17-digit real makes the whole record 17 digits");
+	check_written(NULL, json_pack("{s:f,s:[i,{s:[f,f]}]}", "e", 0.12345678901234567, "x", 1,
+	                              "y", 0.9, 0.1),
+	              NULL, NULL, "{\"e\":0.12345678901234566,\"x\":[1,{\"y\":"
+	              "[0.90000000000000002,0.10000000000000001]}]}\n",
+	              "jsonl_write: 17 first, nested reals after it still 17");
+	check_written(NULL, json_pack("{s:[i,{s:[f,f]}],s:f}", "x", 1, "y", 0.9, 0.1,
+	                              "e", 0.12345678901234567),
+	              NULL, NULL, "{\"x\":[1,{\"y\":[0.90000000000000002,0.10000000000000001]}],"
+	              "\"e\":0.12345678901234566}\n",
+	              "jsonl_write: nested short reals, then one 17 real: 17");
+	check_written(NULL, json_pack("{s:f,s:f}", "a", 9007199254740992.0, "b", 0.9),
+	              NULL, NULL, "{\"a\":9007199254740992.0,\"b\":0.9}\n",
+	              "jsonl_write: 2^53 needs 16 digits, 0.9 is 0.9 at 16");
+	check_written(NULL, json_pack("{s:[f,f,f,f,i]}", "v", 1e300, 5e-324, -0.0, 1.0, 7),
+	              NULL, NULL, "{\"v\":[1e300,4.94065645841247e-324,-0.0,1.0,7]}\n",
+	              "jsonl_write: 1e300, the least subnormal, -0.0, 1.0 at 15");
+	check_written(NULL, json_pack("{s:f,s:f}", "v", 123456789012345678.0, "w", 0.9),
+	              NULL, NULL, "{\"v\":1.2345678901234568e17,\"w\":0.90000000000000002}\n",
+	              "jsonl_write: 123456789012345678.0 needs 17");
+	check_written(NULL, json_pack("{s:f}", "v", 1.7976931348623157e308),
+	              NULL, NULL, "{\"v\":1.7976931348623157e308}\n",
+	              "jsonl_write: the largest double needs 17 (at 15 it reads back as inf)");
+
+	/* jsonl_write_added: the line's bytes as they were, the added value short */
+	check_written("{\"id\":1, \"x\":0.90000000000000002}", NULL, "added",
+	              json_pack("{s:f,s:[f,f,f]}", "t", 0.9, "l", 0.1, 1e-06, 2.5),
+	              "{\"id\":1, \"x\":0.90000000000000002,"
+	              "\"added\":{\"t\":0.9,\"l\":[0.1,1e-6,2.5]}}\n",
+	              "jsonl_write_added: the added value short, the line's bytes kept");
+	check_written("{\"id\":1}", NULL, "added",
+	              json_pack("{s:f,s:f}", "t", 0.9, "e", 0.12345678901234567),
+	              "{\"id\":1,\"added\":{\"t\":0.90000000000000002,"
+	              "\"e\":0.12345678901234566}}\n",
+	              "jsonl_write_added: a 17-digit real makes the added value 17 digits");
+	check_written("{\"id\":1}", NULL, "t", json_real(0.9), "{\"id\":1,\"t\":0.9}\n",
+	              "jsonl_write_added: a bare real added");
+	check_written("{\"id\":1}", NULL, "v",
+	              json_pack("[f,f,f,f]", 1e300, 5e-324, -0.0, 1.0),
+	              "{\"id\":1,\"v\":[1e300,4.94065645841247e-324,-0.0,1.0]}\n",
+	              "jsonl_write_added: 1e300, the least subnormal, -0.0, 1.0 at 15");
+	check_written("{\"id\":1}", NULL, "v", json_real(123456789012345678.0),
+	              "{\"id\":1,\"v\":1.2345678901234568e17}\n",
+	              "jsonl_write_added: 123456789012345678.0 needs 17");
+	/* no line to splice into: the whole record, at the digits its reals need */
+	check_written(NULL, json_pack("{s:f}", "a", 0.1), "t", json_real(0.9),
+	              "{\"a\":0.1,\"t\":0.9}\n", "jsonl_write_added whole: 0.1 and 0.9 short");
+	check_written(NULL, json_pack("{s:f}", "a", 0.12345678901234567), "t", json_real(0.9),
+	              "{\"a\":0.12345678901234566,\"t\":0.90000000000000002}\n",
+	              "jsonl_write_added whole: the record's 17-digit real makes it 17");
+}
+
+/* Random reals: any double's bits come back from what jsonl_write prints, and a normal
+ * double read from a decimal of 15 digits or fewer prints as jansson prints it at 15. */
+static void test_reals_random(void)
+{
+	struct rng g;
+	int lost = 0, longer = 0;
+
+	rng_seed(&g, 7);
+	for (int i = 0; i < 10000; i++) {
+		uint64_t u = rng_u64(&g);
+		double x, y, gx, gy;
+		char d[32];
+
+		memcpy(&x, &u, sizeof x);
+		snprintf(d, sizeof d, "%.*g", 1 + (int)rng_below(&g, 15), x);
+		y = strtod(d, NULL);
+		if (!isfinite(x) || !isfinite(y) || fpclassify(y) == FP_SUBNORMAL)
+			continue;
+		json_t *rec = json_pack("{s:f,s:[f]}", "x", x, "y", y);
+		char *got = written(NULL, rec, NULL, NULL);
+		json_t *back = json_loads(got, 0, NULL);
+		gx = json_real_value(json_object_get(back, "x"));
+		gy = json_real_value(json_array_get(json_object_get(back, "y"), 0));
+		if (memcmp(&gx, &x, sizeof x) || memcmp(&gy, &y, sizeof y))
+			lost++;
+		free(got), json_decref(back), json_decref(rec);
+
+		rec = json_pack("{s:f}", "y", y);
+		got = written(NULL, rec, NULL, NULL);
+		char *at15 = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(15));
+		if (strlen(got) != strlen(at15) + 1 || strncmp(got, at15, strlen(at15)))
+			longer++;
+		free(got), free(at15), json_decref(rec);
+	}
+	CHECK(!lost, "jsonl_write: 10000 random doubles read back bit for bit");
+	CHECK(!longer, "jsonl_write: normal doubles of 15 digits or fewer print at 15");
+}
+
 static void test_inputs(void)
 {
 	const char *text = "{\"id\":\"a\"}\n\n{bad\n[1]\n{\"id\":\"b\"}\n{\"id\":\"\xff\"}\n{\"id\":\"c\"}";
@@ -196,6 +333,8 @@ int main(void)
 	util_set_progname("test_core");
 	test_util();
 	test_writer();
+	test_reals();
+	test_reals_random();
 	test_inputs();
 	sh("rm -rf %s", "");
 	return test_done();
