@@ -231,7 +231,10 @@ int main(int argc, char **argv)
 		cuke_stats_print(st, stderr);
 	if (stats_json) {
 		json_t *j = cuke_stats_json(st);
-		if (json_dumpf(j, sj, JSON_COMPACT) < 0 || fputc('\n', sj) == EOF)
+		char *text = jsonl_dumps(j);
+		int bad = fputs(text, sj) == EOF || fputc('\n', sj) == EOF;
+		free(text);
+		if (bad)
 			ret = 1;        /* util_fshut says why */
 		if (util_fshut(sj, stats_json))
 			ret = 1;

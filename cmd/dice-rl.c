@@ -551,8 +551,9 @@ int main(int argc, char **argv)
 				free(ev);
 			}
 			if (logf) {
-				json_dumpf(j, logf, JSON_COMPACT);
-				fputc('\n', logf);
+				char *text = jsonl_dumps(j);
+				fprintf(logf, "%s\n", text);
+				free(text);
 				fflush(logf);
 			}
 			json_decref(j);

@@ -367,8 +367,9 @@ int main(int argc, char **argv)
 			                      "step_s", dt_s);
 			if (pf.peak > 0)
 				json_object_set_new(j, "mfu", json_real(pf.mfu));
-			json_dumpf(j, logf, JSON_COMPACT);
-			fputc('\n', logf);
+			char *text = jsonl_dumps(j);
+			fprintf(logf, "%s\n", text);
+			free(text);
 			fflush(logf);
 			json_decref(j);
 		}

@@ -1342,8 +1342,8 @@ json_t *cuke_stats_json(const struct cuke_stats *s)
 		json_object_set_new(b, "read", json_integer((json_int_t)s->hist_read[i]));
 		json_object_set_new(b, "kept", json_integer((json_int_t)s->hist_kept[i]));
 		if (i < CUKE_BINS) {
-			json_object_set_new(b, "read_pct", json_real(pct(s->hist_read[i], nr)));
-			json_object_set_new(b, "kept_pct", json_real(pct(s->hist_kept[i], nk)));
+			json_object_set_new(b, "read_pct", json_real(round(pct(s->hist_read[i], nr) * 100) / 100));
+			json_object_set_new(b, "kept_pct", json_real(round(pct(s->hist_kept[i], nk) * 100) / 100));
 		}
 		json_array_append_new(h, b);
 	}

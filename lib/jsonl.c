@@ -146,49 +146,92 @@ static int flush_buf(struct jsonl_writer *w)
 }
 
 /*
- * The fewest digits, p to 17, at which every real in v prints back to itself: jansson
- * takes one "%.*g" precision per dump, 17 by default, which spells our rounded 0.9 as
- * 0.90000000000000002. Going below 15 would shorten no normal double (a decimal of at
- * most 15 digits is its double's %.15g, DBL_DIG), only subnormals. == is the test for
- * every finite double (-0.0 == 0.0, but printf keeps the sign). One print and one read
- * per real at the precision reached so far; the walk stops once 17 is needed.
+ * Each real at the fewest digits that read back to the same double. jansson prints every
+ * real at %.17g (our rounded 0.9 as 0.90000000000000002) and takes one precision per
+ * dump, so its text is rewritten after it, real by real: a real's spelling never depends
+ * on its neighbours. %.15g is the shortest wherever it reads back (%g drops trailing zeros,
+ * and a decimal of at most 15 digits is its double's %.15g, DBL_DIG); else 16, else 17
+ * digits. Spelled as jansson spells reals: ".0" on an integral one, the exponent with no
+ * '+' and no leading zeros (1e-6, 1e300).
  */
-static int real_digits(json_t *v, int p)
+static void real_shortest(struct buf *o, double x)
 {
-	const char *key;
-	json_t *m;
-	size_t i;
-	char s[32];
+	char s[40];
+	const char *e;
+	int p;
 
-	switch (json_typeof(v)) {
-	case JSON_REAL:
-		for (; p < 17; p++) {
-			snprintf(s, sizeof s, "%.*g", p, json_real_value(v));
-			if (strtod(s, NULL) == json_real_value(v))
-				break;
-		}
-		break;
-	case JSON_OBJECT:
-		json_object_foreach(v, key, m)
-			if ((p = real_digits(m, p)) == 17)
-				break;
-		break;
-	case JSON_ARRAY:
-		json_array_foreach(v, i, m)
-			if ((p = real_digits(m, p)) == 17)
-				break;
-		break;
-	default:
-		break;
+	for (p = 15; p < 17; p++) {
+		snprintf(s, sizeof s, "%.*g", p, x);
+		if (strtod(s, NULL) == x)
+			break;
 	}
-	return p;
+	if (p == 17)
+		snprintf(s, sizeof s, "%.17g", x);
+	if (!(e = strchr(s, 'e'))) {
+		buf_adds(o, s);
+		if (!strchr(s, '.'))
+			buf_add(o, ".0", 2);
+		return;
+	}
+	buf_add(o, s, (size_t)(e - s) + 1);
+	if (*++e == '+')
+		e++;
+	else if (*e == '-')
+		buf_addc(o, *e++);
+	while (*e == '0' && e[1])
+		e++;
+	buf_adds(o, e);
+}
+
+/* the reals in the JSON text b->p[from..] (jansson's, compact) rewritten by real_shortest */
+static void shorten_reals(struct buf *b, size_t from)
+{
+	static const char numch[] = "0123456789+-.eE";
+	struct buf o;
+	size_t i = from, j;
+
+	buf_init(&o);
+	while (i < b->len) {
+		j = i + strcspn(b->p + i, "\"-0123456789");   /* b->p is NUL-terminated */
+		buf_add(&o, b->p + i, j - i);
+		if ((i = j) >= b->len)
+			break;
+		if (b->p[i] == '"') {                            /* a string, whole */
+			for (j = i + 1; j < b->len && b->p[j] != '"'; j++)
+				j += b->p[j] == '\\';
+			j = j < b->len ? j + 1 : b->len;
+			buf_add(&o, b->p + i, j - i);
+			i = j;
+			continue;
+		}
+		j = i + strspn(b->p + i, numch);
+		if (memchr(b->p + i, '.', j - i) || memchr(b->p + i, 'e', j - i) ||
+		    memchr(b->p + i, 'E', j - i))
+			real_shortest(&o, strtod(b->p + i, NULL));
+		else
+			buf_add(&o, b->p + i, j - i);
+		i = j;
+	}
+	b->len = from;
+	buf_add(b, o.p ? o.p : "", o.len);
+	buf_free(&o);
+}
+
+char *jsonl_dumps(const json_t *v)
+{
+	struct buf b;
+
+	buf_init(&b);
+	json_dump_callback(v, dump_cb, &b, JSON_COMPACT | JSON_ENCODE_ANY);
+	shorten_reals(&b, 0);
+	return buf_detach(&b, NULL);
 }
 
 int jsonl_write(struct jsonl_writer *w, json_t *rec)
 {
 	buf_reset(&w->b);
-	json_dump_callback(rec, dump_cb, &w->b,
-	                   JSON_COMPACT | JSON_REAL_PRECISION(real_digits(rec, 15)));
+	json_dump_callback(rec, dump_cb, &w->b, JSON_COMPACT);
+	shorten_reals(&w->b, 0);
 	return flush_buf(w);
 }
 
@@ -295,8 +338,9 @@ int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json
 	json_dump_callback(k, dump_cb, &w->b, JSON_ENCODE_ANY);
 	json_decref(k);
 	buf_addc(&w->b, ':');
-	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY |
-	                   JSON_REAL_PRECISION(real_digits(val, 15)));
+	size_t from = w->b.len;
+	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY);
+	shorten_reals(&w->b, from);
 	buf_addc(&w->b, '}');
 	return flush_buf(w);
 }

@@ -8,13 +8,14 @@
  * Writer: one compact object per line. jsonl_write_added() is the pass-through path used by
  * every program that adds its own object to a record: the original line is written back
  * byte for byte with ,"key":value spliced before its closing brace, so unknown fields, key
- * order and number spellings survive exactly. If the record already has `key`, the record is
- * re-serialised with the key replaced instead.
+ * order and number spellings survive exactly. If the record already has `key`, the old
+ * member is cut out of the line, the others' bytes kept, and the new one added last (the
+ * record is re-serialised only where that cannot be done).
  *
- * What the writer prints itself (the record in jsonl_write, the added value) has its reals
- * at the fewest digits, 15 to 17, at which every real of that dump reads back to the same
- * double: 0.9 is 0.9, not 0.90000000000000002, and one real that needs 17 digits (an input
- * 0.12345678901234567) gives the whole dump 17, so no bit is lost.
+ * What the writer prints itself (the record in jsonl_write, the added value) has each real
+ * at the fewest digits that read back to the same double: 0.9 is 0.9, not jansson's
+ * 0.90000000000000002, and 0.12345678901234567 keeps its 17; no bit is lost, and a
+ * real's spelling does not depend on the other reals of its record.
  *
  * Ownership: jsonl_read hands the caller a new reference (*rec); the writer never steals.
  */
@@ -80,6 +81,9 @@ int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, voi
 
 /* Small typed getters; NULL/defaults when the field is missing or of another type. */
 const char *json_get_str(const json_t *o, const char *key);
+/* v as one line of compact JSON (no newline), its reals as the writer prints them (see
+ * above); a new string. For what a user reads that is not a record: logs, statistics. */
+char *jsonl_dumps(const json_t *v);
 /* 1 and *out when key holds a number (integer or real), else 0 */
 int json_get_num(const json_t *o, const char *key, double *out);
 

@@ -18,6 +18,7 @@
 #include "sft.h"
 #include "sft_train.h"
 #include "checkpoint.h"
+#include "jsonl.h"
 #include "util.h"
 
 static double now(void)
@@ -288,7 +289,7 @@ static int co_start(struct coproc *c, const char *cmd)
 /* queue one record (a line) for the program */
 static void co_send(struct coproc *c, const json_t *rec)
 {
-	char *text = json_dumps(rec, JSON_COMPACT);
+	char *text = jsonl_dumps(rec);
 	char *line = xasprintf("%s\n", text ? text : "{}");
 	free(text);
 	pthread_mutex_lock(&c->mu);

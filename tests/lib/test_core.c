@@ -1,10 +1,13 @@
 /* test_core: util (numbers, buffers, UTF-8), jsonl (reader, pass-through writer, reals
- * printed short, operand loop) and input (plain, compressed, archives) on data written
- * here at run time. */
+ * printed short, operand loop), input (plain, compressed, archives) and atomfile on data
+ * written here at run time. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomfile.h"
 #include "input.h"
 #include "jsonl.h"
 #include "rng.h"
@@ -151,9 +154,7 @@ static void check_written(const char *line, json_t *rec, const char *key, json_t
 	json_decref(val);
 }
 
-/* Reals print at the fewest digits, 15 to 17, that give every real of the dump back. The
- * rule is one precision per dump (jansson takes no other): a real that needs 17 digits
- * gives 17 to every real of its dump, and to no other dump. */
+/* Each real prints at the fewest digits that give it back, whatever its neighbours need. */
 static void test_reals(void)
 {
 	check_written(NULL, json_pack("{s:f,s:f,s:f,s:f}", "a", 0.9, "b", 0.1, "c", 1e-06,
@@ -162,19 +163,17 @@ static void test_reals(void)
 	              "jsonl_write: 0.9 0.1 1e-06 2.5 short");
 	check_written(NULL, json_pack("{s:f,s:f,s:f,s:f,s:f}", "a", 0.9, "b", 0.1, "c", 1e-06,
 	                              "d", 2.5, "e", 0.12345678901234567),
-	              NULL, NULL, "{\"a\":0.90000000000000002,\"b\":0.10000000000000001,"
-	              "\"c\":9.9999999999999995e-7,\"d\":2.5,\"e\":0.12345678901234566}\n",
-	              "jsonl_write: a 17-digit real makes the whole record 17 digits");
+	              NULL, NULL, "{\"a\":0.9,\"b\":0.1,\"c\":1e-6,\"d\":2.5,"
+	              "\"e\":0.12345678901234566}\n",
+	              "jsonl_write: a 17-digit real beside short ones: each its own digits");
 	check_written(NULL, json_pack("{s:f,s:[i,{s:[f,f]}]}", "e", 0.12345678901234567, "x", 1,
 	                              "y", 0.9, 0.1),
-	              NULL, NULL, "{\"e\":0.12345678901234566,\"x\":[1,{\"y\":"
-	              "[0.90000000000000002,0.10000000000000001]}]}\n",
-	              "jsonl_write: 17 first, nested reals after it still 17");
+	              NULL, NULL, "{\"e\":0.12345678901234566,\"x\":[1,{\"y\":[0.9,0.1]}]}\n",
+	              "jsonl_write: 17 first, nested short reals after it short");
 	check_written(NULL, json_pack("{s:[i,{s:[f,f]}],s:f}", "x", 1, "y", 0.9, 0.1,
 	                              "e", 0.12345678901234567),
-	              NULL, NULL, "{\"x\":[1,{\"y\":[0.90000000000000002,0.10000000000000001]}],"
-	              "\"e\":0.12345678901234566}\n",
-	              "jsonl_write: nested short reals, then one 17 real: 17");
+	              NULL, NULL, "{\"x\":[1,{\"y\":[0.9,0.1]}],\"e\":0.12345678901234566}\n",
+	              "jsonl_write: nested short reals, then one of 17 digits");
 	check_written(NULL, json_pack("{s:f,s:f}", "a", 9007199254740992.0, "b", 0.9),
 	              NULL, NULL, "{\"a\":9007199254740992.0,\"b\":0.9}\n",
 	              "jsonl_write: 2^53 needs 16 digits, 0.9 is 0.9 at 16");
@@ -182,7 +181,7 @@ static void test_reals(void)
 	              NULL, NULL, "{\"v\":[1e300,4.94065645841247e-324,-0.0,1.0,7]}\n",
 	              "jsonl_write: 1e300, the least subnormal, -0.0, 1.0 at 15");
 	check_written(NULL, json_pack("{s:f,s:f}", "v", 123456789012345678.0, "w", 0.9),
-	              NULL, NULL, "{\"v\":1.2345678901234568e17,\"w\":0.90000000000000002}\n",
+	              NULL, NULL, "{\"v\":1.2345678901234568e17,\"w\":0.9}\n",
 	              "jsonl_write: 123456789012345678.0 needs 17");
 	check_written(NULL, json_pack("{s:f}", "v", 1.7976931348623157e308),
 	              NULL, NULL, "{\"v\":1.7976931348623157e308}\n",
@@ -196,9 +195,8 @@ static void test_reals(void)
 	              "jsonl_write_added: the added value short, the line's bytes kept");
 	check_written("{\"id\":1}", NULL, "added",
 	              json_pack("{s:f,s:f}", "t", 0.9, "e", 0.12345678901234567),
-	              "{\"id\":1,\"added\":{\"t\":0.90000000000000002,"
-	              "\"e\":0.12345678901234566}}\n",
-	              "jsonl_write_added: a 17-digit real makes the added value 17 digits");
+	              "{\"id\":1,\"added\":{\"t\":0.9,\"e\":0.12345678901234566}}\n",
+	              "jsonl_write_added: a 17-digit real beside a short one");
 	check_written("{\"id\":1}", NULL, "t", json_real(0.9), "{\"id\":1,\"t\":0.9}\n",
 	              "jsonl_write_added: a bare real added");
 	check_written("{\"id\":1}", NULL, "v",
@@ -212,8 +210,28 @@ static void test_reals(void)
 	check_written(NULL, json_pack("{s:f}", "a", 0.1), "t", json_real(0.9),
 	              "{\"a\":0.1,\"t\":0.9}\n", "jsonl_write_added whole: 0.1 and 0.9 short");
 	check_written(NULL, json_pack("{s:f}", "a", 0.12345678901234567), "t", json_real(0.9),
-	              "{\"a\":0.12345678901234566,\"t\":0.90000000000000002}\n",
-	              "jsonl_write_added whole: the record's 17-digit real makes it 17");
+	              "{\"a\":0.12345678901234566,\"t\":0.9}\n",
+	              "jsonl_write_added whole: the record's 17-digit real, the added one short");
+}
+
+/* jsonl_dumps: strings (with quotes, backslashes and digits in them) and integers as
+ * jansson wrote them, each real shortened */
+static void test_dumps(void)
+{
+	json_t *v = json_pack("{s:s,s:[i,f,f],s:s,s:f}", "k\"1.5", "a\\\"2.5e3\\", "n", -3,
+	                      -2.5e-07, 0.30000000000000004, "e", "", "z", -0.9);
+	char *got = jsonl_dumps(v);
+
+	CHECK_STR(got, "{\"k\\\"1.5\":\"a\\\\\\\"2.5e3\\\\\",\"n\":[-3,-2.5e-7,"
+	          "0.30000000000000004],\"e\":\"\",\"z\":-0.9}",
+	          "jsonl_dumps: strings and integers kept, reals short");
+	free(got);
+	json_decref(v);
+	v = json_real(0.9);
+	got = jsonl_dumps(v);
+	CHECK_STR(got, "0.9", "jsonl_dumps: a bare real");
+	free(got);
+	json_decref(v);
 }
 
 /* Random reals: any double's bits come back from what jsonl_write prints, and a normal
@@ -234,24 +252,21 @@ static void test_reals_random(void)
 		y = strtod(d, NULL);
 		if (!isfinite(x) || !isfinite(y) || fpclassify(y) == FP_SUBNORMAL)
 			continue;
-		json_t *rec = json_pack("{s:f,s:[f]}", "x", x, "y", y);
+		json_t *rec = json_pack("{s:[f],s:f}", "y", y, "x", x);
 		char *got = written(NULL, rec, NULL, NULL);
+		char *at15 = json_dumps(json_object_get(rec, "y"), JSON_COMPACT | JSON_REAL_PRECISION(15));
+		if (strncmp(got + 5, at15, strlen(at15)))   /* {"y":[...] beside any x */
+			longer++;
+		free(at15);
 		json_t *back = json_loads(got, 0, NULL);
 		gx = json_real_value(json_object_get(back, "x"));
 		gy = json_real_value(json_array_get(json_object_get(back, "y"), 0));
 		if (memcmp(&gx, &x, sizeof x) || memcmp(&gy, &y, sizeof y))
 			lost++;
 		free(got), json_decref(back), json_decref(rec);
-
-		rec = json_pack("{s:f}", "y", y);
-		got = written(NULL, rec, NULL, NULL);
-		char *at15 = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(15));
-		if (strlen(got) != strlen(at15) + 1 || strncmp(got, at15, strlen(at15)))
-			longer++;
-		free(got), free(at15), json_decref(rec);
 	}
 	CHECK(!lost, "jsonl_write: 10000 random doubles read back bit for bit");
-	CHECK(!longer, "jsonl_write: normal doubles of 15 digits or fewer print at 15");
+	CHECK(!longer, "jsonl_write: normal doubles of 15 digits or fewer print at 15, beside any");
 }
 
 static void test_inputs(void)
@@ -326,6 +341,45 @@ static void test_inputs(void)
 	free(p);
 }
 
+/* atomfile: what it writes over. A regular file is replaced (no temporary file left); a
+ * symbolic link's file is replaced and the link kept; /dev/null, /dev/full and a fifo are
+ * written into, never replaced; a directory is an error; a dangling link's file made. */
+static void test_atomfile(void)
+{
+	char err[256], *f = xasprintf("%s/af", tmpdir), *l = xasprintf("%s/af-link", tmpdir);
+	char *fifo = xasprintf("%s/af-fifo", tmpdir), *dang = xasprintf("%s/af-dangling", tmpdir);
+	char *made = xasprintf("%s/af-made", tmpdir), got[16] = { 0 };
+	struct stat st;
+	int fd, n;
+
+	CHECK(atomfile_write(f, "one", 3, err, sizeof err) == 0 &&
+	      atomfile_write(f, "two", 3, err, sizeof err) == 0, "atomfile: a file replaced");
+	CHECK(sh("cd %s && test \"$(cat af)\" = two && ! ls af.tmp.* >/dev/null 2>&1", "") == 0,
+	      "atomfile: the new bytes, no temporary file left");
+	CHECK(symlink("af", l) == 0 && atomfile_write(l, "three", 5, err, sizeof err) == 0 &&
+	      lstat(l, &st) == 0 && S_ISLNK(st.st_mode) &&
+	      sh("test \"$(cat %s/af)\" = three", "") == 0,
+	      "atomfile: through a link, its file replaced and the link kept");
+	CHECK(atomfile_write("/dev/null", "x", 1, err, sizeof err) == 0 &&
+	      stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "atomfile: /dev/null written into");
+	if (stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)) {
+		CHECK(atomfile_write("/dev/full", "x", 1, err, sizeof err) < 0 &&
+		      strstr(err, "No space left on device") && stat("/dev/full", &st) == 0 &&
+		      S_ISCHR(st.st_mode), "atomfile: /dev/full fails with ENOSPC and stays a device");
+	}
+	CHECK(mkfifo(fifo, 0600) == 0 && (fd = open(fifo, O_RDWR | O_NONBLOCK)) >= 0 &&
+	      atomfile_write(fifo, "pipe", 4, err, sizeof err) == 0 &&
+	      (n = (int)read(fd, got, sizeof got - 1)) == 4 && !strcmp(got, "pipe") &&
+	      stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode) && close(fd) == 0,
+	      "atomfile: a fifo written into");
+	CHECK(atomfile_write(tmpdir, "x", 1, err, sizeof err) < 0 && strstr(err, "Is a directory"),
+	      "atomfile: a directory is an error");
+	CHECK(symlink("af-made", dang) == 0 && atomfile_write(dang, "new", 3, err, sizeof err) == 0 &&
+	      sh("test \"$(cat %s/af-made)\" = new", "") == 0 && lstat(dang, &st) == 0 &&
+	      S_ISLNK(st.st_mode), "atomfile: a dangling link's file made");
+	free(f), free(l), free(fifo), free(dang), free(made);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
@@ -335,7 +389,9 @@ int main(void)
 	test_writer();
 	test_reals();
 	test_reals_random();
+	test_dumps();
 	test_inputs();
+	test_atomfile();
 	sh("rm -rf %s", "");
 	return test_done();
 }
