@@ -10,16 +10,60 @@
 #include "errmsg.h"
 #include "util.h"
 
+/* Where the file goes, and how. A regular file (or none) is replaced atomically; through a
+ * symbolic link, the file it names is, and the link stays. A device or a fifo (/dev/null,
+ * /dev/stdout, a pipe) cannot be replaced: it is written into directly (direct = 1), as is
+ * the file a dangling link names. A directory is an error. */
+static char *target(const char *path, int *direct, char *err, size_t errlen)
+{
+	struct stat st, lst;
+
+	*direct = 0;
+	if (stat(path, &st) < 0) {
+		if (errno != ENOENT) {
+			errmsg_set(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+			return NULL;
+		}
+		*direct = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+		return xstrdup(path);
+	}
+	if (S_ISDIR(st.st_mode)) {
+		errmsg_set(err, errlen, "cannot write '%s': %s", path, strerror(EISDIR));
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		*direct = 1;
+		return xstrdup(path);
+	}
+	if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+		char *real = realpath(path, NULL);
+		if (real)
+			return real;
+	}
+	return xstrdup(path);
+}
+
 int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errlen)
 {
-	int fd;
+	int fd, direct;
 
-	af->path = xstrdup(path);
-	af->tmp = xasprintf("%s.tmp.XXXXXX", path);
 	af->fp = NULL;
+	af->tmp = NULL;
+	if (!(af->path = target(path, &direct, err, errlen)))
+		return -1;
+	if (direct) {
+		if (!(af->fp = fopen(af->path, "wb"))) {
+			errmsg_set(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+			free(af->path);
+			af->path = NULL;
+			return -1;
+		}
+		return 0;
+	}
+	af->tmp = xasprintf("%s.tmp.XXXXXX", af->path);
 	fd = mkstemp(af->tmp);
 	if (fd < 0 || !(af->fp = fdopen(fd, "wb"))) {
-		errmsg_set(err, errlen, "cannot create '%s': %s", af->tmp, strerror(errno));
+		errmsg_set(err, errlen, "cannot create '%s': %s", path, strerror(errno));
 		if (fd >= 0) {
 			close(fd);
 			unlink(af->tmp);
@@ -50,13 +94,21 @@ int atomfile_commit(struct atomfile *af, char *err, size_t errlen)
 	char *dir, *slash;
 	int fd, rc;
 
-	if (fflush(af->fp) != 0 || ferror(af->fp) || fsync(fileno(af->fp)) != 0) {
+	errno = EIO;                /* ferror alone keeps no errno */
+	if (fflush(af->fp) != 0 || ferror(af->fp) || (af->tmp && fsync(fileno(af->fp)) != 0)) {
 		errmsg_set(err, errlen, "cannot write '%s': %s", af->path, strerror(errno));
 		atomfile_abort(af);
 		return -1;
 	}
 	rc = fclose(af->fp);
 	af->fp = NULL;
+	if (!af->tmp) {             /* written in place */
+		if (rc != 0)
+			errmsg_set(err, errlen, "cannot write '%s': %s", af->path, strerror(errno));
+		free(af->path);
+		af->path = NULL;
+		return rc ? -1 : 0;
+	}
 	if (rc != 0 || rename(af->tmp, af->path) != 0) {
 		errmsg_set(err, errlen, "cannot write '%s': %s", af->path, strerror(errno));
 		atomfile_abort(af);

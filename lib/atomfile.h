@@ -2,7 +2,10 @@
  *
  * atomfile_open creates a temporary file in the target's own directory (same filesystem);
  * atomfile_commit flushes it, fsyncs it, renames it over the target and fsyncs the
- * directory; atomfile_abort (or a failed commit) removes the temporary file. The caller
+ * directory; atomfile_abort (or a failed commit) removes the temporary file. Through a
+ * symbolic link the file it names is replaced and the link kept; a device or fifo
+ * (/dev/null, /dev/stdout) is written into directly, as is a dangling link's file; a
+ * directory is an error. The caller
  * writes through af->fp between open and commit/abort. All return 0 or -1 with a message
  * in err (size errlen) naming the target path.
  */
