@@ -333,7 +333,8 @@ int main(int argc, char **argv)
 			die("cannot load KernelBench from '%s'", kb);
 		have_tree = 1;
 	}
-	cli_output_not_input(output, argv + optind, argc - optind);
+	if (!list)              /* --list reads no input, stdin included */
+		cli_output_not_input(output, argv + optind, argc - optind);
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
 	jsonl_writer_init(&r.w, out, output ? output : "stdout", unbuffered);

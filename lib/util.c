@@ -460,17 +460,29 @@ size_t utf8_repair(struct buf *out, const char *s, size_t n)
 	return bad;
 }
 
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 void cli_output_not_input(const char *out, char **ops, int n)
 {
 	struct stat so, si;
+	int in = n == 0, same = 0;      /* in: stdin is read (no operands, or a '-' operand) */
 
 	if (!out || stat(out, &so) || !S_ISREG(so.st_mode))
 		return;
-	for (int i = 0; i < n; i++)
-		if (strcmp(ops[i], "-") && !stat(ops[i], &si) && si.st_dev == so.st_dev &&
-		    si.st_ino == so.st_ino)
-			die_status(EXIT_STATUS_USAGE, "'%s' is an input too: opening it for writing "
-			           "would empty it first", out);
+	for (int i = 0; i < n && !same; i++) {
+		if (!strcmp(ops[i], "-"))
+			in = 1;
+		else
+			same = !stat(ops[i], &si) && same_file(&si, &so);
+	}
+	if (!same && in)        /* stdin redirected from out ('< out') */
+		same = !fstat(0, &si) && S_ISREG(si.st_mode) && same_file(&si, &so);
+	if (same)
+		die_status(EXIT_STATUS_USAGE, "'%s' is an input too: opening it for writing "
+		           "would empty it first", out);
 }
 
 static FILE *write_failed[8];    /* streams whose write error was reported already */

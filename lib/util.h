@@ -76,8 +76,9 @@ _Noreturn void cli_version(void);
 /* getopt_long, which says itself what is wrong on '?' or ':' (an unknown or ambiguous
  * option, a missing argument, an argument to an option that takes none, each named as
  * given: -Z inside -Zc too) and then returns '?'. */
-/* Die with the usage status where the file out is one of the n operands (a regular file
- * both, by device and inode): opening it for writing would empty an input. */
+/* Die with the usage status where the file out is one of the n operands, or is stdin when
+ * stdin is read (n == 0, or a "-" operand) (a regular file both, by device and inode):
+ * opening it for writing would empty an input. */
 void cli_output_not_input(const char *out, char **ops, int n);
 struct option;
 int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
