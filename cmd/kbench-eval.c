@@ -166,6 +166,23 @@ static int on_record(json_t *rec, struct jsonl_reader *rd, void *arg)
 	return 0;
 }
 
+/* A malformed line: reported, and passed through in its place as the record
+ * {"source", "line", "error", "text"} (what cuke-filter writes to its rejects) with an eval
+ * object whose error is "bad_record" */
+static void on_bad(struct jsonl_reader *rd, void *arg)
+{
+	struct run *r = arg;
+	char *where = xasprintf("%s:%zu", rd->name, rd->lineno);
+	json_t *ev = json_pack("{s:b, s:b, s:s, s:s}", "compiled", 0, "correct", 0,
+	                       "error", "bad_record", "message", rd->err);
+
+	jsonl_report_bad(rd);
+	kbench_engine_submit_done(r->e, jsonl_bad_record(rd), ev, 1, where);
+	free(where);
+	emit(r);
+	pump(r, r->window);
+}
+
 static int on_report_record(json_t *rec, struct jsonl_reader *rd, void *arg)
 {
 	struct run *r = arg;
@@ -177,6 +194,22 @@ static int on_report_record(json_t *rec, struct jsonl_reader *rd, void *arg)
 	}
 	json_decref(rec);
 	return 0;
+}
+
+/* --fail-under: 1 when a level falls short or has nothing to judge, or when records under
+ * no level (malformed lines) are among the failures; each reason on stderr */
+static int gate(const struct run *r, const struct kbench_threshold *th, size_t nth,
+                const struct kbench_row *rows, size_t nr)
+{
+	int fail = kbench_thresholds_check(th, nth, rows, nr) > 0;
+
+	if (r->tally.unplaced) {
+		warn_msg("%zu record%s under no level (malformed lines, no problem) count%s as "
+		         "failed: the gate fails", r->tally.unplaced, r->tally.unplaced == 1 ? "" : "s",
+		         r->tally.unplaced == 1 ? "s" : "");
+		fail = 1;
+	}
+	return fail;
 }
 
 static int parse_gpus(const char *s, int **out)
@@ -364,7 +397,7 @@ int main(int argc, char **argv)
 		}
 		if (!json)
 			kbench_rows_print(out, rows, nr);
-		if (th && kbench_thresholds_check(th, nth, rows, nr) && r.ret == 0)
+		if (th && gate(&r, th, nth, rows, nr) && r.ret == 0)
 			r.ret = 3;      /* a bad record's 1 wins, as when evaluating */
 		free(rows);
 	} else {
@@ -390,7 +423,7 @@ int main(int argc, char **argv)
 		if (!(r.e = kbench_engine_new(&cfg)))
 			die("cannot start the evaluation");
 		r.window = (size_t)(4 * (cfg.jobs + (cfg.ngpus > 0 ? cfg.ngpus : 1)) + 8);
-		int rr = jsonl_each(argv + optind, argc - optind, on_record, NULL, &r);
+		int rr = jsonl_each(argv + optind, argc - optind, on_record, on_bad, &r);
 		kbench_engine_close_input(r.e);
 		pump(&r, 0);
 		if (rr)
@@ -401,7 +434,7 @@ int main(int argc, char **argv)
 			struct kbench_row *rows;
 			size_t nr = kbench_tally_rows(&r.tally, have_tree ? &tree : NULL, &levels,
 			                              &problems, &rows);
-			if (kbench_thresholds_check(th, nth, rows, nr) && r.ret == 0)
+			if (gate(&r, th, nth, rows, nr) && r.ret == 0)
 				r.ret = 3;
 			free(rows);
 		}

@@ -1267,17 +1267,8 @@ static int needs_build(const char *kernel)
 	       strstr(kernel, "load(");
 }
 
-void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line, size_t len,
-                          const char *where)
+static void queue_entry(struct kbench_engine *e, struct entry *en)
 {
-	struct entry *en = xcalloc(1, sizeof *en);
-	const char *why, *from = NULL;
-	char key[512];
-
-	en->rec = rec;
-	en->line = xstrndup(line, len);
-	en->len = len;
-	en->where = xstrdup(where);
 	if (e->n == e->cap) {
 		if (e->head > 0) {
 			memmove(e->q, e->q + e->head, (e->n - e->head) * sizeof *e->q);
@@ -1290,6 +1281,31 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 		}
 	}
 	e->q[e->n++] = en;
+}
+
+void kbench_engine_submit_done(struct kbench_engine *e, json_t *rec, json_t *ev, int bad,
+                               const char *where)
+{
+	struct entry *en = xcalloc(1, sizeof *en);
+
+	en->rec = rec;
+	en->where = xstrdup(where);
+	queue_entry(e, en);
+	finish_entry(en, ev, bad);
+}
+
+void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line, size_t len,
+                          const char *where)
+{
+	struct entry *en = xcalloc(1, sizeof *en);
+	const char *why, *from = NULL;
+	char key[512];
+
+	en->rec = rec;
+	en->line = xstrndup(line, len);
+	en->len = len;
+	en->where = xstrdup(where);
+	queue_entry(e, en);
 	if ((why = resolve(e, en))) {
 		warn_msg("%s: %s", where, why);
 		finish_entry(en, verdict("bad_problem", why, 0), 1);
@@ -1401,6 +1417,7 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 	if (!prob)
 		prob = id;
 	if (!prob || level < 0) {
+		t->unplaced++;
 		*why = "no `problem` (or `level`) to count it under";
 		return -1;
 	}

@@ -110,6 +110,11 @@ int kbench_engine_free(struct kbench_engine *e);
 /* Queue a record (the engine takes rec; line/len is its raw text for pass-through). */
 void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line, size_t len,
                           const char *where);
+/* Queue a record that is finished already, with its eval object ev (the engine takes rec and
+ * ev): a malformed input line, so that it comes back from kbench_engine_next in its place
+ * (*line NULL: serialise *rec). */
+void kbench_engine_submit_done(struct kbench_engine *e, json_t *rec, json_t *ev, int bad,
+                               const char *where);
 /* Records submitted and not yet handed back. */
 size_t kbench_engine_pending(const struct kbench_engine *e);
 /* Run the pool for up to timeout_ms (or until something finishes). -1: fatal error. */
@@ -141,6 +146,8 @@ struct kbench_tally_entry {
 struct kbench_tally {
 	struct kbench_tally_entry *e;   /* (n) */
 	size_t n, cap;
+	size_t unplaced;    /* records with an eval but no problem or level (a malformed input
+	                     * line passed through): failures that no level's row shows */
 };
 
 struct kbench_row {
@@ -162,7 +169,7 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
                       double speedup);
 /* Add an evaluated record: level and key from `level`/`problem`/`id`; correct from eval
  * (and, when robust, not deceptive by eval.deceptive or deceive.deceptive). 0, or -1 with
- * *why set when the record has no eval object or no problem. */
+ * *why set when the record has no eval object or no problem (then counted in t->unplaced). */
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why);
 /* Per-level rows (caller frees *rows). tree (may be NULL) adds its problems of each level,
  * filtered by levels/problems (NULL or empty: all; levels empty: the levels of t's samples
