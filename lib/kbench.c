@@ -1710,7 +1710,16 @@ int kbench_thresholds_check(const struct kbench_threshold *th, size_t nth,
 	int fails = 0;
 	double v;
 
+	if (n == 0) {
+		warn_msg("no records to judge: the gate fails");
+		return 1;
+	}
 	for (size_t i = 0; i < n; i++) {
+		if (rows[i].samples == 0) {     /* nothing to judge is no pass */
+			warn_msg("level %d: no records to judge", rows[i].level);
+			fails++;
+			continue;
+		}
 		for (size_t j = 0; j < nth; j++) {
 			if (metric_of(&rows[i], th[j].name, &v) == 0 && v < th[j].min) {
 				warn_msg("level %d: %s %.4g is under %.4g", rows[i].level, th[j].name, v,

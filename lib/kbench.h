@@ -185,7 +185,9 @@ struct kbench_threshold {
 	double min;
 };
 int kbench_thresholds_parse(const char *s, struct kbench_threshold **out, size_t *n);
-/* Number of (level, threshold) pairs that fall short; each one is reported on stderr. */
+/* Number of (level, threshold) pairs that fall short, plus one for each level without a
+ * sample and one when there is no level at all (nothing to judge is no pass); each one is
+ * reported on stderr. */
 int kbench_thresholds_check(const struct kbench_threshold *th, size_t nth,
                             const struct kbench_row *rows, size_t n);
 
