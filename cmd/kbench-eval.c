@@ -123,6 +123,12 @@ static void check_stop(struct run *r)
 	die_status(128 + stop_signal, "stopped by signal %d", (int)stop_signal);
 }
 
+/* a write to the output failed (a closed pipe, a full disk): nothing more can be written */
+static int output_gone(const struct run *r)
+{
+	return r->w.failed;
+}
+
 static void emit(struct run *r)
 {
 	json_t *rec, *ev;
@@ -131,7 +137,7 @@ static void emit(struct run *r)
 	int bad;
 	const char *why;
 
-	while (kbench_engine_next(r->e, &rec, &line, &len, &ev, &bad)) {
+	while (!output_gone(r) && kbench_engine_next(r->e, &rec, &line, &len, &ev, &bad)) {
 		if (bad)
 			r->ret = EXIT_STATUS_BAD;
 		jsonl_write_added(&r->w, line, len, rec, "eval", ev);
@@ -144,7 +150,7 @@ static void emit(struct run *r)
 
 static void pump(struct run *r, size_t until)
 {
-	while (kbench_engine_pending(r->e) > until) {
+	while (!output_gone(r) && kbench_engine_pending(r->e) > until) {
 		if (kbench_engine_step(r->e, 100) < 0) {
 			kbench_engine_abort(r->e);
 			die("the evaluation cannot go on");
@@ -157,6 +163,11 @@ static void pump(struct run *r, size_t until)
 static int on_record(json_t *rec, struct jsonl_reader *rd, void *arg)
 {
 	struct run *r = arg;
+
+	if (output_gone(r)) {           /* stop reading */
+		json_decref(rec);
+		return -1;
+	}
 	char *where = xasprintf("%s:%zu", rd->name, rd->lineno);
 
 	kbench_engine_submit(r->e, rec, rd->line, rd->len, where);
@@ -172,6 +183,9 @@ static int on_record(json_t *rec, struct jsonl_reader *rd, void *arg)
 static void on_bad(struct jsonl_reader *rd, void *arg)
 {
 	struct run *r = arg;
+
+	if (output_gone(r))
+		return;
 	char *where = xasprintf("%s:%zu", rd->name, rd->lineno);
 	json_t *ev = json_pack("{s:b, s:b, s:s, s:s}", "compiled", 0, "correct", 0,
 	                       "error", "bad_record", "message", rd->err);
@@ -425,7 +439,7 @@ int main(int argc, char **argv)
 		r.window = (size_t)(4 * (cfg.jobs + (cfg.ngpus > 0 ? cfg.ngpus : 1)) + 8);
 		int rr = jsonl_each(argv + optind, argc - optind, on_record, on_bad, &r);
 		kbench_engine_close_input(r.e);
-		pump(&r, 0);
+		pump(&r, 0);            /* not when the output is gone: the workers are stopped */
 		if (rr)
 			r.ret = EXIT_STATUS_BAD;
 		if (kbench_engine_free(r.e) < 0)
