@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "deceive.h"
@@ -369,8 +370,14 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (list + report > 1 || (list && optind < argc))
+	if (list && report) {
+		warn_msg("--list and --report exclude each other");
 		usage();
+	}
+	if (list && optind < argc) {
+		warn_msg("--list reads no records: unexpected operand '%s'", argv[optind]);
+		usage();
+	}
 	if (list && (!kb || !*kb)) {
 		warn_msg("--list needs a KernelBench tree (--kernelbench or $KERNELBENCH)");
 		usage();
@@ -419,6 +426,11 @@ int main(int argc, char **argv)
 		struct sigaction sa = { .sa_handler = on_signal };
 		if (baseline) {
 			json_error_t err;
+			struct stat st;
+			if (stat(baseline, &st))
+				die("cannot open '%s':", baseline);
+			if (S_ISDIR(st.st_mode))
+				die("cannot read '%s': it is a directory", baseline);
 			if (!(base = json_load_file(baseline, 0, &err)))
 				die("%s:%d: %s", baseline, err.line, err.text);
 		}
