@@ -201,8 +201,15 @@ static int save_all(struct rl_runner *r, const char *out, const char *tok_dir, c
 	return rc;
 }
 
+/* one field of rl_state.json is not what save_all writes: the run cannot continue */
+static _Noreturn void bad_state(const char *path, const char *what)
+{
+	die("%s: bad %s (not a dice-rl state, or damaged)\nhint: restore it, or start afresh "
+	    "without --resume", path, what);
+}
+
 static void load_state(const char *out, const char *spec, struct stage *st, int nst, int *si,
-                       int *done, long *step, struct rng *rng)
+                       int *done, long *step, struct rng *rng, const size_t *nlist)
 {
 	char *path = xasprintf("%s/%s", out, STATE_FILE);
 	json_error_t je;
@@ -224,12 +231,31 @@ static void load_state(const char *out, const char *spec, struct stage *st, int 
 	if (!same)     /* step counts may change, the stages may not */
 		die("%s: saved with stages '%s', now '%s'\nhint: resume with the same stages", path,
 		    sp, spec);
-	if ((int)json_array_size(pos) != nst || json_array_size(rs) != 4)
-		die("%s: bad pos or rng", path);
-	for (int i = 0; i < nst; i++)
-		st[i].pos = (size_t)json_integer_value(json_array_get(pos, (size_t)i));
-	for (int i = 0; i < 4; i++)
-		rng->s[i] = strtoull(json_string_value(json_array_get(rs, (size_t)i)), NULL, 16);
+	if (jstep < 0 || jstep > LONG_MAX / 2)
+		bad_state(path, "step");
+	if (*si < 0 || *si >= nst)
+		bad_state(path, "stage");
+	if (*done < 0 || *done > jstep)
+		bad_state(path, "stage_step");
+	if (!json_is_array(pos) || (int)json_array_size(pos) != nst)
+		bad_state(path, "pos");
+	for (int i = 0; i < nst; i++) {
+		json_t *p = json_array_get(pos, (size_t)i);
+		if (!json_is_integer(p) || json_integer_value(p) < 0 ||
+		    (st[i].steps && json_integer_value(p) >= (json_int_t)nlist[st[i].infill]))
+			bad_state(path, "pos");
+		st[i].pos = (size_t)json_integer_value(p);
+	}
+	if (!json_is_array(rs) || json_array_size(rs) != 4)
+		bad_state(path, "rng");
+	for (int i = 0; i < 4; i++) {
+		const char *h = json_string_value(json_array_get(rs, (size_t)i));
+		if (!h || !*h || strlen(h) > 16 || strspn(h, "0123456789abcdefABCDEF") != strlen(h))
+			bad_state(path, "rng");
+		rng->s[i] = strtoull(h, NULL, 16);
+	}
+	if (!(rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]))
+		bad_state(path, "rng");
 	*step = (long)jstep;
 	json_decref(j);
 	free(path);
@@ -486,7 +512,7 @@ int main(int argc, char **argv)
 	int si = 0, done = 0;
 	long step = 0;
 	if (resume)
-		load_state(out, spec, st, nst, &si, &done, &step, &r.rng);
+		load_state(out, spec, st, nst, &si, &done, &step, &r.rng, nlist);
 	if (!quiet)
 		warn_msg("%zu tasks (%zu infilling), %zu skipped for length, stages %s, seed %llu, "
 		         "reward%s: %s, KL to %s", nlist[0], nlist[1], nlong, spec, seed,
