@@ -372,6 +372,8 @@ int main(int argc, char **argv)
 		die_status(EXIT_STATUS_USAGE, "bad --order '%s' (file or level)", order);
 	if (eval_every && !eval_path)
 		die_status(EXIT_STATUS_USAGE, "--eval-every needs --eval-tasks FILE");
+	if (eval_path && !eval_every)
+		warn_msg("--eval-tasks '%s' unused without --eval-every N", eval_path);
 	if (strcmp(reward, "kbench") && strncmp(reward, "kbench:", 7) && strncmp(reward, "cmd:", 4))
 		die_status(EXIT_STATUS_USAGE, "bad --reward '%s' (kbench[:ARGS] or cmd:PROGRAM)",
 		           reward);
@@ -475,17 +477,26 @@ int main(int argc, char **argv)
 	           m.cfg.eos_token_id >= 0 ? m.cfg.eos_token_id : 151643;
 	rng_seed(&r.rng, seed);
 
-	/* the prompt-length filter, per stage (the prompts differ) */
-	size_t nlong, nlongk[2] = { 0, 0 };  /* skipped for length: all, by kind */
+	/* the prompt of each task, per stage kind (the prompts differ): a task whose prompt
+	 * cannot be made is reported (once) and skipped, one over --max-prompt-len skipped */
+	size_t nlong, nlongk[2] = { 0, 0 }, nbadk[2] = { 0, 0 };   /* skipped: all, by kind */
+	char *told = xcalloc(all.n + evt.n + 1, 1);                /* bad ones reported */
+	int used[2] = { 0, 0 };
+	for (int i = 0; i < nst; i++)
+		used[st[i].infill] |= st[i].steps > 0;
 	for (int k = 0; k < 2; k++) {
-		int used = 0;
 		size_t kept = 0;
-		for (int i = 0; i < nst; i++)
-			used |= st[i].steps && st[i].infill == k;
-		for (size_t i = 0; used && i < nlist[k]; i++) {
+		for (size_t i = 0; used[k] && i < nlist[k]; i++) {
 			int len = rl_task_prompt_len(&r, list[k][i]->rec, k, err, sizeof err);
-			if (len < 0)
-				die("%s: %s", list[k][i]->where, err);
+			if (len < 0) {
+				size_t ti = (size_t)(list[k][i] - all.t);
+				if (!told[ti])
+					warn_msg("%s: %s: skipped", list[k][i]->where, err);
+				told[ti] = 1;
+				nbadk[k]++;
+				ret = 1;
+				continue;
+			}
 			if (max_plen && len > max_plen) {
 				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
 				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
@@ -495,19 +506,45 @@ int main(int argc, char **argv)
 			}
 			list[k][kept++] = list[k][i];
 		}
-		if (used)
+		if (used[k])
 			nlist[k] = kept;
 	}
 	nlong = nlongk[0] + nlongk[1];
-	for (int i = 0; i < nst; i++) {
-		int k = st[i].infill;
-		if (st[i].steps && !nlist[k] && nlongk[k])
-			die("no%s tasks left: all %zu over --max-prompt-len %ld", k ? " infilling" : "",
-			    nlongk[k], max_plen);
-		if (st[i].steps && !nlist[k])
-			die("no%s tasks in the input%s", k ? " infilling" : "",
+	for (int k = 0; k < 2; k++) {
+		const char *what = k ? " infilling" : "";
+		if (!used[k] || nlist[k])
+			continue;
+		if (!nlongk[k] && !nbadk[k])
+			die("no%s tasks in the input%s", what,
 			    k ? " (records with prefix and suffix)" : "");
+		if (!nbadk[k])
+			die("no%s tasks left: all %zu over --max-prompt-len %ld", what, nlongk[k],
+			    max_plen);
+		if (!nlongk[k])
+			die("no%s tasks left: all %zu bad", what, nbadk[k]);
+		die("no%s tasks left: %zu bad, %zu over --max-prompt-len %ld", what, nbadk[k],
+		    nlongk[k], max_plen);
 	}
+	/* the eval tasks, checked the same way for each stage kind (no length limit) */
+	struct rl_task **evl[2] = { NULL, NULL };
+	size_t nevl[2] = { 0, 0 };
+	for (int k = 0; k < 2; k++) {
+		evl[k] = xcalloc(evt.n ? evt.n : 1, sizeof *evl[k]);
+		for (size_t i = 0; eval_every && used[k] && i < evt.n; i++) {
+			if (rl_task_prompt_len(&r, evt.t[i].rec, k, err, sizeof err) < 0) {
+				if (!told[all.n + i])
+					warn_msg("%s: %s: eval task skipped", evt.t[i].where, err);
+				told[all.n + i] = 1;
+				ret = 1;
+				continue;
+			}
+			evl[k][nevl[k]++] = &evt.t[i];
+		}
+		if (eval_every && used[k] && !nevl[k])
+			warn_msg("no usable task in --eval-tasks '%s' for the %s stage: no eval_exec "
+			         "in its log lines", eval_path, k ? "infill" : "e2e");
+	}
+	free(told);
 
 	int si = 0, done = 0;
 	long step = 0;
@@ -566,15 +603,11 @@ int main(int argc, char **argv)
 			                      "execute_s", mt.t_execute, "update_s", mt.t_update,
 			                      "step_s", mt.t_step, "tokens", (json_int_t)mt.tokens,
 			                      "tokens_per_s", tps_);
-			if (eval_every && step % eval_every == 0) {
+			if (eval_every && step % eval_every == 0 && nevl[li]) {
 				double ex;
-				struct rl_task **ev = xcalloc(evt.n ? evt.n : 1, sizeof *ev);
-				for (size_t i = 0; i < evt.n; i++)
-					ev[i] = &evt.t[i];
-				if (rl_evaluate(&r, &evo, ev, (int)evt.n, li, (int)step, &ex) < 0)
+				if (rl_evaluate(&r, &evo, evl[li], (int)nevl[li], li, (int)step, &ex) < 0)
 					ret = 1;
 				json_object_set_new(j, "eval_exec", json_real(ex));
-				free(ev);
 			}
 			if (logf) {
 				char *text = jsonl_dumps(j);
@@ -621,7 +654,7 @@ int main(int argc, char **argv)
 		tokenizer_free(&tok);
 	model_free(&m);
 	for (int k = 0; k < 2; k++)
-		free(list[k]);
+		free(list[k]), free(evl[k]);
 	rl_tasks_free(&all);
 	rl_tasks_free(&evt);
 	free(rcmd), free(spec);
