@@ -141,7 +141,10 @@ int rl_task_prompt_len(struct rl_runner *r, const json_t *rec, int infill, char 
 	return n;
 }
 
-static int record_reward(const json_t *out, int robust, float *reward, int *deceptive)
+/* The reward of one output record: its number "reward", else eval.correct. 0, or -1 (reward
+ * 0) with what is wrong in *why when the record carries neither. */
+static int record_reward(const json_t *out, int robust, float *reward, int *deceptive,
+                         const char **why)
 {
 	const json_t *rw = json_object_get(out, "reward");
 	const json_t *ev = json_object_get(out, "eval"), *dc = json_object_get(out, "deceive");
@@ -155,7 +158,12 @@ static int record_reward(const json_t *out, int robust, float *reward, int *dece
 		*reward = json_is_true(json_object_get(ev, "correct")) ? 1.0f : 0.0f;
 	if (robust && dec)
 		*reward = 0.0f;
-	return json_is_number(rw) || json_is_object(ev) ? 0 : -1;
+	if (json_is_number(rw) || (!rw && json_is_object(ev)))
+		return 0;
+	*why = rw ? "reward is not a number" : ev ? "eval is not an object" :
+	       "no reward and no eval object";
+	*reward = 0.0f;
+	return -1;
 }
 
 /* ---------------------------------------------------------------- reward coprocess
@@ -339,22 +347,22 @@ static void co_free(struct coproc *c)
 static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, float *rewards,
                       struct rl_metrics *mt)
 {
-	int got = 0;
+	int got = 0, nbad = 0, first = 0;
+	char why[200] = "";
 
 	for (size_t i = 0; i < c->nout && got < n; i++) {
 		json_error_t je;
 		json_t *o = json_loads(c->out[i], 0, &je);
-		int dec;
-		if (!o || !json_is_object(o)) {
-			warn_msg("reward command: output line %d: %s", got + 1,
-			         o ? "not an object" : je.text);
-			json_decref(o);
-			rewards[got++] = 0.0f;
-			mt->bad++;
-			continue;
+		const char *w = NULL;
+		int dec = 0;
+		if (!o || !json_is_object(o))
+			rewards[got] = 0.0f, w = o ? "not an object" : je.text;
+		else if (record_reward(o, r->robust, &rewards[got], &dec, &w) == 0)
+			w = NULL;
+		if (w && !nbad++) {
+			first = got + 1;
+			snprintf(why, sizeof why, "%s", w);
 		}
-		if (record_reward(o, r->robust, &rewards[got], &dec) < 0)
-			mt->bad++;
 		mt->deceptive += dec;
 		const json_t *ev = json_object_get(o, "eval");
 		const json_t *bs = json_object_get(ev, "build_s"), *rs = json_object_get(ev, "run_s");
@@ -370,6 +378,20 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		         r->reward_cmd, (int)c->nout, n, WIFEXITED(status) ? WEXITSTATUS(status) :
 		         status);
 		return -1;
+	}
+	if (nbad) {          /* one line a step: how many, and what the first one lacks */
+		warn_msg("reward command '%s': %d of %d records bad, rewarded 0 (output line %d: %s)",
+		         r->reward_cmd, nbad, n, first, why);
+		mt->bad += nbad;
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		if (WIFEXITED(status))
+			warn_msg("reward command '%s' exited with status %d after its %d records",
+			         r->reward_cmd, WEXITSTATUS(status), n);
+		else
+			warn_msg("reward command '%s' was killed by signal %d after its %d records",
+			         r->reward_cmd, WIFSIGNALED(status) ? WTERMSIG(status) : 0, n);
+		mt->bad++;
 	}
 	return 0;
 }
@@ -506,7 +528,7 @@ int rl_evaluate(struct rl_runner *r, const struct sampler_opts *o, struct rl_tas
 	}
 	*exec = ntask ? s / ntask : 0.0;
 	free(rw), free(res), free(pr), free(pl);
-	return rc;
+	return rc < 0 || mt.bad ? -1 : 0;
 }
 
 static int dump_batch(struct rl_runner *r, const struct rl_batch *rb, const struct rl_loss_opts *lo)

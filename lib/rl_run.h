@@ -11,7 +11,10 @@
  * "sample"}) to the standard input of `sh -c CMD`, which writes one JSON record per input
  * record, in order, on its standard output. The reward of a record is its number "reward"
  * when present, else 1 when eval.correct is true (kbench-eval's output), else 0; with robust,
- * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted).
+ * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted). A record
+ * with neither a number "reward" nor an "eval" object, or a line that is not an object, gets
+ * 0 and counts in rl_metrics.bad (one warning a step); so does a non-zero exit status of a
+ * program that wrote every record.
  * With overlap (the default of dice-rl), the program is started with the step and each
  * task's group of records is written as soon as the group has finished decoding, in task
  * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
