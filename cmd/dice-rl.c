@@ -368,6 +368,12 @@ int main(int argc, char **argv)
 		model_dir = util_env("DICE_MODEL", NULL);
 	if (!out || (!model_dir && !resume))
 		usage(EXIT_STATUS_USAGE);
+	/* no output may be an input: -g and -X would empty it before it is read */
+	char *evops[1] = { (char *)eval_path };
+	cli_output_not_input(log_path, argv + optind, argc - optind);
+	cli_output_not_input(dump, argv + optind, argc - optind);
+	cli_output_not_input(log_path, evops, eval_path ? 1 : 0);
+	cli_output_not_input(dump, evops, eval_path ? 1 : 0);
 	if (strcmp(order, "file") && strcmp(order, "level"))
 		die_status(EXIT_STATUS_USAGE, "bad --order '%s' (file or level)", order);
 	if (eval_every && !eval_path)

@@ -264,6 +264,9 @@ int main(int argc, char **argv)
 	}
 	if (!out && !(dump && model_dir))
 		usage(EXIT_STATUS_USAGE);
+	/* no output may be an input: -g and -x would empty it before it is read */
+	cli_output_not_input(log_path, argv + optind, argc - optind);
+	cli_output_not_input(dump, argv + optind, argc - optind);
 
 	if (init) {                             /* a random checkpoint */
 		struct model_config cfg;
