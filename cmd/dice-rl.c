@@ -3,6 +3,7 @@
  * reward program over JSONL), group z-score advantages and TraceRL updates (clipped surrogate
  * + beta * k3 KL), over tasks in file order (or sorted by level), tasks_per_step at a time.
  * The step is lib/rl_run.c, the objective lib/rl.c; this file holds options and the loop. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -562,6 +563,7 @@ int main(int argc, char **argv)
 		         overlap ? " (overlapped)" : "", rcmd, ref_dir ? ref_dir : "pi_old");
 
 	FILE *logf = NULL;
+	int log_bad = 0;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
 	signal(SIGINT, on_signal);
@@ -615,11 +617,13 @@ int main(int argc, char **argv)
 					ret = 1;
 				json_object_set_new(j, "eval_exec", json_real(ex));
 			}
-			if (logf) {
+			if (logf && !log_bad) {  /* a failed write: reported once, training goes on */
 				char *text = jsonl_dumps(j);
+				errno = 0;
 				fprintf(logf, "%s\n", text);
+				if (util_fcheck(logf, log_path) < 0)
+					log_bad = 1, ret = 1;
 				free(text);
-				fflush(logf);
 			}
 			json_decref(j);
 			if (mt.bad)

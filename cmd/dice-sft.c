@@ -3,6 +3,7 @@
  * Hugging Face checkpoint plus a resumable state to -o. --init makes a random checkpoint.
  * The objective is in lib/sft.c and lib/model_bwd.c, the loop pieces in lib/sft_train.c;
  * this file holds the options and the main loop. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
@@ -348,6 +349,7 @@ int main(int argc, char **argv)
 	}
 
 	FILE *logf = NULL;
+	int log_bad = 0;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
 	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
@@ -360,7 +362,7 @@ int main(int argc, char **argv)
 		double dt_s = now() - t1;
 		struct perf pf;
 		perf_of(&pf, &st, &s, dt_s);
-		if (logf) {
+		if (logf && !log_bad) {         /* a failed write: reported once, training goes on */
 			json_t *j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f}",
 			                      "step", st.op.step, "epoch", st.epoch, "loss", s.loss, "lr",
 			                      (double)s.lr, "grad_norm", s.grad_norm, "tokens",
@@ -371,9 +373,11 @@ int main(int argc, char **argv)
 			if (pf.peak > 0)
 				json_object_set_new(j, "mfu", json_real(pf.mfu));
 			char *text = jsonl_dumps(j);
+			errno = 0;
 			fprintf(logf, "%s\n", text);
+			if (util_fcheck(logf, log_path) < 0)
+				log_bad = 1, ret = 1;
 			free(text);
-			fflush(logf);
 			json_decref(j);
 		}
 		if (!quiet) {

@@ -496,9 +496,36 @@ void util_write_failed(FILE *fp)
 		}
 }
 
+static int write_told(FILE *fp)
+{
+	for (int i = 0; i < 8; i++)
+		if (write_failed[i] == fp)
+			return 1;
+	return 0;
+}
+
+int util_fcheck(FILE *fp, const char *name)
+{
+	int e = errno;
+
+	if (fflush(fp))
+		e = errno;
+	else if (!ferror(fp))
+		return 0;
+	if (write_told(fp))
+		return -1;
+	errno = e;
+	if (e)
+		warn_msg("write error on %s:", name);
+	else
+		warn_msg("write error on %s", name);
+	util_write_failed(fp);
+	return -1;
+}
+
 int util_fshut(FILE *fp, const char *name)
 {
-	int ret = 0, told = 0;
+	int ret = 0, told = 0, fl;
 
 	for (int i = 0; i < 8; i++)
 		if (write_failed[i] == fp) {
@@ -506,8 +533,15 @@ int util_fshut(FILE *fp, const char *name)
 			told = 1;
 			ret = -1;
 		}
-	if ((fflush(fp) || ferror(fp)) && !told) {
-		warn_msg("write error on %s:", name);
+	errno = 0;
+	fl = fflush(fp);
+	if ((fl || ferror(fp)) && !told) {
+		/* a failed flush has its errno; an error flag alone (an earlier write failed
+		 * and nobody reported it) has no known cause: no stale errno then */
+		if (fl)
+			warn_msg("write error on %s:", name);
+		else
+			warn_msg("write error on %s", name);
 		ret = -1;
 	}
 	if (fclose(fp) && !ret) {

@@ -96,6 +96,11 @@ size_t utf8_repair(struct buf *out, const char *s, size_t n);
  * util_write_failed said the stream's write error was reported already). */
 int util_fshut(FILE *fp, const char *name);
 void util_write_failed(FILE *fp);
+/* Flush fp and check its error flag, for a stream written as the program goes (a log): 0,
+ * or -1 with "write error on NAME: reason" the first time (then util_fshut stays quiet).
+ * Set errno to 0 before the writes checked: the cause of a failed write that fflush does
+ * not repeat is then errno, not a stale value. */
+int util_fcheck(FILE *fp, const char *name);
 
 /* 64-bit FNV-1a; a stable hash for keys and cache names. */
 unsigned long long util_hash64(const void *p, size_t n);
