@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "config.h"
@@ -95,10 +96,18 @@ static _Noreturn void usage(int status)
 		      "       dice-sft --init CONFIG.json -o OUT_DIR", usage_text);
 }
 
-static volatile sig_atomic_t stop;
+/* Before training starts (loading, reading the input, which may block on a pipe or a fifo:
+ * signal() restarts the read) a signal ends the program at once, 128 + sig: nothing has been
+ * saved. From the first step on it ends training after the step in progress, saved. */
+static volatile sig_atomic_t stop, training;
 static void on_signal(int sig)
 {
-	(void)sig;
+	static const char msg[] = "dice-sft: interrupted before training\n";
+	if (!training) {
+		ssize_t w = write(2, msg, sizeof msg - 1);
+		(void)w;
+		_exit(128 + sig);
+	}
 	stop = 1;
 }
 
@@ -221,7 +230,7 @@ int main(int argc, char **argv)
 	char err[512];
 
 	util_set_progname(argv[0]);
-	signal(SIGINT, on_signal);      /* from here on a signal ends training after a step */
+	signal(SIGINT, on_signal);      /* see on_signal */
 	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
@@ -354,6 +363,7 @@ int main(int argc, char **argv)
 		die("cannot open '%s':", log_path);
 	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
 	double t0 = now();
+	training = 1;
 	while (sft_train_more(&st) && !stop) {
 		struct sft_step s;
 		double t1 = now();
