@@ -229,6 +229,18 @@ static const char *const tokenizer_files[] = {
 	"special_tokens_map.json", "added_tokens.json", "generation_config.json",
 };
 
+/* 1 when from holds a tokenizer file to copy */
+static int has_tokenizer_files(const char *from)
+{
+	int found = 0;
+	for (size_t i = 0; !found && i < ARRAY_LEN(tokenizer_files); i++) {
+		char *src = xasprintf("%s/%s", from, tokenizer_files[i]);
+		found = file_exists(src);
+		free(src);
+	}
+	return found;
+}
+
 static int copy_tokenizer(const char *dir, const char *from, char *err, size_t errlen)
 {
 	int copied = 0;
@@ -296,6 +308,11 @@ int checkpoint_write(const char *dir, const struct model_config *c,
 
 	if (config_validate(c, "config", err, errlen) < 0)
 		return -1;
+	if (tokenizer_dir && !has_tokenizer_files(tokenizer_dir)) {   /* before writing anything */
+		errmsg_set(err, errlen, "%s: no tokenizer files (tokenizer.json, vocab.json, ...)",
+		           tokenizer_dir);
+		return -1;
+	}
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
 		errmsg_set(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
 		return -1;
