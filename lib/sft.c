@@ -128,15 +128,15 @@ int sft_data_add_ids(struct sft_data *d, const int *prompt, size_t np, const int
 			}
 		}
 	}
+	if (!nr) {              /* whatever np: nothing to learn but padding */
+		snprintf(err, errlen, "no response tokens");
+		return -1;
+	}
 	if ((long)n > o->max_len) {
 		d->dropped++;
 		return 1;
 	}
 	padded = (n + (size_t)o->block - 1) / (size_t)o->block * (size_t)o->block;
-	if (padded == np) {
-		snprintf(err, errlen, "no response tokens");
-		return -1;
-	}
 	if (d->n == d->cap) {
 		d->cap = d->cap ? 2 * d->cap : 64;
 		d->s = xrealloc(d->s, d->cap * sizeof *d->s);

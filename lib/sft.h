@@ -67,7 +67,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 /* Add one record: 0 added, 1 dropped as too long, -1 bad record (message in err). */
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
                  size_t errlen);
-/* Add a tokenised sample (pads it). Same return values. */
+/* Add a tokenised sample (pads it). Same return values; nr == 0 is a bad record. */
 int sft_data_add_ids(struct sft_data *d, const int *prompt, size_t np, const int *resp,
                      size_t nr, const struct sft_opts *o, char *err, size_t errlen);
 
