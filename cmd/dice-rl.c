@@ -142,7 +142,9 @@ static int stages_parse(const char *spec, struct stage *st)
 		long v;
 		if (!e)
 			e = p + strlen(p);
-		if (!c || c > e || n == MAX_STAGES || stage_parse_name(p, (size_t)(c - p), &st[n].infill))
+		if (n == MAX_STAGES)
+			return -2;
+		if (!c || c > e || stage_parse_name(p, (size_t)(c - p), &st[n].infill))
 			return -1;
 		char *numstr = xstrndup(c + 1, (size_t)(e - c - 1));
 		int bad = parse_long(numstr, 0, 1L << 30, &v) < 0;
@@ -151,6 +153,8 @@ static int stages_parse(const char *spec, struct stage *st)
 			return -1;
 		st[n].steps = (int)v;
 		st[n++].pos = 0;
+		if (*e && !e[1])
+			return -1;                  /* a trailing comma */
 		p = *e ? e + 1 : e;
 	}
 	return n;
@@ -397,7 +401,9 @@ int main(int argc, char **argv)
 			die_status(EXIT_STATUS_USAGE, "bad --stage '%s' (infill or e2e)", stage_name);
 		spec = xasprintf("%s:%ld", stage_name, steps >= 0 ? steps : inf ? 20L : 100L);
 	}
-	if ((nst = stages_parse(spec, st)) <= 0)
+	if ((nst = stages_parse(spec, st)) == -2)
+		die_status(EXIT_STATUS_USAGE, "bad --stages '%s': at most %d stages", spec, MAX_STAGES);
+	if (nst <= 0)
 		die_status(EXIT_STATUS_USAGE, "bad --stages '%s' (e.g. infill:20,e2e:100)", spec);
 
 	const struct ops *ops = ops_get(device);
@@ -430,10 +436,15 @@ int main(int argc, char **argv)
 	/* the model (from -o when resuming), the tokenizer */
 	struct model m, mref;
 	load_model(&m, resume ? out : model_dir, ops);
+	int tok_given = tok_dir != NULL;
+	if (tok_given && !has_tokenizer(tok_dir))
+		die("--tokenizer '%s': no tokenizer.json there", tok_dir);
 	if (!tok_dir)
 		tok_dir = model_dir ? model_dir : out;
 	struct tokenizer tok;
 	int have_tok = has_tokenizer(tok_dir) && tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
+	if (tok_given && !have_tok)
+		die("%s", err);
 	struct sample_rec sr;
 	sample_rec_init(&sr, have_tok ? &tok : NULL, PROMPT_CHAT_QWEN3, 0);
 	sr.vocab = m.cfg.vocab_size;
