@@ -629,12 +629,8 @@ int main(int argc, char **argv)
 				json_object_set_new(j, "eval_exec", json_real(ex));
 			}
 			if (logf && !log_bad) {  /* a failed write: reported once, training goes on */
-				char *text = jsonl_dumps(j);
-				errno = 0;
-				fprintf(logf, "%s\n", text);
-				if (util_fcheck(logf, log_path) < 0)
+				if (jsonl_log(logf, log_path, j) < 0)
 					log_bad = 1, ret = 1;
-				free(text);
 			}
 			json_decref(j);
 			if (mt.bad)

@@ -382,12 +382,8 @@ int main(int argc, char **argv)
 			                      "step_s", dt_s);
 			if (pf.peak > 0)
 				json_object_set_new(j, "mfu", json_real(pf.mfu));
-			char *text = jsonl_dumps(j);
-			errno = 0;
-			fprintf(logf, "%s\n", text);
-			if (util_fcheck(logf, log_path) < 0)
+			if (jsonl_log(logf, log_path, j) < 0)
 				log_bad = 1, ret = 1;
-			free(text);
 			json_decref(j);
 		}
 		if (!quiet) {

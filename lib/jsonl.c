@@ -227,6 +227,18 @@ char *jsonl_dumps(const json_t *v)
 	return buf_detach(&b, NULL);
 }
 
+int jsonl_log(FILE *fp, const char *name, const json_t *v)
+{
+	char *text = jsonl_dumps(v);
+	int rc;
+
+	errno = 0;
+	fprintf(fp, "%s\n", text);
+	rc = util_fcheck(fp, name);
+	free(text);
+	return rc;
+}
+
 int jsonl_write(struct jsonl_writer *w, json_t *rec)
 {
 	buf_reset(&w->b);

@@ -84,6 +84,9 @@ const char *json_get_str(const json_t *o, const char *key);
 /* v as one line of compact JSON (no newline), its reals as the writer prints them (see
  * above); a new string. For what a user reads that is not a record: logs, statistics. */
 char *jsonl_dumps(const json_t *v);
+/* v as one such line on fp, flushed: 0, or -1 after "prog: write error on NAME: reason"
+ * (said once a stream, util_fcheck). For logs. */
+int jsonl_log(FILE *fp, const char *name, const json_t *v);
 /* 1 and *out when key holds a number (integer or real), else 0 */
 int json_get_num(const json_t *o, const char *key, double *out);
 
