@@ -373,12 +373,18 @@ int main(int argc, char **argv)
 		model_dir = util_env("DICE_MODEL", NULL);
 	if (!out || (!model_dir && !resume))
 		usage(EXIT_STATUS_USAGE);
-	/* no output may be an input: -g and -X would empty it before it is read */
-	char *evops[1] = { (char *)eval_path };
-	cli_output_not_input(log_path, argv + optind, argc - optind);
-	cli_output_not_input(dump, argv + optind, argc - optind);
-	cli_output_not_input(log_path, evops, eval_path ? 1 : 0);
-	cli_output_not_input(dump, evops, eval_path ? 1 : 0);
+	/* no output may be an input (the operands, or stdin without them, and -T): -g and -X
+	 * would empty it before it is read */
+	int nin = argc - optind;
+	char **ins = xcalloc((size_t)nin + 2, sizeof *ins);
+	memcpy(ins, argv + optind, (size_t)nin * sizeof *ins);
+	if (!nin)
+		ins[nin++] = "-";
+	if (eval_path)
+		ins[nin++] = (char *)eval_path;
+	cli_output_not_input(log_path, ins, nin);
+	cli_output_not_input(dump, ins, nin);
+	free(ins);
 	if (strcmp(order, "file") && strcmp(order, "level"))
 		die_status(EXIT_STATUS_USAGE, "bad --order '%s' (file or level)", order);
 	if (eval_every && !eval_path)
