@@ -315,7 +315,7 @@ int main(int argc, char **argv)
 {
 	const char *model_dir = NULL, *out = NULL, *tok_dir = NULL, *log_path = NULL;
 	const char *device = util_env("DICE_DEVICE", "cpu");
-	const char *stage_name = "e2e", *stages_spec = NULL, *reward = "kbench";
+	const char *stage_name = NULL, *stages_spec = NULL, *reward = "kbench";
 	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
 	long update = 256, micro = 4, save_every = 0, eval_every = 0, max_plen = 2000;
@@ -399,10 +399,15 @@ int main(int argc, char **argv)
 	struct stage st[MAX_STAGES];
 	int nst;
 	char *spec;
+	if (stages_spec && (stage_name || steps >= 0))
+		die_status(EXIT_STATUS_USAGE, "--stages names every stage and its steps: give it "
+		           "without %s", stage_name ? "--stage" : "--steps");
 	if (stages_spec) {
 		spec = xstrdup(stages_spec);
 	} else {
 		int inf;
+		if (!stage_name)
+			stage_name = "e2e";
 		if (stage_parse_name(stage_name, strlen(stage_name), &inf) < 0)
 			die_status(EXIT_STATUS_USAGE, "bad --stage '%s' (infill or e2e)", stage_name);
 		spec = xasprintf("%s:%ld", stage_name, steps >= 0 ? steps : inf ? 20L : 100L);
