@@ -158,10 +158,29 @@ int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_d
 	return rc;
 }
 
+/* The options a state is written with, as its __metadata__ spells them. */
+struct saved_opts {
+	char lr[32], warm[16], accum[16], total[24], btok[24];
+};
+
+static void saved_opts(const struct sft_train *s, struct saved_opts *o)
+{
+	for (int digits = 6; digits <= 9; digits++) {  /* the fewest digits that read back */
+		snprintf(o->lr, sizeof o->lr, "%.*g", digits, (double)s->op.o.lr);
+		if (strtof(o->lr, NULL) == s->op.o.lr)
+			break;
+	}
+	snprintf(o->warm, sizeof o->warm, "%d", s->op.o.warmup);
+	snprintf(o->accum, sizeof o->accum, "%d", s->grad_accum);
+	snprintf(o->total, sizeof o->total, "%ld", s->total_steps);
+	snprintf(o->btok, sizeof o->btok, "%zu", s->batch_tokens);
+}
+
 int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
                    size_t errlen)
 {
-	char seed[24], epoch[16], batch[24], rngs[80], samples[24], total[24], *path;
+	char seed[24], epoch[16], batch[24], rngs[80], samples[24], *path;
+	struct saved_opts o;
 	int rc;
 
 	if (sft_train_save_model(s->m, out_dir, tok_dir, err, errlen) < 0)
@@ -172,9 +191,11 @@ int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir
 	snprintf(rngs, sizeof rngs, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64,
 	         s->noise.s[0], s->noise.s[1], s->noise.s[2], s->noise.s[3]);
 	snprintf(samples, sizeof samples, "%zu", s->d->n);
-	snprintf(total, sizeof total, "%ld", s->total_steps);
+	saved_opts(s, &o);
 	const char *meta[] = { "seed", seed, "epoch", epoch, "batch", batch, "noise_rng", rngs,
-	                       "samples", samples, "total_steps", total };
+	                       "samples", samples, "total_steps", o.total, "batch_tokens", o.btok,
+	                       "grad_accum", o.accum, "lr", o.lr, "schedule",
+	                       optim_schedule_name(s->op.o.schedule), "warmup", o.warm };
 	path = xasprintf("%s/%s", out_dir, SFT_STATE_FILE);
 	rc = optim_save(&s->op, path, meta, ARRAY_LEN(meta) / 2, err, errlen);
 	free(path);
@@ -194,6 +215,50 @@ static int meta_u64(const struct safetensors *st, const char *key, uint64_t *out
 	}
 	errmsg_set(err, errlen, "%s: no valid \"%s\" in __metadata__", st->path, key);
 	return -1;
+}
+
+/* The options the state was written with (states before these were saved have none of the
+ * keys: nothing to compare). A changed --batch-tokens plans other micro-batches, so the saved
+ * position would name other samples: an error. A changed learning rate, schedule, warm-up,
+ * accumulation or (for the cosine schedule) step count only changes the steps to come: one
+ * warning naming them. */
+static int resume_check_schedule(const struct sft_train *s, const struct safetensors *st,
+                                 char *err, size_t errlen)
+{
+	const char *v;
+	char said[512] = "";
+	size_t len = 0;
+	uint64_t u;
+
+	if (safetensors_meta(st, "batch_tokens")) {
+		if (meta_u64(st, "batch_tokens", &u, err, errlen) < 0)
+			return -1;
+		if (u != s->batch_tokens) {
+			errmsg_set(err, errlen, "%s: written with --batch-tokens %" PRIu64 ", now %zu "
+			           "(the saved position counts its micro-batches)\nhint: resume with "
+			           "--batch-tokens %" PRIu64, st->path, u, s->batch_tokens, u);
+			return -1;
+		}
+	}
+	struct saved_opts o;
+	saved_opts(s, &o);
+	const struct { const char *key, *opt, *now; } k[] = {
+		{ "lr", "--lr", o.lr }, { "schedule", "--schedule", optim_schedule_name(s->op.o.schedule) },
+		{ "warmup", "warm-up steps", o.warm }, { "grad_accum", "--grad-accum", o.accum },
+		{ "total_steps", "total steps", o.total },
+	};
+	for (size_t i = 0; i < ARRAY_LEN(k); i++) {
+		if (!(v = safetensors_meta(st, k[i].key)) ||
+		    (!strcmp(k[i].key, "total_steps") && s->op.o.schedule != OPTIM_COSINE))
+			continue;      /* only the cosine schedule depends on the step count */
+		if (strcmp(v, k[i].now) && len < sizeof said)
+			len += (size_t)snprintf(said + len, sizeof said - len, "%s%s %s (was %s)",
+			                        len ? ", " : "", k[i].opt, k[i].now, v);
+	}
+	if (len)
+		warn_msg("%s: resuming with %s: the steps from %d on follow the new setting",
+		         st->path, said, s->op.step);
+	return 0;
 }
 
 int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t errlen)
@@ -226,6 +291,8 @@ int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t err
 		           st.path, seed, samples, s->seed, s->d->n);
 		goto out;
 	}
+	if (resume_check_schedule(s, &st, err, errlen) < 0)
+		goto out;
 	s->epoch = (int)epoch;
 	plan_epoch(s, s->epoch);
 	s->batch = (size_t)batch;
