@@ -707,9 +707,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		info = probe(e, &pw, &why);
 	}
 	if (!info) {
-		warn_msg("cannot run the worker with %s: %s", e->python ? e->python : cands[nc - 1],
-		         why ? why : "?");
-		fprintf(stderr, "hint: set DICE_PYTHON to a Python that imports torch\n");
+		warn_msg("cannot run the worker with %s: %s\nhint: set DICE_PYTHON to a Python that "
+		         "imports torch", e->python ? e->python : cands[nc - 1], why ? why : "?");
 		free(why);
 		free(e->python);
 		free(e->worker);

@@ -22,13 +22,37 @@ void util_set_progname(const char *path)
 	argv0 = s ? s + 1 : path;
 }
 
+/* Every line of the message gets the program's name, a "hint: ..." line after an error too,
+ * so that in a pipeline each line says which program wrote it. */
 void vwarn_msg(const char *fmt, va_list ap)
 {
 	int saved = errno;
 	size_t n = strlen(fmt);
+	char small[512], *text = small;
+	va_list aq;
 
+	va_copy(aq, ap);
+	int len = vsnprintf(small, sizeof small, fmt, aq);
+	va_end(aq);
+	if (len < 0)
+		len = 0, small[0] = 0;
+	else if ((size_t)len >= sizeof small) {
+		text = malloc((size_t)len + 1);
+		if (text)
+			vsnprintf(text, (size_t)len + 1, fmt, ap);
+		else
+			text = small;       /* out of memory: the message cut short */
+	}
 	fprintf(stderr, "%s: ", argv0);
-	vfprintf(stderr, fmt, ap);
+	for (const char *p = text, *nl; *p; p = nl + 1) {
+		if (!(nl = strchr(p, '\n'))) {
+			fputs(p, stderr);
+			break;
+		}
+		fprintf(stderr, "%.*s\n%s: ", (int)(nl - p), p, argv0);
+	}
+	if (text != small)
+		free(text);
 	if (n && fmt[n - 1] == ':')
 		fprintf(stderr, " %s", strerror(saved));
 	fputc('\n', stderr);

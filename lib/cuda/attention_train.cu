@@ -1891,8 +1891,8 @@ static int fa_version(int bwd, int HD)
 			else
 				v = e[1] - '0';
 		} else if (!warned++) {
-			fprintf(stderr, "dice: DICE_FA=%s: want 1, 2, 3 or a forward digit and a "
-			        "backward digit (1 to 3 each); using the default\n", e);
+			warn_msg("DICE_FA=%s: want 1, 2, 3 or a forward digit and a "
+			         "backward digit (1 to 3 each); using the default", e);
 		}
 	}
 	return v == 3 && !f3_ok(HD) ? 2 : v;
@@ -2236,7 +2236,7 @@ static void at_ranges(cudaStream_t st, struct at_shape *z, int *rdev, const stru
 {
 	z->range = (int *)malloc(2 * (size_t)z->nchunk * sizeof(int));
 	if (!z->range) {
-		fprintf(stderr, "dice: attention_tc: out of memory\n");
+		warn_msg("attention_tc: out of memory");
 		abort();
 	}
 	for (int c = 0; c < z->nchunk; c++) {

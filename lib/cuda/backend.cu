@@ -13,9 +13,9 @@ void gpu_check_cuda(cudaError_t e, const char *file, int line)
 {
 	if (e == cudaSuccess)
 		return;
-	fprintf(stderr, "dice: cuda error at %s:%d: %s\n", file, line, cudaGetErrorString(e));
+	warn_msg("cuda error at %s:%d: %s", file, line, cudaGetErrorString(e));
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-		fprintf(stderr, "dice: hint: no usable GPU; use --device cpu\n");
+		warn_msg("hint: no usable GPU; use --device cpu");
 	exit(1);
 }
 
@@ -23,7 +23,7 @@ void gpu_check_cublas(cublasStatus_t s, const char *file, int line)
 {
 	if (s == CUBLAS_STATUS_SUCCESS)
 		return;
-	fprintf(stderr, "dice: cublas error at %s:%d: %s\n", file, line, cublasGetStatusString(s));
+	warn_msg("cublas error at %s:%d: %s", file, line, cublasGetStatusString(s));
 	exit(1);
 }
 
@@ -60,7 +60,7 @@ void *gpu_scratch(size_t bytes)
 		if (g_stream)
 			CUDA_CHECK(cudaStreamIsCapturing(g_stream, &cs));
 		if (cs != cudaStreamCaptureStatusNone) {
-			fprintf(stderr, "dice: the scratch grew inside a graph capture (a bug)\n");
+			warn_msg("the scratch grew inside a graph capture (a bug)");
 			abort();
 		}
 		if (g_scratch)
@@ -239,7 +239,7 @@ int gpu_sm_count(void)
 /* ---------------------------------------------------------------- the table */
 
 #define OPS_CALL(op, call) do { if ((call) != 0) { \
-	fprintf(stderr, "dice: cuda %s: bad arguments\n", (op)); abort(); } } while (0)
+	warn_msg("cuda %s: bad arguments", (op)); abort(); } } while (0)
 
 static void cu_matmul(float *y, const float *x, const void *w, enum dice_dtype wdt,
                       int N, int in, int out)
@@ -328,8 +328,8 @@ static void *cu_alloc(size_t bytes)
 		cudaGetLastError();
 		size_t free_b = 0, total_b = 0;
 		cudaMemGetInfo(&free_b, &total_b);
-		fprintf(stderr, "dice: cannot allocate %zu bytes on the GPU (%zu free of %zu)\n",
-		        bytes, free_b, total_b);
+		warn_msg("cannot allocate %zu bytes on the GPU (%zu free of %zu)",
+		         bytes, free_b, total_b);
 		return NULL;
 	}
 	CUDA_CHECK(e);

@@ -15,6 +15,9 @@
 
 #include "gpu.h"
 
+/* lib/util.c's: "prog: message" on stderr (every line of it prefixed) */
+extern "C" void warn_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 void gpu_check_cuda(cudaError_t e, const char *file, int line);
 void gpu_check_cublas(cublasStatus_t s, const char *file, int line);
 #define CUDA_CHECK(call) gpu_check_cuda((call), __FILE__, __LINE__)
@@ -24,7 +27,7 @@ void gpu_check_cublas(cublasStatus_t s, const char *file, int line);
 
 /* shape preconditions of a launcher: warn and return -1 */
 #define GPU_REQUIRE(cond, op) do { if (!(cond)) { \
-	fprintf(stderr, "dice: %s: bad shape (%s) at %s:%d\n", (op), #cond, __FILE__, __LINE__); \
+	warn_msg("%s: bad shape (%s) at %s:%d", (op), #cond, __FILE__, __LINE__); \
 	return -1; } } while (0)
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

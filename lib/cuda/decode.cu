@@ -54,8 +54,8 @@ static struct dk_splits dk_splits_get(void)
 		const char *e = getenv("DICE_DK_SPLIT");
 		int n = DK_SPLITS, t = DK_SPLIT_TILES;
 		if (e && (sscanf(e, "%d,%d", &n, &t) != 2 || n < 1 || n > DK_SPLITS_MAX || t < 1)) {
-			fprintf(stderr, "dice: DICE_DK_SPLIT=%s: want SPLITS,TILES (1..%d, >= 1); "
-			        "using %d,%d\n", e, DK_SPLITS_MAX, DK_SPLITS, DK_SPLIT_TILES);
+			warn_msg("DICE_DK_SPLIT=%s: want SPLITS,TILES (1..%d, >= 1); "
+			         "using %d,%d", e, DK_SPLITS_MAX, DK_SPLITS, DK_SPLIT_TILES);
 			n = DK_SPLITS;
 			t = DK_SPLIT_TILES;
 		}
@@ -1745,8 +1745,8 @@ static int du_ok(int units, int maxS)
 		char *end;
 		long v = e ? strtol(e, &end, 10) : -2;
 		if (e && (end == e || *end || v < 0 || v > 1 << 30)) {
-			fprintf(stderr, "dice: DICE_DK_UNIT=%s: want a number of units (0: off); "
-			        "using the default\n", e);
+			warn_msg("DICE_DK_UNIT=%s: want a number of units (0: off); "
+			         "using the default", e);
 			v = -2;
 		}
 		du_min = (int)v;
@@ -1757,8 +1757,8 @@ static int du_ok(int units, int maxS)
 		if (e && e[0] >= '1' && e[0] <= '0' + DU_VERSIONS && !e[1])
 			du_v = *e - '0';
 		else if (e)
-			fprintf(stderr, "dice: DICE_DK_UNIT_V=%s: want 1 to %d; using the default\n", e,
-			        DU_VERSIONS);
+			warn_msg("DICE_DK_UNIT_V=%s: want 1 to %d; using the default", e,
+			         DU_VERSIONS);
 	}
 	if (du_min == 0 || units < (du_min > 0 ? du_min : 3 * gpu_sm_count() / 4))
 		return 0;
@@ -1852,12 +1852,12 @@ static int dm_launch_cluster(const void *fn, dim3 grid, int cluster, cudaStream_
 		(void)cudaGetLastError();
 		if (!pdl)
 			break;
-		fprintf(stderr, "dice: attention_kv: cluster launch with PDL refused (%s); "
-		        "without PDL\n", cudaGetErrorString(e));
+		warn_msg("attention_kv: cluster launch with PDL refused (%s); "
+		         "without PDL", cudaGetErrorString(e));
 		pdl_ok = 0;
 	}
-	fprintf(stderr, "dice: attention_kv: cluster launch refused (%s); merging the splits "
-	        "through global memory\n", cudaGetErrorString(e));
+	warn_msg("attention_kv: cluster launch refused (%s); merging the splits "
+	         "through global memory", cudaGetErrorString(e));
 	dm_cluster_ok = 0;
 	return -1;
 }
@@ -1895,7 +1895,7 @@ int gpu_attention_kv16(cudaStream_t st, float *out, void *out16, enum dice_dtype
 		if (v && v[0] >= '0' && v[0] <= '2' && !v[1])
 			trig = *v - '0';
 		else if (v)
-			fprintf(stderr, "dice: DICE_DK_TRIGGER=%s: want 0, 1 or 2; using 2\n", v);
+			warn_msg("DICE_DK_TRIGGER=%s: want 0, 1 or 2; using 2", v);
 	}
 	a.trig = trig;
 

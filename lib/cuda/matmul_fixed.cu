@@ -530,7 +530,7 @@ int gpu_matmul_fixed_pack(cudaStream_t st, const void *w, enum dice_dtype wdt, i
 			mf_pkcap = mf_pkcap ? 2 * mf_pkcap : 64;
 			mf_pks = (struct mf_pk *)realloc(mf_pks, (size_t)mf_pkcap * sizeof *mf_pks);
 			if (!mf_pks) {
-				fprintf(stderr, "dice: out of memory\n");
+				warn_msg("out of memory");
 				exit(1);
 			}
 		}

@@ -6,7 +6,7 @@
 #include "train.cuh"
 
 #define TRAIN_CALL(op, call) do { if ((call) != 0) { \
-	fprintf(stderr, "dice: cuda %s: bad arguments\n", (op)); abort(); } } while (0)
+	warn_msg("cuda %s: bad arguments", (op)); abort(); } } while (0)
 
 void cu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                         enum dice_dtype wdt, int N, int in, int out)

@@ -101,7 +101,7 @@ const float *gpu_rope_table(float theta, int HD)
 			return tables[i].d;
 	struct rope_table *t = (struct rope_table *)realloc(tables, sizeof *t * (ntables + 1));
 	if (!t) {
-		fprintf(stderr, "dice: cuda: out of host memory for a rope table\n");
+		warn_msg("cuda: out of host memory for a rope table");
 		abort();
 	}
 	tables = t;

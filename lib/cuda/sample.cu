@@ -361,7 +361,7 @@ static void *host_buf(size_t bytes)
 		g_host_cap = bytes + bytes / 4;
 		g_host = malloc(g_host_cap);
 		if (!g_host) {
-			fprintf(stderr, "dice: sample: out of host memory\n");
+			warn_msg("sample: out of host memory");
 			exit(1);
 		}
 	}
