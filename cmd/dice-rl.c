@@ -266,15 +266,6 @@ static void load_state(const char *out, const char *spec, struct stage *st, int 
 	free(path);
 }
 
-static int has_tokenizer(const char *dir)
-{
-	struct stat sb;
-	char *a = xasprintf("%s/tokenizer.json", dir);
-	int r = !stat(a, &sb);
-	free(a);
-	return r;
-}
-
 /* kbench-eval beside this program, else on PATH */
 static char *kbench_cmd(long trials, int robust, const char *extra)
 {
@@ -448,12 +439,13 @@ int main(int argc, char **argv)
 	struct model m, mref;
 	load_model(&m, resume ? out : model_dir, ops);
 	int tok_given = tok_dir != NULL;
-	if (tok_given && !has_tokenizer(tok_dir))
-		die("--tokenizer '%s': no tokenizer.json there", tok_dir);
+	if (tok_given && !checkpoint_has_tokenizer(tok_dir))
+		die("--tokenizer '%s': no tokenizer files there (tokenizer.json, ...)", tok_dir);
 	if (!tok_dir)
 		tok_dir = model_dir ? model_dir : out;
 	struct tokenizer tok;
-	int have_tok = has_tokenizer(tok_dir) && tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
+	int have_tok = checkpoint_has_tokenizer(tok_dir) &&
+	               tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
 	if (tok_given && !have_tok)
 		die("%s", err);
 	struct sample_rec sr;
@@ -590,7 +582,7 @@ int main(int argc, char **argv)
 		die("cannot open '%s':", log_path);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
+	const char *copy_tok = checkpoint_has_tokenizer(tok_dir) ? tok_dir : NULL;
 
 	int last_si = si, last_done = done;
 	for (; si < nst && !stop; si++, done = 0) {

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,16 +160,6 @@ static int save(struct sft_train *st, const char *out, const char *tok_dir)
 		return -1;
 	}
 	return 0;
-}
-
-static int has_tokenizer(const char *dir)
-{
-	struct stat sb;
-	char *a = xasprintf("%s/tokenizer.json", dir), *b = xasprintf("%s/vocab.json", dir);
-	int r = !stat(a, &sb) || !stat(b, &sb);
-	free(a);
-	free(b);
-	return r;
 }
 
 static double now(void)
@@ -361,7 +350,7 @@ int main(int argc, char **argv)
 	int log_bad = 0;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
-	const char *copy_tok = has_tokenizer(tok_dir) ? tok_dir : NULL;
+	const char *copy_tok = checkpoint_has_tokenizer(tok_dir) ? tok_dir : NULL;
 	double t0 = now();
 	training = 1;
 	while (sft_train_more(&st) && !stop) {

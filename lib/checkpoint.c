@@ -229,8 +229,7 @@ static const char *const tokenizer_files[] = {
 	"special_tokens_map.json", "added_tokens.json", "generation_config.json",
 };
 
-/* 1 when from holds a tokenizer file to copy */
-static int has_tokenizer_files(const char *from)
+int checkpoint_has_tokenizer(const char *from)
 {
 	int found = 0;
 	for (size_t i = 0; !found && i < ARRAY_LEN(tokenizer_files); i++) {
@@ -308,7 +307,7 @@ int checkpoint_write(const char *dir, const struct model_config *c,
 
 	if (config_validate(c, "config", err, errlen) < 0)
 		return -1;
-	if (tokenizer_dir && !has_tokenizer_files(tokenizer_dir)) {   /* before writing anything */
+	if (tokenizer_dir && !checkpoint_has_tokenizer(tokenizer_dir)) {   /* before writing anything */
 		errmsg_set(err, errlen, "%s: no tokenizer files (tokenizer.json, vocab.json, ...)",
 		           tokenizer_dir);
 		return -1;

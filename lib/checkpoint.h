@@ -58,6 +58,10 @@ int checkpoint_bind(const struct model_config *c, const struct safetensors *st,
                     struct model_weights *w, char *err, size_t errlen);
 void model_weights_free(struct model_weights *w);
 
+/* 1 when dir holds a tokenizer file that checkpoint_write copies (tokenizer.json, vocab.json,
+ * ...). */
+int checkpoint_has_tokenizer(const char *dir);
+
 /* Write a checkpoint directory (created if absent, one level). w holds host pointers.
  * nshards <= 1: model.safetensors; else that many shards and the index. tokenizer_dir:
  * copy its tokenizer files (tokenizer.json, tokenizer_config.json, vocab.json,
