@@ -152,7 +152,7 @@ static void emit(struct run *r)
 static void pump(struct run *r, size_t until)
 {
 	while (!output_gone(r) && kbench_engine_pending(r->e) > until) {
-		if (kbench_engine_step(r->e, 100) < 0) {
+		if (kbench_engine_step(r->e, -1, 100) < 0) {
 			kbench_engine_abort(r->e);
 			die("the evaluation cannot go on");
 		}

@@ -1131,7 +1131,7 @@ static struct entry *next_job(struct kbench_engine *e, int role)
 	return NULL;
 }
 
-int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
+int kbench_engine_step(struct kbench_engine *e, int fd, int timeout_ms)
 {
 	int nw = e->nlanes * e->slots, n = 0, lane, k;
 	struct pool_proc **pp = xcalloc((size_t)nw, sizeof *pp);
@@ -1175,8 +1175,8 @@ int kbench_engine_step(struct kbench_engine *e, int timeout_ms)
 	for (int i = 0; i < nw; i++)
 		if (e->w[i].p.pid)
 			pp[n++] = &e->w[i].p;
-	if (n)
-		pool_poll(pp, n, timeout_ms);
+	if (n || fd >= 0)
+		pool_poll_fd(pp, n, fd, timeout_ms);
 	free(pp);
 	for (int i = 0; i < nw; i++)
 		if (e->w[i].p.pid)

@@ -117,8 +117,9 @@ void kbench_engine_submit_done(struct kbench_engine *e, json_t *rec, json_t *ev,
                                const char *where);
 /* Records submitted and not yet handed back. */
 size_t kbench_engine_pending(const struct kbench_engine *e);
-/* Run the pool for up to timeout_ms (or until something finishes). -1: fatal error. */
-int kbench_engine_step(struct kbench_engine *e, int timeout_ms);
+/* Run the pool for up to timeout_ms (or until something finishes, or fd is readable: the
+ * caller's own input, -1 for none). -1: fatal error. */
+int kbench_engine_step(struct kbench_engine *e, int fd, int timeout_ms);
 /* The oldest record once it is finished: 1 with *rec (caller owns), *line (borrowed until the
  * next call), *ev (caller owns) and *bad (1 when the record itself was bad); 0: not yet. */
 int kbench_engine_next(struct kbench_engine *e, json_t **rec, char **line, size_t *len,

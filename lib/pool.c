@@ -275,9 +275,16 @@ static void reap(struct pool_proc **procs, int n)
 
 int pool_poll(struct pool_proc **procs, int n, int timeout_ms)
 {
+	return pool_poll_fd(procs, n, -1, timeout_ms);
+}
+
+int pool_poll_fd(struct pool_proc **procs, int n, int fd, int timeout_ms)
+{
 	struct pollfd *fds = xcalloc((size_t)n * 2 + 1, sizeof *fds);
 	int i, k = 0, r;
 
+	if (fd >= 0)
+		fds[k++] = (struct pollfd){ .fd = fd, .events = POLLIN };
 	for (i = 0; i < n; i++) {
 		if (!procs[i] || !procs[i]->pid)
 			continue;

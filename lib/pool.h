@@ -61,6 +61,9 @@ int pool_spawn(struct pool_proc *p, const struct pool_opts *o);
 /* Wait up to timeout_ms for output or exits of procs[0..n), read what is there, reap exited
  * children (ours and orphans). Returns 0, or -1 on a poll error. */
 int pool_poll(struct pool_proc **procs, int n, int timeout_ms);
+/* The same, and it also returns when fd (not read here; -1: none) is readable or at its end:
+ * a caller that waits on its own input and its children at once. */
+int pool_poll_fd(struct pool_proc **procs, int n, int fd, int timeout_ms);
 /* Next complete line from fd 4 (without '\n'), new string in *line: 1; none yet: 0. */
 int pool_line(struct pool_proc *p, char **line);
 /* 1 when fd 4 is at EOF and the child has exited. */
