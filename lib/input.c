@@ -1,9 +1,11 @@
 /* input: operands as byte streams: plain files and stdin directly, compressed files and
  * archives through libarchive (filters: all; formats: tar, zip, 7z, cpio, raw). See input.h. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -60,6 +62,46 @@ enum { INPUT_IOBUF = 1 << 16 };
 static char stdin_iobuf[INPUT_IOBUF];
 static int stdin_iobuf_set;
 
+static int (*idle_fn)(int fd, void *arg);
+static void *idle_arg;
+
+void input_set_idle(int (*fn)(int fd, void *arg), void *arg)
+{
+	idle_fn = fn;
+	idle_arg = fn ? arg : NULL;
+}
+
+/* The waiting stream's reads: the idle hook's turns while the descriptor has nothing, then
+ * one read(2) (its error, if any, is the stream's) */
+static ssize_t idle_read(void *cookie, char *buf, size_t size)
+{
+	struct input *in = cookie;
+	struct pollfd pf = { .fd = fileno(in->under), .events = POLLIN };
+	int r;
+
+	while (idle_fn && (r = poll(&pf, 1, 0)) <= 0) {
+		if (r < 0 && errno != EINTR)
+			break;
+		if (r == 0 && idle_fn(pf.fd, idle_arg) < 0)
+			return 0;
+	}
+	return read(pf.fd, buf, size);
+}
+
+/* With an idle hook, a pipe, FIFO or terminal is read through a waiting stream; a regular
+ * file always has its bytes at hand */
+static void wrap_idle(struct input *in)
+{
+	static const cookie_io_functions_t io = { .read = idle_read };
+	struct stat st;
+
+	if (!idle_fn || fstat(fileno(in->raw), &st) < 0 || S_ISREG(st.st_mode))
+		return;
+	in->under = in->raw;
+	if (!(in->raw = fopencookie(in, "r", io)))
+		BUG("fopencookie failed");
+}
+
 int input_open(struct input *in, const char *path)
 {
 	int c;
@@ -69,8 +111,6 @@ int input_open(struct input *in, const char *path)
 	if (!strcmp(path, "-")) {
 		in->name = xstrdup("<stdin>");
 		in->raw = stdin;
-		if (!stdin_iobuf_set++)
-			setvbuf(stdin, stdin_iobuf, _IOFBF, sizeof stdin_iobuf);
 	} else {
 		in->name = xstrdup(path);
 		struct stat st;
@@ -83,8 +123,13 @@ int input_open(struct input *in, const char *path)
 			in->name = NULL;
 			return -1;
 		}
+	}
+	wrap_idle(in);
+	if (in->raw != stdin) {
 		in->iobuf = xmalloc(INPUT_IOBUF);
 		setvbuf(in->raw, in->iobuf, _IOFBF, INPUT_IOBUF);
+	} else if (!stdin_iobuf_set++) {
+		setvbuf(stdin, stdin_iobuf, _IOFBF, sizeof stdin_iobuf);
 	}
 	c = getc(in->raw);
 	if (c != EOF)
@@ -205,6 +250,8 @@ void input_close(struct input *in)
 	free(in->mbuf);
 	if (in->raw && in->raw != stdin)
 		fclose(in->raw);
+	if (in->under && in->under != stdin)
+		fclose(in->under);
 	free(in->iobuf);
 	free(in->name);
 	free(in->member_buf);

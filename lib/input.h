@@ -15,6 +15,14 @@
  *     input_close(&in);
  *
  * in.fp and in.name belong to the input and stay valid until the next input_next/close.
+ *
+ * Waiting: with input_set_idle(fn, arg), an operand that is not a regular file (stdin on a
+ * pipe, a FIFO, a terminal) opened from then on is read through a stream that, whenever the
+ * descriptor has nothing to read, calls fn(fd, arg) instead of blocking, again and again until
+ * fd is readable or at its end. fn may work meanwhile (kbench-eval runs its workers and writes
+ * what they finished) and should come back once fd is readable or after a while; when it
+ * returns -1 the operand reads as ended there. input_set_idle(NULL, NULL): plain blocking
+ * reads again (the default).
  */
 #ifndef DICE_INPUT_H
 #define DICE_INPUT_H
@@ -29,7 +37,8 @@ struct input {
 	const char *member; /* member path inside an archive, NULL otherwise */
 	FILE *fp;           /* the current stream */
 	/* private */
-	FILE *raw;          /* the opened file or stdin */
+	FILE *raw;          /* the opened file or stdin, or the waiting stream over under */
+	FILE *under;        /* the opened file or stdin below a waiting stream, else NULL */
 	struct archive *ar;
 	struct archive *inner;  /* the current member through a decompressor (archives only) */
 	char *mbuf;         /* the member's bytes on their way to inner */
@@ -41,6 +50,7 @@ struct input {
 	char rbuf[65536];
 };
 
+void input_set_idle(int (*fn)(int fd, void *arg), void *arg);
 int input_open(struct input *in, const char *path);
 int input_next(struct input *in);
 void input_close(struct input *in);

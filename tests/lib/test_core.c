@@ -341,6 +341,85 @@ static void test_inputs(void)
 	free(p);
 }
 
+/* input_set_idle: a pipe with nothing to read calls the hook, which here is the writer: each
+ * call sends the next line, then closes the pipe. Every line is read as soon as it is there,
+ * in order; a regular file never calls the hook; a hook that returns -1 ends the input. */
+struct feeder {
+	int fd;             /* the pipe's write end, -1 once closed */
+	int calls, sent, stop_after;
+	const char *const *lines;
+	struct collect *c;
+	size_t seen_at[8];  /* records collected when the hook was called */
+};
+
+static int feed_idle(int fd, void *arg)
+{
+	struct feeder *f = arg;
+	const char *line = f->lines[f->sent];
+
+	(void)fd;
+	if (f->calls < 8)
+		f->seen_at[f->calls] = f->c->ids.len;
+	f->calls++;
+	if (f->stop_after && f->calls > f->stop_after)
+		return -1;
+	if (line) {
+		CHECK(write(f->fd, line, strlen(line)) == (ssize_t)strlen(line), "the feeder writes");
+		f->sent++;
+	} else if (f->fd >= 0) {
+		close(f->fd);
+		f->fd = -1;
+	}
+	return 0;
+}
+
+static void test_idle(void)
+{
+	static const char *const lines[] = { "{\"id\":\"a\"}\n", "{\"id\":\"b\"}\n{\"id\":",
+		"\"c\"}\n", NULL };
+	for (int stop = 0; stop <= 1; stop++) {
+		struct collect c = { .bad = 0 };
+		struct feeder f = { .lines = lines, .c = &c, .stop_after = stop };
+		int p[2];
+		if (!CHECK(pipe(p) == 0, "pipe"))
+			return;
+		f.fd = p[1];
+		char *path = xasprintf("/dev/fd/%d", p[0]);
+		char *ops[] = { path };
+		buf_init(&c.ids);
+		input_set_idle(feed_idle, &f);
+		int r = jsonl_each(ops, 1, on_rec, on_bad, &c);
+		input_set_idle(NULL, NULL);
+		if (!stop) {
+			CHECK(r == 0 && c.ids.p && !strcmp(c.ids.p, "a@1;b@2;c@3;"),
+			      "pipe: every line, in order, read while the writer holds it open");
+			CHECK(f.calls == 4 && f.seen_at[1] == strlen("a@1;") &&
+			      f.seen_at[3] == strlen("a@1;b@2;c@3;"),
+			      "pipe: a record is handed out before the hook is called again");
+		} else {
+			CHECK(r == 0 && c.ids.p && !strcmp(c.ids.p, "a@1;") && f.calls == 2,
+			      "pipe: a hook's -1 ends the input there");
+		}
+		if (f.fd >= 0)
+			close(f.fd);
+		close(p[0]);
+		buf_free(&c.ids);
+		free(path);
+	}
+	struct collect c = { .bad = 0 };
+	struct feeder f = { .lines = lines, .c = &c, .fd = -1 };
+	write_file("idle.jsonl", "{\"id\":\"a\"}\n");
+	char *path = xasprintf("%s/idle.jsonl", tmpdir);
+	char *ops[] = { path };
+	buf_init(&c.ids);
+	input_set_idle(feed_idle, &f);
+	jsonl_each(ops, 1, on_rec, on_bad, &c);
+	input_set_idle(NULL, NULL);
+	CHECK(f.calls == 0 && c.ids.p && !strcmp(c.ids.p, "a@1;"), "a regular file never waits");
+	buf_free(&c.ids);
+	free(path);
+}
+
 /* atomfile: what it writes over. A regular file is replaced (no temporary file left); a
  * symbolic link's file is replaced and the link kept; /dev/null, /dev/full and a fifo are
  * written into, never replaced; a directory is an error; a dangling link's file made. */
@@ -391,6 +470,7 @@ int main(void)
 	test_reals_random();
 	test_dumps();
 	test_inputs();
+	test_idle();
 	test_atomfile();
 	sh("rm -rf %s", "");
 	return test_done();
