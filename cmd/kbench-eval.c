@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "deceive.h"
+#include "input.h"
 #include "jsonl.h"
 #include "kbench.h"
 
@@ -49,7 +50,8 @@ static const char usage_text[] =
 "      --no-lean            CUDA sources built as written (default: their\n"
 "                           torch/extension.h read as torch/types.h first)\n"
 "  -o, --output FILE        write records to FILE\n"
-"  -u, --unbuffered         flush after every record\n"
+"  -u, --unbuffered         flush after every record: results stream out while the\n"
+"                           input pipe is still open\n"
 "  -h, --help               this help\n"
 "  -V, --version            print the version\n";
 
@@ -149,16 +151,36 @@ static void emit(struct run *r)
 	}
 }
 
+/* One turn of the engine: up to timeout_ms of waiting on the workers (and on fd, the input,
+ * unless -1), then what finished is written */
+static void turn(struct run *r, int fd, int timeout_ms)
+{
+	if (kbench_engine_step(r->e, fd, timeout_ms) < 0) {
+		kbench_engine_abort(r->e);
+		die("the evaluation cannot go on");
+	}
+	check_stop(r);
+	emit(r);
+}
+
 static void pump(struct run *r, size_t until)
 {
-	while (!output_gone(r) && kbench_engine_pending(r->e) > until) {
-		if (kbench_engine_step(r->e, -1, 100) < 0) {
-			kbench_engine_abort(r->e);
-			die("the evaluation cannot go on");
-		}
-		check_stop(r);
-		emit(r);
-	}
+	while (!output_gone(r) && kbench_engine_pending(r->e) > until)
+		turn(r, -1, 100);
+}
+
+/* The input (a pipe, a FIFO) is open and has nothing to read: the records read so far are
+ * built, run and written meanwhile (with -u flushed at once), so that results stream out
+ * while the writer holds the pipe (dice-rl's reward process). Each call waits up to 100 ms
+ * on the workers and the input together, 1 s when nothing is pending (the bound on seeing a
+ * signal that lands just before the wait); -1 once the output is gone: no more reading. */
+static int on_idle(int fd, void *arg)
+{
+	struct run *r = arg;
+
+	if (!output_gone(r))
+		turn(r, fd, kbench_engine_pending(r->e) ? 100 : 1000);
+	return output_gone(r) ? -1 : 0;
 }
 
 static int on_record(json_t *rec, struct jsonl_reader *rd, void *arg)
@@ -449,7 +471,9 @@ int main(int argc, char **argv)
 		if (!(r.e = kbench_engine_new(&cfg)))
 			die("cannot start the evaluation");
 		r.window = (size_t)(4 * (cfg.jobs + (cfg.ngpus > 0 ? cfg.ngpus : 1)) + 8);
+		input_set_idle(on_idle, &r);
 		int rr = jsonl_each(argv + optind, argc - optind, on_record, on_bad, &r);
+		input_set_idle(NULL, NULL);
 		kbench_engine_close_input(r.e);
 		pump(&r, 0);            /* not when the output is gone: the workers are stopped */
 		if (rr)
