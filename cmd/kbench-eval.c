@@ -417,14 +417,14 @@ int main(int argc, char **argv)
 	kbench_tally_init(&r.tally);
 
 	if (list) {
-		for (size_t i = 0; i < tree.n; i++) {
-			if (!kbench_ranges_has(&levels, tree.p[i].level) ||
-			    !kbench_ranges_has(&problems, tree.p[i].num))
-				continue;
-			json_t *rec = kbench_problem_record(&tree.p[i]);
+		const struct kbench_problem **sel;
+		size_t ns = kbench_tree_select(&tree, &levels, &problems, &sel);
+		for (size_t i = 0; i < ns; i++) {
+			json_t *rec = kbench_problem_record(sel[i]);
 			jsonl_write(&r.w, rec);
 			json_decref(rec);
 		}
+		free(sel);
 	} else if (report) {
 		struct kbench_row *rows;
 		size_t nr;

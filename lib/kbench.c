@@ -291,6 +291,23 @@ void kbench_ranges_free(struct kbench_ranges *rs)
 	rs->n = 0;
 }
 
+size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_ranges *levels,
+                          const struct kbench_ranges *problems,
+                          const struct kbench_problem ***out)
+{
+	size_t n = 0;
+
+	*out = NULL;
+	for (size_t i = 0; i < t->n; i++) {
+		if (!kbench_ranges_has(levels, t->p[i].level) ||
+		    !kbench_ranges_has(problems, t->p[i].num))
+			continue;
+		*out = xrealloc(*out, (n + 1) * sizeof **out);
+		(*out)[n++] = &t->p[i];
+	}
+	return n;
+}
+
 /* ================================================================== engine */
 
 enum { E_BUILD_WAIT, E_RUN_WAIT, E_BUSY, E_DONE };

@@ -61,6 +61,14 @@ int kbench_ranges_parse(struct kbench_ranges *rs, const char *s);   /* 0 or -1 *
 int kbench_ranges_has(const struct kbench_ranges *rs, long v);      /* empty set: all */
 void kbench_ranges_free(struct kbench_ranges *rs);
 
+/* The problems of t whose level is in levels and whose number is in problems (NULL or empty:
+ * all), in t's order (level, then number): what `kbench-eval --list` writes and
+ * `dice-sample --kernelbench` samples. Returns their count, with *out an array of pointers
+ * into t (the caller frees the array, not the problems; NULL when the count is 0). */
+size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_ranges *levels,
+                          const struct kbench_ranges *problems,
+                          const struct kbench_problem ***out);
+
 /* ------------------------------------------------------------------ engine */
 
 /* spares a run lane keeps by default: a worker's start (Python, import torch: 1.5 s on a

@@ -37,6 +37,38 @@ static void test_ranges(void)
 	CHECK(kbench_ranges_has(NULL, 42), "ranges: none means all");
 }
 
+/* the selection --list and dice-sample --kernelbench share: levels and numbers, tree order */
+static void test_select(void)
+{
+	struct kbench_problem p[] = {
+		{ 1, 1, "level1/1_A.py", "" }, { 1, 2, "level1/2_B.py", "" },
+		{ 1, 19, "level1/19_C.py", "" }, { 2, 1, "level2/1_D.py", "" },
+		{ 2, 2, "level2/2_E.py", "" }, { 3, 1, "level3/1_F.py", "" },
+	};
+	struct kbench_tree t = { p, sizeof p / sizeof *p };
+	struct kbench_ranges lv, pr;
+	const struct kbench_problem **sel;
+	size_t n;
+
+	n = kbench_tree_select(&t, NULL, NULL, &sel);
+	CHECK(n == 6 && sel[0] == &p[0] && sel[5] == &p[5], "select: no ranges take every problem");
+	free(sel);
+	kbench_ranges_parse(&lv, "2-3");
+	kbench_ranges_parse(&pr, "1,19");
+	n = kbench_tree_select(&t, &lv, &pr, &sel);
+	CHECK(n == 2 && sel[0] == &p[3] && sel[1] == &p[5], "select: levels and numbers, in order");
+	free(sel);
+	n = kbench_tree_select(&t, NULL, &pr, &sel);
+	CHECK(n == 4 && sel[1] == &p[2], "select: numbers across levels");
+	free(sel);
+	kbench_ranges_free(&pr);
+	kbench_ranges_parse(&pr, "7");
+	n = kbench_tree_select(&t, &lv, &pr, &sel);
+	CHECK(n == 0 && !sel, "select: nothing selected");
+	kbench_ranges_free(&lv);
+	kbench_ranges_free(&pr);
+}
+
 static void test_metrics(void)
 {
 	struct kbench_tally t;
@@ -114,6 +146,7 @@ int main(void)
 {
 	test_paths();
 	test_ranges();
+	test_select();
 	test_metrics();
 	test_pool();
 	return test_done();
