@@ -249,11 +249,13 @@ json_t *kbench_problem_record(const struct kbench_problem *p)
 
 int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
 {
-	char *copy = xstrdup(s), *save = NULL, *tok, *dash;
+	char *copy = xstrdup(s), *next, *tok, *dash;
 	long a, b;
 
 	memset(rs, 0, sizeof *rs);
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	for (tok = copy; tok; tok = next) {     /* an empty item ("1,,2", "1,") is refused */
+		if ((next = strchr(tok, ',')))
+			*next++ = '\0';
 		dash = strchr(tok, '-');
 		if (dash)
 			*dash = '\0';

@@ -52,7 +52,8 @@ int kbench_parse_path(const char *path, int *level, int *num);
 /* {"id", "level", "problem", "ref"} (new reference) */
 json_t *kbench_problem_record(const struct kbench_problem *p);
 
-/* A set of numbers such as "1-10,19". */
+/* A set of numbers such as "1-10,19": items of a number or a range a-b (a <= b), parted by
+ * commas; an empty item is refused. */
 struct kbench_ranges {
 	long (*r)[2];
 	size_t n;

@@ -34,6 +34,9 @@ static void test_ranges(void)
 	kbench_ranges_free(&rs);
 	CHECK(kbench_ranges_parse(&rs, "5-2") < 0, "ranges: reversed range refused");
 	CHECK(kbench_ranges_parse(&rs, "x") < 0, "ranges: garbage refused");
+	CHECK(kbench_ranges_parse(&rs, "1,,2") < 0 && kbench_ranges_parse(&rs, "1,") < 0 &&
+	      kbench_ranges_parse(&rs, ",1") < 0 && kbench_ranges_parse(&rs, "") < 0,
+	      "ranges: empty items refused");
 	CHECK(kbench_ranges_has(NULL, 42), "ranges: none means all");
 }
 
