@@ -1,8 +1,9 @@
 /* dice-sample: block-diffusion sampling from an SDAR/DICE checkpoint (lib/sampler.h).
  * A .py operand is a KernelBench reference: its kernel (or, with --raw, the whole completion)
  * goes to stdout. JSONL operands (or --jsonl) are records: each comes back with `completion`,
- * `kernel` and a `sample` object. The prompt rules are in lib/sample_rec.h; this file holds
- * the options and the read/decode/write loop. */
+ * `kernel` and a `sample` object; so are the problems of --kernelbench (the records of
+ * `kbench-eval --list`). The prompt rules are in lib/sample_rec.h; this file holds the options
+ * and the read/decode/write loop. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "extract.h"
 #include "input.h"
 #include "jsonl.h"
+#include "kbench.h"
 #include "model.h"
 #include "sample_rec.h"
 #include "sampler.h"
@@ -22,6 +24,7 @@
 
 static const char usage_text[] =
 	"usage: dice-sample [options] [file.py | file.jsonl ...]\n"
+	"       dice-sample [options] --kernelbench PATH [-L LIST] [--problems LIST]\n"
 	"  -m, --model DIR         checkpoint directory ($DICE_MODEL)\n"
 	"  -d, --device DEV        cpu or cuda ($DICE_DEVICE; default cuda when present)\n"
 	"  -t, --dtype T           bf16, fp16 or fp32 (default bf16 on cuda, fp32 on cpu)\n"
@@ -44,6 +47,11 @@ static const char usage_text[] =
 	"  -I, --infill            use the infilling prompt for every record with ref\n"
 	"  -c, --template CHAT     qwen3 (default) or none (feed the text raw)\n"
 	"  -F, --prompt-template FILE  your own prompt template for ref records\n"
+	"      --kernelbench PATH  sample the problems of a KernelBench tree or archive (the\n"
+	"                          records of kbench-eval --list), not operands or stdin\n"
+	"  -L, --level LIST        only these levels, e.g. 1 or 1-2 (with no --kernelbench:\n"
+	"                          the problems of $KERNELBENCH)\n"
+	"      --problems LIST     only these problem numbers, e.g. 1-10,19 (likewise)\n"
 	"  -E, --encode            tokenize each operand (or stdin): one JSON id array each\n"
 	"  -Z, --decode            the inverse: JSON id arrays (one per line) to text\n"
 	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
@@ -52,6 +60,8 @@ static const char usage_text[] =
 	"  -v, --progress          progress on stderr even when it is not a terminal\n"
 	"  -h, --help              show this help\n"
 	"  -V, --version           show the version\n";
+
+enum { OPT_KERNELBENCH = 256, OPT_PROBLEMS };   /* long-only options */
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, 'm' },
@@ -76,6 +86,9 @@ static const struct option longopts[] = {
 	{ "infill", no_argument, NULL, 'I' },
 	{ "template", required_argument, NULL, 'c' },
 	{ "prompt-template", required_argument, NULL, 'F' },
+	{ "kernelbench", required_argument, NULL, OPT_KERNELBENCH },
+	{ "level", required_argument, NULL, 'L' },
+	{ "problems", required_argument, NULL, OPT_PROBLEMS },
 	{ "encode", no_argument, NULL, 'E' },
 	{ "decode", no_argument, NULL, 'Z' },
 	{ "dry-run", no_argument, NULL, 'y' },
@@ -86,7 +99,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = ":m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:EZyo:UvhV";
+static const char shortopts[] = ":m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:L:EZyo:UvhV";
 
 static _Noreturn void usage(int status)
 {
@@ -281,7 +294,8 @@ static int output_dead(const struct state *st)
 	return st->w.failed || ferror(st->out);
 }
 
-static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
+/* a record to sample (an input line's, or a --kernelbench problem's); -1: stop reading */
+static int queue_record(json_t *rec, const char *where, void *arg)
 {
 	struct state *st = arg;
 
@@ -289,10 +303,16 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 		json_decref(rec);
 		return -1;
 	}
-	char *where = xasprintf("%s:%zu", r->name, r->lineno);
 	queue(st, rec, where, 0);
-	free(where);
 	return 0;
+}
+
+static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
+{
+	char *where = xasprintf("%s:%zu", r->name, r->lineno);
+	int ret = queue_record(rec, where, arg);
+	free(where);
+	return ret;
 }
 
 /* A reference worth sampling on: not empty (white space alone) and valid UTF-8 (a binary
@@ -347,6 +367,64 @@ static int parse_stop(const char *arg, int **stop)
 		(*stop)[i] = (int)v[i];
 	free(v);
 	return n;
+}
+
+/* ---- --kernelbench: the problems of a tree, as the records kbench-eval --list writes */
+
+struct kb_sel {
+	const char *path;                    /* the tree or archive; NULL: no --kernelbench run */
+	struct kbench_tree tree;
+	const struct kbench_problem **p;     /* (n) the problems selected, in the tree's order */
+	size_t n;
+};
+
+/* The problems to sample, chosen before any weight is read. $KERNELBENCH stands in for
+ * --kernelbench only beside --level or --problems: alone it does not turn a run that reads
+ * its operands or stdin into one over the whole benchmark. Operands with it are a usage
+ * error; a tree that cannot be read, or a selection without a problem, an error (status 1). */
+static void kb_select(struct kb_sel *k, const char *path, const char *level_arg,
+                      const char *problems_arg, const struct kbench_ranges *levels,
+                      const struct kbench_ranges *problems, char **ops, int nops)
+{
+	const char *opt = path ? "--kernelbench" : level_arg ? "--level" : "--problems";
+
+	memset(k, 0, sizeof *k);
+	if (!path && !level_arg && !problems_arg)
+		return;
+	if (path && !*path)
+		bad_arg("kernelbench", path, "a KernelBench tree or archive");
+	if (!path && !(path = util_env("KERNELBENCH", NULL)))
+		die_status(EXIT_STATUS_USAGE, "%s needs a KernelBench tree (--kernelbench or "
+		           "$KERNELBENCH)", opt);
+	if (nops)
+		die_status(EXIT_STATUS_USAGE, "%s samples KernelBench problems, not operands: "
+		           "unexpected operand '%s'", opt, ops[0]);
+	k->path = path;
+	if (kbench_tree_load(&k->tree, path) < 0)
+		exit(EXIT_STATUS_BAD);          /* the library said why, in one line */
+	if (!(k->n = kbench_tree_select(&k->tree, levels, problems, &k->p)))
+		die("no problem of KernelBench '%s' is in%s%s%s%s", path,
+		    level_arg ? " --level " : "", level_arg ? level_arg : "",
+		    problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
+}
+
+/* fn(record, "PATH:levelN/<file>", arg) for each problem selected, until fn returns nonzero */
+static void kb_each(const struct kb_sel *k, int (*fn)(json_t *rec, const char *where, void *arg),
+                    void *arg)
+{
+	for (size_t i = 0; i < k->n; i++) {
+		char *where = xasprintf("%s:%s", k->path, k->p[i]->path);
+		int r = fn(kbench_problem_record(k->p[i]), where, arg);
+		free(where);
+		if (r)
+			break;
+	}
+}
+
+static void kb_free(struct kb_sel *k)
+{
+	free(k->p);
+	kbench_tree_free(&k->tree);
 }
 
 /* ---- the front half: tokenizer and prompts only, no weights (--encode, --decode, --dry-run) */
@@ -468,6 +546,12 @@ static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	return 0;
 }
 
+static int front_dry_kb(json_t *rec, const char *where, void *arg)
+{
+	front_dry(arg, rec, where);
+	return 0;
+}
+
 static int front_dry_py(const char *name, const char *data, size_t len, void *arg)
 {
 	struct front_state *f = arg;
@@ -481,7 +565,7 @@ static int front_dry_py(const char *name, const char *data, size_t len, void *ar
 
 static int run_front(enum front mode, const char *model_dir, const char *template_path,
                      enum prompt_chat chat, int infill, const char *out_path, int unbuffered,
-                     char **ops_v, int nops)
+                     const struct kb_sel *kb, char **ops_v, int nops)
 {
 	static struct front_state f;
 	struct tokenizer tok;
@@ -507,7 +591,9 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 		}
 		free(path);
 	}
-	if (!nops)
+	if (kb->path)           /* no operands then (kb_select) */
+		kb_each(kb, front_dry_kb, &f);
+	else if (!nops)
 		ops_v = dash, nops = 1;
 	for (int i = 0; i < nops; i++) {
 		int r;
@@ -545,12 +631,13 @@ int main(int argc, char **argv)
 	struct tokenizer tok;
 	const char *model_dir = util_env("DICE_MODEL", NULL), *out_path = NULL, *stop_arg = NULL;
 	const char *dtype_arg = NULL, *preset = NULL, *template_path = NULL;
+	const char *kb_arg = NULL, *level_arg = NULL, *problems_arg = NULL;
+	struct kbench_ranges levels = { 0 }, problems = { 0 };
+	struct kb_sel kb;
 	enum front front = FRONT_NONE;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
 	int infill = 0, unbuffered = 0, block = 0, opt, nstop = 0, have_tok;
 	int *stop = NULL;
-	long v;
-	double d;
 	char err[512];
 	struct sampler_opts set;     /* options given, applied over the preset */
 	unsigned given = 0;
@@ -628,6 +715,19 @@ int main(int argc, char **argv)
 			template_path = optarg;
 			break;
 		}
+		case OPT_KERNELBENCH: kb_arg = optarg; break;
+		case 'L':
+			kbench_ranges_free(&levels);
+			if (kbench_ranges_parse(&levels, optarg) < 0)
+				bad_arg("level", optarg, "e.g. 1 or 1-2");
+			level_arg = optarg;
+			break;
+		case OPT_PROBLEMS:
+			kbench_ranges_free(&problems);
+			if (kbench_ranges_parse(&problems, optarg) < 0)
+				bad_arg("problems", optarg, "e.g. 1-10,19");
+			problems_arg = optarg;
+			break;
 		case 'E': front = FRONT_ENCODE; break;
 		case 'Z': front = FRONT_DECODE; break;
 		case 'y': front = FRONT_DRY_RUN; break;
@@ -652,10 +752,23 @@ int main(int argc, char **argv)
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
 		bad_arg("stop", stop_arg, "none or token ids, e.g. 151643,151645");
-	cli_output_not_input(out_path, argv + optind, argc - optind);
-	if (front != FRONT_NONE)
-		return run_front(front, model_dir, template_path, chat, infill, out_path, unbuffered,
-		                 argv + optind, argc - optind);
+	if ((kb_arg || level_arg || problems_arg) && (front == FRONT_ENCODE || front == FRONT_DECODE))
+		die_status(EXIT_STATUS_USAGE, "--%s reads files, not KernelBench problems",
+		           front == FRONT_ENCODE ? "encode" : "decode");
+	kb_select(&kb, kb_arg, level_arg, problems_arg, &levels, &problems, argv + optind,
+	          argc - optind);
+	kbench_ranges_free(&levels);
+	kbench_ranges_free(&problems);
+	if (kb.path)            /* the tree is the input: -o must not name it */
+		cli_output_not_input(out_path, (char **)&kb.path, 1);
+	else
+		cli_output_not_input(out_path, argv + optind, argc - optind);
+	if (front != FRONT_NONE) {
+		int ret = run_front(front, model_dir, template_path, chat, infill, out_path,
+		                    unbuffered, &kb, argv + optind, argc - optind);
+		kb_free(&kb);
+		return ret;
+	}
 
 	/* backend and precision */
 	const struct ops *ops;
@@ -709,11 +822,13 @@ int main(int argc, char **argv)
 	jsonl_writer_init(&st.w, st.out, out_path ? out_path : "stdout", unbuffered);
 	char **ops_v = argv + optind, *dash[] = { "-" };
 	int nops = argc - optind, npy = 0;
-	if (!nops)
+	if (!nops && !kb.path)
 		ops_v = dash, nops = 1;
 	for (int i = 0; i < nops; i++)
 		npy += is_py(ops_v[i]);
 	st.headers = !st.jsonl && (long)npy * st.samples > 1;
+	if (kb.path)            /* no operands then (kb_select) */
+		kb_each(&kb, queue_record, &st);
 	for (int i = 0; i < nops && !output_dead(&st); i++) {
 		if (is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
@@ -737,6 +852,7 @@ int main(int argc, char **argv)
 	if (have_tok)
 		tokenizer_free(&tok);
 	model_free(&st.m);
+	kb_free(&kb);
 	free(st.jobs);
 	free(stop);
 	return st.ret;
