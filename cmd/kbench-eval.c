@@ -406,7 +406,7 @@ int main(int argc, char **argv)
 	}
 	if (kb && *kb) {
 		if (kbench_tree_load(&tree, kb) < 0)
-			die("cannot load KernelBench from '%s'", kb);
+			exit(EXIT_STATUS_BAD);  /* the library said why, in one line */
 		have_tree = 1;
 	}
 	if (!list)              /* --list reads no input, stdin included */
