@@ -142,6 +142,26 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	return bad;
 }
 
+/* A malformed line: reported, and passed through in its place (never lost, also with --drop)
+ * as the record {"source", "line", "error", "text"} that kbench-eval writes for one, with
+ * {"deceptive": false, "findings": [], "error": "bad_record", "message": reason} */
+static void on_bad(struct jsonl_reader *r, void *arg)
+{
+	struct state *st = arg;
+	json_t *rec, *obj;
+
+	jsonl_report_bad(r);
+	if (output_gone(st))
+		return;
+	st->records++;
+	rec = jsonl_bad_record(r);
+	obj = json_pack("{s:b, s:[], s:s, s:s}", "deceptive", 0, "findings", "error", "bad_record",
+	                "message", r->err);
+	json_object_set_new(rec, "deceive", obj);
+	jsonl_write(&st->w, rec);
+	json_decref(rec);
+}
+
 static int py_file(const char *name, const char *data, size_t len, void *arg)
 {
 	struct state *st = arg;
@@ -232,14 +252,14 @@ int main(int argc, char **argv)
 	char **ops = argv + optind;
 	int n = argc - optind;
 	if (n == 0) {
-		ret |= jsonl_each(NULL, 0, on_record, NULL, &st);
+		ret |= jsonl_each(NULL, 0, on_record, on_bad, &st);
 	}
 	for (int i = 0; i < n && !output_gone(&st); i++) {
 		if (is_py(ops[i])) {
 			if (input_each_file(ops[i], py_file, &st) != 0)
 				ret = 1;
 		} else {
-			ret |= jsonl_each(ops + i, 1, on_record, NULL, &st);
+			ret |= jsonl_each(ops + i, 1, on_record, on_bad, &st);
 		}
 	}
 	if (strict && st.deceptive)
