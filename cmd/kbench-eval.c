@@ -453,7 +453,7 @@ int main(int argc, char **argv)
 				die("cannot open '%s':", baseline);
 			if (S_ISDIR(st.st_mode))
 				die("cannot read '%s': it is a directory", baseline);
-			if (!(base = json_load_file(baseline, 0, &err)))
+			if (!(base = json_load_file_bom(baseline, 0, &err)))
 				die("%s:%d: %s", baseline, err.line, err.text);
 		}
 		if (r.robust) {

@@ -132,7 +132,8 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
                  char *err, size_t errlen)
 {
 	json_error_t jerr;
-	json_t *root = json_loadb(text, len, 0, &jerr), *v;
+	size_t bom = utf8_bom(text, len);     /* a byte-order mark an editor saved */
+	json_t *root = json_loadb(text + bom, len - bom, 0, &jerr), *v;
 	int headdim = -1, rc = -1;
 
 	config_defaults(c);

@@ -30,6 +30,7 @@ static int blank(const char *s, size_t n)
 int jsonl_read_line(struct jsonl_reader *r)
 {
 	ssize_t n;
+	size_t k;
 
 	for (;;) {
 		errno = 0;
@@ -40,6 +41,11 @@ int jsonl_read_line(struct jsonl_reader *r)
 		if (n > 0 && r->line[n - 1] == '\n')
 			r->line[--n] = '\0';
 		r->len = (size_t)n;
+		if (r->lineno == 1 && (k = utf8_bom(r->line, r->len))) {
+			/* a byte-order mark opening the stream is not part of its first record */
+			r->len -= k;
+			memmove(r->line, r->line + k, r->len + 1);
+		}
 		if (!blank(r->line, r->len))
 			return JSONL_RECORD;
 	}
@@ -406,6 +412,20 @@ int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, voi
 		input_close(&in);
 	}
 	return ret;
+}
+
+json_t *json_load_file_bom(const char *path, size_t flags, json_error_t *err)
+{
+	size_t len, k;
+	char *text = util_read_file(path, &len);
+	json_t *v;
+
+	if (!text)
+		return json_load_file(path, flags, err);    /* jansson's message for the failure */
+	k = utf8_bom(text, len);
+	v = json_loadb(text + k, len - k, flags, err);
+	free(text);
+	return v;
 }
 
 const char *json_get_str(const json_t *o, const char *key)

@@ -1,6 +1,8 @@
 /* jsonl: streaming JSON Lines over jansson.
  *
  * Reader: one object per non-blank line, each with its source name and 1-based line number.
+ * A UTF-8 byte-order mark at the very start of a stream (each operand, each archive member)
+ * is skipped; anywhere else it is the line's text (and no valid JSON).
  * A malformed line (bad JSON, not an object, invalid UTF-8) is JSONL_BAD: the raw text stays
  * in r->line and the reason in r->err, and reading goes on with the next line; it is never a
  * crash and never silently dropped (jsonl_report_bad prints "prog: file:line: reason").
@@ -78,6 +80,10 @@ int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json
 typedef int (*jsonl_record_fn)(json_t *rec, struct jsonl_reader *r, void *arg);
 typedef void (*jsonl_bad_fn)(struct jsonl_reader *r, void *arg);
 int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, void *arg);
+
+/* A whole JSON file (config.json, a baseline) as json_load_file reads it, a UTF-8
+ * byte-order mark at its start skipped: a new reference, or NULL with *err set. */
+json_t *json_load_file_bom(const char *path, size_t flags, json_error_t *err);
 
 /* Small typed getters; NULL/defaults when the field is missing or of another type. */
 const char *json_get_str(const json_t *o, const char *key);

@@ -444,6 +444,11 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 	return len;
 }
 
+size_t utf8_bom(const char *s, size_t n)
+{
+	return n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;
+}
+
 int utf8_valid(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;

@@ -91,6 +91,9 @@ char *util_read_file(const char *path, size_t *len);
 int utf8_valid(const char *s, size_t n);
 /* Append s[0..n) to out with every invalid byte replaced by U+FFFD; returns the count replaced. */
 size_t utf8_repair(struct buf *out, const char *s, size_t n);
+/* 3 when s[0..n) starts with a UTF-8 byte-order mark (EF BB BF), else 0: the bytes a reader
+ * skips at the start of a stream or file (editors on Windows save one). */
+size_t utf8_bom(const char *s, size_t n);
 
 /* fflush + ferror + fclose; returns 0, or -1 after a message naming `name` (none where
  * util_write_failed said the stream's write error was reported already). */

@@ -88,6 +88,9 @@ static void test_config(void)
 	                 "'mask_token_id' 151669 outside the vocabulary");
 	expect_cfg_error("unknown torch_dtype", "{" BASE ",\"torch_dtype\":\"int8\"}",
 	                 "torch_dtype 'int8' not supported");
+	CHECK(parse(&c, "\xEF\xBB\xBF{" BASE "}") == 0 && c.hidden_size == 64,
+	      "a config.json an editor saved with a byte-order mark");
+	expect_cfg_error("a byte-order mark inside", "{\xEF\xBB\xBF" BASE "}", "config.json:1:");
 	expect_cfg_error("bad JSON", "{" BASE, "config.json:1:");
 	expect_cfg_error("not an object", "[]", "not a JSON object");
 	expect_cfg_error("tie not boolean", "{" BASE ",\"tie_word_embeddings\":1}",

@@ -418,6 +418,63 @@ static void test_idle(void)
 	CHECK(f.calls == 0 && c.ids.p && !strcmp(c.ids.p, "a@1;"), "a regular file never waits");
 	buf_free(&c.ids);
 	free(path);
+/* A UTF-8 byte-order mark opening a stream (each operand, each archive member) is skipped,
+ * by the JSONL reader and by json_load_file_bom; anywhere else it stays an error. */
+static void test_bom(void)
+{
+	static const char bom[] = "\xEF\xBB\xBF";
+	char *plain = xasprintf("%s/bom.jsonl", tmpdir), *gz = xasprintf("%s/bom.jsonl.gz", tmpdir);
+	char *tar = xasprintf("%s/bom.tar", tmpdir), *blank = xasprintf("%s/bom-blank.jsonl", tmpdir);
+	char *ops[] = { plain, blank, gz, tar };
+	struct collect c = { .bad = 0 };
+	struct jsonl_reader r;
+	json_error_t je;
+	json_t *v;
+
+	char *text = xasprintf("%s{\"id\":\"a\"}\n%s{\"id\":\"b\"}\n{\"id\":\"c%s\"}\n", bom, bom, bom);
+	write_file("bom.jsonl", text);
+	free(text);
+	text = xasprintf("%s\n{\"id\":\"d\"}\n", bom);
+	write_file("bom-blank.jsonl", text);
+	free(text);
+	text = xasprintf("%s{\"id\":\"m\"}\n", bom);
+	write_file("bom-m1.jsonl", text);
+	write_file("bom-m2.jsonl", text);
+	free(text);
+	CHECK(sh("cd %s && gzip -c bom.jsonl > bom.jsonl.gz && tar cf bom.tar bom-m1.jsonl "
+	         "bom-m2.jsonl", "") == 0, "bom: make the inputs");
+	buf_init(&c.ids);
+	CHECK(jsonl_each(ops, 4, on_rec, on_bad, &c) == 1 && c.bad == 2, "bom: two bad lines");
+	CHECK_STR(c.ids.p, "a@1;BAD@2;c\xEF\xBB\xBF@3;d@2;a@1;BAD@2;c\xEF\xBB\xBF@3;m@1;m@1;",
+	          "bom: skipped at each stream's start (a file, after it a blank line, gz, each "
+	          "tar member), an error at a later line's start, kept inside a string");
+	buf_free(&c.ids);
+
+	/* the pass-through line carries no mark */
+	FILE *fp = fopen(plain, "r");
+	jsonl_reader_init(&r, fp, "bom.jsonl");
+	CHECK(jsonl_read_line(&r) == JSONL_RECORD && r.len == 10 && !strcmp(r.line, "{\"id\":\"a\"}"),
+	      "bom: r->line holds the record without the mark");
+	jsonl_reader_free(&r);
+	fclose(fp);
+
+	text = xasprintf("%s{\"level1\": {\"1_ReLU.py\": {\"mean\": 1.5}}}\n", bom);
+	write_file("bom.json", text);
+	free(text);
+	char *json = xasprintf("%s/bom.json", tmpdir);
+	v = json_load_file_bom(json, 0, &je);
+	CHECK(json_is_object(v) && json_object_get(json_object_get(v, "level1"), "1_ReLU.py"),
+	      "json_load_file_bom: a file with a byte-order mark");
+	json_decref(v);
+	CHECK(!json_load_file_bom("/nonexistent/x.json", 0, &je) && je.line == -1 &&
+	      strstr(je.text, "/nonexistent/x.json"), "json_load_file_bom: a missing file, "
+	      "jansson's message");
+	text = xasprintf("{\"a\":1}%s\n", bom);
+	write_file("bom.json", text);
+	free(text);
+	CHECK(!json_load_file_bom(json, 0, &je) && je.line == 1, "json_load_file_bom: a mark after "
+	      "the value is still an error");
+	free(json), free(plain), free(gz), free(tar), free(blank);
 }
 
 /* atomfile: what it writes over. A regular file is replaced (no temporary file left); a
@@ -471,6 +528,7 @@ int main(void)
 	test_dumps();
 	test_inputs();
 	test_idle();
+	test_bom();
 	test_atomfile();
 	sh("rm -rf %s", "");
 	return test_done();
