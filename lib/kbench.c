@@ -1409,6 +1409,95 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
 	t->e[t->n++] = (struct kbench_tally_entry){ level, xstrdup(key), correct, speedup };
 }
 
+enum eval_kind { EVAL_BOOL, EVAL_STRING, EVAL_COUNT, EVAL_NUMBER };
+
+/* The eval fields a report reads, or that say how far to trust the ones it reads, and what
+ * each may hold (see kbench_tally_record). */
+static const struct {
+	const char *name;
+	enum eval_kind kind;
+	double max;         /* EVAL_NUMBER: the largest value taken */
+} eval_fields[] = {
+	{ "compiled", EVAL_BOOL, 0 },
+	{ "correct", EVAL_BOOL, 0 },
+	{ "deceptive", EVAL_BOOL, 0 },
+	{ "excessive_speedup", EVAL_BOOL, 0 },
+	{ "error", EVAL_STRING, 0 },
+	{ "trials_passed", EVAL_COUNT, 0 },
+	{ "speedup", EVAL_NUMBER, KBENCH_MAX_SPEEDUP },
+	{ "ref_ms", EVAL_NUMBER, HUGE_VAL },
+	{ "kernel_ms", EVAL_NUMBER, HUGE_VAL },
+	{ "max_abs_err", EVAL_NUMBER, HUGE_VAL },
+	{ "max_rel_err", EVAL_NUMBER, HUGE_VAL },
+};
+
+/* "WHAT must be MUST, not VALUE" (or "WHAT is missing: ...") into t->why */
+static void tally_refuse(struct kbench_tally *t, const char *what, const char *must,
+                         const json_t *v)
+{
+	char *s;
+
+	if (!v) {
+		snprintf(t->why, sizeof t->why, "%s is missing (it must be %s)", what, must);
+		return;
+	}
+	s = jsonl_dumps(v);
+	snprintf(t->why, sizeof t->why, "%s must be %s, not %.40s%s", what, must, s,
+	         strlen(s) > 40 ? "..." : "");
+	free(s);
+}
+
+/* 0 when every field of eval_fields in ev (and, when robust, deceive.deceptive in rec)
+ * holds what it may; else -1 with t->why naming the first that does not */
+static int tally_check_eval(struct kbench_tally *t, const json_t *rec, const json_t *ev,
+                            int robust)
+{
+	char what[64], must[64];
+	const json_t *dec;
+
+	for (size_t i = 0; i < ARRAY_LEN(eval_fields); i++) {
+		const json_t *v = json_object_get(ev, eval_fields[i].name);
+		double x;
+		int ok;
+
+		snprintf(what, sizeof what, "eval.%s", eval_fields[i].name);
+		switch (eval_fields[i].kind) {
+		case EVAL_BOOL:
+			ok = json_is_boolean(v) || (!v && strcmp(eval_fields[i].name, "correct"));
+			snprintf(must, sizeof must, "true or false");
+			break;
+		case EVAL_STRING:
+			ok = !v || json_is_string(v) || json_is_null(v);
+			snprintf(must, sizeof must, "a string or null");
+			break;
+		case EVAL_COUNT:
+			ok = !v || (json_is_integer(v) && json_integer_value(v) >= 0);
+			snprintf(must, sizeof must, "an integer >= 0");
+			break;
+		default:
+			x = json_number_value(v);
+			ok = !v || json_is_null(v) ||
+			     (json_is_number(v) && isfinite(x) && x >= 0 && x <= eval_fields[i].max);
+			if (isinf(eval_fields[i].max))
+				snprintf(must, sizeof must, "a number >= 0 (or null)");
+			else
+				snprintf(must, sizeof must, "a number from 0 to %.0f (or null)",
+				         eval_fields[i].max);
+			break;
+		}
+		if (!ok) {
+			tally_refuse(t, what, must, v);
+			return -1;
+		}
+	}
+	dec = json_object_get(json_object_get(rec, "deceive"), "deceptive");
+	if (robust && dec && !json_is_boolean(dec)) {
+		tally_refuse(t, "deceive.deceptive", "true or false", dec);
+		return -1;
+	}
+	return 0;
+}
+
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why)
 {
 	const json_t *ev = json_object_get(rec, "eval");
@@ -1437,6 +1526,11 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 	if (!prob || level < 0) {
 		t->unplaced++;
 		*why = "no `problem` (or `level`) to count it under";
+		return -1;
+	}
+	if (tally_check_eval(t, rec, ev, robust) < 0) {
+		kbench_tally_add(t, level, prob, 0, 0);     /* a failed sample of its problem */
+		*why = t->why;
 		return -1;
 	}
 	correct = json_is_true(json_object_get(ev, "correct"));

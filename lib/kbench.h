@@ -144,6 +144,9 @@ const char *kbench_engine_torch(const struct kbench_engine *e);
 /* ------------------------------------------------------------------ metrics */
 
 #define KBENCH_NFAST 6
+/* The largest speedup a report takes: a 1 us kernel against a 1 s reference. Past it a
+ * record's speedup is no measurement (a hand-edited or corrupted record). */
+#define KBENCH_MAX_SPEEDUP 1e6
 extern const double kbench_fast_p[KBENCH_NFAST];    /* 0, 0.5, 0.8, 1, 1.5, 2 */
 
 struct kbench_tally_entry {
@@ -158,6 +161,7 @@ struct kbench_tally {
 	size_t n, cap;
 	size_t unplaced;    /* records with an eval but no problem or level (a malformed input
 	                     * line passed through): failures that no level's row shows */
+	char why[160];      /* the reason kbench_tally_record last refused a record */
 };
 
 struct kbench_row {
@@ -179,7 +183,13 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
                       double speedup);
 /* Add an evaluated record: level and key from `level`/`problem`/`id`; correct from eval
  * (and, when robust, not deceptive by eval.deceptive or deceive.deceptive). 0, or -1 with
- * *why set when the record has no eval object or no problem (then counted in t->unplaced). */
+ * *why set (t->why, or a constant) when the record has no eval object (not counted), no
+ * problem (counted in t->unplaced), or an eval field of the wrong type or out of range
+ * (counted as a failed sample of its problem): eval.correct must be true or false
+ * (present), compiled, deceptive and excessive_speedup true or false, error a string or
+ * null, trials_passed a count, speedup a number from 0 to KBENCH_MAX_SPEEDUP, ref_ms,
+ * kernel_ms, max_abs_err and max_rel_err finite numbers >= 0, the numbers null where
+ * unknown; with robust, deceive.deceptive true or false. */
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why);
 /* Per-level rows (caller frees *rows). tree (may be NULL) adds its problems of each level,
  * filtered by levels/problems (NULL or empty: all; levels empty: the levels of t's samples
