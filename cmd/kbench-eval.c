@@ -23,7 +23,7 @@ static const char usage_text[] =
 "                           the levels of the records read)\n"
 "  -p, --problems LIST      problem numbers, e.g. 1-10,19\n"
 "  -r, --report             read evaluated records, print Exec and fast_p per level\n"
-"  -J, --json               --report: one JSON object per level\n"
+"  -J, --json               --report: one JSON object per level (needs --report)\n"
 "  -R, --robust             run the deception rules; deceptive kernels are not correct\n"
 "  -F, --fail-under SPEC    exit 3 when a level is under e.g. exec=0.4,fast_1=0.1\n"
 "  -d, --device DEV         cpu, cuda or auto (default $DICE_DEVICE or auto)\n"
@@ -394,6 +394,10 @@ int main(int argc, char **argv)
 	}
 	if (list && report) {
 		warn_msg("--list and --report exclude each other");
+		usage();
+	}
+	if (json && !report) {
+		warn_msg("--json needs --report (it writes the report's rows as JSON)");
 		usage();
 	}
 	if (list && optind < argc) {
