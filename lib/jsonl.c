@@ -226,11 +226,14 @@ static void shorten_reals(struct buf *b, size_t from)
 char *jsonl_dumps(const json_t *v)
 {
 	struct buf b;
+	char *s;
 
 	buf_init(&b);
 	json_dump_callback(v, dump_cb, &b, JSON_COMPACT | JSON_ENCODE_ANY);
 	shorten_reals(&b, 0);
-	return buf_detach(&b, NULL);
+	s = buf_detach(&b, NULL);
+	buf_free(&b);                   /* buf_detach re-inits b */
+	return s;
 }
 
 int jsonl_log(FILE *fp, const char *name, const json_t *v)
