@@ -168,6 +168,10 @@ int main(int argc, char **argv)
 	cli_output_not_input(out_path, argv + optind, argc - optind);
 	cli_output_not_input(rejects_path, argv + optind, argc - optind);
 	cli_output_not_input(stats_json, argv + optind, argc - optind);
+	const char *outs_opt[] = { "--output", rejects_path ? "--rejects" : NULL,
+	                           stats_json ? "--stats-json" : NULL };
+	const char *outs[] = { out_path, rejects_path, stats_json };
+	cli_outputs_distinct(3, outs_opt, outs);
 	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = util_env("DICE_MODEL", NULL)))
 		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
 	if (cfg.tokenizer && cfg.max_tokens <= 0)

@@ -240,6 +240,9 @@ int main(int argc, char **argv)
 	}
 	cli_output_not_input(output, argv + optind, argc - optind);
 	cli_output_not_input(rejects, argv + optind, argc - optind);
+	const char *outs_opt[] = { "--output", rejects ? "--rejects" : NULL };
+	const char *outs[] = { output, rejects };
+	cli_outputs_distinct(2, outs_opt, outs);
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
 	if (rejects && !(rej = fopen(rejects, "w")))

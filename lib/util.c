@@ -514,6 +514,61 @@ void cli_output_not_input(const char *out, char **ops, int n)
 		           "would empty it first", out);
 }
 
+/* Where an output will be: the file's device and inode where it exists (or standard output's,
+ * path NULL), else its directory's with its name; 0 where neither can be found (fopen will
+ * say why). A character device (a terminal, /dev/null) is shareable: 0 too. */
+struct out_place {
+	struct stat st;
+	const char *base;       /* NULL: st is the file's own */
+};
+
+static int out_place(const char *path, struct out_place *o)
+{
+	char dir[4096];
+	const char *slash;
+
+	o->base = NULL;
+	if (!path ? !fstat(1, &o->st) : !stat(path, &o->st))
+		return !S_ISCHR(o->st.st_mode) && !S_ISBLK(o->st.st_mode);
+	if (!path || errno != ENOENT)
+		return 0;
+	if (!(slash = strrchr(path, '/')))
+		strcpy(dir, ".");
+	else if ((size_t)(slash - path) < sizeof dir)
+		snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	else
+		return 0;
+	o->base = slash ? slash + 1 : path;
+	return !stat(dir, &o->st);
+}
+
+static int same_place(const struct out_place *a, const struct out_place *b)
+{
+	if (!same_file(&a->st, &b->st) || !a->base != !b->base)
+		return 0;
+	return !a->base || !strcmp(a->base, b->base);
+}
+
+void cli_outputs_distinct(int n, const char *const opt[], const char *const path[])
+{
+	struct out_place a, b;
+
+	for (int i = 0; i < n; i++) {
+		if (!opt[i] || !out_place(path[i], &a))
+			continue;
+		for (int j = i + 1; j < n; j++) {
+			if (!opt[j] || !out_place(path[j], &b) || !same_place(&a, &b))
+				continue;
+			if (!path[i] || !path[j])
+				die_status(EXIT_STATUS_USAGE, "%s '%s' is standard output too: the two "
+				           "would overwrite or split each other's records", opt[path[i] ? i : j],
+				           path[i] ? path[i] : path[j]);
+			die_status(EXIT_STATUS_USAGE, "%s '%s' and %s '%s' are one file: the two would "
+			           "overwrite each other's records", opt[i], path[i], opt[j], path[j]);
+		}
+	}
+}
+
 static FILE *write_failed[8];    /* streams whose write error was reported already */
 
 void util_write_failed(FILE *fp)

@@ -80,6 +80,11 @@ _Noreturn void cli_version(void);
  * stdin is read (n == 0, or a "-" operand) (a regular file both, by device and inode):
  * opening it for writing would empty an input. */
 void cli_output_not_input(const char *out, char **ops, int n);
+/* Die with the usage status where two of the n outputs are one file: opt[i] names the
+ * option (for the message; NULL: not in use), path[i] the file, NULL for standard output.
+ * Compared by device and inode where the files exist, else by directory and name; character
+ * devices (a terminal, /dev/null) may be shared. Call before opening any of them. */
+void cli_outputs_distinct(int n, const char *const opt[], const char *const path[]);
 struct option;
 int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
 
