@@ -18,8 +18,24 @@ enum { INNER_BUF = 1 << 16 };
 
 #define ARCHIVE_CHECK(in, r, what) \
 	do { if ((r) < ARCHIVE_WARN) { \
-		warn_msg("%s: %s: %s", (in)->name, (what), archive_error_string((in)->ar)); \
+		warn_msg("%s: %s: %s", (in)->name, (what), ar_error((in)->ar)); \
 		return -1; } } while (0)
+
+/* libarchive's message, or a stand-in where it has none (a gzip file cut in its trailer) */
+static const char *ar_error(struct archive *a)
+{
+	const char *s = archive_error_string(a);
+	return s ? s : "damaged or truncated data";
+}
+
+/* After a failed archive_read_open: 1 where a decompressor took the stream and no format
+ * took what it gave: no bytes (the raw reader takes any others). An empty input, such as
+ * `gzip </dev/null`, not a bad one. (EILSEQ: libarchive's ARCHIVE_ERRNO_FILE_FORMAT on a
+ * system without EFTYPE, not exported by archive.h.) */
+static int ar_empty(struct archive *a)
+{
+	return archive_errno(a) == EILSEQ && archive_filter_count(a) > 1;
+}
 
 static la_ssize_t ar_read_cb(struct archive *a, void *arg, const void **buf)
 {
@@ -148,7 +164,11 @@ int input_open(struct input *in, const char *path)
 	archive_read_support_format_cpio(in->ar);
 	archive_read_support_format_raw(in->ar);
 	if (archive_read_open(in->ar, in, NULL, ar_read_cb, NULL) != ARCHIVE_OK) {
-		warn_msg("%s: cannot read: %s", in->name, archive_error_string(in->ar));
+		if (ar_empty(in->ar)) {
+			in->state = INPUT_DONE;         /* no member to read */
+			return 0;
+		}
+		warn_msg("%s: cannot read: %s", in->name, ar_error(in->ar));
 		input_close(in);
 		return -1;
 	}
@@ -157,7 +177,7 @@ int input_open(struct input *in, const char *path)
 }
 
 /* The current member through the decompression filters (a plain member passes as it is):
- * 0, or -1 with a message */
+ * 0; 1 where it decompresses to nothing; -1 with a message */
 static int open_inner(struct input *in)
 {
 	struct archive_entry *e;
@@ -174,9 +194,14 @@ static int open_inner(struct input *in)
 	archive_read_support_filter_lz4(in->inner);
 	archive_read_support_filter_compress(in->inner);
 	archive_read_support_format_raw(in->inner);
-	if (archive_read_open(in->inner, in, NULL, inner_read_cb, NULL) != ARCHIVE_OK ||
-	    archive_read_next_header(in->inner, &e) != ARCHIVE_OK) {
-		warn_msg("%s: cannot read: %s", in->name, archive_error_string(in->inner));
+	if (archive_read_open(in->inner, in, NULL, inner_read_cb, NULL) != ARCHIVE_OK) {
+		if (ar_empty(in->inner))
+			return 1;
+		warn_msg("%s: cannot read: %s", in->name, ar_error(in->inner));
+		return -1;
+	}
+	if (archive_read_next_header(in->inner, &e) != ARCHIVE_OK) {
+		warn_msg("%s: cannot read: %s", in->name, ar_error(in->inner));
 		return -1;
 	}
 	return 0;
@@ -222,10 +247,10 @@ int input_next(struct input *in)
 			                     in->member);
 			/* (the raw reader refuses empty data) */
 			if ((!archive_entry_size_is_set(e) || archive_entry_size(e) > 0) &&
-			    open_inner(in) < 0) {
+			    (r = open_inner(in)) != 0) {
 				archive_read_free(in->inner);   /* reported; the next members still count */
 				in->inner = NULL;
-				in->bad_member = 1;
+				in->bad_member |= r < 0;        /* (1: it decompresses to nothing) */
 				continue;
 			}
 		}
