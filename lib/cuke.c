@@ -993,6 +993,8 @@ static void field_detail(const struct cuke *c, const struct cuke_fields *f, enum
 	}
 }
 
+#define SPACE " \t\r\n\f\v"    /* a ref or kernel of these bytes only is empty */
+
 /* What the content checks computed for one record. */
 struct content {
 	struct cuke_level level;
@@ -1045,8 +1047,8 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 	char err[256];
 
 	ct->ref = json_get_str(rec, "ref");
-	if (need_ref && !ct->ref) {
-		snprintf(detail, dn, "no ref string");
+	if (need_ref && (!ct->ref || !ct->ref[strspn(ct->ref, SPACE)])) {
+		snprintf(detail, dn, ct->ref ? "ref is empty" : "no ref string");
 		return CUKE_NO_REF;
 	}
 	if (c->need_level) {
@@ -1061,6 +1063,10 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 	}
 	if (need_kernel && !(ct->kernel = extract_record_kernel(rec, NULL, &from))) {
 		snprintf(detail, dn, from ? "no code block in %s" : "no kernel or completion", from);
+		return CUKE_NO_KERNEL;
+	}
+	if (need_kernel && !ct->kernel[strspn(ct->kernel, SPACE)]) {
+		snprintf(detail, dn, "the kernel (from %s) is empty", from);
 		return CUKE_NO_KERNEL;
 	}
 	if (cfg->format == CUKE_OUT_SFT && strstr(ct->kernel, "```")) {
