@@ -83,13 +83,6 @@ static unsigned parse_levels(const char *arg)
 	return bits;
 }
 
-static const char *nonempty(int opt, const char *arg)
-{
-	if (!*arg)
-		die_status(EXIT_STATUS_USAGE, "option '-%c' needs a file name, not ''", opt);
-	return arg;
-}
-
 /* a write to the output or the rejects failed (a closed pipe, a full disk): stop reading */
 static int sink_gone(const struct cuke_sink *k)
 {
@@ -109,6 +102,7 @@ int main(int argc, char **argv)
 	struct cuke_config cfg = { 0 };
 	const char *rejects_path = NULL, *stats_json = NULL, *out_path = NULL;
 	int stats = 0, unbuffered = 0, ret = 0, opt;
+	enum cuke_format f;
 	char err[256];
 
 	util_set_progname(argv[0]);
@@ -139,20 +133,21 @@ int main(int argc, char **argv)
 		case 't':
 			cfg.max_tokens = cli_long("--max-tokens", optarg, 1, LONG_MAX);
 			break;
-		case 'T': cfg.tokenizer = nonempty(opt, optarg); break;
+		case 'T': cfg.tokenizer = cli_nonempty(opt, "a file name", optarg); break;
 		case 'l': cfg.levels = parse_levels(optarg); break;
 		case 'C': cfg.classify = 1; break;
 		case 'S': cfg.sort_level = 1; break;
 		case 'p':
 		case 'i':
-			if (cfg.format != CUKE_OUT_RECORDS)
+			f = opt == 'p' ? CUKE_OUT_SFT : CUKE_OUT_INFILL;
+			if (cfg.format != CUKE_OUT_RECORDS && cfg.format != f)
 				die_status(EXIT_STATUS_USAGE, "--to-sft and --to-infill exclude each other");
-			cfg.format = opt == 'p' ? CUKE_OUT_SFT : CUKE_OUT_INFILL;
+			cfg.format = f;
 			break;
-		case 'r': rejects_path = nonempty(opt, optarg); break;
+		case 'r': rejects_path = cli_nonempty(opt, "a file name", optarg); break;
 		case 's': stats = 1; break;
-		case 'j': stats_json = nonempty(opt, optarg); break;
-		case 'o': out_path = nonempty(opt, optarg); break;
+		case 'j': stats_json = cli_nonempty(opt, "a file name", optarg); break;
+		case 'o': out_path = cli_nonempty(opt, "a file name", optarg); break;
 		case 'U': unbuffered = 1; break;
 		case 'P': cfg.no_fast = 1; break;
 		case 'h': usage(0);

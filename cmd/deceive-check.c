@@ -200,7 +200,7 @@ int main(int argc, char **argv)
 	while ((c = cli_getopt(argc, argv, ":dx:ser:lf:R:o:uhV", long_opts)) != -1) {
 		switch (c) {
 		case 'd': st.drop = 1; break;
-		case 'x': rejects = optarg; break;
+		case 'x': rejects = cli_nonempty(c, "a file name", optarg); break;
 		case 's': strict = 1; break;
 		case 'e': st.explain = 1; break;
 		case 'r': rules = optarg; break;
@@ -210,13 +210,13 @@ int main(int argc, char **argv)
 				       deceive_rules[k].severity == DECEIVE_DECEPTIVE ? "deceptive" : "warn",
 				       deceive_rules[k].description);
 			return util_fshut(stdout, "stdout") ? 1 : 0;
-		case 'f': st.field = optarg; break;
+		case 'f': st.field = cli_nonempty(c, "a field name", optarg); break;
 		case 'R':
 			free(st.ref);
-			if (!(st.ref = util_read_file(optarg, NULL)))
+			if (!(st.ref = util_read_file(cli_nonempty(c, "a file name", optarg), NULL)))
 				die("cannot read '%s':", optarg);
 			break;
-		case 'o': output = optarg; break;
+		case 'o': output = cli_nonempty(c, "a file name", optarg); break;
 		case 'u': unbuffered = 1; break;
 		case 'h':
 			fputs(usage_text, stdout);

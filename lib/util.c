@@ -514,6 +514,13 @@ void cli_output_not_input(const char *out, char **ops, int n)
 		           "would empty it first", out);
 }
 
+const char *cli_nonempty(int opt, const char *what, const char *arg)
+{
+	if (!*arg)
+		die_status(EXIT_STATUS_USAGE, "option '-%c' needs %s, not ''", opt, what);
+	return arg;
+}
+
 /* Where an output will be: the file's device and inode where it exists (or standard output's,
  * path NULL), else its directory's with its name; 0 where neither can be found (fopen will
  * say why). A character device (a terminal, /dev/null) is shareable: 0 too. */

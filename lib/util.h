@@ -80,6 +80,9 @@ _Noreturn void cli_version(void);
  * stdin is read (n == 0, or a "-" operand) (a regular file both, by device and inode):
  * opening it for writing would empty an input. */
 void cli_output_not_input(const char *out, char **ops, int n);
+/* arg, or die with the usage status where it is "" ("option '-o' needs a file name, not ''",
+ * what being "a file name"): an empty name is a slip, never a file or field. */
+const char *cli_nonempty(int opt, const char *what, const char *arg);
 /* Die with the usage status where two of the n outputs are one file: opt[i] names the
  * option (for the message; NULL: not in use), path[i] the file, NULL for standard output.
  * Compared by device and inode where the files exist, else by directory and name; character
