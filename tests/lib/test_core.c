@@ -418,6 +418,8 @@ static void test_idle(void)
 	CHECK(f.calls == 0 && c.ids.p && !strcmp(c.ids.p, "a@1;"), "a regular file never waits");
 	buf_free(&c.ids);
 	free(path);
+}
+
 /* A UTF-8 byte-order mark opening a stream (each operand, each archive member) is skipped,
  * by the JSONL reader and by json_load_file_bom; anywhere else it stays an error. */
 static void test_bom(void)
