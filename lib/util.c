@@ -41,8 +41,10 @@ void vwarn_msg(const char *fmt, va_list ap)
 		if (text)
 			vsnprintf(text, (size_t)len + 1, fmt, ap);
 		else
-			text = small;       /* out of memory: the message cut short */
+			text = small, len = (int)sizeof small - 1;  /* out of memory: cut short */
 	}
+	while (len > 0 && text[len - 1] == '\n')   /* one line end, ours */
+		text[--len] = '\0';
 	fprintf(stderr, "%s: ", argv0);
 	for (const char *p = text, *nl; *p; p = nl + 1) {
 		if (!(nl = strchr(p, '\n'))) {

@@ -1,6 +1,7 @@
 /* test_core: util (numbers, buffers, UTF-8), jsonl (reader, pass-through writer, reals
  * printed short, operand loop), input (plain, compressed, archives) and atomfile on data
  * written here at run time. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -518,12 +519,44 @@ static void test_atomfile(void)
 	free(f), free(l), free(fifo), free(dang), free(made);
 }
 
+/* warn_msg: every line of a message carries the program's name (a hint line too), a message's
+ * own trailing line ends are dropped, a long message is whole, and a format ending in ':'
+ * gets strerror(errno). */
+static void test_messages(void)
+{
+	char *path = xasprintf("%s/stderr.txt", tmpdir), *long_msg = xmalloc(2001), *want, *got;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644), saved = dup(2);
+	size_t len;
+
+	memset(long_msg, 'x', 2000);
+	long_msg[2000] = 0;
+	fflush(stderr);
+	dup2(fd, 2);
+	close(fd);
+	warn_msg("a: bad\nhint: do b");
+	warn_msg("trailing\n\n");
+	warn_msg("%s", long_msg);
+	errno = ENOENT;
+	warn_msg("cannot open 'x':");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	want = xasprintf("test_core: a: bad\ntest_core: hint: do b\ntest_core: trailing\n"
+	                 "test_core: %s\ntest_core: cannot open 'x': %s\n", long_msg,
+	                 strerror(ENOENT));
+	got = util_read_file(path, &len);
+	CHECK(got && !strcmp(got, want), "warn_msg: each line named, trailing ends dropped, long "
+	      "messages whole, errno after ':'");
+	free(got), free(want), free(long_msg), free(path);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir))
 		return 1;
 	util_set_progname("test_core");
 	test_util();
+	test_messages();
 	test_writer();
 	test_reals();
 	test_reals_random();
