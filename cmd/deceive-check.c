@@ -231,7 +231,8 @@ int main(int argc, char **argv)
 		if (*bad_rule)
 			warn_msg("unknown rule '%s' (deceive-check --list-rules lists them)", bad_rule);
 		else
-			warn_msg("--rules names no rule (deceive-check --list-rules lists them)");
+			warn_msg("bad --rules '%s' (want rule names, comma-separated, none empty; "
+			         "deceive-check --list-rules lists them)", rules);
 		usage_error();
 	}
 	if (rejects && !st.drop) {

@@ -1499,7 +1499,7 @@ struct deceive_checker *deceive_checker_new(const char *rules, const char **bad)
 			for (k = 0; k < NRULES; k++)
 				if (strlen(deceive_rules[k].name) == n && !memcmp(deceive_rules[k].name, s, n))
 					break;
-			if (n && k == NRULES) {
+			if (!n || k == NRULES) {    /* "a,,b" or "a,": refused, not read as "a,b" */
 				static char name[64];
 				snprintf(name, sizeof(name), "%.*s", (int)(n < 63 ? n : 63), s);
 				if (bad)
@@ -1507,11 +1507,12 @@ struct deceive_checker *deceive_checker_new(const char *rules, const char **bad)
 				free(c);
 				return NULL;
 			}
-			if (n)
-				c->enabled |= 1u << k;
+			c->enabled |= 1u << k;
 			s += n + (e ? 1 : 0);
+			if (e && !*s)
+				s--;            /* a trailing comma: its empty item, refused above */
 		}
-		if (!c->enabled) {      /* "" or ",": an empty shell variable would check nothing */
+		if (!c->enabled) {      /* "": an empty shell variable would check nothing */
 			if (bad)
 				*bad = "";
 			free(c);
