@@ -147,7 +147,7 @@ int main(int argc, char **argv)
 		case 'r': rejects_path = cli_nonempty(opt, "a file name", optarg); break;
 		case 's': stats = 1; break;
 		case 'j': stats_json = cli_nonempty(opt, "a file name", optarg); break;
-		case 'o': out_path = cli_nonempty(opt, "a file name", optarg); break;
+		case 'o': out_path = cli_output_file(opt, optarg); break;
 		case 'U': unbuffered = 1; break;
 		case 'P': cfg.no_fast = 1; break;
 		case 'h': usage(0);

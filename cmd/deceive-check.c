@@ -216,7 +216,7 @@ int main(int argc, char **argv)
 			if (!(st.ref = util_read_file(cli_nonempty(c, "a file name", optarg), NULL)))
 				die("cannot read '%s':", optarg);
 			break;
-		case 'o': output = cli_nonempty(c, "a file name", optarg); break;
+		case 'o': output = cli_output_file(c, optarg); break;
 		case 'u': unbuffered = 1; break;
 		case 'h':
 			fputs(usage_text, stdout);

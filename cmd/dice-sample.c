@@ -731,7 +731,7 @@ int main(int argc, char **argv)
 		case 'E': front = FRONT_ENCODE; break;
 		case 'Z': front = FRONT_DECODE; break;
 		case 'y': front = FRONT_DRY_RUN; break;
-		case 'o': out_path = optarg; break;
+		case 'o': out_path = cli_output_file(opt, optarg); break;
 		case 'U': unbuffered = 1; break;
 		case 'v': st.progress = 1; break;
 		case 'h': usage(0);

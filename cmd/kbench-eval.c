@@ -382,7 +382,7 @@ int main(int argc, char **argv)
 		case 'N': cfg.netns = 0; break;
 		case OPT_NO_PCH: cfg.pch = 0; break;
 		case OPT_NO_LEAN: cfg.lean = 0; break;
-		case 'o': output = optarg; break;
+		case 'o': output = cli_output_file(c, optarg); break;
 		case 'u': unbuffered = 1; break;
 		case 'h':
 			fputs(usage_text, stdout);

@@ -523,6 +523,11 @@ const char *cli_nonempty(int opt, const char *what, const char *arg)
 	return arg;
 }
 
+const char *cli_output_file(int opt, const char *arg)
+{
+	return strcmp(cli_nonempty(opt, "a file name", arg), "-") ? arg : NULL;
+}
+
 /* Where an output will be: the file's device and inode where it exists (or standard output's,
  * path NULL), else its directory's with its name; 0 where neither can be found (fopen will
  * say why). A character device (a terminal, /dev/null) is shareable: 0 too. */

@@ -83,6 +83,9 @@ void cli_output_not_input(const char *out, char **ops, int n);
 /* arg, or die with the usage status where it is "" ("option '-o' needs a file name, not ''",
  * what being "a file name"): an empty name is a slip, never a file or field. */
 const char *cli_nonempty(int opt, const char *what, const char *arg);
+/* The -o of a program that writes records to standard output by default: '' a usage error
+ * (cli_nonempty), "-" standard output (NULL), else the file name. */
+const char *cli_output_file(int opt, const char *arg);
 /* Die with the usage status where two of the n outputs are one file: opt[i] names the
  * option (for the message; NULL: not in use), path[i] the file, NULL for standard output.
  * Compared by device and inode where the files exist, else by directory and name; character
