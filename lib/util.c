@@ -1,5 +1,6 @@
 /* util: messages, fatal allocation, checked number parsing, growable buffers, UTF-8 repair.
  * See util.h for the contracts. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -160,12 +161,21 @@ char *xasprintf(const char *fmt, ...)
 	return b.p;
 }
 
+/* A number as a person writes it: no leading white space (strtol and strtod skip it), and for
+ * reals no hexadecimal, infinity or NaN spellings (strtod reads "0x10" as 16) */
+static int plain_number(const char *s, int real)
+{
+	if (!s || !*s || isspace((unsigned char)*s))
+		return 0;
+	return !real || !strpbrk(s, "xXiInN");
+}
+
 int parse_long(const char *s, long min, long max, long *out)
 {
 	char *end;
 	long v;
 
-	if (!s || !*s)
+	if (!plain_number(s, 0))
 		return -1;
 	errno = 0;
 	v = strtol(s, &end, 10);
@@ -180,7 +190,7 @@ int parse_double(const char *s, double min, double max, double *out)
 	char *end;
 	double v;
 
-	if (!s || !*s)
+	if (!plain_number(s, 1))
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);

@@ -3,6 +3,7 @@
  * written here at run time. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -67,6 +68,12 @@ static void test_util(void)
 	CHECK(parse_long("", 0, 100, &l) < 0, "parse_long empty");
 	CHECK(parse_double("2.5", 0, 10, &d) == 0 && d == 2.5, "parse_double ok");
 	CHECK(parse_double("nan", 0, 10, &d) < 0, "parse_double nan");
+	CHECK(parse_long(" 2", 0, 100, &l) < 0 && parse_double(" 2", 0, 10, &d) < 0,
+	      "parse_long, parse_double: leading white space refused");
+	CHECK(parse_double("0x1", 0, 10, &d) < 0 && parse_double("inf", 0, HUGE_VAL, &d) < 0,
+	      "parse_double: hexadecimal and infinity spellings refused");
+	CHECK(parse_double("-1.5e-3", -1, 1, &d) == 0 && d == -1.5e-3 &&
+	      parse_long("-7", -10, 10, &l) == 0 && l == -7, "parse_double, parse_long: signs, exponents");
 	buf_init(&b);
 	for (int i = 0; i < 1000; i++)
 		buf_addf(&b, "%d,", i);
