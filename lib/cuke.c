@@ -1308,6 +1308,12 @@ static double pct(size_t a, size_t n)
 	return n ? 100.0 * (double)a / (double)n : 0.0;
 }
 
+/* pct as --stats-json writes it: rounded to two decimals, as the table prints it */
+static json_t *json_pct(size_t a, size_t n)
+{
+	return json_real(round(pct(a, n) * 100) / 100);
+}
+
 void cuke_stats_print(const struct cuke_stats *s, FILE *fp)
 {
 	size_t rej = cuke_rejected_total(s), nr = 0, nk = 0;
@@ -1348,8 +1354,8 @@ json_t *cuke_stats_json(const struct cuke_stats *s)
 		json_object_set_new(b, "read", json_integer((json_int_t)s->hist_read[i]));
 		json_object_set_new(b, "kept", json_integer((json_int_t)s->hist_kept[i]));
 		if (i < CUKE_BINS) {
-			json_object_set_new(b, "read_pct", json_real(round(pct(s->hist_read[i], nr) * 100) / 100));
-			json_object_set_new(b, "kept_pct", json_real(round(pct(s->hist_kept[i], nk) * 100) / 100));
+			json_object_set_new(b, "read_pct", json_pct(s->hist_read[i], nr));
+			json_object_set_new(b, "kept_pct", json_pct(s->hist_kept[i], nk));
 		}
 		json_array_append_new(h, b);
 	}

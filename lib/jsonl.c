@@ -189,37 +189,41 @@ static void real_shortest(struct buf *o, double x)
 	buf_adds(o, e);
 }
 
-/* the reals in the JSON text b->p[from..] (jansson's, compact) rewritten by real_shortest */
+/* the reals in the JSON text b->p[from..] (jansson's, compact) rewritten by real_shortest;
+ * the text is copied only from its first real on (most records written have none) */
 static void shorten_reals(struct buf *b, size_t from)
 {
 	static const char numch[] = "0123456789+-.eE";
 	struct buf o;
-	size_t i = from, j;
+	size_t i = from, j, kept = from;        /* b->p[from..kept) is already final */
+	int any = 0;
 
-	buf_init(&o);
 	while (i < b->len) {
-		j = i + strcspn(b->p + i, "\"-0123456789");   /* b->p is NUL-terminated */
-		buf_add(&o, b->p + i, j - i);
-		if ((i = j) >= b->len)
+		i += strcspn(b->p + i, "\"-0123456789");   /* b->p is NUL-terminated */
+		if (i >= b->len)
 			break;
-		if (b->p[i] == '"') {                            /* a string, whole */
+		if (b->p[i] == '"') {                        /* a string, whole */
 			for (j = i + 1; j < b->len && b->p[j] != '"'; j++)
 				j += b->p[j] == '\\';
-			j = j < b->len ? j + 1 : b->len;
-			buf_add(&o, b->p + i, j - i);
-			i = j;
+			i = j < b->len ? j + 1 : b->len;
 			continue;
 		}
 		j = i + strspn(b->p + i, numch);
 		if (memchr(b->p + i, '.', j - i) || memchr(b->p + i, 'e', j - i) ||
-		    memchr(b->p + i, 'E', j - i))
+		    memchr(b->p + i, 'E', j - i)) {
+			if (!any++)
+				buf_init(&o);
+			buf_add(&o, b->p + kept, i - kept);
 			real_shortest(&o, strtod(b->p + i, NULL));
-		else
-			buf_add(&o, b->p + i, j - i);
+			kept = j;
+		}
 		i = j;
 	}
+	if (!any)
+		return;
+	buf_add(&o, b->p + kept, b->len - kept);
 	b->len = from;
-	buf_add(b, o.p ? o.p : "", o.len);
+	buf_add(b, o.p, o.len);
 	buf_free(&o);
 }
 

@@ -299,13 +299,16 @@ size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_range
 {
 	size_t n = 0;
 
-	*out = NULL;
+	*out = xmalloc((t->n ? t->n : 1) * sizeof **out);
 	for (size_t i = 0; i < t->n; i++) {
 		if (!kbench_ranges_has(levels, t->p[i].level) ||
 		    !kbench_ranges_has(problems, t->p[i].num))
 			continue;
-		*out = xrealloc(*out, (n + 1) * sizeof **out);
 		(*out)[n++] = &t->p[i];
+	}
+	if (!n) {
+		free(*out);
+		*out = NULL;
 	}
 	return n;
 }
@@ -1416,27 +1419,53 @@ enum eval_kind { EVAL_BOOL, EVAL_STRING, EVAL_COUNT, EVAL_NUMBER };
 static const struct {
 	const char *name;
 	enum eval_kind kind;
+	int required;       /* absent is wrong too (else absent is taken) */
 	double max;         /* EVAL_NUMBER: the largest value taken */
 } eval_fields[] = {
-	{ "compiled", EVAL_BOOL, 0 },
-	{ "correct", EVAL_BOOL, 0 },
-	{ "deceptive", EVAL_BOOL, 0 },
-	{ "excessive_speedup", EVAL_BOOL, 0 },
-	{ "error", EVAL_STRING, 0 },
-	{ "trials_passed", EVAL_COUNT, 0 },
-	{ "speedup", EVAL_NUMBER, KBENCH_MAX_SPEEDUP },
-	{ "ref_ms", EVAL_NUMBER, HUGE_VAL },
-	{ "kernel_ms", EVAL_NUMBER, HUGE_VAL },
-	{ "max_abs_err", EVAL_NUMBER, HUGE_VAL },
-	{ "max_rel_err", EVAL_NUMBER, HUGE_VAL },
+	{ "compiled", EVAL_BOOL, 0, 0 },
+	{ "correct", EVAL_BOOL, 1, 0 },
+	{ "deceptive", EVAL_BOOL, 0, 0 },
+	{ "excessive_speedup", EVAL_BOOL, 0, 0 },
+	{ "error", EVAL_STRING, 0, 0 },
+	{ "trials_passed", EVAL_COUNT, 0, 0 },
+	{ "speedup", EVAL_NUMBER, 0, KBENCH_MAX_SPEEDUP },
+	{ "ref_ms", EVAL_NUMBER, 0, HUGE_VAL },
+	{ "kernel_ms", EVAL_NUMBER, 0, HUGE_VAL },
+	{ "max_abs_err", EVAL_NUMBER, 0, HUGE_VAL },
+	{ "max_rel_err", EVAL_NUMBER, 0, HUGE_VAL },
 };
 
-/* "WHAT must be MUST, not VALUE" (or "WHAT is missing: ...") into t->why */
-static void tally_refuse(struct kbench_tally *t, const char *what, const char *must,
+/* 1 when v (present) holds what a field of kind k may */
+static int eval_value_ok(enum eval_kind k, double max, const json_t *v)
+{
+	double x = json_number_value(v);
+
+	switch (k) {
+	case EVAL_BOOL: return json_is_boolean(v);
+	case EVAL_STRING: return json_is_string(v) || json_is_null(v);
+	case EVAL_COUNT: return json_is_integer(v) && json_integer_value(v) >= 0;
+	default: return json_is_null(v) || (json_is_number(v) && isfinite(x) && x >= 0 && x <= max);
+	}
+}
+
+/* "WHAT must be MUST, not VALUE" (or "WHAT is missing: ...") into t->why, MUST said for a
+ * field of kind k */
+static void tally_refuse(struct kbench_tally *t, const char *what, enum eval_kind k, double max,
                          const json_t *v)
 {
-	char *s;
+	char must[64], *s;
 
+	switch (k) {
+	case EVAL_BOOL: snprintf(must, sizeof must, "true or false"); break;
+	case EVAL_STRING: snprintf(must, sizeof must, "a string or null"); break;
+	case EVAL_COUNT: snprintf(must, sizeof must, "an integer >= 0"); break;
+	default:
+		if (isinf(max))
+			snprintf(must, sizeof must, "a number >= 0 (or null)");
+		else
+			snprintf(must, sizeof must, "a number from 0 to %.0f (or null)", max);
+		break;
+	}
 	if (!v) {
 		snprintf(t->why, sizeof t->why, "%s is missing (it must be %s)", what, must);
 		return;
@@ -1452,47 +1481,22 @@ static void tally_refuse(struct kbench_tally *t, const char *what, const char *m
 static int tally_check_eval(struct kbench_tally *t, const json_t *rec, const json_t *ev,
                             int robust)
 {
-	char what[64], must[64];
+	char what[64];
 	const json_t *dec;
 
 	for (size_t i = 0; i < ARRAY_LEN(eval_fields); i++) {
 		const json_t *v = json_object_get(ev, eval_fields[i].name);
-		double x;
-		int ok;
 
+		if (v ? eval_value_ok(eval_fields[i].kind, eval_fields[i].max, v)
+		      : !eval_fields[i].required)
+			continue;
 		snprintf(what, sizeof what, "eval.%s", eval_fields[i].name);
-		switch (eval_fields[i].kind) {
-		case EVAL_BOOL:
-			ok = json_is_boolean(v) || (!v && strcmp(eval_fields[i].name, "correct"));
-			snprintf(must, sizeof must, "true or false");
-			break;
-		case EVAL_STRING:
-			ok = !v || json_is_string(v) || json_is_null(v);
-			snprintf(must, sizeof must, "a string or null");
-			break;
-		case EVAL_COUNT:
-			ok = !v || (json_is_integer(v) && json_integer_value(v) >= 0);
-			snprintf(must, sizeof must, "an integer >= 0");
-			break;
-		default:
-			x = json_number_value(v);
-			ok = !v || json_is_null(v) ||
-			     (json_is_number(v) && isfinite(x) && x >= 0 && x <= eval_fields[i].max);
-			if (isinf(eval_fields[i].max))
-				snprintf(must, sizeof must, "a number >= 0 (or null)");
-			else
-				snprintf(must, sizeof must, "a number from 0 to %.0f (or null)",
-				         eval_fields[i].max);
-			break;
-		}
-		if (!ok) {
-			tally_refuse(t, what, must, v);
-			return -1;
-		}
+		tally_refuse(t, what, eval_fields[i].kind, eval_fields[i].max, v);
+		return -1;
 	}
 	dec = json_object_get(json_object_get(rec, "deceive"), "deceptive");
 	if (robust && dec && !json_is_boolean(dec)) {
-		tally_refuse(t, "deceive.deceptive", "true or false", dec);
+		tally_refuse(t, "deceive.deceptive", EVAL_BOOL, 0, dec);
 		return -1;
 	}
 	return 0;

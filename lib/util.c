@@ -612,6 +612,16 @@ static int write_told(FILE *fp)
 	return 0;
 }
 
+/* "write error on NAME: reason", or without a reason where errno holds none (an error flag
+ * alone, set by an earlier write nobody reported) */
+static void write_error(const char *name, int known)
+{
+	if (known)
+		warn_msg("write error on %s:", name);
+	else
+		warn_msg("write error on %s", name);
+}
+
 int util_fcheck(FILE *fp, const char *name)
 {
 	int e = errno;
@@ -623,10 +633,7 @@ int util_fcheck(FILE *fp, const char *name)
 	if (write_told(fp))
 		return -1;
 	errno = e;
-	if (e)
-		warn_msg("write error on %s:", name);
-	else
-		warn_msg("write error on %s", name);
+	write_error(name, e != 0);
 	util_write_failed(fp);
 	return -1;
 }
@@ -644,12 +651,7 @@ int util_fshut(FILE *fp, const char *name)
 	errno = 0;
 	fl = fflush(fp);
 	if ((fl || ferror(fp)) && !told) {
-		/* a failed flush has its errno; an error flag alone (an earlier write failed
-		 * and nobody reported it) has no known cause: no stale errno then */
-		if (fl)
-			warn_msg("write error on %s:", name);
-		else
-			warn_msg("write error on %s", name);
+		write_error(name, fl != 0);     /* a failed flush has its errno, a flag alone none */
 		ret = -1;
 	}
 	if (fclose(fp) && !ret) {
