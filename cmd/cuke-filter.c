@@ -211,7 +211,8 @@ int main(int argc, char **argv)
 				if (cuke_line(c, &r, &sink) == CUKE_MALFORMED)
 					ret = 1;
 			if (s == JSONL_IOERR) {
-				warn_msg("%s:%zu: read error:", r.name, r.lineno + 1);
+				warn_msg("%s:%zu: read error: %s", r.name, r.lineno + 1,
+				         input_error(&in));
 				ret = 1;
 			}
 			jsonl_reader_free(&r);

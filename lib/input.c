@@ -284,6 +284,13 @@ void input_close(struct input *in)
 	in->state = INPUT_DONE;
 }
 
+const char *input_error(const struct input *in)
+{
+	if (in->ar)
+		return ar_error(in->inner ? in->inner : in->ar);
+	return strerror(errno ? errno : EIO);
+}
+
 int input_each_file(const char *path,
                     int (*fn)(const char *name, const char *data, size_t len, void *arg),
                     void *arg)
@@ -297,7 +304,7 @@ int input_each_file(const char *path,
 		return -1;
 	while ((r = input_next(&in)) > 0) {
 		if (!(data = util_read_all(in.fp, &len))) {
-			warn_msg("%s: read error:", in.name);
+			warn_msg("%s: read error: %s", in.name, input_error(&in));
 			ret = -1;
 			break;
 		}

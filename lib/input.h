@@ -55,6 +55,10 @@ int input_open(struct input *in, const char *path);
 int input_next(struct input *in);
 void input_close(struct input *in);
 
+/* Why in.fp's last read failed: the decompressor's message for a compressed stream or
+ * member ("truncated gzip input"), else the system's. For "NAME:LINE: read error: %s". */
+const char *input_error(const struct input *in);
+
 /* Callback form for whole-file users: calls fn(name, data, len, arg) for every stream of the
  * operand, with data NUL-terminated; stops at the first nonzero return and passes it back.
  * Returns -1 on an open/read error (already reported). */

@@ -391,7 +391,8 @@ int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, voi
 			jsonl_reader_init(&r, in.fp, in.name);
 			while ((s = jsonl_read(&r, &rec)) != JSONL_EOF) {
 				if (s == JSONL_IOERR) {
-					warn_msg("%s:%zu: read error:", r.name, r.lineno + 1);
+					warn_msg("%s:%zu: read error: %s", r.name, r.lineno + 1,
+					         input_error(&in));
 					ret = 1;
 					break;
 				}
