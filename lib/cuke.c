@@ -1170,7 +1170,7 @@ static json_t *kept_cuke(const struct cuke *c, const struct content *ct, int sp,
 	return obj;
 }
 
-/* --to-sft {id, prompt, response} or --to-infill {id, level, ref, kernel, prefix, middle,
+/* --to-sft {id, level, prompt, response} or --to-infill {id, level, ref, kernel, prefix, middle,
  * suffix} (new reference). */
 static json_t *new_record(const struct cuke *c, const struct content *ct, const json_t *rec)
 {
@@ -1178,13 +1178,13 @@ static json_t *new_record(const struct cuke *c, const struct content *ct, const 
 
 	if (id)
 		json_object_set(obj, "id", id);
+	if (ct->level.level > 0)
+		json_object_set_new(obj, "level", json_integer(ct->level.level));
 	if (c->cfg.format == CUKE_OUT_SFT) {
 		json_object_set_new(obj, "prompt", json_string(ct->prompt));
 		json_object_set_new(obj, "response", json_string(ct->response));
 		return obj;
 	}
-	if (ct->level.level > 0)
-		json_object_set_new(obj, "level", json_integer(ct->level.level));
 	json_object_set_new(obj, "ref", json_string(ct->ref));
 	json_object_set_new(obj, "kernel", json_string(ct->kernel));
 	json_object_set_new(obj, "prefix", json_stringn(ct->kernel, ct->a));
