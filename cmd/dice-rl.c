@@ -322,7 +322,7 @@ int main(int argc, char **argv)
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
-		case 'o': out = optarg; break;
+		case 'o': out = cli_nonempty('o', "a directory", optarg); break;
 		case 't': tok_dir = optarg; break;
 		case 'S': stage_name = optarg; break;
 		case 'n': steps = cli_long("--steps", optarg, 0, 1L << 30); break;
@@ -364,6 +364,9 @@ int main(int argc, char **argv)
 		model_dir = util_env("DICE_MODEL", NULL);
 	if (!out || (!model_dir && !resume))
 		usage(EXIT_STATUS_USAGE);
+	/* -o is written at the end: one that cannot be is said now, not after the training */
+	if (checkpoint_dir_writable(out, err, sizeof err) < 0)
+		die("%s", err);
 	/* no output may be an input (the operands, or stdin without them, and -T): -g and -X
 	 * would empty it before it is read */
 	int nin = argc - optind;

@@ -225,7 +225,7 @@ int main(int argc, char **argv)
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
-		case 'o': out = optarg; break;
+		case 'o': out = cli_nonempty('o', "a directory", optarg); break;
 		case 'i': init = optarg; break;
 		case 't': tok_dir = optarg; break;
 		case 'e': epochs = cli_long("--epochs", optarg, 1, 1000000); break;
@@ -263,6 +263,9 @@ int main(int argc, char **argv)
 	}
 	if (!out && !(dump && model_dir))
 		usage(EXIT_STATUS_USAGE);
+	/* -o is written at the end: one that cannot be is said now, not after the training */
+	if (!dump && checkpoint_dir_writable(out, err, sizeof err) < 0)
+		die("%s", err);
 	/* no output may be an input: -g and -x would empty it before it is read */
 	cli_output_not_input(log_path, argv + optind, argc - optind);
 	cli_output_not_input(dump, argv + optind, argc - optind);

@@ -294,6 +294,41 @@ static int write_index(const char *dir, const struct st_wtensor *wt, size_t n, c
 	return rc;
 }
 
+int checkpoint_dir_writable(const char *dir, char *err, size_t errlen)
+{
+	struct stat sb;
+	char *parent;
+	size_t n = strlen(dir);
+	int rc;
+
+	if (!n) {
+		errmsg_set(err, errlen, "an empty output directory name");
+		return -1;
+	}
+	if (stat(dir, &sb) == 0) {
+		errno = S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+		if (!errno && access(dir, W_OK | X_OK) == 0)
+			return 0;
+		errmsg_set(err, errlen, "cannot write into '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (errno == ENOENT) {                  /* checkpoint_write creates it: one level */
+		while (n > 1 && dir[n - 1] == '/')
+			n--;
+		while (n > 0 && dir[n - 1] != '/')
+			n--;
+		while (n > 1 && dir[n - 1] == '/')
+			n--;
+		parent = n ? xstrndup(dir, n) : xstrdup(".");
+		rc = access(parent, W_OK | X_OK);
+		free(parent);
+		if (rc == 0)
+			return 0;
+	}
+	errmsg_set(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+	return -1;
+}
+
 int checkpoint_write(const char *dir, const struct model_config *c,
                      const struct model_weights *w, int nshards, const char *tokenizer_dir,
                      char *err, size_t errlen)
