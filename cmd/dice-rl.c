@@ -182,7 +182,7 @@ static int on_task(json_t *rec, struct jsonl_reader *r, void *arg)
 static int save_all(struct rl_runner *r, const char *out, const char *tok_dir, const char *spec,
                     const struct stage *st, int nst, int si, int done, long step)
 {
-	char err[512];
+	char err[512], save[32];
 	json_t *pos = json_array(), *rng = json_array();
 	for (int i = 0; i < nst; i++)
 		json_array_append_new(pos, json_integer((json_int_t)st[i].pos));
@@ -191,12 +191,13 @@ static int save_all(struct rl_runner *r, const char *out, const char *tok_dir, c
 		snprintf(h, sizeof h, "%016llx", (unsigned long long)r->rng.s[i]);
 		json_array_append_new(rng, json_string(h));
 	}
-	json_t *j = json_pack("{s:s, s:i, s:s, s:I, s:i, s:i, s:o, s:o}", "format", "dice-rl-state",
-	                      "version", 1, "stages", spec, "step", (json_int_t)step, "stage", si,
-	                      "stage_step", done, "pos", pos, "rng", rng);
+	snprintf(save, sizeof save, "step %ld", step);
+	json_t *j = json_pack("{s:s, s:i, s:s, s:I, s:i, s:i, s:o, s:o, s:s}", "format",
+	                      "dice-rl-state", "version", 1, "stages", spec, "step", (json_int_t)step,
+	                      "stage", si, "stage_step", done, "pos", pos, "rng", rng, "save", save);
 	char *text = json_dumps(j, JSON_COMPACT);
 	char *path = xasprintf("%s/%s", out, STATE_FILE);
-	int rc = sft_train_save_model(r->m, out, tok_dir, err, sizeof err);
+	int rc = sft_train_save_model(r->m, out, tok_dir, save, err, sizeof err);
 	if (rc == 0)
 		rc = atomfile_write(path, text, strlen(text), err, sizeof err);
 	if (rc < 0)
@@ -261,6 +262,12 @@ static void load_state(const char *out, const char *spec, struct stage *st, int 
 	}
 	if (!(rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]))
 		bad_state(path, "rng");
+	json_t *sv = json_object_get(j, "save");        /* absent in states from before it */
+	char err[512];
+	if (sv && !json_is_string(sv))
+		bad_state(path, "save");
+	if (checkpoint_check_save(out, path, json_string_value(sv), err, sizeof err) < 0)
+		die("%s", err);
 	*step = (long)jstep;
 	json_decref(j);
 	free(path);

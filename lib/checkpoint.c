@@ -329,11 +329,12 @@ int checkpoint_dir_writable(const char *dir, char *err, size_t errlen)
 	return -1;
 }
 
-int checkpoint_write(const char *dir, const struct model_config *c,
+static int write_dir(const char *dir, const struct model_config *c,
                      const struct model_weights *w, int nshards, const char *tokenizer_dir,
-                     char *err, size_t errlen)
+                     const char *save, char *err, size_t errlen)
 {
-	static const char *const meta[] = { "format", "pt" };
+	const char *const meta[] = { "format", "pt", CHECKPOINT_SAVE_KEY, save };
+	size_t nmeta = save ? 2 : 1;
 	size_t n, total, acc = 0;
 	struct ckpt_tensor *list;
 	struct st_wtensor *wt;
@@ -388,7 +389,7 @@ int checkpoint_write(const char *dir, const struct model_config *c,
 	}
 	if (nshards == 1) {
 		path = xasprintf("%s/model.safetensors", dir);
-		rc = safetensors_write(path, wt, n, meta, 1, err, errlen);
+		rc = safetensors_write(path, wt, n, meta, nmeta, err, errlen);
 		free(path);
 		if (rc == 0) {
 			path = xasprintf("%s/model.safetensors.index.json", dir);
@@ -403,7 +404,7 @@ int checkpoint_write(const char *dir, const struct model_config *c,
 			while (e < n && shard[e] == s)
 				e++;
 			path = xasprintf("%s/model-%05d-of-%05d.safetensors", dir, s + 1, nshards);
-			rc = safetensors_write(path, wt + b, e - b, meta, 1, err, errlen);
+			rc = safetensors_write(path, wt + b, e - b, meta, nmeta, err, errlen);
 			free(path);
 			b = e;
 		}
@@ -426,6 +427,46 @@ out:
 	free(shard);
 	free(wt);
 	free(list);
+	return rc;
+}
+
+int checkpoint_write(const char *dir, const struct model_config *c,
+                     const struct model_weights *w, int nshards, const char *tokenizer_dir,
+                     char *err, size_t errlen)
+{
+	return write_dir(dir, c, w, nshards, tokenizer_dir, NULL, err, errlen);
+}
+
+int checkpoint_write_save(const char *dir, const struct model_config *c,
+                          const struct model_weights *w, const char *tokenizer_dir,
+                          const char *save, char *err, size_t errlen)
+{
+	return write_dir(dir, c, w, 1, tokenizer_dir, save, err, errlen);
+}
+
+int checkpoint_check_save(const char *dir, const char *state, const char *save, char *err,
+                          size_t errlen)
+{
+	char *one = xasprintf("%s/model.safetensors", dir);
+	char *idx = xasprintf("%s/model.safetensors.index.json", dir);
+	struct safetensors st;
+	const char *has;
+	int rc = 0;
+
+	if (save && safetensors_open(&st, file_exists(idx) ? idx : one, err, errlen) < 0) {
+		rc = -1;
+	} else if (save) {
+		if (!(has = safetensors_meta(&st, CHECKPOINT_SAVE_KEY)) || strcmp(has, save)) {
+			errmsg_set(err, errlen, "%s: written at %s, but the weights in %s are from %s: "
+			           "a save was cut short\nhint: start afresh from those weights (-m %s, "
+			           "no resume), or restore a whole copy of %s", state, save, dir,
+			           has ? has : "another save", dir, dir);
+			rc = -1;
+		}
+		safetensors_close(&st);
+	}
+	free(one);
+	free(idx);
 	return rc;
 }
 

@@ -76,6 +76,19 @@ int checkpoint_write(const char *dir, const struct model_config *c,
  * that write a checkpoint at the end of long work: check first, not after the work. */
 int checkpoint_dir_writable(const char *dir, char *err, size_t errlen);
 
+/* The save a trainer's state names (dice-sft, dice-rl): checkpoint_write_save writes save
+ * (e.g. "step 12") as __metadata__ "dice_save" of the weights (one file), before the trainer
+ * writes its state file naming the same save; checkpoint_check_save then tells weights of a
+ * save cut short (a crash between the two files) from those the state was written with: 0
+ * when dir's weights carry save (or save is NULL: a state from before), else -1 with a
+ * message naming the state file in err. */
+#define CHECKPOINT_SAVE_KEY "dice_save"
+int checkpoint_write_save(const char *dir, const struct model_config *c,
+                          const struct model_weights *w, const char *tokenizer_dir,
+                          const char *save, char *err, size_t errlen);
+int checkpoint_check_save(const char *dir, const char *state, const char *save, char *err,
+                          size_t errlen);
+
 struct model_init {
 	uint64_t seed;
 	float std;                   /* 0.02 */

@@ -134,8 +134,8 @@ int sft_train_step(struct sft_train *s, struct sft_step *out)
 	return 0;
 }
 
-int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir, char *err,
-                         size_t errlen)
+int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir,
+                         const char *save, char *err, size_t errlen)
 {
 	struct model_config c = m->cfg;
 	struct model_weights hw = m->w;
@@ -151,7 +151,7 @@ int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_d
 	for (size_t i = 0; i < n; i++)
 		list[i].ref->p = host + ((const char *)list[i].ref->p - (const char *)m->wbuf);
 	c.dtype = DICE_F32;
-	rc = checkpoint_write(out_dir, &c, &hw, 1, tok_dir, err, errlen);
+	rc = checkpoint_write_save(out_dir, &c, &hw, tok_dir, save, err, errlen);
 	free(list);
 	free(hw.layers);
 	free(host);
@@ -179,11 +179,12 @@ static void saved_opts(const struct sft_train *s, struct saved_opts *o)
 int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
                    size_t errlen)
 {
-	char seed[24], epoch[16], batch[24], rngs[80], samples[24], *path;
+	char seed[24], epoch[16], batch[24], rngs[80], samples[24], save[32], *path;
 	struct saved_opts o;
 	int rc;
 
-	if (sft_train_save_model(s->m, out_dir, tok_dir, err, errlen) < 0)
+	snprintf(save, sizeof save, "step %d", s->op.step);
+	if (sft_train_save_model(s->m, out_dir, tok_dir, save, err, errlen) < 0)
 		return -1;
 	snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
 	snprintf(epoch, sizeof epoch, "%d", s->epoch);
@@ -195,7 +196,8 @@ int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir
 	const char *meta[] = { "seed", seed, "epoch", epoch, "batch", batch, "noise_rng", rngs,
 	                       "samples", samples, "total_steps", o.total, "batch_tokens", o.btok,
 	                       "grad_accum", o.accum, "lr", o.lr, "schedule",
-	                       optim_schedule_name(s->op.o.schedule), "warmup", o.warm };
+	                       optim_schedule_name(s->op.o.schedule), "warmup", o.warm,
+	                       "save", save };
 	path = xasprintf("%s/%s", out_dir, SFT_STATE_FILE);
 	rc = optim_save(&s->op, path, meta, ARRAY_LEN(meta) / 2, err, errlen);
 	free(path);
@@ -291,7 +293,8 @@ int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t err
 		           st.path, seed, samples, s->seed, s->d->n);
 		goto out;
 	}
-	if (resume_check_schedule(s, &st, err, errlen) < 0)
+	if (resume_check_schedule(s, &st, err, errlen) < 0 ||
+	    checkpoint_check_save(dir, st.path, safetensors_meta(&st, "save"), err, errlen) < 0)
 		goto out;
 	s->epoch = (int)epoch;
 	plan_epoch(s, s->epoch);

@@ -11,8 +11,10 @@
  * Saving (sft_train_save): the Hugging Face directory out_dir (config.json with torch_dtype
  * float32: the fp32 master weights, model.safetensors, the tokenizer files of tok_dir) and
  * out_dir/trainer_state.safetensors (lib/optim.h state + "seed", "epoch", "batch" (the next
- * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps").
- * sft_train_resume restores all of it, so on the CPU the losses continue bitwise.
+ * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps",
+ * "save" ("step N", also in the weights' metadata: lib/checkpoint.h, checkpoint_check_save).
+ * sft_train_resume restores all of it, so on the CPU the losses continue bitwise; weights
+ * from another save than the state's (a save cut short) are an error.
  */
 /* Data parallelism (not written yet) drops in without a communication layer of our own:
  * rank r of W takes the micro-batches i with i % W == r of each step, and one NCCL
@@ -73,9 +75,10 @@ int sft_train_more(const struct sft_train *s);
 /* One optimizer step. 0 or -1. */
 int sft_train_step(struct sft_train *s, struct sft_step *out);
 /* Write the model's fp32 weights (backend -> host) as a checkpoint directory with the
- * tokenizer files of tok_dir (may be NULL). 0, or -1 with err. Also used by dice-rl. */
-int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir, char *err,
-                         size_t errlen);
+ * tokenizer files of tok_dir (may be NULL), the weights naming save (checkpoint_write_save:
+ * the state file written next names it too). 0, or -1 with err. Also used by dice-rl. */
+int sft_train_save_model(struct model *m, const char *out_dir, const char *tok_dir,
+                         const char *save, char *err, size_t errlen);
 /* Write the checkpoint and the state. 0, or -1 with err. */
 int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir, char *err,
                    size_t errlen);
