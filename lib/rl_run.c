@@ -187,6 +187,7 @@ struct coproc {
 	int wfailed;                 /* the program stopped reading (EPIPE) */
 	char **out;                  /* output lines, in order */
 	size_t nout, ocap;
+	size_t limit;                /* records it is given: reading stops at one more */
 	double t_first, t_last;      /* first line queued, last output line read */
 };
 
@@ -250,14 +251,17 @@ static void *co_reader(void *arg)
 		}
 		c->out[c->nout++] = xstrndup(line, (size_t)len);
 		c->t_last = t;
+		int over = c->nout > c->limit;
 		pthread_mutex_unlock(&c->mu);
+		if (over)       /* the output is wrong already: no more of it is kept (it may be */
+			break;  /* endless); closing the pipe stops a program that writes on */
 	}
 	free(line);
 	fclose(f);
 	return NULL;
 }
 
-static int co_start(struct coproc *c, const char *cmd)
+static int co_start(struct coproc *c, const char *cmd, size_t limit)
 {
 	int in[2], out[2];
 	posix_spawn_file_actions_t fa;
@@ -266,6 +270,7 @@ static int co_start(struct coproc *c, const char *cmd)
 
 	memset(c, 0, sizeof *c);
 	c->in_fd = c->out_fd = -1;
+	c->limit = limit;
 	if (pipe2(in, O_CLOEXEC) < 0)
 		return warn_msg("cannot run the reward command:"), -1;
 	if (pipe2(out, O_CLOEXEC) < 0) {
@@ -342,13 +347,23 @@ static void co_free(struct coproc *c)
 	free(c->q), free(c->out);
 }
 
+/* How the program ended, for a message: "exit status N" or "killed by signal N". */
+static const char *status_text(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
+	else
+		snprintf(buf, len, "killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+	return buf;
+}
+
 /* The rewards (n) of the program's output lines; the compile and run seconds kbench-eval
  * records (eval.build_s, eval.run_s) summed. 0, or -1 with a warning. */
 static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, float *rewards,
                       struct rl_metrics *mt)
 {
 	int got = 0, nbad = 0, first = 0;
-	char why[200] = "";
+	char why[200] = "", how[40];
 
 	for (size_t i = 0; i < c->nout && got < n; i++) {
 		json_error_t je;
@@ -373,10 +388,14 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		got++;
 		json_decref(o);
 	}
-	if ((int)c->nout != n) {
-		warn_msg("reward command '%s' wrote %d records for %d (exit status %d)",
-		         r->reward_cmd, (int)c->nout, n, WIFEXITED(status) ? WEXITSTATUS(status) :
-		         status);
+	if ((int)c->nout > n) {
+		warn_msg("reward command '%s' wrote more than the %d records it was given (%s)",
+		         r->reward_cmd, n, status_text(status, how, sizeof how));
+		return -1;
+	}
+	if ((int)c->nout < n) {
+		warn_msg("reward command '%s' wrote %d records for %d (%s)", r->reward_cmd,
+		         (int)c->nout, n, status_text(status, how, sizeof how));
 		return -1;
 	}
 	if (nbad) {          /* one line a step: how many, and what the first one lacks */
@@ -480,7 +499,7 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 	for (int k = 0; k < n; k++)
 		res[k].ids = NULL;
 	/* overlapped: the program starts now and gets each group as soon as it is decoded */
-	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd) < 0)
+	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd, (size_t)n) < 0)
 		rc = -1;
 	if (rc == 0 && sampler_run(r->m, o, rq, n, res, r->overlap ? on_finished : NULL, &f) < 0) {
 		warn_msg("the model failed during the rollout");
@@ -488,7 +507,7 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 	}
 	t1 = now();
 	mt->t_rollout = t1 - t0;
-	if (rc == 0 && !r->overlap && co_start(&c, r->reward_cmd) < 0)
+	if (rc == 0 && !r->overlap && co_start(&c, r->reward_cmd, (size_t)n) < 0)
 		rc = -1;
 	if (rc == 0)
 		feed_groups(&f, 1);

@@ -14,7 +14,8 @@
  * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted). A record
  * with neither a number "reward" nor an "eval" object, or a line that is not an object, gets
  * 0 and counts in rl_metrics.bad (one warning a step); so does a non-zero exit status of a
- * program that wrote every record.
+ * program that wrote every record. Fewer records than given, or more (the output is read up
+ * to the first record too many, then its pipe closed), fail the step.
  * With overlap (the default of dice-rl), the program is started with the step and each
  * task's group of records is written as soon as the group has finished decoding, in task
  * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
