@@ -501,6 +501,7 @@ int main(int argc, char **argv)
 	r.robust = robust;
 	r.overlap = overlap;
 	r.dump = dump;
+	r.stop = &stop;
 	r.group = (int)group;
 	r.micro = (int)micro;
 	r.update = (int)update;
@@ -637,9 +638,11 @@ int main(int argc, char **argv)
 			                      "tokens_per_s", tps_);
 			if (eval_every && step % eval_every == 0 && nevl[li]) {
 				double ex;
-				if (rl_evaluate(&r, &evo, evl[li], (int)nevl[li], li, (int)step, &ex) < 0)
+				int erc = rl_evaluate(&r, &evo, evl[li], (int)nevl[li], li, (int)step, &ex);
+				if (erc < 0 && !stop)
 					ret = 1;
-				json_object_set_new(j, "eval_exec", json_real(ex));
+				if (erc == 0 || !stop)  /* else a signal cut the evaluation short */
+					json_object_set_new(j, "eval_exec", json_real(ex));
 			}
 			if (logf && !log_bad) {  /* a failed write: reported once, training goes on */
 				if (jsonl_log(logf, log_path, j) < 0)

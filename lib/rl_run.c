@@ -188,6 +188,9 @@ struct coproc {
 	char **out;                  /* output lines, in order */
 	size_t nout, ocap;
 	size_t limit;                /* records it is given: reading stops at one more */
+	int rdone;                   /* the reader has finished */
+	int killed;                  /* sent SIGTERM on a stop */
+	pthread_cond_t rcv;          /* rdone set */
 	double t_first, t_last;      /* first line queued, last output line read */
 };
 
@@ -258,6 +261,10 @@ static void *co_reader(void *arg)
 	}
 	free(line);
 	fclose(f);
+	pthread_mutex_lock(&c->mu);
+	c->rdone = 1;
+	pthread_cond_signal(&c->rcv);
+	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
@@ -281,7 +288,12 @@ static int co_start(struct coproc *c, const char *cmd, size_t limit)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
 	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-	int e = posix_spawn(&c->pid, "/bin/sh", &fa, NULL, argv, environ);
+	posix_spawnattr_t at;           /* a process group of its own: a stop ends all of it */
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+	posix_spawnattr_setpgroup(&at, 0);
+	int e = posix_spawn(&c->pid, "/bin/sh", &fa, &at, argv, environ);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	close(in[0]), close(out[1]);
 	if (e) {
@@ -292,6 +304,7 @@ static int co_start(struct coproc *c, const char *cmd, size_t limit)
 	c->in_fd = in[1], c->out_fd = out[0];
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
+	pthread_cond_init(&c->rcv, NULL);
 	if (pthread_create(&c->wt, NULL, co_writer, c) ||
 	    pthread_create(&c->rt, NULL, co_reader, c))
 		die("cannot start a thread");
@@ -317,8 +330,10 @@ static void co_send(struct coproc *c, const json_t *rec)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* Close the program's input, read the rest of its output, reap it: its wait status. */
-static int co_finish(struct coproc *c)
+/* Close the program's input, read the rest of its output, reap it: its wait status. Once
+ * *stop is set (a signal), the program's group is sent SIGTERM instead of being waited for:
+ * a program that hangs would hold the run. */
+static int co_finish(struct coproc *c, volatile sig_atomic_t *stop)
 {
 	int st = -1;
 
@@ -327,6 +342,18 @@ static int co_finish(struct coproc *c)
 	pthread_mutex_lock(&c->mu);
 	c->closing = 1;
 	pthread_cond_signal(&c->cv);
+	while (!c->rdone) {
+		struct timespec ts;
+		if (stop && *stop && !c->killed) {
+			kill(-c->pid, SIGTERM);
+			c->killed = 1;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000;        /* look at *stop again in 0.1 s */
+		if (ts.tv_nsec >= 1000000000)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000;
+		pthread_cond_timedwait(&c->rcv, &c->mu, &ts);
+	}
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->wt, NULL);
 	pthread_join(c->rt, NULL);
@@ -334,6 +361,7 @@ static int co_finish(struct coproc *c)
 		;
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->rcv);
 	c->started = 0;
 	return st;
 }
@@ -365,6 +393,8 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 	int got = 0, nbad = 0, first = 0;
 	char why[200] = "", how[40];
 
+	if (c->killed)                  /* stopped by a signal: the step is undone, no more said */
+		return -1;
 	for (size_t i = 0; i < c->nout && got < n; i++) {
 		json_error_t je;
 		json_t *o = json_loads(c->out[i], 0, &je);
@@ -511,7 +541,7 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 		rc = -1;
 	if (rc == 0)
 		feed_groups(&f, 1);
-	st = co_finish(&c);
+	st = co_finish(&c, r->stop);
 	if (rc == 0) {
 		double t2 = now();
 		mt->tokens += f.tokens;

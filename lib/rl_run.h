@@ -15,7 +15,8 @@
  * with neither a number "reward" nor an "eval" object, or a line that is not an object, gets
  * 0 and counts in rl_metrics.bad (one warning a step); so does a non-zero exit status of a
  * program that wrote every record. Fewer records than given, or more (the output is read up
- * to the first record too many, then its pipe closed), fail the step.
+ * to the first record too many, then its pipe closed), fail the step. The program runs in a
+ * process group of its own; once rl_runner.stop is set it is sent SIGTERM, not waited for.
  * With overlap (the default of dice-rl), the program is started with the step and each
  * task's group of records is written as soon as the group has finished decoding, in task
  * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
@@ -37,6 +38,7 @@
 #ifndef DICE_RL_RUN_H
 #define DICE_RL_RUN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
@@ -87,6 +89,9 @@ struct rl_runner {
 	int verbose;
 	const char *dump;            /* --dump-batch: write one micro-batch of the step's last
 	                              * update (rows, adv, logp_old, loss, gradients) here */
+	volatile sig_atomic_t *stop; /* or NULL; set (by a signal handler): the reward program
+	                              * is sent SIGTERM (it runs in a process group of its own)
+	                              * rather than waited for, and the step fails */
 };
 
 struct rl_metrics {
