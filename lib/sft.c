@@ -81,6 +81,11 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 			buf_free(&b);
 			return -1;
 		}
+		if (!sys && json_object_get(rec, "system")) {   /* not dropped unsaid */
+			snprintf(err, errlen, "\"system\" must be a string");
+			buf_free(&b);
+			return -1;
+		}
 		if (sys)
 			turn(&b, "system", sys);
 		turn(&b, "user", p);
