@@ -29,6 +29,7 @@ PROGS    := $(patsubst cmd/%.c,bin/%,$(sort $(wildcard cmd/*.c)))
 TESTS    := $(patsubst tests/lib/%.c,tests/bin/%,$(sort $(wildcard tests/lib/test_*.c)))
 GPUTESTS := $(patsubst tests/gpu/test_%.cu,tests/bin/gpu_%,$(sort $(wildcard tests/gpu/test_*.cu)))
 HDRS     := $(wildcard lib/*.h)
+CUHS     := $(wildcard lib/cuda/*.cuh)
 MANS     := $(wildcard man/man1/*.1)
 
 ifeq ($(CUDA_ON),1)
@@ -46,28 +47,36 @@ $(shell echo '$(SHAREDIR) $(VERSION)' | cmp -s - $(BUILDCFG) 2>/dev/null || echo
 
 all: $(PROGS)
 
+# Each object's headers: the compilers write them (-MMD, lib/*.d and lib/cuda/*.d), so a header
+# change rebuilds only what includes it (a lib/*.h used by no .cu file rebuilds no CUDA
+# object: minutes on a small machine); an object without its .d yet (built before these
+# rules) counts every header, as all objects did.
+.SECONDEXPANSION:
+hdeps = $(if $(wildcard $(1:.o=.d)),,$(HDRS) $(CUHS))
+-include $(wildcard lib/*.d lib/cuda/*.d)
+
 lib/util.o: $(BUILDCFG)
 
 lib/libdice.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $(LIB_OBJ)
 
-lib/%.o: lib/%.c $(HDRS) config.mk $(CUDACFG)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+lib/%.o: lib/%.c $$(call hdeps,$$@) config.mk $(CUDACFG)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-lib/cuda/%.o: lib/cuda/%.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
-	$(NVCC) $(NVCCFLAGS) -Ilib -c -o $@ $<
+lib/cuda/%.o: lib/cuda/%.cu $$(call hdeps,$$@) config.mk
+	$(NVCC) $(NVCCFLAGS) -Ilib -MMD -MP -c -o $@ $<
 
 # Hopper's wgmma needs the sm_90a target; this file runs only on compute capability 9.0
-lib/cuda/matmul_wgmma.o: lib/cuda/matmul_wgmma.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
+lib/cuda/matmul_wgmma.o: lib/cuda/matmul_wgmma.cu $$(call hdeps,$$@) config.mk
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVCCFLAGS)) -gencode=arch=compute_90a,code=sm_90a \
-	  -Ilib -c -o $@ $<
+	  -Ilib -MMD -MP -c -o $@ $<
 
 # the training attention's version-3 forward is wgmma too: its sm_90 code is built for sm_90a
-lib/cuda/attention_train.o: lib/cuda/attention_train.cu $(HDRS) $(wildcard lib/cuda/*.cuh) config.mk
+lib/cuda/attention_train.o: lib/cuda/attention_train.cu $$(call hdeps,$$@) config.mk
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVCCFLAGS)) \
 	  $(subst code=sm_90,code=sm_90a,$(subst compute_90,compute_90a,$(CUDA_ARCH))) \
-	  -Ilib -c -o $@ $<
+	  -Ilib -MMD -MP -c -o $@ $<
 
 bin/%: cmd/%.c lib/libdice.a $(BUILDCFG)
 	@mkdir -p bin
@@ -136,7 +145,7 @@ dist:
 	git archive --format=tar.gz --prefix=dice-$(VERSION)/ -o dice-$(VERSION).tar.gz HEAD
 
 clean:
-	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/libdice.a lib/.buildcfg lib/.cudacfg dice-*.tar.gz
+	rm -rf bin tests/bin lib/*.o lib/cuda/*.o lib/*.d lib/cuda/*.d lib/libdice.a lib/.buildcfg lib/.cudacfg dice-*.tar.gz
 
 .PHONY: all deps deps-npm check check-gpu demo fuzz lint-man install uninstall dist clean
 .PRECIOUS: lib/%.o lib/cuda/%.o
