@@ -20,7 +20,8 @@ static const char usage_text[] =
 	"  -e, --explain       print findings on stderr as `where:line: rule: message`\n"
 	"                      (where: the record's id, else file:record-line; line: the kernel's)\n"
 	"  -r, --rules LIST    run only these rules (comma-separated names)\n"
-	"  -l, --list-rules    print the rules (name, severity, description) and exit\n"
+	"  -l, --list-rules    print the rules (name, severity, description; those of -r\n"
+	"                      only, when given) and exit\n"
 	"  -f, --field NAME    take the kernel from field NAME (default: kernel, else completion)\n"
 	"  -R, --ref FILE      reference source for records without a `ref` field (and .py files)\n"
 	"  -o, --output FILE   write records to FILE instead of stdout\n"
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
 {
 	struct state st;
 	const char *rules = NULL, *output = NULL, *rejects = NULL, *bad_rule = NULL;
-	int strict = 0, unbuffered = 0, c, ret = 0;
+	int strict = 0, unbuffered = 0, list = 0, c, ret = 0;
 	FILE *out = stdout, *rej = NULL;
 
 	util_set_progname(argv[0]);
@@ -204,12 +205,7 @@ int main(int argc, char **argv)
 		case 's': strict = 1; break;
 		case 'e': st.explain = 1; break;
 		case 'r': rules = optarg; break;
-		case 'l':
-			for (int k = 0; deceive_rules[k].name; k++)
-				printf("%-20s %-10s %s\n", deceive_rules[k].name,
-				       deceive_rules[k].severity == DECEIVE_DECEPTIVE ? "deceptive" : "warn",
-				       deceive_rules[k].description);
-			return util_fshut(stdout, "stdout") ? 1 : 0;
+		case 'l': list = 1; break;
 		case 'f': st.field = cli_nonempty(c, "a field name", optarg); break;
 		case 'R':
 			free(st.ref);
@@ -234,6 +230,20 @@ int main(int argc, char **argv)
 			warn_msg("bad --rules '%s' (want rule names, comma-separated, none empty; "
 			         "deceive-check --list-rules lists them)", rules);
 		usage_error();
+	}
+	if (list) {     /* the rules -r selects (all by default), after every option is read */
+		if (optind < argc) {
+			warn_msg("--list-rules takes no operands");
+			usage_error();
+		}
+		for (int k = 0; deceive_rules[k].name; k++)
+			if (deceive_checker_runs(st.checker, k))
+				printf("%-20s %-10s %s\n", deceive_rules[k].name,
+				       deceive_rules[k].severity == DECEIVE_DECEPTIVE ? "deceptive" : "warn",
+				       deceive_rules[k].description);
+		deceive_checker_free(st.checker);
+		free(st.ref);
+		return util_fshut(stdout, "stdout") ? 1 : 0;
 	}
 	if (rejects && !st.drop) {
 		warn_msg("--rejects needs --drop (without it every record is written)");

@@ -1481,6 +1481,11 @@ static const rule_fn rule_fns[NRULES] = {
 
 /* ------------------------------------------------------------------------------------ */
 
+int deceive_checker_runs(const struct deceive_checker *c, int k)
+{
+	return k >= 0 && k < NRULES && (c->enabled >> k & 1u);
+}
+
 struct deceive_checker *deceive_checker_new(const char *rules, const char **bad)
 {
 	struct deceive_checker *c = xcalloc(1, sizeof(*c));

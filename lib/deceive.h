@@ -37,6 +37,8 @@ struct deceive_checker;
  * names no rule ("", ","), with *bad "". */
 struct deceive_checker *deceive_checker_new(const char *rules, const char **bad);
 void deceive_checker_free(struct deceive_checker *c);
+/* 1 when the checker runs rule k (an index of deceive_rules) */
+int deceive_checker_runs(const struct deceive_checker *c, int k);
 
 /* Check one kernel source (len bytes, need not be NUL-terminated or valid UTF-8); ref is
  * the PyTorch reference source or NULL. Fills *out (always; free it with
