@@ -85,12 +85,7 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 	st->records++;
 	if (!kernel) {
 		char msg[256];
-		if (from)
-			snprintf(msg, sizeof msg, "no fenced code block in '%s'", from);
-		else if (st->field)
-			snprintf(msg, sizeof msg, "no string field '%s'", st->field);
-		else
-			snprintf(msg, sizeof msg, "no kernel: neither 'kernel' nor 'completion' is a string");
+		extract_record_why(rec, st->field, from, msg, sizeof msg);
 		warn_msg("%s: %s", loc, msg);
 		obj = json_pack("{s:b, s:[], s:s}", "deceptive", 0, "findings", "error", msg);
 		st->missing++;

@@ -1062,7 +1062,7 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 		}
 	}
 	if (need_kernel && !(ct->kernel = extract_record_kernel(rec, NULL, &from))) {
-		snprintf(detail, dn, from ? "no code block in %s" : "no kernel or completion", from);
+		extract_record_why(rec, NULL, from, detail, dn);
 		return CUKE_NO_KERNEL;
 	}
 	if (need_kernel && !ct->kernel[strspn(ct->kernel, SPACE)]) {

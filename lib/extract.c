@@ -1,4 +1,5 @@
 /* extract: first fenced code block of a response, language tag removed. See extract.h. */
+#include <stdio.h>
 #include <string.h>
 
 #include "extract.h"
@@ -54,10 +55,11 @@ char *extract_record_kernel(const json_t *rec, const char *field, const char **f
 		return xstrndup(json_string_value(v), json_string_length(v));
 	}
 	v = json_object_get(rec, "kernel");
-	if (json_is_string(v)) {
+	if (v && !json_is_null(v)) {
 		if (from)
 			*from = "kernel";
-		return xstrndup(json_string_value(v), json_string_length(v));
+		return json_is_string(v) ? xstrndup(json_string_value(v), json_string_length(v))
+		                         : NULL;
 	}
 	v = json_object_get(rec, "completion");
 	if (json_is_string(v)) {
@@ -66,4 +68,18 @@ char *extract_record_kernel(const json_t *rec, const char *field, const char **f
 		return extract_code(json_string_value(v), json_string_length(v));
 	}
 	return NULL;
+}
+
+const char *extract_record_why(const json_t *rec, const char *field, const char *from,
+                               char *buf, size_t n)
+{
+	if (!from && field)
+		snprintf(buf, n, "no string field '%s'", field);
+	else if (!from)
+		snprintf(buf, n, "no kernel: neither 'kernel' nor 'completion' is a string");
+	else if (!json_is_string(json_object_get(rec, from)))
+		snprintf(buf, n, "'%s' is not a string", from);
+	else
+		snprintf(buf, n, "no fenced code block in '%s'", from);
+	return buf;
 }

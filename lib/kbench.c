@@ -1334,9 +1334,9 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
 	}
 	en->kernel = extract_record_kernel(rec, NULL, &from);
 	if (!en->kernel) {
-		finish_entry(en, finalize(e, en, verdict("no_code", from ?
-		             "no code block in the completion" : "no `kernel` and no `completion`", 0),
-		             NULL), 0);
+		char why[128];
+		finish_entry(en, finalize(e, en, verdict("no_code", extract_record_why(rec, NULL,
+		             from, why, sizeof why), 0), NULL), 0);
 		return;
 	}
 	if (e->cfg.robust) {
