@@ -119,6 +119,7 @@ struct job {
 	int k;                       /* its sample number, 0 .. --samples - 1 */
 	int *ids, n;                 /* prompt ids; NULL when the prompt failed */
 	char *err;
+	int bad_line;                /* rec is a malformed line's, sample set: written as it is */
 	uint64_t seed;
 };
 
@@ -182,7 +183,9 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		}
 	} else {
 		json_t *rec = j->rec;
-		if (!r) {
+		if (j->bad_line) {
+			st->ret = 1;            /* reported as it was read */
+		} else if (!r) {
 			json_t *e = json_object();
 			warn_msg("%s: %s", j->where, j->err);
 			json_object_set_new(e, "error", json_string(j->err));
@@ -248,6 +251,21 @@ static void flush(struct state *st)
 	free(rq), free(res), free(map);
 }
 
+/* a new job at the end of the queue, zeroed */
+static struct job *job_add(struct state *st)
+{
+	struct job *j;
+
+	if (st->njobs == st->cap) {
+		st->cap = st->cap ? 2 * st->cap : 16;
+		st->jobs = xrealloc(st->jobs, (size_t)st->cap * sizeof *st->jobs);
+	}
+	j = &st->jobs[st->njobs++];
+	st->queued++;
+	memset(j, 0, sizeof *j);
+	return j;
+}
+
 static void queue(struct state *st, json_t *rec, const char *where, int text)
 {
 	char err[512];
@@ -261,13 +279,7 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 		st->ctx_warned = 1;
 	}
 	for (int k = 0; k < st->samples; k++) {
-		if (st->njobs == st->cap) {
-			st->cap = st->cap ? 2 * st->cap : 16;
-			st->jobs = xrealloc(st->jobs, (size_t)st->cap * sizeof *st->jobs);
-		}
-		struct job *j = &st->jobs[st->njobs++];
-		st->queued++;
-		memset(j, 0, sizeof *j);
+		struct job *j = job_add(st);
 		j->rec = k + 1 < st->samples ? json_deep_copy(rec) : json_incref(rec);
 		j->where = xstrdup(where);
 		j->text = text;
@@ -313,6 +325,35 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	int ret = queue_record(rec, where, arg);
 	free(where);
 	return ret;
+}
+
+/* A malformed line (bad JSON, not an object, invalid UTF-8), reported: the record that
+ * stands in its place, as deceive-check and kbench-eval pass one through: {"source", "line",
+ * "error", "text"} with "sample": {"error": "bad_record", "message": reason}. New reference. */
+static json_t *bad_line_record(struct jsonl_reader *r)
+{
+	json_t *rec = jsonl_bad_record(r);
+
+	jsonl_report_bad(r);
+	json_object_set_new(rec, "sample", json_pack("{s:s, s:s}", "error", "bad_record",
+	                                             "message", r->err));
+	return rec;
+}
+
+/* a malformed line comes out in its place, once (whatever --samples; it takes no seed) */
+static void on_bad(struct jsonl_reader *r, void *arg)
+{
+	struct state *st = arg;
+	struct job *j;
+
+	if (output_dead(st))
+		return;
+	j = job_add(st);
+	j->rec = bad_line_record(r);
+	j->where = xasprintf("%s:%zu", r->name, r->lineno);
+	j->bad_line = 1;
+	if (st->njobs >= 4 * st->o.max_active)
+		flush(st);
 }
 
 /* A reference worth sampling on: not empty (white space alone) and valid UTF-8 (a binary
@@ -546,6 +587,15 @@ static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	return 0;
 }
 
+static void front_dry_bad(struct jsonl_reader *r, void *arg)
+{
+	struct front_state *f = arg;
+	json_t *rec = bad_line_record(r);
+
+	jsonl_write(&f->w, rec);
+	json_decref(rec);
+}
+
 static int front_dry_kb(json_t *rec, const char *where, void *arg)
 {
 	front_dry(arg, rec, where);
@@ -604,7 +654,7 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 		else if (is_py(ops_v[i]))
 			r = input_each_file(ops_v[i], front_dry_py, &f);
 		else
-			r = jsonl_each(ops_v + i, 1, front_dry_record, NULL, &f);
+			r = jsonl_each(ops_v + i, 1, front_dry_record, front_dry_bad, &f);
 		if (r)
 			f.ret = 1;
 	}
@@ -833,7 +883,7 @@ int main(int argc, char **argv)
 		if (is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
 				st.ret = 1;
-		} else if (jsonl_each(ops_v + i, 1, on_record, NULL, &st)) {
+		} else if (jsonl_each(ops_v + i, 1, on_record, on_bad, &st)) {
 			st.ret = 1;
 		}
 	}
