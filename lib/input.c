@@ -147,7 +147,13 @@ int input_open(struct input *in, const char *path)
 	} else if (!stdin_iobuf_set++) {
 		setvbuf(stdin, stdin_iobuf, _IOFBF, sizeof stdin_iobuf);
 	}
+	errno = 0;
 	c = getc(in->raw);
+	if (c == EOF && ferror(in->raw)) {      /* stdin a directory, a failing device */
+		warn_msg("cannot read '%s':", in->name);
+		input_close(in);
+		return -1;
+	}
 	if (c != EOF)
 		ungetc(c, in->raw);
 	if (c == EOF || c == '{' || c == '[' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
