@@ -167,8 +167,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 				fprintf(st->out, "%s <==\n", j->where);
 		}
 		if (!r) {
-			warn_msg("%s: %s", j->where, j->err);
-			st->ret = 1;
+			st->ret = 1;            /* reported as it was queued */
 		} else if (st->raw || !kernel) {
 			if (!st->raw) {
 				warn_msg("%s: no code block in the completion (--raw prints it)", j->where);
@@ -186,11 +185,8 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		if (j->bad_line) {
 			st->ret = 1;            /* reported as it was read */
 		} else if (!r) {
-			json_t *e = json_object();
-			warn_msg("%s: %s", j->where, j->err);
-			json_object_set_new(e, "error", json_string(j->err));
-			json_object_set_new(rec, "sample", e);
-			st->ret = 1;
+			json_object_set_new(rec, "sample", json_pack("{s:s}", "error", j->err));
+			st->ret = 1;            /* reported as it was queued */
 		} else {
 			if (text)
 				json_object_set_new(rec, "completion", json_string(text));
@@ -272,6 +268,8 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	int *ids = NULL, n = 0, ok;
 
 	ok = sample_rec_prompt(&st->sr, rec, &ids, &n, err, sizeof err) == 0;
+	if (!ok)                        /* once, whatever --samples */
+		warn_msg("%s: %s", where, err);
 	if (ok && !st->ctx_warned && (long)n + st->o.max_tokens > st->sr.ctx) {
 		warn_msg("warning: %s: a prompt of %d tokens plus --max-tokens %d passes the model's "
 		         "context (%d): tokens past it are sampled at positions it was not trained "
