@@ -683,6 +683,7 @@ int main(int argc, char **argv)
 	struct kbench_ranges levels = { 0 }, problems = { 0 };
 	struct kb_sel kb;
 	enum front front = FRONT_NONE;
+	enum dice_dtype dt = DICE_F32;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
 	int infill = 0, unbuffered = 0, block = 0, opt, nstop = 0, have_tok;
 	int *stop = NULL;
@@ -698,7 +699,7 @@ int main(int argc, char **argv)
 	st.device = util_env("DICE_DEVICE", NULL);
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
 		switch (opt) {
-		case 'm': model_dir = optarg; break;
+		case 'm': model_dir = cli_nonempty(opt, "a checkpoint directory", optarg); break;
 		case 'd': st.device = optarg; break;
 		case 't': dtype_arg = optarg; break;
 		case 'p':
@@ -800,6 +801,11 @@ int main(int argc, char **argv)
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
 		bad_arg("stop", stop_arg, "none or token ids, e.g. 151643,151645");
+	/* checked here, whatever the mode: a value a run refuses is no value for --dry-run */
+	if (st.device && strcmp(st.device, "cpu") && strcmp(st.device, "cuda"))
+		bad_arg("device", st.device, "cpu or cuda");
+	if (dtype_arg && config_dtype_arg(dtype_arg, &dt) < 0)
+		bad_arg("dtype", dtype_arg, "bf16, fp16 or fp32");
 	if ((kb_arg || level_arg || problems_arg) && (front == FRONT_ENCODE || front == FRONT_DECODE))
 		die_status(EXIT_STATUS_USAGE, "--%s reads files, not KernelBench problems",
 		           front == FRONT_ENCODE ? "encode" : "decode");
@@ -822,13 +828,10 @@ int main(int argc, char **argv)
 	const struct ops *ops;
 	if (!st.device)
 		st.device = ops_get("cuda") ? "cuda" : "cpu";
-	if (strcmp(st.device, "cpu") && strcmp(st.device, "cuda"))
-		bad_arg("device", st.device, "cpu or cuda");
 	if (!(ops = ops_get(st.device)))
 		die("no CUDA device (or this build has no CUDA backend)\nhint: --device cpu");
-	enum dice_dtype dt = !strcmp(st.device, "cuda") ? DICE_BF16 : DICE_F32;
-	if (dtype_arg && config_dtype_arg(dtype_arg, &dt) < 0)
-		bad_arg("dtype", dtype_arg, "bf16, fp16 or fp32");
+	if (!dtype_arg)
+		dt = !strcmp(st.device, "cuda") ? DICE_BF16 : DICE_F32;
 	st.dtype = dt == DICE_BF16 ? "bf16" : dt == DICE_F16 ? "fp16" : "fp32";
 
 	/* checkpoint, tokenizer, model */
