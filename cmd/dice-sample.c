@@ -817,6 +817,14 @@ int main(int argc, char **argv)
 		cli_output_not_input(out_path, (char **)&kb.path, 1);
 	else
 		cli_output_not_input(out_path, argv + optind, argc - optind);
+	if (front == FRONT_NONE && st.trace && !st.jsonl && optind < argc) {
+		int npy = 0;
+		for (int i = optind; i < argc; i++)
+			npy += is_py(argv[i]);
+		if (npy == argc - optind)       /* no record to carry the trace */
+			die_status(EXIT_STATUS_USAGE, "--trace adds sample.trace to records, and .py "
+			           "operands are written as text: add --jsonl");
+	}
 	if (front != FRONT_NONE) {
 		int ret = run_front(front, model_dir, template_path, chat, infill, out_path,
 		                    unbuffered, &kb, argv + optind, argc - optind);
