@@ -4,6 +4,7 @@
  * `kernel` and a `sample` object; so are the problems of --kernelbench (the records of
  * `kbench-eval --list`). The prompt rules are in lib/sample_rec.h; this file holds the options
  * and the read/decode/write loop. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static const char usage_text[] =
 	"  -Z, --decode            the inverse: JSON id arrays (one per line) to text\n"
 	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
 	"  -o, --output FILE       write to FILE instead of stdout\n"
-	"  -U, --unbuffered        flush after every record\n"
+	"  -U, --unbuffered        flush after every record (or .py text)\n"
 	"  -v, --progress          progress on stderr even when it is not a terminal\n"
 	"  -h, --help              show this help\n"
 	"  -V, --version           show the version\n";
@@ -158,6 +159,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
 
 	if (j->text && !st->jsonl) {
+		errno = 0;                      /* util_fcheck's reason is that of these writes */
 		if (st->headers) {
 			fputs(st->texts++ ? "\n==> " : "==> ", st->out);
 			if (st->samples > 1)
@@ -180,6 +182,8 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 			fputs(kernel, st->out);
 			fputc('\n', st->out);
 		}
+		if (st->w.unbuffered)           /* -U: each text as it is written */
+			util_fcheck(st->out, st->w.name);
 	} else {
 		json_t *rec = j->rec;
 		if (j->bad_line) {
