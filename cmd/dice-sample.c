@@ -192,10 +192,16 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 			json_object_set_new(rec, "sample", json_pack("{s:s}", "error", j->err));
 			st->ret = 1;            /* reported as it was queued */
 		} else {
+			/* this sample's, never the input's: an old kernel left beside a completion
+			 * without one would be evaluated for it */
 			if (text)
 				json_object_set_new(rec, "completion", json_string(text));
+			else
+				json_object_del(rec, "completion");
 			if (kernel)
 				json_object_set_new(rec, "kernel", json_string(kernel));
+			else
+				json_object_del(rec, "kernel");
 			json_object_set_new(rec, "sample",
 			                    sample_rec_object(r, &st->o, j->seed, j->n, st->trace,
 			                                      st->device, st->dtype));
