@@ -56,10 +56,27 @@ static void test_record(void)
 	json_object_set_new(r, "completion", json_string("no fence"));
 	k = extract_record_kernel(r, NULL, &from);
 	CHECK(!k && from && !strcmp(from, "completion"), "completion without a block: NULL, from set");
+	char why[128];
+	CHECK(!strcmp(extract_record_why(r, NULL, from, why, sizeof why),
+	              "no fenced code block in 'completion'"), "why: no block");
+	json_object_set_new(r, "completion", json_string("```\nC\n```"));
+	json_object_set_new(r, "kernel", json_null());
+	k = extract_record_kernel(r, NULL, &from);
+	CHECK(k && !strcmp(k, "C") && !strcmp(from, "completion"), "a null kernel is none");
+	free(k);
 	json_object_set_new(r, "kernel", json_integer(3));
+	k = extract_record_kernel(r, NULL, &from);
+	CHECK(!k && from && !strcmp(from, "kernel"), "a kernel that is not a string: NULL, from set");
+	CHECK(!strcmp(extract_record_why(r, NULL, from, why, sizeof why),
+	              "'kernel' is not a string"), "why: not a string");
+	json_object_del(r, "kernel");
 	json_object_del(r, "completion");
 	k = extract_record_kernel(r, NULL, &from);
-	CHECK(!k && !from, "a kernel that is not a string is no kernel");
+	CHECK(!k && !from, "neither");
+	CHECK(!strcmp(extract_record_why(r, NULL, from, why, sizeof why),
+	              "no kernel: neither 'kernel' nor 'completion' is a string"), "why: neither");
+	CHECK(!strcmp(extract_record_why(r, "f", NULL, why, sizeof why),
+	              "no string field 'f'"), "why: no field");
 	json_decref(r);
 }
 
