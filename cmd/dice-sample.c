@@ -368,11 +368,7 @@ static void on_bad(struct jsonl_reader *r, void *arg)
  * file given by mistake); else a message naming the file. */
 static int py_usable(const char *name, const char *data, size_t len)
 {
-	size_t i = 0;
-
-	while (i < len && strchr(" \t\r\n\f\v", data[i]) && data[i])
-		i++;
-	if (i == len)
+	if (sample_rec_blank(data, len))
 		warn_msg("%s: the reference is empty", name);
 	else if (!utf8_valid(data, len))
 		warn_msg("%s: the reference is not UTF-8 text", name);

@@ -8,7 +8,8 @@
  *   - `prompt` (string): that text as the user turn, chat-wrapped;
  *   - `prompt_ids` (array of token ids): fed as they are (no tokenizer needed).
  * A user template (template_path, dice-sample --prompt-template) replaces whichever built-in
- * a ref record would use; it is filled with the same placeholders.
+ * a ref record would use; it is filled with the same placeholders. A `ref` of white space
+ * alone is the record's error (no code to write a kernel for), as an empty .py file is.
  * Chat wrapping is Qwen3's unless chat is PROMPT_CHAT_NONE (--template none). Text is
  * encoded with the tokenizer's added tokens recognised, and no BOS (SPEC §1.2).
  */
@@ -38,13 +39,16 @@ struct sample_rec {
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
 void sample_rec_free(struct sample_rec *s);
 
+/* 1 when the len bytes of a reference are white space alone (or none): nothing to sample on */
+int sample_rec_blank(const char *ref, size_t len);
+
 /* The record of a .py reference operand: {"id": name, "ref": its source, repaired to valid
  * UTF-8}. New reference. */
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len);
 
 /* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err: no
- * prompt field, one of the wrong type (null counts as absent), an id outside the vocabulary,
- * a prompt of ctx tokens or more. */
+ * prompt field, one of the wrong type (null counts as absent), a blank ref, an id outside
+ * the vocabulary, a prompt of ctx tokens or more. */
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
                       char *err, size_t errlen);
 
