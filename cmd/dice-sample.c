@@ -156,9 +156,10 @@ static void progress_cb(void *arg, int done, int total)
 static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 {
 	char *text = r ? sample_rec_text(&st->sr, r->ids, r->n, st->o.mask_id) : NULL;
-	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
 
 	if (j->text && !st->jsonl) {
+		char *kernel = text ? extract_code(text, strlen(text)) : NULL;
+
 		errno = 0;                      /* util_fcheck's reason is that of these writes */
 		if (st->headers) {
 			fputs(st->texts++ ? "\n==> " : "==> ", st->out);
@@ -184,6 +185,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		}
 		if (st->w.unbuffered)           /* -U: each text as it is written */
 			util_fcheck(st->out, st->w.name);
+		free(kernel);
 	} else {
 		json_t *rec = j->rec;
 		if (j->bad_line) {
@@ -192,16 +194,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 			json_object_set_new(rec, "sample", json_pack("{s:s}", "error", j->err));
 			st->ret = 1;            /* reported as it was queued */
 		} else {
-			/* this sample's, never the input's: an old kernel left beside a completion
-			 * without one would be evaluated for it */
-			if (text)
-				json_object_set_new(rec, "completion", json_string(text));
-			else
-				json_object_del(rec, "completion");
-			if (kernel)
-				json_object_set_new(rec, "kernel", json_string(kernel));
-			else
-				json_object_del(rec, "kernel");
+			sample_rec_set_text(rec, text);         /* this sample's, never the input's */
 			json_object_set_new(rec, "sample",
 			                    sample_rec_object(r, &st->o, j->seed, j->n, st->trace,
 			                                      st->device, st->dtype));
@@ -209,7 +202,6 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		jsonl_write(&st->w, rec);
 	}
 	free(text);
-	free(kernel);
 }
 
 static void job_free(struct job *j)

@@ -455,7 +455,9 @@ static json_t *response_record(struct rl_runner *r, const struct sampler_opts *o
 
 	for (int j = 0; j < res->n; j++)
 		json_array_append_new(ids, json_integer(res->ids[j]));
-	json_object_set_new(rec, "completion", json_string(text ? text : ""));
+	/* completion and kernel this response's: a task's kernel (a data set's solution, which
+	 * infilling tasks carry) would be what kbench-eval scores */
+	sample_rec_set_text(rec, text ? text : "");
 	json_object_set_new(rec, "response_ids", ids);
 	json_object_set_new(rec, "rl", json_pack("{s:i, s:i, s:i}", "step", step, "task",
 	                                         k / group, "sample", k % group));

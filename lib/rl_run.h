@@ -7,7 +7,8 @@
  * wrapping at the end (SPEC §5.3 sequential_select).
  *
  * Reward protocol: the step's responses are written as JSONL records (the task record plus
- * "completion" (text; "" without a tokenizer), "response_ids" and "rl": {"step", "task",
+ * "completion" (text; "" without a tokenizer), "kernel" (its code block; absent when none:
+ * never the task's own, see sample_rec_set_text), "response_ids" and "rl": {"step", "task",
  * "sample"}) to the standard input of `sh -c CMD`, which writes one JSON record per input
  * record, in order, on its standard output. The reward of a record is its number "reward"
  * when present, else 1 when eval.correct is true (kbench-eval's output), else 0; with robust,

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extract.h"
 #include "jsonl.h"
 #include "sample_rec.h"
 #include "util.h"
@@ -210,6 +211,21 @@ char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mas
 	buf_free(&raw);
 	free(keep);
 	return text;
+}
+
+void sample_rec_set_text(json_t *rec, const char *text)
+{
+	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
+
+	if (text)
+		json_object_set_new(rec, "completion", json_string(text));
+	else
+		json_object_del(rec, "completion");
+	if (kernel)
+		json_object_set_new(rec, "kernel", json_string(kernel));
+	else
+		json_object_del(rec, "kernel");
+	free(kernel);
 }
 
 static json_t *int_array(const int *v, int n)

@@ -61,6 +61,12 @@ int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **text,
  * when there is no tokenizer. New string. */
 char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mask_id);
 
+/* Make rec's completion text and its kernel the first code block of text (lib/extract.h),
+ * each removed where there is none (text NULL: no tokenizer): a sampled record carries this
+ * sample's, never a completion or kernel it came with, which kbench-eval (kernel before
+ * completion) would evaluate as the model's. */
+void sample_rec_set_text(json_t *rec, const char *text);
+
 /* The `sample` object: ids, tokens, prompt_tokens, forwards, steps, ms, seed, stopped,
  * settings (decoding, block, steps, threshold, temperature, top_k, top_p, max_tokens, stop,
  * device, dtype) and, with trace, trace.step and trace.logp (one per generated token). */
