@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static const char usage_text[] =
 	"  -e, --epochs N          passes over the data (3)\n"
 	"  -n, --max-steps N       stop after N optimizer steps (0: no cap)\n"
 	"  -l, --lr X              peak learning rate (1e-5)\n"
-	"  -w, --warmup X          warm-up: a fraction of the steps if < 1, else steps (0.03)\n"
+	"  -w, --warmup X          warm-up: a fraction of the steps (< 1) or whole steps (0.03)\n"
 	"  -S, --schedule NAME     constant_with_warmup (default) or cosine\n"
 	"  -b, --batch-tokens N    tokens per micro-batch, samples packed (16384)\n"
 	"  -a, --grad-accum N      micro-batches per optimizer step (1)\n"
@@ -231,7 +232,12 @@ int main(int argc, char **argv)
 		case 'e': epochs = cli_long("--epochs", optarg, 1, 1000000); break;
 		case 'n': max_steps = cli_long("--max-steps", optarg, 0, 1L << 30); break;
 		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
-		case 'w': warmup = cli_double("--warmup", optarg, 0, 1e9); break;
+		case 'w':       /* a fraction below 1, else steps: 1.5 is neither */
+			warmup = cli_double("--warmup", optarg, 0, 1e9);
+			if (warmup >= 1 && warmup != floor(warmup))
+				die_status(EXIT_STATUS_USAGE, "bad --warmup '%s' (want a fraction below "
+				           "1 or a whole number of steps)", optarg);
+			break;
 		case 'S':
 			if (optim_schedule_parse(optarg, &oo.schedule) < 0)
 				die_status(EXIT_STATUS_USAGE, "bad --schedule '%s' (constant_with_warmup "
