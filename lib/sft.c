@@ -43,6 +43,21 @@ static char *response_text(const char *resp, int think)
 	return s;
 }
 
+/* "messages" beside "prompt", "response" or "system": one or the other, not both (the
+ * fields beside messages were dropped unsaid). 0, or -1 with err. */
+static int one_form(const json_t *rec, char *err, size_t errlen)
+{
+	static const char *const text[] = { "prompt", "response", "system" };
+
+	for (size_t i = 0; i < sizeof text / sizeof *text; i++)
+		if (json_object_get(rec, text[i])) {
+			snprintf(err, errlen, "both \"messages\" and \"%s\": a record is one or "
+			         "the other", text[i]);
+			return -1;
+		}
+	return 0;
+}
+
 int sft_render(const json_t *rec, int think, char **prompt, char **response, char *err,
                size_t errlen)
 {
@@ -50,6 +65,8 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 	const char *resp;
 	struct buf b;
 
+	if (msgs && one_form(rec, err, errlen) < 0)
+		return -1;
 	buf_init(&b);
 	if (msgs) {
 		size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;

@@ -61,6 +61,11 @@ static void test_render(void)
 	rec = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"}]}", 0, NULL);
 	CHECK(sft_render(rec, 1, &p, &r, err, sizeof err) < 0, "messages must end with assistant");
 	json_decref(rec);
+	rec = json_loads("{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\"}],"
+	                 "\"system\":\"S\"}", 0, NULL);
+	CHECK(sft_render(rec, 1, &p, &r, err, sizeof err) < 0 && strstr(err, "\"system\""),
+	      "messages beside system: one form or the other");
+	json_decref(rec);
 }
 
 static void test_data(void)
