@@ -133,7 +133,7 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	char err[256];
 	int rc;
 
-	if (!rd->tok_state && !json_object_get(rec, "prompt_ids")) {
+	if (!rd->tok_state && sft_record_is_text(rec)) {     /* loaded for the first one */
 		rd->tok_state = -1;
 		if (tokenizer_load(&rd->tok, rd->tok_dir, err, sizeof err) < 0) {
 			warn_msg("%s", err);

@@ -175,17 +175,21 @@ int sft_data_add_ids(struct sft_data *d, const int *prompt, size_t np, const int
 	return 0;
 }
 
+int sft_record_is_text(const json_t *rec)
+{
+	return !json_object_get(rec, "prompt_ids") && !json_object_get(rec, "response_ids");
+}
+
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
                  size_t errlen)
 {
-	const json_t *pi = json_object_get(rec, "prompt_ids"), *ri = json_object_get(rec, "response_ids");
 	int *p = NULL, *r = NULL, ret = -1;
 	size_t np = 0, nr = 0;
 	char *pt, *rt;
 
-	if (pi || ri) {
-		p = json_ids(pi, &np);
-		r = json_ids(ri, &nr);
+	if (!sft_record_is_text(rec)) {
+		p = json_ids(json_object_get(rec, "prompt_ids"), &np);
+		r = json_ids(json_object_get(rec, "response_ids"), &nr);
 		if (!p || !r)
 			snprintf(err, errlen, "\"prompt_ids\" and \"response_ids\" must be arrays of "
 			         "token ids");

@@ -64,6 +64,9 @@ void sft_data_free(struct sft_data *d);
 /* Render a text record (see above) into new strings. 0, or -1 with a message in err. */
 int sft_render(const json_t *rec, int think, char **prompt, char **response, char *err,
                size_t errlen);
+/* 1 when rec is a text record, the kind that needs o->encode: one with neither prompt_ids
+ * nor response_ids (either makes it a token-id record, bad without the other). */
+int sft_record_is_text(const json_t *rec);
 /* Add one record: 0 added, 1 dropped as too long, -1 bad record (message in err). */
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
                  size_t errlen);
