@@ -153,27 +153,32 @@ static void progress_cb(void *arg, int done, int total)
 	progress_show(arg, done);
 }
 
+/* The name of a text job, in its header and its messages: the path, and with -N > 1 which
+ * sample it is. New string. */
+static char *job_name(const struct state *st, const struct job *j)
+{
+	if (st->samples > 1)
+		return xasprintf("%s (sample %d, seed %llu)", j->where, j->k + 1,
+		                 (unsigned long long)j->seed);
+	return xstrdup(j->where);
+}
+
 static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 {
 	char *text = r ? sample_rec_text(&st->sr, r->ids, r->n, st->o.mask_id) : NULL;
 
 	if (j->text && !st->jsonl) {
 		char *kernel = text ? extract_code(text, strlen(text)) : NULL;
+		char *name = job_name(st, j);
 
 		errno = 0;                      /* util_fcheck's reason is that of these writes */
-		if (st->headers) {
-			fputs(st->texts++ ? "\n==> " : "==> ", st->out);
-			if (st->samples > 1)
-				fprintf(st->out, "%s (sample %d, seed %llu) <==\n", j->where, j->k + 1,
-				        (unsigned long long)j->seed);
-			else
-				fprintf(st->out, "%s <==\n", j->where);
-		}
+		if (st->headers)
+			fprintf(st->out, "%s==> %s <==\n", st->texts++ ? "\n" : "", name);
 		if (!r) {
 			st->ret = 1;            /* reported as it was queued */
 		} else if (st->raw || !kernel) {
 			if (!st->raw) {
-				warn_msg("%s: no code block in the completion (--raw prints it)", j->where);
+				warn_msg("%s: no code block in the completion (--raw prints it)", name);
 				st->ret = 1;
 			} else {
 				fputs(text ? text : "", st->out);
@@ -186,6 +191,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		if (st->w.unbuffered)           /* -U: each text as it is written */
 			util_fcheck(st->out, st->w.name);
 		free(kernel);
+		free(name);
 	} else {
 		json_t *rec = j->rec;
 		if (j->bad_line) {
