@@ -1015,7 +1015,13 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 		if (!strcmp(get_kind(raw), "compile_error"))
 			cache_store(en, json_get_str(raw, "message"), log);
 	}
-	finish_entry(en, finalize(e, en, raw, log), !strcmp(get_kind(raw), "ref_error"));
+	/* the reference itself failed: the record is bad, and said to be, as an unknown
+	 * problem is (before finalize, which takes raw) */
+	int bad = !strcmp(get_kind(raw), "ref_error");
+	if (bad)
+		warn_msg("%s: %s", en->where, json_get_str(raw, "message") ?
+		         json_get_str(raw, "message") : "the reference failed");
+	finish_entry(en, finalize(e, en, raw, log), bad);
 	free(log);
 }
 
