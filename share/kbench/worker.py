@@ -819,6 +819,12 @@ def progress(stage):
 CHANNEL = None
 
 
+def ref_failed(what, e):
+    """The verdict when the reference itself fails (a bad record, not the candidate's)."""
+    traceback.print_exc()
+    return Verdict("ref_error", "%s: %s: %s" % (what, type(e).__name__, tail(e)))
+
+
 def do_run(torch, job, ev, info):
     cuda = info["device"] == "cuda"
     dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
@@ -840,9 +846,8 @@ def do_run(torch, job, ev, info):
         init = to_device(torch, get_init_inputs(), dev)
         set_seed(torch, seed, cuda)
         model = Model(*init).to(dev)
-    except Exception as e:
-        traceback.print_exc()
-        raise Verdict("ref_error", "reference: %s: %s" % (type(e).__name__, tail(e)))
+    except BaseException as e:  # SystemExit too: the reference's failure, not the candidate's
+        raise ref_failed("reference", e)
 
     ns = load_candidate(torch, job["kernel"], ev)
     progress("compiled")
@@ -872,15 +877,17 @@ def do_run(torch, job, ev, info):
     ev["trials_passed"] = 0
     for s in seeds:
         set_seed(torch, s, cuda)
-        orig = to_device(torch, get_inputs(), dev)
+        try:
+            orig = to_device(torch, get_inputs(), dev)
+        except BaseException as e:
+            raise ref_failed("reference get_inputs()", e)
         ref_in = clone_all(torch, orig)
         new_in = clone_all(torch, orig)
         try:
             with torch.no_grad():
                 ref_out = model(*ref_in)
-        except Exception as e:
-            traceback.print_exc()
-            raise Verdict("ref_error", "reference forward: %s: %s" % (type(e).__name__, tail(e)))
+        except BaseException as e:
+            raise ref_failed("reference forward", e)
         flat = flatten(torch, ref_out) or []
         poison(torch, cuda, flat)
         try:
