@@ -1798,13 +1798,15 @@ static int metric_of(const struct kbench_row *r, const char *name, double *v)
 
 int kbench_thresholds_parse(const char *s, struct kbench_threshold **out, size_t *n)
 {
-	char *copy = xstrdup(s), *save = NULL, *tok, *eq;
+	char *copy = xstrdup(s), *next, *tok, *eq;
 	struct kbench_row dummy = { 0 };
 	double v;
 
 	*out = NULL;
 	*n = 0;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	for (tok = copy; tok; tok = next) {     /* an empty item ("a=1,,b=2", "a=1,") is refused */
+		if ((next = strchr(tok, ',')))
+			*next++ = '\0';
 		if (!(eq = strchr(tok, '=')))
 			goto bad;
 		*eq = '\0';

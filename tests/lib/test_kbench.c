@@ -100,6 +100,9 @@ static void test_metrics(void)
 	CHECK(kbench_thresholds_check(th, nth, rows, 1) == 0 + 1, "thresholds: exec 0.75 < 0.8");
 	free(th);
 	CHECK(kbench_thresholds_parse("speed=1", &th, &nth) < 0, "thresholds: unknown metric");
+	CHECK(kbench_thresholds_parse("exec=0.4,,fast_1=0.1", &th, &nth) < 0 &&
+	      kbench_thresholds_parse("exec=0.4,", &th, &nth) < 0 &&
+	      kbench_thresholds_parse(",exec=0.4", &th, &nth) < 0, "thresholds: an empty item");
 	free(rows);
 	kbench_tally_free(&t);
 }
