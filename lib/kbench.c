@@ -1572,6 +1572,19 @@ static char *canon_key(int level, const char *key)
 	return xasprintf("%d/%s", level, key);
 }
 
+/* Whether the problem of a canonical key ("1/19") is in problems (NULL or empty: all); a key
+ * without a number ("1/name") is in none but all. */
+static int key_in(const struct kbench_ranges *problems, const char *key)
+{
+	const char *slash = strchr(key, '/');
+	long num;
+
+	if (!problems || !problems->n)
+		return 1;
+	return slash && parse_long(slash + 1, 0, 1000000, &num) == 0 &&
+	       kbench_ranges_has(problems, num);
+}
+
 struct prob_acc {
 	char *key;
 	int level;
@@ -1635,6 +1648,10 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 		if (!kbench_ranges_has(levels, te->level))
 			continue;
 		char *k = canon_key(te->level, te->key);
+		if (!key_in(problems, k)) {     /* without a tree, -p filters here */
+			free(k);
+			continue;
+		}
 		for (j = 0; j < na; j++)
 			if (a[j].level == te->level && !strcmp(a[j].key, k))
 				break;
@@ -1679,15 +1696,14 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 				break;
 		if (j == nr || !t->e[i].correct || t->e[i].speedup <= 0)
 			continue;
-		if (tree) {
-			char *k = canon_key(t->e[i].level, t->e[i].key);
-			int known = 0;
-			for (size_t m = 0; m < na && !known; m++)
-				known = a[m].level == t->e[i].level && !strcmp(a[m].key, k);
-			free(k);
-			if (!known)
-				continue;
-		}
+		/* only the problems counted above (the tree's, those of -p) */
+		char *k = canon_key(t->e[i].level, t->e[i].key);
+		int known = 0;
+		for (size_t m = 0; m < na && !known; m++)
+			known = a[m].level == t->e[i].level && !strcmp(a[m].key, k);
+		free(k);
+		if (!known)
+			continue;
 		logsum[j] += log(t->e[i].speedup);
 		r[j].n_speedup++;
 	}
