@@ -19,9 +19,9 @@ static const char usage_text[] =
 "\n"
 "  -k, --kernelbench PATH   KernelBench checkout or archive (default $KERNELBENCH)\n"
 "  -l, --list               write {id, level, problem, ref} for every problem\n"
-"  -L, --level LIST         levels to list or report, e.g. 1 or 1-2 (report default:\n"
-"                           the levels of the records read)\n"
-"  -p, --problems LIST      problem numbers, e.g. 1-10,19\n"
+"  -L, --level LIST         levels to list, report or gate, e.g. 1 or 1-2 (report\n"
+"                           default: the levels of the records read)\n"
+"  -p, --problems LIST      problem numbers to list, report or gate, e.g. 1-10,19\n"
 "  -r, --report             read evaluated records, print Exec and fast_p per level\n"
 "  -J, --json               --report: one JSON object per level (needs --report)\n"
 "  -R, --robust             run the deception rules; deceptive kernels are not correct\n"
@@ -398,6 +398,11 @@ int main(int argc, char **argv)
 	}
 	if (json && !report) {
 		warn_msg("--json needs --report (it writes the report's rows as JSON)");
+		usage();
+	}
+	if (!list && !report && !th && (levels.n || problems.n)) {
+		warn_msg("-L and -p select no records to evaluate: they act with --list, --report "
+		         "or --fail-under");
 		usage();
 	}
 	if (list && optind < argc) {
