@@ -290,6 +290,7 @@ int main(int argc, char **argv)
 	struct kbench_tree tree = { 0 };
 	struct run r = { 0 };
 	const char *kb = getenv("KERNELBENCH"), *output = NULL, *baseline = NULL;
+	const char *level_arg = NULL, *problems_arg = NULL;
 	char *cache = NULL;
 	int c, list = 0, report = 0, json = 0, unbuffered = 0, have_tree = 0;
 	size_t nth = 0;
@@ -307,12 +308,14 @@ int main(int argc, char **argv)
 		case 'l': list = 1; break;
 		case 'L':
 			kbench_ranges_free(&levels);
+			level_arg = optarg;
 			if (kbench_ranges_parse(&levels, optarg) < 0)
 				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2)",
 				           optarg);
 			break;
 		case 'p':
 			kbench_ranges_free(&problems);
+			problems_arg = optarg;
 			if (kbench_ranges_parse(&problems, optarg) < 0)
 				die_status(EXIT_STATUS_USAGE, "bad --problems '%s' (want e.g. 1-10,19)",
 				           optarg);
@@ -428,6 +431,12 @@ int main(int argc, char **argv)
 	if (list) {
 		const struct kbench_problem **sel;
 		size_t ns = kbench_tree_select(&tree, &levels, &problems, &sel);
+		if (!ns) {              /* as dice-sample --kernelbench says it */
+			warn_msg("no problem of KernelBench '%s' is in%s%s%s%s", kb,
+			         level_arg ? " --level " : "", level_arg ? level_arg : "",
+			         problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
+			r.ret = EXIT_STATUS_BAD;
+		}
 		for (size_t i = 0; i < ns; i++) {
 			json_t *rec = kbench_problem_record(sel[i]);
 			jsonl_write(&r.w, rec);
