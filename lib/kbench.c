@@ -1,5 +1,6 @@
 /* kbench: KernelBench problem discovery, the evaluation engine over lib/pool workers, and
  * the paper's metrics. See kbench.h; the worker protocol is documented in kbench-eval(1). */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,12 +36,14 @@ static int parse_path_at(const char *path, int *level, int *num, size_t *off)
 		;
 	if (strncmp(dir, "level", 5))
 		return -1;
+	if (!isdigit((unsigned char)dir[5]) || !isdigit((unsigned char)*file))
+		return -1;      /* digits alone: not " 8_x.py" nor "+7_x.py" */
 	errno = 0;
 	lv = strtol(dir + 5, &end, 10);
-	if (end == dir + 5 || *end != '/' || lv < 0 || lv > 99)
+	if (*end != '/' || lv > 99)
 		return -1;
 	nm = strtol(file, &end, 10);
-	if (end == file || *end != '_' || nm < 0 || nm > 1000000)
+	if (*end != '_' || nm > 1000000)
 		return -1;
 	for (p = file; *p; p++)
 		if (*p == '/')

@@ -19,6 +19,9 @@ static void test_paths(void)
 	CHECK(kbench_parse_path("level3/7_Tiny_MLP.py", &lv, &nm) == 0 && lv == 3 && nm == 7,
 	      "parse_path: relative path");
 	CHECK(kbench_parse_path("level1/ReLU.py", &lv, &nm) < 0, "parse_path: no number");
+	CHECK(kbench_parse_path("level1/ 8_ReLU.py", &lv, &nm) < 0 &&
+	      kbench_parse_path("level1/+8_ReLU.py", &lv, &nm) < 0 &&
+	      kbench_parse_path("level 1/8_ReLU.py", &lv, &nm) < 0, "parse_path: digits alone");
 	CHECK(kbench_parse_path("levels/1_ReLU.py", &lv, &nm) < 0, "parse_path: not a level dir");
 	CHECK(kbench_parse_path("level1/1_ReLU.txt", &lv, &nm) < 0, "parse_path: not .py");
 }
