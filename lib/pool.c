@@ -58,21 +58,88 @@ static void write_file(const char *path, const char *text)
 }
 
 /* In the child: a user namespace that maps us to ourselves, holding a network namespace
- * with only a loopback device. 1 when it worked. */
+ * with only a loopback device and, where it can be had, a PID namespace for the processes
+ * forked from here on. 0 when none worked, 1 without the PID namespace, 2 with it. */
 static int enter_netns(void)
 {
 	uid_t uid = getuid();
 	gid_t gid = getgid();
 	char map[64];
+	int r = 2;
 
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
-		return 0;
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) < 0) {
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
+			return 0;
+		r = 1;
+	}
 	write_file("/proc/self/setgroups", "deny");
 	snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
 	write_file("/proc/self/uid_map", map);
 	snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
 	write_file("/proc/self/gid_map", map);
-	return 1;
+	return r;
+}
+
+/* The relay's end: as the worker's (status), the same exit status or the same signal */
+static _Noreturn void end_as(int status)
+{
+	if (WIFSIGNALED(status)) {
+		sigset_t all;
+		signal(WTERMSIG(status), SIG_DFL);
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		raise(WTERMSIG(status));
+		_exit(128 + WTERMSIG(status));
+	}
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 126);
+}
+
+/* After unshare(CLONE_NEWPID), in the child: a candidate must see neither kbench-eval nor
+ * anything else outside (it could signal them: os.kill(os.getppid(), ...), kill(-1, ...)),
+ * and must not be the namespace's init either (PID 1 ignores the signals it sends itself,
+ * so a candidate's own abort would not end it). So this process stays outside as a relay;
+ * its child is the namespace's init, which reaps; the init's child returns from here to be
+ * the worker. The init tells the relay how the worker ended, and the relay ends the same
+ * way, so the pool sees the worker's own status. When the init ends, every process left in
+ * the namespace is killed. fds (n of them) are the pipes, which only the worker keeps. */
+static void split_pidns(const int *fds, int n)
+{
+	int sp[2], st = 0;
+	pid_t init, w, r;
+
+	if (pipe(sp) < 0 || (init = fork()) < 0)
+		return;                 /* the worker outside the namespace, as without one */
+	if (init > 0) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		close(sp[1]);
+		ssize_t got = read(sp[0], &st, sizeof st);
+		while ((r = waitpid(init, &w, 0)) < 0 && errno == EINTR)
+			;
+		end_as(got == (ssize_t)sizeof st ? st : r == init ? w : 126 << 8);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if ((w = fork()) < 0)
+		_exit(126);
+	if (w > 0) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		close(sp[0]);
+		for (;;) {
+			r = waitpid(-1, &st, 0);
+			if (r == w) {
+				if (write(sp[1], &st, sizeof st) < 0) {
+					/* the relay is gone: nothing to tell */
+				}
+				_exit(0);
+			}
+			if (r < 0 && errno != EINTR)
+				_exit(126);
+		}
+	}
+	close(sp[0]);
+	close(sp[1]);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
 static _Noreturn void child(const struct pool_opts *o, const char *dir, int req, int rep, int out,
@@ -84,9 +151,11 @@ static _Noreturn void child(const struct pool_opts *o, const char *dir, int req,
 	setpgid(0, 0);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	signal(SIGPIPE, SIG_DFL);
-	if (o->netns)
-		ns = enter_netns();
 	set_limit(RLIMIT_CORE, 0);
+	if (o->netns && (ns = enter_netns()) == 2) {
+		int fds[] = { req, rep, out, ready };
+		split_pidns(fds, 4);
+	}
 	if (o->fsize_mb > 0)
 		set_limit(RLIMIT_FSIZE, (rlim_t)o->fsize_mb << 20);
 	if (o->mem_mb > 0)

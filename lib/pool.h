@@ -33,7 +33,7 @@ struct pool_opts {
 	long nproc;             /* RLIMIT_NPROC (0: unchanged); no effect on root */
 	long fsize_mb;          /* RLIMIT_FSIZE in MiB (0: unchanged) */
 	long mem_mb;            /* RLIMIT_AS in MiB (0: unchanged) */
-	int netns;              /* 1: try a private user+network namespace */
+	int netns;              /* 1: try private user, network and PID namespaces */
 	size_t log_max;         /* bytes of output kept: half from the start, half from the end */
 };
 
