@@ -45,7 +45,7 @@ static const char usage_text[] =
 "                           ~/.cache/dice/kbench)\n"
 "  -G, --log-bytes N        bytes of worker output kept in eval.log (default 4096)\n"
 "  -M, --mem-limit MB       address-space limit of CPU-mode workers (default 16384)\n"
-"  -N, --no-netns           no private namespaces (user, network, PID) for workers\n"
+"  -N, --no-netns           no private namespaces (user, network, PID, mount)\n"
 "      --no-pch             no precompiled torch/extension.h for the C++ builds\n"
 "      --no-lean            CUDA sources built as written (default: their\n"
 "                           torch/extension.h read as torch/types.h first)\n"

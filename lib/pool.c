@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -58,8 +59,9 @@ static void write_file(const char *path, const char *text)
 }
 
 /* In the child: a user namespace that maps us to ourselves, holding a network namespace
- * with only a loopback device and, where it can be had, a PID namespace for the processes
- * forked from here on. 0 when none worked, 1 without the PID namespace, 2 with it. */
+ * with only a loopback device and, where they can be had, a PID namespace for the processes
+ * forked from here on and a mount namespace (for its /proc). 0 when none worked, 1 without
+ * the PID namespace, 2 with it. */
 static int enter_netns(void)
 {
 	uid_t uid = getuid();
@@ -67,7 +69,7 @@ static int enter_netns(void)
 	char map[64];
 	int r = 2;
 
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) < 0) {
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS) < 0) {
 		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 			return 0;
 		r = 1;
@@ -101,30 +103,43 @@ static _Noreturn void end_as(int status)
  * its child is the namespace's init, which reaps; the init's child returns from here to be
  * the worker. The init tells the relay how the worker ended, and the relay ends the same
  * way, so the pool sees the worker's own status. When the init ends, every process left in
- * the namespace is killed. fds (n of them) are the pipes, which only the worker keeps. */
+ * the namespace is killed. The init first mounts the namespace's own /proc (the CUDA driver
+ * fails, error 304, where /proc is the host's); where it cannot, it ends at once and this
+ * process goes on to be the worker, outside the PID namespace, as without one. fds (n of
+ * them) are the pipes, which only the worker keeps. */
 static void split_pidns(const int *fds, int n)
 {
 	int sp[2], st = 0;
+	char proc = 0;
 	pid_t init, w, r;
 
 	if (pipe(sp) < 0 || (init = fork()) < 0)
 		return;                 /* the worker outside the namespace, as without one */
 	if (init > 0) {
+		close(sp[1]);
+		if (read(sp[0], &proc, 1) != 1 || proc != 'p') {
+			close(sp[0]);
+			while (waitpid(init, &w, 0) < 0 && errno == EINTR)
+				;
+			return;
+		}
 		for (int i = 0; i < n; i++)
 			close(fds[i]);
-		close(sp[1]);
 		ssize_t got = read(sp[0], &st, sizeof st);
 		while ((r = waitpid(init, &w, 0)) < 0 && errno == EINTR)
 			;
 		end_as(got == (ssize_t)sizeof st ? st : r == init ? w : 126 << 8);
 	}
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if ((w = fork()) < 0)
+	close(sp[0]);
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		_exit(0);               /* no 'p': the relay is the worker */
+	if (write(sp[1], "p", 1) != 1 || (w = fork()) < 0)
 		_exit(126);
 	if (w > 0) {
 		for (int i = 0; i < n; i++)
 			close(fds[i]);
-		close(sp[0]);
 		for (;;) {
 			r = waitpid(-1, &st, 0);
 			if (r == w) {
@@ -137,7 +152,6 @@ static void split_pidns(const int *fds, int n)
 				_exit(126);
 		}
 	}
-	close(sp[0]);
 	close(sp[1]);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
