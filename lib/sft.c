@@ -43,14 +43,22 @@ static char *response_text(const char *resp, int think)
 	return s;
 }
 
-/* "messages" beside "prompt", "response" or "system": one or the other, not both (the
- * fields beside messages were dropped unsaid). 0, or -1 with err. */
+/* a field there and not null (null counts as absent) */
+static int present(const json_t *rec, const char *key)
+{
+	const json_t *v = json_object_get(rec, key);
+
+	return v && !json_is_null(v);
+}
+
+/* "messages" beside "prompt", "response" or "system" (null counts as absent): one or the
+ * other, not both (the fields beside messages were dropped unsaid). 0, or -1 with err. */
 static int one_form(const json_t *rec, char *err, size_t errlen)
 {
 	static const char *const text[] = { "prompt", "response", "system" };
 
 	for (size_t i = 0; i < sizeof text / sizeof *text; i++)
-		if (json_object_get(rec, text[i])) {
+		if (present(rec, text[i])) {
 			snprintf(err, errlen, "both \"messages\" and \"%s\": a record is one or "
 			         "the other", text[i]);
 			return -1;
@@ -98,7 +106,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 			buf_free(&b);
 			return -1;
 		}
-		if (!sys && json_object_get(rec, "system")) {   /* not dropped unsaid */
+		if (!sys && present(rec, "system")) {   /* not dropped unsaid */
 			snprintf(err, errlen, "\"system\" must be a string");
 			buf_free(&b);
 			return -1;
