@@ -366,7 +366,7 @@ static void on_bad(struct jsonl_reader *r, void *arg)
  * file given by mistake); else a message naming the file. */
 static int py_usable(const char *name, const char *data, size_t len)
 {
-	if (sample_rec_blank(data, len))
+	if (util_blank(data, len))
 		warn_msg("%s: the reference is empty", name);
 	else if (!utf8_valid(data, len))
 		warn_msg("%s: the reference is not UTF-8 text", name);
@@ -445,10 +445,10 @@ static void kb_select(struct kb_sel *k, const char *path, const char *level_arg,
 	k->path = path;
 	if (kbench_tree_load(&k->tree, path) < 0)
 		exit(EXIT_STATUS_BAD);          /* the library said why, in one line */
-	if (!(k->n = kbench_tree_select(&k->tree, levels, problems, &k->p)))
-		die("no problem of KernelBench '%s' is in%s%s%s%s", path,
-		    level_arg ? " --level " : "", level_arg ? level_arg : "",
-		    problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
+	if (!(k->n = kbench_tree_select(&k->tree, levels, problems, &k->p))) {
+		kbench_warn_empty(path, level_arg, problems_arg);
+		exit(EXIT_STATUS_BAD);
+	}
 }
 
 /* fn(record, "PATH:levelN/<file>", arg) for each problem selected, until fn returns nonzero */

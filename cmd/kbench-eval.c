@@ -432,9 +432,7 @@ int main(int argc, char **argv)
 		const struct kbench_problem **sel;
 		size_t ns = kbench_tree_select(&tree, &levels, &problems, &sel);
 		if (!ns) {              /* as dice-sample --kernelbench says it */
-			warn_msg("no problem of KernelBench '%s' is in%s%s%s%s", kb,
-			         level_arg ? " --level " : "", level_arg ? level_arg : "",
-			         problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
+			kbench_warn_empty(kb, level_arg, problems_arg);
 			r.ret = EXIT_STATUS_BAD;
 		}
 		for (size_t i = 0; i < ns; i++) {

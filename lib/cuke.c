@@ -993,7 +993,6 @@ static void field_detail(const struct cuke *c, const struct cuke_fields *f, enum
 	}
 }
 
-#define SPACE " \t\r\n\f\v"    /* a ref or kernel of these bytes only is empty */
 
 /* What the content checks computed for one record. */
 struct content {
@@ -1047,7 +1046,7 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 	char err[256];
 
 	ct->ref = json_get_str(rec, "ref");
-	if (need_ref && (!ct->ref || !ct->ref[strspn(ct->ref, SPACE)])) {
+	if (need_ref && (!ct->ref || util_blank(ct->ref, strlen(ct->ref)))) {
 		snprintf(detail, dn, ct->ref ? "ref is empty" : "no ref string");
 		return CUKE_NO_REF;
 	}
@@ -1065,7 +1064,7 @@ static enum cuke_reason judge_content(struct cuke *c, const json_t *rec, struct 
 		extract_record_why(rec, NULL, from, detail, dn);
 		return CUKE_NO_KERNEL;
 	}
-	if (need_kernel && !ct->kernel[strspn(ct->kernel, SPACE)]) {
+	if (need_kernel && util_blank(ct->kernel, strlen(ct->kernel))) {
 		snprintf(detail, dn, "the kernel (from %s) is empty", from);
 		return CUKE_NO_KERNEL;
 	}

@@ -1556,6 +1556,13 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 }
 
 /* Canonical key: "level1/19_ReLU.py" and "level1/19" both become "1/19". */
+void kbench_warn_empty(const char *path, const char *level_arg, const char *problems_arg)
+{
+	warn_msg("no problem of KernelBench '%s' is in%s%s%s%s", path,
+	         level_arg ? " --level " : "", level_arg ? level_arg : "",
+	         problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
+}
+
 static char *canon_key(int level, const char *key)
 {
 	int lv, nm;

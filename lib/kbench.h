@@ -69,6 +69,9 @@ void kbench_ranges_free(struct kbench_ranges *rs);
 size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_ranges *levels,
                           const struct kbench_ranges *problems,
                           const struct kbench_problem ***out);
+/* The one-line message for a selection that holds nothing: "no problem of KernelBench PATH
+ * is in --level L --problems P" (the options given as typed; NULL: not given). */
+void kbench_warn_empty(const char *path, const char *level_arg, const char *problems_arg);
 
 /* ------------------------------------------------------------------ engine */
 

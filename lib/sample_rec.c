@@ -25,15 +25,6 @@ void sample_rec_free(struct sample_rec *s)
 	memset(s, 0, sizeof *s);
 }
 
-int sample_rec_blank(const char *ref, size_t len)
-{
-	size_t i = 0;
-
-	while (i < len && ref[i] && strchr(" \t\r\n\f\v", ref[i]))
-		i++;
-	return i == len;
-}
-
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len)
 {
 	struct buf b;
@@ -160,7 +151,7 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 		*textp = NULL;
 	if (field_types(rec, err, errlen) < 0)
 		return -1;
-	if (ref && sample_rec_blank(ref, json_string_length(json_object_get(rec, "ref")))) {
+	if (ref && util_blank(ref, json_string_length(json_object_get(rec, "ref")))) {
 		snprintf(err, errlen, "ref is empty");     /* cuke-filter's words */
 		return -1;
 	}

@@ -39,9 +39,6 @@ struct sample_rec {
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
 void sample_rec_free(struct sample_rec *s);
 
-/* 1 when the len bytes of a reference are white space alone (or none): nothing to sample on */
-int sample_rec_blank(const char *ref, size_t len);
-
 /* The record of a .py reference operand: {"id": name, "ref": its source, repaired to valid
  * UTF-8}. New reference. */
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len);

@@ -170,6 +170,14 @@ static int plain_number(const char *s, int real)
 	return !real || !strpbrk(s, "xXiInN");
 }
 
+int util_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!s[i] || !strchr(" \t\r\n\f\v", s[i]))
+			return 0;
+	return 1;
+}
+
 int parse_long(const char *s, long min, long max, long *out)
 {
 	char *end;
