@@ -484,9 +484,10 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 {
 	char *argv[] = { e->python, "-B", e->worker, "--in", "3", "--out", "4", NULL, NULL };
 	char **env = make_env(e, gpu, role);
+	const char *rw[] = { e->cache, NULL };  /* builds and headers: the rest is read-only */
 	struct pool_opts o = {
 		.argv = argv, .env = env, .tmp_root = e->cfg.tmp_root, .nproc = e->cfg.nproc,
-		.fsize_mb = e->cfg.fsize_mb, .netns = e->cfg.netns,
+		.fsize_mb = e->cfg.fsize_mb, .netns = e->cfg.netns, .rw = rw,
 		.log_max = e->cfg.log_bytes ? e->cfg.log_bytes : 2,
 	};
 	int r;
@@ -712,6 +713,13 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		free(e);
 		return NULL;
 	}
+	/* before any worker: each is given it, the one place it may write but its own */
+	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
+		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
+		free(e->worker);
+		free(e);
+		return NULL;
+	}
 	if (cfg->python)
 		cands[nc++] = cfg->python;
 	else {
@@ -737,6 +745,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		free(why);
 		free(e->python);
 		free(e->worker);
+		free(e->cache);
 		free(e->arch);
 		free(e);
 		return NULL;
@@ -750,6 +759,7 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		pool_proc_free(&pw.p);
 		free(e->python);
 		free(e->worker);
+		free(e->cache);
 		free(e->arch);
 		free(e);
 		return NULL;
@@ -797,11 +807,6 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 	} else {
 		pool_finish(&pw.p);
 		pool_proc_free(&pw.p);
-	}
-	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
-		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
-		kbench_engine_free(e);
-		return NULL;
 	}
 	return e;
 }

@@ -60,7 +60,7 @@ static void write_file(const char *path, const char *text)
 
 /* In the child: a user namespace that maps us to ourselves, holding a network namespace
  * with only a loopback device and, where they can be had, a PID namespace for the processes
- * forked from here on and a mount namespace (for its /proc). 0 when none worked, 1 without
+ * forked from here on and a mount namespace (for its /proc and a read-only file system). 0 when none worked, 1 without
  * the PID namespace, 2 with it. */
 static int enter_netns(void)
 {
@@ -80,6 +80,46 @@ static int enter_netns(void)
 	snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
 	write_file("/proc/self/gid_map", map);
 	return r;
+}
+
+/* In the child's own mount namespace (enter_netns 2): every mount read-only but the private
+ * temporary directory (dir) and the caller's rw paths, each bound onto itself first and then
+ * made writable again, so that a candidate writes nowhere else (not the user's home, not the
+ * sources it was given). The worker, having exec'd as itself, keeps no capability to undo
+ * it; a namespace it makes of its own gets the mounts locked read-only. Device nodes are
+ * written through a read-only mount (the GPU's). 0, or -1 when it could not be done (no
+ * mount_setattr: Linux before 5.12), the file system then as without it; a path that cannot
+ * be made writable again ends the child (126). */
+static int seal_fs(const char *dir, const char *const *rw)
+{
+#if defined(SYS_mount_setattr) && defined(MOUNT_ATTR_RDONLY)
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
+	const char *one[] = { dir, NULL };
+	const char *const *lists[] = { one, rw };
+
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return -1;
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; lists[k] && lists[k][i]; i++)
+			if (mount(lists[k][i], lists[k][i], NULL, MS_BIND | MS_REC, NULL) < 0)
+				return -1;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof ro) < 0)
+		return -1;
+	for (int k = 0; k < 2; k++)  /* a worker that cannot write them is of no use */
+		for (int i = 0; lists[k] && lists[k][i]; i++)
+			if (syscall(SYS_mount_setattr, AT_FDCWD, lists[k][i], 0, &wr,
+			            sizeof wr) < 0) {
+				dprintf(2, "cannot leave '%s' writable: %s\n", lists[k][i],
+				        strerror(errno));
+				_exit(126);
+			}
+	return 0;
+#else
+	(void)dir;
+	(void)rw;
+	return -1;
+#endif
 }
 
 /* The relay's end: as the worker's (status), the same exit status or the same signal */
@@ -168,6 +208,7 @@ static _Noreturn void child(const struct pool_opts *o, const char *dir, int req,
 	set_limit(RLIMIT_CORE, 0);
 	if (o->netns && (ns = enter_netns()) == 2) {
 		int fds[] = { req, rep, out, ready };
+		seal_fs(dir, o->rw);
 		split_pidns(fds, 4);
 	}
 	if (o->fsize_mb > 0)

@@ -3,7 +3,8 @@
  * A child gets its own process group (pgid == pid), a private temporary directory (its cwd,
  * removed when it is finished), the environment the caller builds (nothing inherited), resource
  * limits (no core dumps, file size, address space, open files), a private network namespace
- * where the system allows an unprivileged one, PR_SET_PDEATHSIG so it dies with us, and three
+ * where the system allows an unprivileged one (and with it, where allowed, a PID namespace and
+ * a file system read-only but for the temp dir and the caller's rw paths), PR_SET_PDEATHSIG so it dies with us, and three
  * pipes (TMPDIR and HOME point at the private dir): fd 3 (requests, we write), fd 4 (replies, we read, line by line) and its stdout+stderr
  * (we read and keep a truncated copy: head and tail). stdin is /dev/null.
  *
@@ -33,7 +34,9 @@ struct pool_opts {
 	long nproc;             /* RLIMIT_NPROC (0: unchanged); no effect on root */
 	long fsize_mb;          /* RLIMIT_FSIZE in MiB (0: unchanged) */
 	long mem_mb;            /* RLIMIT_AS in MiB (0: unchanged) */
-	int netns;              /* 1: try private user, network and PID namespaces */
+	int netns;              /* 1: try private user, network, PID and mount namespaces */
+	const char *const *rw;  /* with netns, NULL-terminated: the paths, besides the temp
+	                         * dir, left writable in a file system otherwise read-only */
 	size_t log_max;         /* bytes of output kept: half from the start, half from the end */
 };
 
