@@ -43,6 +43,9 @@ static const char usage_text[] =
 	"  -R, --robust             deceptive kernels get reward 0\n"
 	"  -W, --no-overlap         start the reward program after the whole rollout (default:\n"
 	"                           with the step, fed each task's group once it is decoded)\n"
+	"  -w, --reward-timeout S   seconds the reward program may take after its last record\n"
+	"                           (21600; 0: no limit); then it is killed, and the step\n"
+	"                           fails unless every record was in\n"
 	"  -l, --lr X               AdamW learning rate (1e-6; fresh state every step)\n"
 	"  -e, --clip-eps X         surrogate clip epsilon (0.2)\n"
 	"  -B, --beta X             k3 KL coefficient (0.01)\n"
@@ -81,6 +84,7 @@ static const struct option longopts[] = {
 	{ "reward-trials", required_argument, NULL, 'N' },
 	{ "robust", no_argument, NULL, 'R' },
 	{ "no-overlap", no_argument, NULL, 'W' },
+	{ "reward-timeout", required_argument, NULL, 'w' },
 	{ "lr", required_argument, NULL, 'l' },
 	{ "clip-eps", required_argument, NULL, 'e' },
 	{ "beta", required_argument, NULL, 'B' },
@@ -102,7 +106,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
-static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:L:b:r:N:RWl:e:B:f:u:M:c:z:d:g:k:CE:T:aX:qhV";
+static const char shortopts[] = "m:o:t:S:n:s:p:O:G:x:L:b:r:N:RWw:l:e:B:f:u:M:c:z:d:g:k:CE:T:aX:qhV";
 
 static _Noreturn void usage(int status)
 {
@@ -317,6 +321,7 @@ int main(int argc, char **argv)
 	const char *ref_dir = NULL, *eval_path = NULL, *order = "file", *dump = NULL;
 	long steps = -1, tps = 64, group = 16, max_tokens = 4096, batch = 16, trials = 1;
 	long update = 256, micro = 4, save_every = 0, eval_every = 0, max_plen = 2000;
+	double reward_timeout = 21600;  /* 6 h: a backstop over kbench-eval's own limits */
 	unsigned long long seed = 10086;
 	int robust = 0, overlap = 1, resume = 0, recompute = 0, quiet = 0, ret = 0, opt;
 	struct optim_opts oo;
@@ -344,6 +349,7 @@ int main(int argc, char **argv)
 		case 'L': max_plen = cli_long("--max-prompt-len", optarg, 0, 1L << 30); break;
 		case 'R': robust = 1; break;
 		case 'W': overlap = 0; break;
+		case 'w': reward_timeout = cli_double("--reward-timeout", optarg, 0, 1e6); break;
 		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
 		case 'e': eps = (float)cli_double("--clip-eps", optarg, 0, 10); break;
 		case 'B': beta = (float)cli_double("--beta", optarg, 0, 1e6); break;
@@ -498,6 +504,7 @@ int main(int argc, char **argv)
 	char *rcmd = !strncmp(reward, "cmd:", 4) ? xstrdup(reward + 4) :
 	             kbench_cmd(trials, robust, reward[6] == ':' ? reward + 7 : NULL);
 	r.reward_cmd = rcmd;
+	r.reward_timeout = reward_timeout;
 	r.robust = robust;
 	r.overlap = overlap;
 	r.dump = dump;

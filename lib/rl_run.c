@@ -188,9 +188,11 @@ struct coproc {
 	char **out;                  /* output lines, in order */
 	size_t nout, ocap;
 	size_t limit;                /* records it is given: reading stops at one more */
-	int rdone;                   /* the reader has finished */
-	int killed;                  /* sent SIGTERM on a stop */
-	pthread_cond_t rcv;          /* rdone set */
+	int rdone, wdone;            /* the reader, the writer has finished */
+	int killed;                  /* its group sent SIGTERM (1), then SIGKILL (2) */
+	int timedout;                /* killed for the time limit, not on a stop */
+	double t_kill;               /* when SIGTERM was sent */
+	pthread_cond_t rcv;          /* rdone or wdone set */
 	double t_first, t_last;      /* first line queued, last output line read */
 };
 
@@ -227,9 +229,11 @@ static void *co_writer(void *arg)
 		pthread_mutex_lock(&c->mu);
 		c->wfailed |= skip;
 	}
-	pthread_mutex_unlock(&c->mu);
 	close(c->in_fd);
 	c->in_fd = -1;
+	c->wdone = 1;
+	pthread_cond_signal(&c->rcv);
+	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
@@ -330,26 +334,44 @@ static void co_send(struct coproc *c, const json_t *rec)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* Close the program's input, read the rest of its output, reap it: its wait status. Once
- * *stop is set (a signal), the program's group is sent SIGTERM instead of being waited for:
- * a program that hangs would hold the run. */
-static int co_finish(struct coproc *c, volatile sig_atomic_t *stop)
+/* Close the program's input, read the rest of its output, reap it: its wait status. Its
+ * group is sent SIGTERM, then SIGKILL CO_GRACE seconds later (one that ignores SIGTERM),
+ * rather than waited for, once *stop is set (a signal) or limit seconds (0: none) have
+ * passed since this call, that is since its last record was handed to it: a program that
+ * hangs would hold the run. The wait is for its output to end, its input to be written or
+ * refused and the program to exit, so that one which closes its output and lingers is
+ * timed too; its exit is looked at every 10 ms once the pipes are done. A process that left
+ * the group (setsid) and holds a pipe open is beyond reach: it is still waited for. */
+#define CO_GRACE 5.0
+static int co_finish(struct coproc *c, volatile sig_atomic_t *stop, double limit)
 {
-	int st = -1;
+	int st = -1, reaped = 0;
+	double t0 = now();
 
 	if (!c->started)
 		return -1;
 	pthread_mutex_lock(&c->mu);
 	c->closing = 1;
 	pthread_cond_signal(&c->cv);
-	while (!c->rdone) {
+	for (;;) {
 		struct timespec ts;
-		if (stop && *stop && !c->killed) {
+		double t = now();
+		if (!reaped) {  /* on an error other than EINTR there is nothing to wait for */
+			pid_t p = waitpid(c->pid, &st, WNOHANG);
+			reaped = p == c->pid || (p < 0 && errno != EINTR);
+		}
+		if (reaped && c->rdone && c->wdone)
+			break;
+		if (!c->killed && ((stop && *stop) || (limit > 0 && t - t0 >= limit))) {
+			c->timedout = !(stop && *stop);
 			kill(-c->pid, SIGTERM);
-			c->killed = 1;
+			c->killed = 1, c->t_kill = t;
+		} else if (c->killed == 1 && t - c->t_kill >= CO_GRACE) {
+			kill(-c->pid, SIGKILL);
+			c->killed = 2;
 		}
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000;        /* look at *stop again in 0.1 s */
+		ts.tv_nsec += c->rdone && c->wdone ? 10000000 : 100000000;
 		if (ts.tv_nsec >= 1000000000)
 			ts.tv_sec++, ts.tv_nsec -= 1000000000;
 		pthread_cond_timedwait(&c->rcv, &c->mu, &ts);
@@ -357,8 +379,6 @@ static int co_finish(struct coproc *c, volatile sig_atomic_t *stop)
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->wt, NULL);
 	pthread_join(c->rt, NULL);
-	while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)
-		;
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	pthread_cond_destroy(&c->rcv);
@@ -386,14 +406,15 @@ static const char *status_text(int status, char *buf, size_t len)
 }
 
 /* The rewards (n) of the program's output lines; the compile and run seconds kbench-eval
- * records (eval.build_s, eval.run_s) summed. 0, or -1 with a warning. */
-static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, float *rewards,
-                      struct rl_metrics *mt)
+ * records (eval.build_s, eval.run_s) summed. 0, or -1 with a warning. A program killed for
+ * the time limit fails the step unless it had written every record. */
+static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, int step,
+                      float *rewards, struct rl_metrics *mt)
 {
 	int got = 0, nbad = 0, first = 0;
 	char why[200] = "", how[40];
 
-	if (c->killed)                  /* stopped by a signal: the step is undone, no more said */
+	if (c->killed && !c->timedout)  /* stopped by a signal: the step is undone, no more said */
 		return -1;
 	for (size_t i = 0; i < c->nout && got < n; i++) {
 		json_error_t je;
@@ -423,6 +444,12 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		         r->reward_cmd, n, status_text(status, how, sizeof how));
 		return -1;
 	}
+	if ((int)c->nout < n && c->timedout) {
+		warn_msg("reward command '%s' timed out %g s after its last record, with %d of %d "
+		         "records (step %d)\nhint: raise --reward-timeout (0: no limit)", r->reward_cmd,
+		         r->reward_timeout, (int)c->nout, n, step);
+		return -1;
+	}
 	if ((int)c->nout < n) {
 		warn_msg("reward command '%s' wrote %d records for %d (%s)", r->reward_cmd,
 		         (int)c->nout, n, status_text(status, how, sizeof how));
@@ -433,7 +460,11 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		         r->reward_cmd, nbad, n, first, why);
 		mt->bad += nbad;
 	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+	if (c->timedout) {     /* its records are all there: they count */
+		warn_msg("reward command '%s' had not ended %g s after its last record: killed "
+		         "after its %d records (step %d)", r->reward_cmd, r->reward_timeout, n, step);
+		mt->bad++;
+	} else if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 		if (WIFEXITED(status))
 			warn_msg("reward command '%s' exited with status %d after its %d records",
 			         r->reward_cmd, WEXITSTATUS(status), n);
@@ -543,11 +574,11 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 		rc = -1;
 	if (rc == 0)
 		feed_groups(&f, 1);
-	st = co_finish(&c, r->stop);
+	st = co_finish(&c, r->stop, r->reward_timeout);
 	if (rc == 0) {
 		double t2 = now();
 		mt->tokens += f.tokens;
-		rc = co_rewards(r, &c, n, st, rewards, mt);
+		rc = co_rewards(r, &c, n, st, step, rewards, mt);
 		if (!c.qn)
 			c.t_first = t1;
 		if (!c.nout)

@@ -17,7 +17,10 @@
  * 0 and counts in rl_metrics.bad (one warning a step); so does a non-zero exit status of a
  * program that wrote every record. Fewer records than given, or more (the output is read up
  * to the first record too many, then its pipe closed), fail the step. The program runs in a
- * process group of its own; once rl_runner.stop is set it is sent SIGTERM, not waited for.
+ * process group of its own; once rl_runner.stop is set, or reward_timeout seconds after its
+ * last record was handed to it, the group is sent SIGTERM (SIGKILL 5 s later), not waited
+ * for. Killed for the time, it fails the step with fewer records than given; with all of
+ * them, they count and it counts in rl_metrics.bad, as a non-zero exit status does.
  * With overlap (the default of dice-rl), the program is started with the step and each
  * task's group of records is written as soon as the group has finished decoding, in task
  * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
@@ -81,6 +84,7 @@ struct rl_runner {
 	struct optim_opts oo;
 	struct rl_loss_opts lo;      /* eps, beta (scale set per update) */
 	const char *reward_cmd;
+	double reward_timeout;       /* seconds from its last record to its end; 0: no limit */
 	int overlap;                 /* 1: the reward program runs beside the rollout */
 	int robust;
 	int group;                   /* G (16) */
