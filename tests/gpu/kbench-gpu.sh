@@ -2,8 +2,9 @@
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # timing trick, input mutation, uninitialised output; lean builds, their fallback to the
-# source as written, a syntax error, a name neither header has) and a few Python ones. Prints TAP
-# lines, a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
+# source as written, a syntax error, a name neither header has) and a few Python ones (one
+# writing beside its directory, which the read-only file system refuses). Prints TAP lines, a timing
+# table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
 # Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
 # ($DICE_PYTHON or python3).
 set -u
@@ -46,7 +47,7 @@ cat "$out/env.txt" | sed 's/^/# /'
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
 	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
 	cuda/relu_cuda_kmean.py cuda/relu_cuda_pybind.py cuda/relu_cuda_syntax.py \
-	cuda/relu_cuda_undef.py >"$out/in.jsonl"
+	cuda/relu_cuda_undef.py relu_escape.py >"$out/in.jsonl"
 # a unique id per line (relu_cuda_ok appears twice)
 "$py" -c '
 import json, sys
@@ -61,6 +62,10 @@ for line in open(sys.argv[1]):
 ' "$out/in.jsonl" >"$out/in2.jsonl"
 
 netns=
+# the workers' directories go in $out/tmp, where relu_escape tries to write beside its own
+rm -rf "$out/tmp" && mkdir -p "$out/tmp"
+TMPDIR=$out/tmp
+export TMPDIR
 t0=$(date +%s)
 kbench-eval -d cuda -k "$kb" -c "$cache" -j 8 -t 60 -T 600 -P 100 "$out/in2.jsonl" \
 	>"$out/eval.jsonl" 2>"$out/eval.err"
@@ -136,6 +141,14 @@ check relu_segv 'ev["error"] == "crash"' "segfault: crash"
 check relu_hang 'ev["error"] == "timeout"' "hang: timeout"
 check relu_stdout 'ev["correct"] and "log" in ev' "stdout flood captured in eval.log"
 check relu_sandbox 'ev["correct"]' "scrubbed environment and private temp dir"
+check relu_escape 'ev["correct"]' "writes in its own directory"
+if [ -n "$netns" ]; then
+	notok "no read-only file system: the workers ran with --no-netns"
+elif [ -e "$out/tmp/escaped.txt" ]; then
+	notok "a write beside the worker's directory was made: the file system is not read-only"
+else
+	ok "a write beside the worker's directory refused (read-only file system)"
+fi
 check scale_add_ok 'ev["correct"]' "init arguments, two inputs"
 check mlp_ok 'ev["correct"]' "tuple output"
 check tiny_zeros 'ev["correct"]' "near-zero reference: zeros pass atol"
