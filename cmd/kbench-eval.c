@@ -19,10 +19,12 @@ static const char usage_text[] =
 "\n"
 "  -k, --kernelbench PATH   KernelBench checkout or archive (default $KERNELBENCH)\n"
 "  -l, --list               write {id, level, problem, ref} for every problem\n"
+"                           (reads -k -L -p -o -u; any other option: usage error)\n"
 "  -L, --level LIST         levels to list, report or gate, e.g. 1 or 1-2 (report\n"
 "                           default: the levels of the records read)\n"
 "  -p, --problems LIST      problem numbers to list, report or gate, e.g. 1-10,19\n"
 "  -r, --report             read evaluated records, print Exec and fast_p per level\n"
+"                           (reads -k -L -p -J -R -F -o; any other: usage error)\n"
 "  -J, --json               --report: one JSON object per level (needs --report)\n"
 "  -R, --robust             run the deception rules; deceptive kernels are not correct\n"
 "  -F, --fail-under SPEC    exit 3 when a level is under e.g. exec=0.4,fast_1=0.1\n"
@@ -95,6 +97,10 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 static const char shortopts[] = ":k:lL:p:rJRF:d:j:g:w:S:n:P:W:a:e:Efb:t:T:c:G:M:No:uhV";
+/* The options --list and --report read. Any other acts only when evaluating (-u: on records
+ * written one by one, which --report does not write), so with them it is a usage error, not
+ * ignored unsaid. */
+static const char list_reads[] = "lkLpou", report_reads[] = "rkLpJRFo";
 
 static _Noreturn void usage(void)
 {
@@ -290,6 +296,7 @@ int main(int argc, char **argv)
 	struct kbench_threshold *th = NULL;
 	struct kbench_tree tree = { 0 };
 	struct run r = { 0 };
+	unsigned char given[OPT_NO_LEAN + 1] = { 0 };   /* the options given, by code */
 	const char *kb = getenv("KERNELBENCH"), *output = NULL, *baseline = NULL;
 	const char *level_arg = NULL, *problems_arg = NULL;
 	char *cache = NULL;
@@ -304,6 +311,8 @@ int main(int argc, char **argv)
 	v = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.jobs = v > 0 ? (int)v : 1;
 	while ((c = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
+		if (c > 0 && c <= OPT_NO_LEAN)
+			given[c] = 1;
 		switch (c) {
 		case 'k': kb = optarg; break;
 		case 'l': list = 1; break;
@@ -404,6 +413,11 @@ int main(int argc, char **argv)
 		warn_msg("--json needs --report (it writes the report's rows as JSON)");
 		usage();
 	}
+	for (const struct option *o = longopts; (list || report) && o->name; o++)
+		if (given[o->val] && (o->val > 255 || !strchr(list ? list_reads : report_reads, o->val))) {
+			warn_msg("--%s has no effect with --%s", o->name, list ? "list" : "report");
+			usage();
+		}
 	if (!list && !report && !th && (levels.n || problems.n)) {
 		warn_msg("-L and -p select no records to evaluate: they act with --list, --report "
 		         "or --fail-under");
