@@ -43,7 +43,7 @@ static const char usage_text[] =
 	"  -N, --samples N         samples per record (1)\n"
 	"  -b, --batch N           sequences decoded together (1)\n"
 	"  -j, --jsonl             write records even for .py operands\n"
-	"  -R, --raw               print the whole completion instead of the kernel\n"
+	"  -R, --raw               print .py operands' whole completion, not the kernel\n"
 	"  -x, --trace             add sample.trace: step and log-probability per token\n"
 	"  -I, --infill            use the infilling prompt for every record with ref\n"
 	"  -c, --template CHAT     qwen3 (default) or none (feed the text raw)\n"
@@ -821,13 +821,16 @@ int main(int argc, char **argv)
 		cli_output_not_input(out_path, (char **)&kb.path, 1);
 	else
 		cli_output_not_input(out_path, argv + optind, argc - optind);
-	if (front == FRONT_NONE && st.trace && !st.jsonl && optind < argc) {
+	if (front == FRONT_NONE) {
 		int npy = 0;
 		for (int i = optind; i < argc; i++)
 			npy += is_py(argv[i]);
-		if (npy == argc - optind)       /* no record to carry the trace */
+		if (st.trace && !st.jsonl && optind < argc && npy == argc - optind)
 			die_status(EXIT_STATUS_USAGE, "--trace adds sample.trace to records, and .py "
 			           "operands are written as text: add --jsonl");
+		if (st.raw && (st.jsonl || !npy))       /* no text to print whole */
+			die_status(EXIT_STATUS_USAGE, "--raw applies to .py operands written as text; "
+			           "records carry the whole completion in `completion`");
 	}
 	if (front != FRONT_NONE) {
 		int ret = run_front(front, model_dir, template_path, chat, infill, out_path,
