@@ -686,6 +686,7 @@ int main(int argc, char **argv)
 	const char *kb_arg = NULL, *level_arg = NULL, *problems_arg = NULL;
 	struct kbench_ranges levels = { 0 }, problems = { 0 };
 	struct kb_sel kb;
+	struct prompt_template *user_t = NULL;   /* -F's, read to be checked */
 	enum front front = FRONT_NONE;
 	enum dice_dtype dt = DICE_F32;
 	enum prompt_chat chat = PROMPT_CHAT_QWEN3;
@@ -759,15 +760,13 @@ int main(int argc, char **argv)
 			if (prompt_chat_parse(optarg, &chat) < 0)
 				bad_arg("template", optarg, "qwen3 or none");
 			break;
-		case 'F': {     /* read now: a missing file is a usage error, not one per record */
-			char terr[512];
-			struct prompt_template *t = prompt_load(optarg, terr, sizeof terr);
-			if (!t)
-				die_status(EXIT_STATUS_USAGE, "%s", terr);
-			prompt_free(t);
+		case 'F':       /* read now: a missing file is a usage error, not one per record */
+			if (user_t)
+				prompt_free(user_t);
+			if (!(user_t = prompt_load(optarg, err, sizeof err)))
+				die_status(EXIT_STATUS_USAGE, "%s", err);
 			template_path = optarg;
 			break;
-		}
 		case OPT_KERNELBENCH: kb_arg = optarg; break;
 		case 'L':
 			kbench_ranges_free(&levels);
@@ -794,6 +793,11 @@ int main(int argc, char **argv)
 		}
 	}
 	(void)preset;
+	if (user_t) {           /* -I: every ref record's prompt fills {{prefix}} and {{suffix}} */
+		if (infill && sample_rec_check_infill(user_t, "--infill", err, sizeof err) < 0)
+			die_status(EXIT_STATUS_USAGE, "%s", err);
+		prompt_free(user_t);
+	}
 	if (given & G_DEC) st.o.decoding = set.decoding;
 	if (given & G_THR) st.o.threshold = set.threshold;
 	if (given & G_TEMP) st.o.temperature = set.temperature;

@@ -57,6 +57,20 @@ static int ids_from_array(const json_t *a, int **ids, int *n, char *err, size_t 
 	return 0;
 }
 
+int sample_rec_check_infill(const struct prompt_template *t, const char *why, char *err,
+                            size_t errlen)
+{
+	static const char *const need[] = { "prefix", "suffix" };
+
+	for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+		if (!prompt_has_placeholder(t, need[i])) {
+			snprintf(err, errlen, "%s: the template has no {{%s}}, which the infilling "
+			         "prompt fills (%s)", prompt_path(t), need[i], why);
+			return -1;
+		}
+	return 0;
+}
+
 static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref, char *err,
                         size_t errlen)
 {
@@ -68,6 +82,10 @@ static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref
 	if (s->infill || prefix || suffix) {
 		t = &s->fill;
 		if (!*t && !(*t = prompt_load(s->template_path ? s->template_path : "infill", err, errlen)))
+			return NULL;
+		/* both are filled, "" for one the record lacks: say so, not "this record fills" */
+		if (sample_rec_check_infill(*t, s->infill ? "--infill" : "the record has prefix or "
+		                            "suffix", err, errlen) < 0)
 			return NULL;
 		keys[n] = "prefix", vals[n++] = prefix ? prefix : "";
 		keys[n] = "suffix", vals[n++] = suffix ? suffix : "";

@@ -39,6 +39,12 @@ struct sample_rec {
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill);
 void sample_rec_free(struct sample_rec *s);
 
+/* 0 when t (a --prompt-template) has the placeholders the infilling prompt fills, {{prefix}}
+ * and {{suffix}}; else -1 with a message in err naming the one missing and, in why, what
+ * asked for the infilling prompt ("--infill"). */
+int sample_rec_check_infill(const struct prompt_template *t, const char *why, char *err,
+                            size_t errlen);
+
 /* The record of a .py reference operand: {"id": name, "ref": its source, repaired to valid
  * UTF-8}. New reference. */
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len);
