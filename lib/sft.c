@@ -51,16 +51,18 @@ static int present(const json_t *rec, const char *key)
 	return v && !json_is_null(v);
 }
 
-/* "messages" beside "prompt", "response" or "system" (null counts as absent): one or the
- * other, not both (the fields beside messages were dropped unsaid). 0, or -1 with err. */
-static int one_form(const json_t *rec, char *err, size_t errlen)
+/* A record of form ("messages", or token ids: "prompt_ids" or "response_ids") with a text
+ * field of another form beside it ("messages", "prompt", "response", "system"; null counts
+ * as absent): one form or the other, not both (the fields beside were dropped unsaid). 0,
+ * or -1 with err. */
+static int one_form(const json_t *rec, const char *form, char *err, size_t errlen)
 {
-	static const char *const text[] = { "prompt", "response", "system" };
+	static const char *const text[] = { "messages", "prompt", "response", "system" };
 
 	for (size_t i = 0; i < sizeof text / sizeof *text; i++)
-		if (present(rec, text[i])) {
-			snprintf(err, errlen, "both \"messages\" and \"%s\": a record is one or "
-			         "the other", text[i]);
+		if (strcmp(text[i], form) && present(rec, text[i])) {
+			snprintf(err, errlen, "both \"%s\" and \"%s\": a record is one or "
+			         "the other", form, text[i]);
 			return -1;
 		}
 	return 0;
@@ -73,7 +75,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 	const char *resp;
 	struct buf b;
 
-	if (msgs && one_form(rec, err, errlen) < 0)
+	if (msgs && one_form(rec, "messages", err, errlen) < 0)
 		return -1;
 	buf_init(&b);
 	if (msgs) {
@@ -196,6 +198,9 @@ int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o
 	char *pt, *rt;
 
 	if (!sft_record_is_text(rec)) {
+		if (one_form(rec, json_object_get(rec, "prompt_ids") ? "prompt_ids" : "response_ids",
+		             err, errlen) < 0)
+			return -1;
 		p = json_ids(json_object_get(rec, "prompt_ids"), &np);
 		r = json_ids(json_object_get(rec, "response_ids"), &nr);
 		if (!p || !r)

@@ -3,7 +3,9 @@
  * Records -> samples: a record is {"prompt", "response"} (optional "system"), or
  * {"messages": [{"role", "content"}...]} whose last message is the assistant's response, or
  * pre-tokenised {"prompt_ids": [...], "response_ids": [...]} (used as given: no template, no
- * think block). "messages" beside "prompt", "response" or "system" is a bad record. Text records are rendered with the Qwen3 chat format:
+ * think block). A record is one form: "messages" beside "prompt", "response" or "system",
+ * or "prompt_ids"/"response_ids" beside any of those or "messages", is a bad record (a null
+ * one beside counts as absent). Text records are rendered with the Qwen3 chat format:
  *     prompt   = [<|im_start|>system\n{system}<|im_end|>\n] <|im_start|>user\n{prompt}<|im_end|>\n
  *                <|im_start|>assistant\n
  *     response = [<think>\n\n</think>\n\n] {response}<|im_end|>\n
