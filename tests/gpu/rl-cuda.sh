@@ -45,7 +45,9 @@ echo "# cpus: $(nproc), ninja: $(command -v ninja || echo none), nvcc: $(command
 # the one nearest a half is taken.
 probe() { # checkpoint -> "exact total" on stdout
 	sed 's/, "response".*/}/' "$t/sft.jsonl" | dice-sample -m "$1" -d "$dev" -t fp32 --preset rl \
-		-N 8 -b 32 -n 768 -R 2>/dev/null >"$t/probe.jsonl"
+		-N 8 -b 32 -n 768 2>"$out/probe.err" >"$t/probe.jsonl" ||
+		echo "# dice-sample failed in the probe: $(grep -v '^dice-sample: [0-9]' "$out/probe.err" |
+			head -1)" >&2
 	"$py" - "$t/sft.jsonl" "$t/probe.jsonl" <<'PY'
 import json, sys
 want = {}
