@@ -60,8 +60,8 @@ static void write_file(const char *path, const char *text)
 
 /* In the child: a user namespace that maps us to ourselves, holding a network namespace
  * with only a loopback device and, where they can be had, a PID namespace for the processes
- * forked from here on and a mount namespace (for its /proc and a read-only file system). 0 when none worked, 1 without
- * the PID namespace, 2 with it. */
+ * forked from here on and a mount namespace (for its /proc and a read-only file system). 0
+ * when none worked, 1 without the PID namespace, 2 with it. */
 static int enter_netns(void)
 {
 	uid_t uid = getuid();

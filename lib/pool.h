@@ -1,12 +1,13 @@
 /* pool: sandboxed child processes for untrusted code (kbench-eval's workers).
  *
  * A child gets its own process group (pgid == pid), a private temporary directory (its cwd,
- * removed when it is finished), the environment the caller builds (nothing inherited), resource
- * limits (no core dumps, file size, address space, open files), a private network namespace
- * where the system allows an unprivileged one (and with it, where allowed, a PID namespace and
- * a file system read-only but for the temp dir and the caller's rw paths), PR_SET_PDEATHSIG so it dies with us, and three
- * pipes (TMPDIR and HOME point at the private dir): fd 3 (requests, we write), fd 4 (replies, we read, line by line) and its stdout+stderr
- * (we read and keep a truncated copy: head and tail). stdin is /dev/null.
+ * removed when it is finished), the environment the caller builds (nothing inherited),
+ * resource limits (no core dumps, file size, address space, open files), a private network
+ * namespace where the system allows an unprivileged one (and with it, where allowed, a PID
+ * namespace and a file system read-only but for the temp dir and the caller's rw paths),
+ * PR_SET_PDEATHSIG so it dies with us, and three pipes (TMPDIR and HOME point at the private
+ * dir): fd 3 (requests, we write), fd 4 (replies, we read, line by line) and its
+ * stdout+stderr (we read and keep a truncated copy: head and tail). stdin is /dev/null.
  *
  *     pool_init();                      once: we become a child subreaper
  *     struct pool_proc p;

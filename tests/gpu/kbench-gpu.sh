@@ -3,8 +3,8 @@
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # timing trick, input mutation, uninitialised output; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
-# writing beside its directory, which the read-only file system refuses). Prints TAP lines, a timing
-# table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
+# writing beside its directory, which the read-only file system refuses). Prints TAP lines,
+# a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
 # Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
 # ($DICE_PYTHON or python3).
 set -u
