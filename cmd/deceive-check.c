@@ -188,6 +188,7 @@ int main(int argc, char **argv)
 {
 	struct state st;
 	const char *rules = NULL, *output = NULL, *rejects = NULL, *bad_rule = NULL;
+	char *ref_path = NULL;
 	int strict = 0, unbuffered = 0, list = 0, c, ret = 0;
 	FILE *out = stdout, *rej = NULL;
 
@@ -204,6 +205,7 @@ int main(int argc, char **argv)
 		case 'f': st.field = cli_nonempty(c, "a field name", optarg); break;
 		case 'R':
 			free(st.ref);
+			ref_path = optarg;
 			if (!(st.ref = util_read_file(cli_nonempty(c, "a file name", optarg), NULL)))
 				die("cannot read '%s':", optarg);
 			break;
@@ -246,6 +248,10 @@ int main(int argc, char **argv)
 	}
 	cli_output_not_input(output, argv + optind, argc - optind);
 	cli_output_not_input(rejects, argv + optind, argc - optind);
+	if (ref_path) {         /* --ref is an input too */
+		cli_output_not_input(output, &ref_path, 1);
+		cli_output_not_input(rejects, &ref_path, 1);
+	}
 	const char *outs_opt[] = { "--output", rejects ? "--rejects" : NULL };
 	const char *outs[] = { output, rejects };
 	cli_outputs_distinct(2, outs_opt, outs);
