@@ -10,6 +10,7 @@
 #include "cuke.h"
 #include "input.h"
 #include "jsonl.h"
+#include "tokenizer.h"
 #include "util.h"
 
 static const char usage_text[] =
@@ -161,17 +162,24 @@ int main(int argc, char **argv)
 	if (cfg.has_min && cfg.has_max && cfg.min_speedup > cfg.max_speedup)
 		die_status(EXIT_STATUS_USAGE, "--min-speedup %g is above --max-speedup %g: nothing "
 		           "would be kept", cfg.min_speedup, cfg.max_speedup);
-	cli_output_not_input(out_path, argv + optind, argc - optind);
-	cli_output_not_input(rejects_path, argv + optind, argc - optind);
-	cli_output_not_input(stats_json, argv + optind, argc - optind);
-	const char *outs_opt[] = { "--output", rejects_path ? "--rejects" : NULL,
-	                           stats_json ? "--stats-json" : NULL };
-	const char *outs[] = { out_path, rejects_path, stats_json };
-	cli_outputs_distinct(3, outs_opt, outs);
 	if (cfg.max_tokens > 0 && !cfg.tokenizer && !(cfg.tokenizer = util_env("DICE_MODEL", NULL)))
 		die_status(EXIT_STATUS_USAGE, "--max-tokens needs --tokenizer DIR (or DICE_MODEL)");
 	if (cfg.tokenizer && cfg.max_tokens <= 0)
 		die_status(EXIT_STATUS_USAGE, "--tokenizer is only used with --max-tokens N");
+	const char *outs_opt[] = { "--output", rejects_path ? "--rejects" : NULL,
+	                           stats_json ? "--stats-json" : NULL };
+	const char *outs[] = { out_path, rejects_path, stats_json };
+	char *tok[2] = { NULL, NULL };  /* the tokenizer's files are inputs too */
+	if (cfg.tokenizer)
+		tokenizer_paths(cfg.tokenizer, tok);
+	for (int i = 0; i < 3; i++) {
+		cli_output_not_input(outs[i], argv + optind, argc - optind);
+		if (cfg.tokenizer)
+			cli_output_not_input(outs[i], tok, 2);
+	}
+	free(tok[0]);
+	free(tok[1]);
+	cli_outputs_distinct(3, outs_opt, outs);
 	struct cuke *c = cuke_new(&cfg, err, sizeof err);
 	if (!c)
 		die("%s", err);

@@ -741,22 +741,29 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 	return 0;
 }
 
+void tokenizer_paths(const char *dir_or_file, char *path[2])
+{
+	size_t n = strlen(dir_or_file);
+
+	if (n >= 5 && !strcmp(dir_or_file + n - 5, ".json")) {
+		path[0] = xstrdup(dir_or_file);
+		const char *slash = strrchr(dir_or_file, '/');
+		path[1] = slash ? xasprintf("%.*s/tokenizer_config.json",
+					    (int)(slash - dir_or_file), dir_or_file)
+				: xstrdup("tokenizer_config.json");
+	} else {
+		path[0] = xasprintf("%s/tokenizer.json", dir_or_file);
+		path[1] = xasprintf("%s/tokenizer_config.json", dir_or_file);
+	}
+}
+
 int tokenizer_load(struct tokenizer *tok, const char *dir_or_file, char *err, size_t errlen)
 {
 	memset(tok, 0, sizeof *tok);
 	tok->eos_id = tok->pad_id = tok->bos_id = -1;
-	size_t n = strlen(dir_or_file);
-	char *json_path, *cfg_path;
-	if (n >= 5 && !strcmp(dir_or_file + n - 5, ".json")) {
-		json_path = xstrdup(dir_or_file);
-		const char *slash = strrchr(dir_or_file, '/');
-		cfg_path = slash ? xasprintf("%.*s/tokenizer_config.json",
-					     (int)(slash - dir_or_file), dir_or_file)
-				 : xstrdup("tokenizer_config.json");
-	} else {
-		json_path = xasprintf("%s/tokenizer.json", dir_or_file);
-		cfg_path = xasprintf("%s/tokenizer_config.json", dir_or_file);
-	}
+	char *path[2];
+	tokenizer_paths(dir_or_file, path);
+	char *json_path = path[0], *cfg_path = path[1];
 	json_error_t je;
 	json_t *root = json_load_file(json_path, 0, &je);
 	int ret = 0;

@@ -61,6 +61,9 @@ struct tokenizer {
  * from the path of a tokenizer.json itself (its directory is searched for the config).
  * Returns 0, or -1 with a one-line message "path: what is wrong" in err (errlen bytes). */
 int tokenizer_load(struct tokenizer *tok, const char *dir_or_file, char *err, size_t errlen);
+/* The files tokenizer_load reads for dir_or_file: path[0] the tokenizer.json, path[1] the
+ * tokenizer_config.json (which may not exist); the caller frees both. */
+void tokenizer_paths(const char *dir_or_file, char *path[2]);
 void tokenizer_free(struct tokenizer *tok);
 
 /* Encode text[0..len) (any bytes; see the note on invalid UTF-8 above) into *ids (*n of them;
