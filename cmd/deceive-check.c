@@ -122,6 +122,18 @@ static int output_gone(const struct state *st)
 	return st->w.failed || st->rw.failed;
 }
 
+/* An id that can name a record in a one-line message: not empty, no control characters (a
+ * newline in it would split --explain's line, and could forge one) */
+static int id_usable(const char *id)
+{
+	if (!id || !*id)
+		return 0;
+	for (; *id; id++)
+		if ((unsigned char)*id < 0x20 || *id == 0x7f)
+			return 0;
+	return 1;
+}
+
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct state *st = arg;
@@ -131,7 +143,7 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	}
 	const char *id = json_get_str(rec, "id");
 	char *loc = xasprintf("%s:%zu", r->name, r->lineno);
-	int bad = check_record(st, rec, r->line, r->len, id ? id : loc, loc);
+	int bad = check_record(st, rec, r->line, r->len, id_usable(id) ? id : loc, loc);
 
 	free(loc);
 	json_decref(rec);
