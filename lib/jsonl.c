@@ -61,6 +61,15 @@ int jsonl_parse_line(struct jsonl_reader *r, json_t **rec)
 		snprintf(r->err, sizeof r->err, "invalid UTF-8 in record");
 		return -1;
 	}
+	const char *nul = memchr(r->line, '\0', r->len);
+	if (nul) {      /* jansson would stop there and say "end of file expected" */
+		size_t col = 1;         /* in characters, as jansson counts its columns */
+		for (const char *p = r->line; p < nul; p++)
+			col += ((unsigned char)*p & 0xc0) != 0x80;
+		snprintf(r->err, sizeof r->err, "a NUL byte at column %zu, which JSON text "
+		         "cannot hold", col);
+		return -1;
+	}
 	v = json_loadb(r->line, r->len, 0, &e);
 	if (!v && json_error_code(&e) == json_error_numeric_overflow)
 		/* valid JSON all the same (a 64-bit hash as an id): read as a double; the
