@@ -16,7 +16,7 @@
 static const char usage_text[] =
 	"usage: cuke-filter [options] [file ...]\n"
 	"  -m, --min-speedup X     keep records with speedup >= X\n"
-	"  -M, --max-speedup X     drop records with speedup > X\n"
+	"  -M, --max-speedup X     keep records with speedup <= X\n"
 	"  -c, --require-correct   keep only records whose correct (or eval.correct) is true\n"
 	"  -d, --drop-deceptive    drop kernels the deceive rules find deceptive\n"
 	"  -u, --dedupe            drop records whose normalised ref+kernel was seen before\n"
