@@ -258,19 +258,24 @@ int main(int argc, char **argv)
 		warn_msg("--rejects needs --drop (without it every record is written)");
 		usage_error();
 	}
-	cli_output_not_input(output, argv + optind, argc - optind);
-	cli_output_not_input(rejects, argv + optind, argc - optind);
-	if (ref_path) {         /* --ref is an input too */
-		cli_output_not_input(output, &ref_path, 1);
-		cli_output_not_input(rejects, &ref_path, 1);
-	}
+	/* "-" for --rejects is standard output, as for -o */
+	int rej_stdout = rejects && !strcmp(rejects, "-");
 	const char *outs_opt[] = { "--output", rejects ? "--rejects" : NULL };
-	const char *outs[] = { output, rejects };
+	const char *outs[] = { output, rej_stdout ? NULL : rejects };
+	for (int i = 0; i < 2; i++) {
+		cli_output_not_input(outs[i], argv + optind, argc - optind);
+		if (ref_path)   /* --ref is an input too */
+			cli_output_not_input(outs[i], &ref_path, 1);
+	}
 	cli_outputs_distinct(2, outs_opt, outs);
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
-	if (rejects && !(rej = fopen(rejects, "w")))
+	if (rej_stdout)
+		rej = stdout;
+	else if (rejects && !(rej = fopen(rejects, "w")))
 		die("cannot open '%s':", rejects);
+	if (rej_stdout)
+		rejects = "stdout";     /* its name in messages */
 	jsonl_writer_init(&st.w, out, output ? output : "stdout", unbuffered);
 	if (rej)
 		jsonl_writer_init(&st.rw, rej, rejects, unbuffered);
@@ -299,12 +304,14 @@ int main(int argc, char **argv)
 	jsonl_writer_free(&st.w);
 	if (rej) {
 		jsonl_writer_free(&st.rw);
-		if (util_fshut(rej, rejects))
+		if (rej != stdout && util_fshut(rej, rejects))  /* stdout: closed once, below */
 			ret = 1;
 	}
 	deceive_checker_free(st.checker);
 	free(st.ref);
 	if (util_fshut(out, output ? output : "stdout"))
+		ret = 1;
+	if (rej == stdout && out != stdout && util_fshut(stdout, "stdout"))
 		ret = 1;
 	return ret;
 }

@@ -594,7 +594,7 @@ void cli_outputs_distinct(int n, const char *const opt[], const char *const path
 			if (!path[i] || !path[j])
 				die_status(EXIT_STATUS_USAGE, "%s '%s' is standard output too: the two "
 				           "would overwrite or split each other's records", opt[path[i] ? i : j],
-				           path[i] ? path[i] : path[j]);
+				           path[i] ? path[i] : path[j] ? path[j] : "-");
 			die_status(EXIT_STATUS_USAGE, "%s '%s' and %s '%s' are one file: the two would "
 			           "overwrite each other's records", opt[i], path[i], opt[j], path[j]);
 		}
