@@ -55,7 +55,9 @@ static const char usage_text[] =
 	"      --problems LIST     only these problem numbers, e.g. 1-10,19 (likewise)\n"
 	"  -E, --encode            tokenize each operand (or stdin): one JSON id array each\n"
 	"  -Z, --decode            the inverse: JSON id arrays (one per line) to text\n"
+	"                          (-E, -Z read -m -o; any other option: usage error)\n"
 	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
+	"                          (reads -m -I -c -F --kernelbench -L --problems -o -U)\n"
 	"  -o, --output FILE       write to FILE instead of stdout\n"
 	"  -U, --unbuffered        flush after every record (or .py text)\n"
 	"  -v, --progress          progress on stderr even when it is not a terminal\n"
@@ -101,6 +103,13 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 static const char shortopts[] = ":m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:L:EZyo:UvhV";
+/* The options each front-half mode reads (the tokenizer's directory, the output; --dry-run the
+ * prompt's options and the records' selection too). Any other (one that acts only when
+ * sampling) is a usage error with it, not ignored unsaid. */
+static const int encode_reads[] = { 'E', 'm', 'o', 0 };
+static const int decode_reads[] = { 'Z', 'm', 'o', 0 };
+static const int dry_run_reads[] = { 'y', 'm', 'I', 'c', 'F', OPT_KERNELBENCH, 'L', OPT_PROBLEMS,
+                                     'o', 'U', 0 };
 
 static _Noreturn void usage(int status)
 {
@@ -694,8 +703,7 @@ int main(int argc, char **argv)
 	int *stop = NULL;
 	char err[512];
 	struct sampler_opts set;     /* options given, applied over the preset */
-	unsigned given = 0;
-	enum { G_DEC = 1, G_THR = 2, G_TEMP = 4, G_TOPK = 8, G_TOPP = 16 };
+	unsigned char given[OPT_PROBLEMS + 1] = { 0 };   /* the options given, by code */
 
 	util_set_progname(argv[0]);
 	sampler_opts_default(&st.o);
@@ -703,6 +711,8 @@ int main(int argc, char **argv)
 	st.samples = 1;
 	st.device = util_env("DICE_DEVICE", NULL);
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
+		if (opt > 0 && opt <= OPT_PROBLEMS)
+			given[opt] = 1;
 		switch (opt) {
 		case 'm': model_dir = cli_nonempty(opt, "a checkpoint directory", optarg); break;
 		case 'd': st.device = optarg; break;
@@ -715,11 +725,9 @@ int main(int argc, char **argv)
 		case 'D':
 			if (sampler_decoding_parse(optarg, &set.decoding) < 0)
 				bad_arg("decoding", optarg, "static, dynamic or sequential");
-			given |= G_DEC;
 			break;
 		case 'T':
 			set.threshold = (float)cli_double("--threshold", optarg, 0, 1);
-			given |= G_THR;
 			break;
 		case 's':
 			st.o.steps = (int)cli_long("--steps", optarg, 1, 1024);
@@ -729,15 +737,12 @@ int main(int argc, char **argv)
 			break;
 		case 'e':
 			set.temperature = (float)cli_double("--temperature", optarg, 1e-6, 1e6);
-			given |= G_TEMP;
 			break;
 		case 'k':
 			set.top_k = (int)cli_long("--top-k", optarg, 0, 1 << 30);
-			given |= G_TOPK;
 			break;
 		case 'P':
 			set.top_p = (float)cli_double("--top-p", optarg, 1e-9, 1);
-			given |= G_TOPP;
 			break;
 		case 'n':
 			st.o.max_tokens = (int)cli_long("--max-tokens", optarg, 0, 1 << 24);
@@ -798,18 +803,19 @@ int main(int argc, char **argv)
 			die_status(EXIT_STATUS_USAGE, "%s", err);
 		prompt_free(user_t);
 	}
-	if (given & G_DEC) st.o.decoding = set.decoding;
-	if (given & G_THR) st.o.threshold = set.threshold;
-	if (given & G_TEMP) st.o.temperature = set.temperature;
-	if (given & G_TOPK) st.o.top_k = set.top_k;
-	if (given & G_TOPP) st.o.top_p = set.top_p;
+	if (given['D']) st.o.decoding = set.decoding;
+	if (given['T']) st.o.threshold = set.threshold;
+	if (given['e']) st.o.temperature = set.temperature;
+	if (given['k']) st.o.top_k = set.top_k;
+	if (given['P']) st.o.top_p = set.top_p;
 	if (!model_dir) {
 		warn_msg("no checkpoint: give -m DIR or set DICE_MODEL");
 		usage(EXIT_STATUS_USAGE);
 	}
 	if (stop_arg && (nstop = parse_stop(stop_arg, &stop)) < 0)
 		bad_arg("stop", stop_arg, "none or token ids, e.g. 151643,151645");
-	/* checked here, whatever the mode: a value a run refuses is no value for --dry-run */
+	/* checked here, whatever the mode: a value a run refuses ($DICE_DEVICE's too, which
+	 * --dry-run takes as no option is) is no value for --dry-run */
 	if (st.device && strcmp(st.device, "cpu") && strcmp(st.device, "cuda"))
 		bad_arg("device", st.device, "cpu or cuda");
 	if (dtype_arg && config_dtype_arg(dtype_arg, &dt) < 0)
@@ -817,6 +823,15 @@ int main(int argc, char **argv)
 	if ((kb_arg || level_arg || problems_arg) && (front == FRONT_ENCODE || front == FRONT_DECODE))
 		die_status(EXIT_STATUS_USAGE, "--%s reads files, not KernelBench problems",
 		           front == FRONT_ENCODE ? "encode" : "decode");
+	if (front != FRONT_NONE) {
+		const char *mode = front == FRONT_ENCODE ? "encode" :
+		                   front == FRONT_DECODE ? "decode" : "dry-run";
+		const char *o = cli_unread(longopts, given, sizeof given,
+		                           front == FRONT_ENCODE ? encode_reads :
+		                           front == FRONT_DECODE ? decode_reads : dry_run_reads);
+		if (o)
+			die_status(EXIT_STATUS_USAGE, "--%s has no effect with --%s", o, mode);
+	}
 	kb_select(&kb, kb_arg, level_arg, problems_arg, &levels, &problems, argv + optind,
 	          argc - optind);
 	kbench_ranges_free(&levels);

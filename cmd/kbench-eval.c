@@ -100,7 +100,8 @@ static const char shortopts[] = ":k:lL:p:rJRF:d:j:g:w:S:n:P:W:a:e:Efb:t:T:c:G:M:
 /* The options --list and --report read. Any other acts only when evaluating (-u: on records
  * written one by one, which --report does not write), so with them it is a usage error, not
  * ignored unsaid. */
-static const char list_reads[] = "lkLpou", report_reads[] = "rkLpJRFo";
+static const int list_reads[] = { 'l', 'k', 'L', 'p', 'o', 'u', 0 };
+static const int report_reads[] = { 'r', 'k', 'L', 'p', 'J', 'R', 'F', 'o', 0 };
 
 static _Noreturn void usage(void)
 {
@@ -413,11 +414,14 @@ int main(int argc, char **argv)
 		warn_msg("--json needs --report (it writes the report's rows as JSON)");
 		usage();
 	}
-	for (const struct option *o = longopts; (list || report) && o->name; o++)
-		if (given[o->val] && (o->val > 255 || !strchr(list ? list_reads : report_reads, o->val))) {
-			warn_msg("--%s has no effect with --%s", o->name, list ? "list" : "report");
+	if (list || report) {
+		const char *o = cli_unread(longopts, given, sizeof given,
+		                           list ? list_reads : report_reads);
+		if (o) {
+			warn_msg("--%s has no effect with --%s", o, list ? "list" : "report");
 			usage();
 		}
+	}
 	if (!list && !report && !th && (levels.n || problems.n)) {
 		warn_msg("-L and -p select no records to evaluate: they act with --list, --report "
 		         "or --fail-under");

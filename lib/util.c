@@ -318,6 +318,21 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
 	return '?';
 }
 
+const char *cli_unread(const struct option *longopts, const unsigned char *given, size_t n,
+                       const int *reads)
+{
+	for (const struct option *o = longopts; o->name; o++) {
+		const int *r = reads;
+		if (o->val <= 0 || (size_t)o->val >= n || !given[o->val])
+			continue;
+		while (*r && *r != o->val)
+			r++;
+		if (!*r)
+			return o->name;
+	}
+	return NULL;
+}
+
 void buf_init(struct buf *b)
 {
 	b->cap = 64;

@@ -96,6 +96,14 @@ const char *cli_output_file(int opt, const char *arg);
 void cli_outputs_distinct(int n, const char *const opt[], const char *const path[]);
 struct option;
 int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
+/* For a mode that reads only some of the options (kbench-eval --list, dice-sample --dry-run):
+ * the long name of the first option of longopts that was given and is not among reads, or
+ * NULL when there is none. given[v] is nonzero for each value v that cli_getopt returned
+ * (n entries, indexed by value: a short option's letter, a long-only option's code); reads
+ * holds the values the mode reads, 0-terminated. One given that it does not read is a usage
+ * error naming it, never ignored unsaid; an environment default is no option. */
+const char *cli_unread(const struct option *longopts, const unsigned char *given, size_t n,
+                       const int *reads);
 
 /* Read a whole stream; returns a NUL-terminated xmalloc'ed buffer or NULL with errno set. */
 char *util_read_all(FILE *fp, size_t *len);
