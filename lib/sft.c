@@ -43,7 +43,7 @@ static char *response_text(const char *resp, int think)
 	return s;
 }
 
-/* a field there and not null (null counts as absent) */
+/* a field there and not null: null counts as absent, in the choice of a record's form too */
 static int present(const json_t *rec, const char *key)
 {
 	const json_t *v = json_object_get(rec, key);
@@ -71,7 +71,7 @@ static int one_form(const json_t *rec, const char *form, char *err, size_t errle
 int sft_render(const json_t *rec, int think, char **prompt, char **response, char *err,
                size_t errlen)
 {
-	const json_t *msgs = json_object_get(rec, "messages");
+	const json_t *msgs = present(rec, "messages") ? json_object_get(rec, "messages") : NULL;
 	const char *resp;
 	struct buf b;
 
@@ -187,7 +187,7 @@ int sft_data_add_ids(struct sft_data *d, const int *prompt, size_t np, const int
 
 int sft_record_is_text(const json_t *rec)
 {
-	return !json_object_get(rec, "prompt_ids") && !json_object_get(rec, "response_ids");
+	return !present(rec, "prompt_ids") && !present(rec, "response_ids");
 }
 
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
@@ -198,8 +198,8 @@ int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o
 	char *pt, *rt;
 
 	if (!sft_record_is_text(rec)) {
-		if (one_form(rec, json_object_get(rec, "prompt_ids") ? "prompt_ids" : "response_ids",
-		             err, errlen) < 0)
+		if (one_form(rec, present(rec, "prompt_ids") ? "prompt_ids" : "response_ids", err,
+		             errlen) < 0)
 			return -1;
 		p = json_ids(json_object_get(rec, "prompt_ids"), &np);
 		r = json_ids(json_object_get(rec, "response_ids"), &nr);

@@ -4,8 +4,9 @@
  * {"messages": [{"role", "content"}...]} whose last message is the assistant's response, or
  * pre-tokenised {"prompt_ids": [...], "response_ids": [...]} (used as given: no template, no
  * think block). A record is one form: "messages" beside "prompt", "response" or "system",
- * or "prompt_ids"/"response_ids" beside any of those or "messages", is a bad record (a null
- * one beside counts as absent). Text records are rendered with the Qwen3 chat format:
+ * or "prompt_ids"/"response_ids" beside any of those or "messages", is a bad record. A
+ * null field counts as absent, in the choice of the form too: {"messages": null, "prompt",
+ * "response"} is a text record, and one whose only form is null fields has none. Text records are rendered with the Qwen3 chat format:
  *     prompt   = [<|im_start|>system\n{system}<|im_end|>\n] <|im_start|>user\n{prompt}<|im_end|>\n
  *                <|im_start|>assistant\n
  *     response = [<think>\n\n</think>\n\n] {response}<|im_end|>\n
@@ -67,7 +68,8 @@ void sft_data_free(struct sft_data *d);
 int sft_render(const json_t *rec, int think, char **prompt, char **response, char *err,
                size_t errlen);
 /* 1 when rec is a text record, the kind that needs o->encode: one with neither prompt_ids
- * nor response_ids (either makes it a token-id record, bad without the other). */
+ * nor response_ids, or only null ones (either, not null, makes it a token-id record, bad
+ * without the other). */
 int sft_record_is_text(const json_t *rec);
 /* Add one record: 0 added, 1 dropped as too long, -1 bad record (message in err). */
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
