@@ -55,7 +55,7 @@ static const char usage_text[] =
 	"      --problems LIST     only these problem numbers, e.g. 1-10,19 (likewise)\n"
 	"  -E, --encode            tokenize each operand (or stdin): one JSON id array each\n"
 	"  -Z, --decode            the inverse: JSON id arrays (one per line) to text\n"
-	"                          (-E, -Z read -m -o; any other option: usage error)\n"
+	"                          (-E, -Z read -m -o -U; any other option: usage error)\n"
 	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
 	"                          (reads -m -I -c -F --kernelbench -L --problems -o -U)\n"
 	"  -o, --output FILE       write to FILE instead of stdout\n"
@@ -106,8 +106,8 @@ static const char shortopts[] = ":m:d:t:p:D:T:s:B:e:k:P:n:S:r:N:b:jRxIc:F:L:EZyo
 /* The options each front-half mode reads (the tokenizer's directory, the output; --dry-run the
  * prompt's options and the records' selection too). Any other (one that acts only when
  * sampling) is a usage error with it, not ignored unsaid. */
-static const int encode_reads[] = { 'E', 'm', 'o', 0 };
-static const int decode_reads[] = { 'Z', 'm', 'o', 0 };
+static const int encode_reads[] = { 'E', 'm', 'o', 'U', 0 };
+static const int decode_reads[] = { 'Z', 'm', 'o', 'U', 0 };
 static const int dry_run_reads[] = { 'y', 'm', 'I', 'c', 'F', OPT_KERNELBENCH, 'L', OPT_PROBLEMS,
                                      'o', 'U', 0 };
 
@@ -507,6 +507,8 @@ static int front_encode(const char *name, const char *data, size_t len, void *ar
 	for (size_t i = 0; i < n; i++)
 		fprintf(f->out, i ? ",%d" : "%d", ids[i]);
 	fputs("]\n", f->out);
+	if (f->w.unbuffered)
+		fflush(f->out);
 	free(ids);
 	return 0;
 }
@@ -558,6 +560,8 @@ static int front_decode(const char *name, const char *data, size_t len, void *ar
 			buf_reset(&out);
 			tokenizer_decode(f->tok, ids, n, 0, &out);
 			fwrite(out.p, 1, out.len, f->out);
+			if (f->w.unbuffered)
+				fflush(f->out);
 		}
 		free(ids);
 		json_decref(a);
