@@ -52,6 +52,9 @@ char *extract_record_kernel(const json_t *rec, const char *field, const char **f
 			return NULL;
 		if (from)
 			*from = field;
+		/* a response (it holds a fence) gives its code block, as `completion` does */
+		if (memmem(json_string_value(v), json_string_length(v), "```", 3))
+			return extract_code(json_string_value(v), json_string_length(v));
 		return xstrndup(json_string_value(v), json_string_length(v));
 	}
 	v = json_object_get(rec, "kernel");

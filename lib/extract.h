@@ -14,14 +14,15 @@
 /* New string (caller frees) or NULL when the text holds no complete fenced block. */
 char *extract_code(const char *text, size_t len);
 
-/* The kernel of a record: the string field `field` when given; else `kernel` (absent or
+/* The kernel of a record: the string field `field` when given (its code block, extracted as
+ * from `completion`, when it holds a ``` fence; else all of it); else `kernel` (absent or
  * null: not there); else the code extracted from `completion`. New string or NULL; *from
  * (if not NULL) names the field used ("kernel", "completion" or field; a `kernel` of another
  * type is used, and gives NULL), or NULL when none was present. */
 char *extract_record_kernel(const json_t *rec, const char *field, const char **from);
 /* Why extract_record_kernel gave NULL, from its *from: "no string field 'F'", "no kernel:
  * neither 'kernel' nor 'completion' is a string", "'kernel' is not a string" or "no fenced
- * code block in 'completion'", written to buf (n bytes). Returns buf. */
+ * code block in 'completion'" (or in the field), written to buf (n bytes). Returns buf. */
 const char *extract_record_why(const json_t *rec, const char *field, const char *from,
                                char *buf, size_t n);
 

@@ -47,6 +47,14 @@ static void test_record(void)
 	k = extract_record_kernel(r, "code", &from);
 	CHECK(k && !strcmp(k, "F") && !strcmp(from, "code"), "--field overrides");
 	free(k);
+	json_object_set_new(r, "code", json_string("Here:\n```python\nF\n```\nDone."));
+	k = extract_record_kernel(r, "code", &from);
+	CHECK(k && !strcmp(k, "F") && !strcmp(from, "code"), "--field: a fenced block extracted");
+	free(k);
+	json_object_set_new(r, "code", json_string("Here:\n```python\nF\n"));
+	k = extract_record_kernel(r, "code", &from);
+	CHECK(!k && !strcmp(from, "code"), "--field: an unclosed fence is no code");
+	free(k);
 	k = extract_record_kernel(r, "nope", &from);
 	CHECK(!k && !from, "missing field");
 	json_object_del(r, "kernel");
