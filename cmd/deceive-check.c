@@ -76,7 +76,11 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 {
 	struct jsonl_writer *w = &st->w;
 	const char *from, *ref = json_get_str(rec, "ref");
-	char *kernel = extract_record_kernel(rec, st->field, &from);
+	json_t *ref_v = json_object_get(rec, "ref");
+	/* a `ref` of another type than a string (a null one is absent) is the record's error, as
+	 * for `kernel`: checking without it would miss the rules that compare with it */
+	int ref_bad = ref_v && !json_is_null(ref_v) && !json_is_string(ref_v);
+	char *kernel = ref_bad ? NULL : extract_record_kernel(rec, st->field, &from);
 	struct deceive_result res;
 	json_t *obj;
 	int bad = 0;
@@ -86,7 +90,10 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 	st->records++;
 	if (!kernel) {
 		char msg[256];
-		extract_record_why(rec, st->field, from, msg, sizeof msg);
+		if (ref_bad)
+			snprintf(msg, sizeof msg, "'ref' is not a string");
+		else
+			extract_record_why(rec, st->field, from, msg, sizeof msg);
 		warn_msg("%s: %s", loc, msg);
 		obj = json_pack("{s:b, s:[], s:s}", "deceptive", 0, "findings", "error", msg);
 		st->missing++;
