@@ -198,10 +198,18 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	return bad ? 2 : 0;
 }
 
+/* a .py file, plain or compressed (.py.gz, .py.xz, .py.zst, .py.bz2: lib/input reads it) */
 static int is_py(const char *path)
 {
+	static const char *const ends[] = { ".py", ".py.gz", ".py.xz", ".py.zst", ".py.bz2" };
 	size_t n = strlen(path);
-	return n > 3 && !strcmp(path + n - 3, ".py");
+
+	for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+		size_t m = strlen(ends[i]);
+		if (n > m && !strcmp(path + n - m, ends[i]))
+			return 1;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
