@@ -198,20 +198,6 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	return bad ? 2 : 0;
 }
 
-/* a .py file, plain or compressed (.py.gz, .py.xz, .py.zst, .py.bz2: lib/input reads it) */
-static int is_py(const char *path)
-{
-	static const char *const ends[] = { ".py", ".py.gz", ".py.xz", ".py.zst", ".py.bz2" };
-	size_t n = strlen(path);
-
-	for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
-		size_t m = strlen(ends[i]);
-		if (n > m && !strcmp(path + n - m, ends[i]))
-			return 1;
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	struct state st;
@@ -303,7 +289,7 @@ int main(int argc, char **argv)
 		ret |= jsonl_each(NULL, 0, on_record, on_bad, &st);
 	}
 	for (int i = 0; i < n && !output_gone(&st); i++) {
-		if (is_py(ops[i])) {
+		if (input_is_py(ops[i])) {
 			if (input_each_file(ops[i], py_file, &st) != 0)
 				ret = 1;
 		} else {

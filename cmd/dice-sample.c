@@ -397,12 +397,6 @@ static int on_py(const char *name, const char *data, size_t len, void *arg)
 	return 0;
 }
 
-static int is_py(const char *path)
-{
-	size_t n = strlen(path);
-	return n > 3 && !strcmp(path + n - 3, ".py");
-}
-
 /* --stop: "none" or ids (checked against the vocabulary once the model is known) */
 static int parse_stop(const char *arg, int **stop)
 {
@@ -666,7 +660,7 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 			r = input_each_file(ops_v[i], front_encode, &f);
 		else if (mode == FRONT_DECODE)
 			r = input_each_file(ops_v[i], front_decode, &f);
-		else if (is_py(ops_v[i]))
+		else if (input_is_py(ops_v[i]))
 			r = input_each_file(ops_v[i], front_dry_py, &f);
 		else
 			r = jsonl_each(ops_v + i, 1, front_dry_record, front_dry_bad, &f);
@@ -847,7 +841,7 @@ int main(int argc, char **argv)
 	if (front == FRONT_NONE) {
 		int npy = 0;
 		for (int i = optind; i < argc; i++)
-			npy += is_py(argv[i]);
+			npy += input_is_py(argv[i]);
 		if (st.trace && !st.jsonl && optind < argc && npy == argc - optind)
 			die_status(EXIT_STATUS_USAGE, "--trace adds sample.trace to records, and .py "
 			           "operands are written as text: add --jsonl");
@@ -914,12 +908,12 @@ int main(int argc, char **argv)
 	if (!nops && !kb.path)
 		ops_v = dash, nops = 1;
 	for (int i = 0; i < nops; i++)
-		npy += is_py(ops_v[i]);
+		npy += input_is_py(ops_v[i]);
 	st.headers = !st.jsonl && (long)npy * st.samples > 1;
 	if (kb.path)            /* no operands then (kb_select) */
 		kb_each(&kb, queue_record, &st);
 	for (int i = 0; i < nops && !output_dead(&st); i++) {
-		if (is_py(ops_v[i])) {
+		if (input_is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
 				st.ret = 1;
 		} else if (jsonl_each(ops_v + i, 1, on_record, on_bad, &st)) {

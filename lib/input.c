@@ -324,3 +324,16 @@ int input_each_file(const char *path,
 	input_close(&in);
 	return ret;
 }
+
+int input_is_py(const char *path)
+{
+	static const char *const ends[] = { ".py", ".py.gz", ".py.xz", ".py.zst", ".py.bz2" };
+	size_t n = strlen(path);
+
+	for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+		size_t m = strlen(ends[i]);
+		if (n > m && !strcmp(path + n - m, ends[i]))
+			return 1;
+	}
+	return 0;
+}

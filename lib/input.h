@@ -66,4 +66,8 @@ int input_each_file(const char *path,
                     int (*fn)(const char *name, const char *data, size_t len, void *arg),
                     void *arg);
 
+/* 1 when path names a .py file, plain or compressed (.py.gz, .py.xz, .py.zst, .py.bz2, which
+ * input_open reads as the file's text): an operand of Python source, not of records. */
+int input_is_py(const char *path);
+
 #endif
