@@ -253,8 +253,8 @@ double cli_double(const char *opt, const char *s, double min, double max)
 
 	if (parse_double(s, min, max, &v) < 0) {
 		if (max >= 1e300)
-			die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number of at least %g)", opt,
-			           s, min);
+			die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a finite number of at least "
+			           "%g)", opt, s, min);     /* inf, 1e400: numbers too, but no value */
 		die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number from %g to %g)", opt, s,
 		           min, max);
 	}
