@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -649,7 +650,8 @@ int main(int argc, char **argv)
 				if (erc < 0 && !stop)
 					ret = 1;
 				if (erc == 0 || !stop)  /* else a signal cut the evaluation short */
-					json_object_set_new(j, "eval_exec", json_real(ex));
+					json_object_set_new(j, "eval_exec", isnan(ex) ? json_null() :
+					                    json_real(ex));
 			}
 			if (logf && !log_bad) {  /* a failed write: reported once, training goes on */
 				if (jsonl_log(logf, log_path, j) < 0)

@@ -608,7 +608,9 @@ int rl_evaluate(struct rl_runner *r, const struct sampler_opts *o, struct rl_tas
 		sampler_result_free(&res[i]);
 		free(pr[i]);
 	}
-	*exec = ntask ? s / ntask : 0.0;
+	/* a reward program that failed (gone, timed out, records missing): no Exec to give, not
+	 * one of rewards it never wrote */
+	*exec = rc < 0 ? NAN : ntask ? s / ntask : 0.0;
 	free(rw), free(res), free(pr), free(pl);
 	return rc < 0 || mt.bad ? -1 : 0;
 }

@@ -130,7 +130,8 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 int rl_step(struct rl_runner *r, struct rl_task *const *tasks, int ntask, int stage_infill,
             int step, struct rl_metrics *mt);
 
-/* Exec of tasks under o with one sample each (in-RL evaluation). */
+/* Exec of tasks under o with one sample each (in-RL evaluation) in *exec: NaN when the reward
+ * program failed (-1 then, as with records it scored 0). */
 int rl_evaluate(struct rl_runner *r, const struct sampler_opts *o, struct rl_task *const *tasks,
                 int ntask, int stage_infill, int step, double *exec);
 
