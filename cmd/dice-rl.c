@@ -604,7 +604,8 @@ int main(int argc, char **argv)
 	const char *copy_tok = checkpoint_has_tokenizer(tok_dir) ? tok_dir : NULL;
 
 	int last_si = si, last_done = done;
-	for (; si < nst && !stop; si++, done = 0) {
+	long saved = step, failed_at = 0;  /* the last step saved (or resumed); a failed step */
+	for (; si < nst && !stop && !failed_at; si++, done = 0) {
 		struct stage *s = &st[si];
 		int li = s->infill;
 		for (; done < s->steps && !stop; ) {
@@ -618,10 +619,13 @@ int main(int argc, char **argv)
 			struct rl_metrics mt;
 			int failed = rl_step(&r, sel, nt, li, (int)step + 1, &mt) < 0;
 			free(sel);
-			if (failed && stop && !mt.updates) {
+			if (failed && !mt.updates) {
 				/* interrupted before any update (the signal reached the reward
-				 * program too): the step is undone and redone on --resume */
+				 * program too), or its reward failed: the step is undone and redone
+				 * on --resume, the steps before it kept */
 				s->pos = pos0, r.rng = rng0;
+				if (!stop)
+					failed_at = step + 1;
 				break;
 			}
 			if (failed)
@@ -672,12 +676,21 @@ int main(int argc, char **argv)
 				stop = 1;
 				break;
 			}
-			if (save_every && step % save_every == 0 &&
-			    save_all(&r, out, copy_tok, spec, st, nst, si, done, step) < 0)
-				ret = 1;
+			if (save_every && step % save_every == 0) {
+				if (save_all(&r, out, copy_tok, spec, st, nst, si, done, step) < 0)
+					ret = 1;
+				saved = step;
+			}
 		}
-		if (stop)
+		if (stop || failed_at)
 			break;
+	}
+	if (failed_at) {        /* the steps since the last save kept; none: nothing written */
+		warn_msg("step %ld failed", failed_at);
+		if (step > saved && save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done,
+		                             step) == 0)
+			warn_msg("saved step %ld to %s; continue with --resume", step, out);
+		exit(1);
 	}
 	/* where to continue: the stage of the last step and the steps done in it */
 	if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0)
