@@ -685,16 +685,17 @@ int main(int argc, char **argv)
 		if (stop || failed_at)
 			break;
 	}
-	if (failed_at) {        /* the steps since the last save kept; none: nothing written */
+	/* where to continue: the stage of the last step and the steps done in it; after a failed
+	 * step, the steps since the last save kept (none: nothing written) */
+	if (failed_at) {
 		warn_msg("step %ld failed", failed_at);
 		if (step > saved && save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done,
 		                             step) == 0)
 			warn_msg("saved step %ld to %s; continue with --resume", step, out);
-		exit(1);
-	}
-	/* where to continue: the stage of the last step and the steps done in it */
-	if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0)
 		ret = 1;
+	} else if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0) {
+		ret = 1;
+	}
 	if (stop && !dump)
 		warn_msg("interrupted: saved step %ld to %s; continue with --resume", step, out);
 	if (logf && util_fshut(logf, log_path))
