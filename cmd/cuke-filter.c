@@ -91,34 +91,6 @@ static int sink_gone(const struct cuke_sink *k)
 	return k->out->failed || (k->rejects && k->rejects->failed);
 }
 
-/* An output option's file; "-" (or none, for -o) is standard output */
-static int is_stdout(const char *path)
-{
-	return !path || !strcmp(path, "-");
-}
-
-static const char *out_name(const char *path)
-{
-	return is_stdout(path) ? "stdout" : path;
-}
-
-static FILE *open_out(const char *path)
-{
-	if (is_stdout(path))
-		return stdout;
-	FILE *fp = fopen(path, "w");
-	if (!fp)
-		die("cannot open '%s':", path);
-	return fp;
-}
-
-/* closes an output file; standard output, which two outputs may share (a terminal), is
- * closed once, at the end */
-static int close_out(FILE *fp, const char *path)
-{
-	return fp == stdout ? 0 : util_fshut(fp, path);
-}
-
 int main(int argc, char **argv)
 {
 	struct cuke_config cfg = { 0 };
@@ -188,8 +160,8 @@ int main(int argc, char **argv)
 		die_status(EXIT_STATUS_USAGE, "--tokenizer is only used with --max-tokens N");
 	const char *outs_opt[] = { "--output", rejects_path ? "--rejects" : NULL,
 	                           stats_json ? "--stats-json" : NULL };
-	const char *outs[] = { out_path, is_stdout(rejects_path) ? NULL : rejects_path,
-	                       is_stdout(stats_json) ? NULL : stats_json };
+	const char *outs[] = { out_path, cli_is_stdout(rejects_path) ? NULL : rejects_path,
+	                       cli_is_stdout(stats_json) ? NULL : stats_json };
 	char *tok[2] = { NULL, NULL };  /* the tokenizer's files are inputs too */
 	if (cfg.tokenizer)
 		tokenizer_paths(cfg.tokenizer, tok);
@@ -204,9 +176,9 @@ int main(int argc, char **argv)
 	struct cuke *c = cuke_new(&cfg, err, sizeof err);
 	if (!c)
 		die("%s", err);
-	FILE *out = open_out(out_path);
-	FILE *rej = rejects_path ? open_out(rejects_path) : NULL;
-	FILE *sj = stats_json ? open_out(stats_json) : NULL;   /* before the run, not after */
+	FILE *out = cli_open_out(out_path);
+	FILE *rej = rejects_path ? cli_open_out(rejects_path) : NULL;
+	FILE *sj = stats_json ? cli_open_out(stats_json) : NULL;   /* before the run, not after */
 	/* records are often bigger than stdio's default buffer: write in 64 KiB pieces */
 	static char obuf[1 << 16], rbuf[1 << 16];
 	if (!unbuffered) {
@@ -216,9 +188,9 @@ int main(int argc, char **argv)
 	}
 	struct jsonl_writer wout, wrej;
 	struct cuke_sink sink = { &wout, rej ? &wrej : NULL };
-	jsonl_writer_init(&wout, out, out_name(out_path), unbuffered);
+	jsonl_writer_init(&wout, out, cli_out_name(out_path), unbuffered);
 	if (rej)
-		jsonl_writer_init(&wrej, rej, out_name(rejects_path), unbuffered);
+		jsonl_writer_init(&wrej, rej, cli_out_name(rejects_path), unbuffered);
 
 	char **ops = argv + optind, *dash[] = { "-" };
 	int nops = argc - optind;
@@ -266,7 +238,7 @@ int main(int argc, char **argv)
 		free(text);
 		if (bad)
 			ret = 1;        /* util_fshut says why */
-		if (close_out(sj, stats_json))
+		if (cli_close_out(sj, stats_json))
 			ret = 1;
 		json_decref(j);
 	}
@@ -275,11 +247,11 @@ int main(int argc, char **argv)
 	jsonl_writer_free(&wout);
 	if (rej) {
 		jsonl_writer_free(&wrej);
-		if (close_out(rej, rejects_path))
+		if (cli_close_out(rej, rejects_path))
 			ret = 1;
 	}
 	cuke_free(c);
-	if (close_out(out, out_path))
+	if (cli_close_out(out, out_path))
 		ret = 1;
 	if ((out == stdout || rej == stdout || sj == stdout) && util_fshut(stdout, "stdout"))
 		ret = 1;

@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 	const char *rules = NULL, *output = NULL, *rejects = NULL, *bad_rule = NULL;
 	char *ref_path = NULL;
 	int strict = 0, unbuffered = 0, list = 0, c, ret = 0;
-	FILE *out = stdout, *rej = NULL;
+	FILE *out, *rej = NULL;
 
 	util_set_progname(argv[0]);
 	memset(&st, 0, sizeof st);
@@ -261,26 +261,20 @@ int main(int argc, char **argv)
 		usage_error();
 	}
 	/* "-" for --rejects is standard output, as for -o */
-	int rej_stdout = rejects && !strcmp(rejects, "-");
 	const char *outs_opt[] = { "--output", rejects ? "--rejects" : NULL };
-	const char *outs[] = { output, rej_stdout ? NULL : rejects };
+	const char *outs[] = { output, cli_is_stdout(rejects) ? NULL : rejects };
 	for (int i = 0; i < 2; i++) {
 		cli_output_not_input(outs[i], argv + optind, argc - optind);
 		if (ref_path)   /* --ref is an input too */
 			cli_output_not_input(outs[i], &ref_path, 1);
 	}
 	cli_outputs_distinct(2, outs_opt, outs);
-	if (output && !(out = fopen(output, "w")))
-		die("cannot open '%s':", output);
-	if (rej_stdout)
-		rej = stdout;
-	else if (rejects && !(rej = fopen(rejects, "w")))
-		die("cannot open '%s':", rejects);
-	if (rej_stdout)
-		rejects = "stdout";     /* its name in messages */
-	jsonl_writer_init(&st.w, out, output ? output : "stdout", unbuffered);
+	out = cli_open_out(output);
+	if (rejects)
+		rej = cli_open_out(rejects);
+	jsonl_writer_init(&st.w, out, cli_out_name(output), unbuffered);
 	if (rej)
-		jsonl_writer_init(&st.rw, rej, rejects, unbuffered);
+		jsonl_writer_init(&st.rw, rej, cli_out_name(rejects), unbuffered);
 
 	/* operands in order: .py files are records of their own, the rest JSONL */
 	char **ops = argv + optind;
@@ -306,14 +300,14 @@ int main(int argc, char **argv)
 	jsonl_writer_free(&st.w);
 	if (rej) {
 		jsonl_writer_free(&st.rw);
-		if (rej != stdout && util_fshut(rej, rejects))  /* stdout: closed once, below */
+		if (cli_close_out(rej, rejects))
 			ret = 1;
 	}
 	deceive_checker_free(st.checker);
 	free(st.ref);
-	if (util_fshut(out, output ? output : "stdout"))
+	if (cli_close_out(out, output))
 		ret = 1;
-	if (rej == stdout && out != stdout && util_fshut(stdout, "stdout"))
+	if ((out == stdout || rej == stdout) && util_fshut(stdout, "stdout"))
 		ret = 1;
 	return ret;
 }

@@ -993,7 +993,6 @@ static void field_detail(const struct cuke *c, const struct cuke_fields *f, enum
 	}
 }
 
-
 /* What the content checks computed for one record. */
 struct content {
 	struct cuke_level level;

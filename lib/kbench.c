@@ -1560,7 +1560,6 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 	return 0;
 }
 
-/* Canonical key: "level1/19_ReLU.py" and "level1/19" both become "1/19". */
 void kbench_warn_empty(const char *path, const char *level_arg, const char *problems_arg)
 {
 	warn_msg("no problem of KernelBench '%s' is in%s%s%s%s", path,
@@ -1568,6 +1567,7 @@ void kbench_warn_empty(const char *path, const char *level_arg, const char *prob
 	         problems_arg ? " --problems " : "", problems_arg ? problems_arg : "");
 }
 
+/* Canonical key: "level1/19_ReLU.py" and "level1/19" both become "1/19". */
 static char *canon_key(int level, const char *key)
 {
 	int lv, nm;

@@ -561,6 +561,32 @@ const char *cli_output_file(int opt, const char *arg)
 	return strcmp(cli_nonempty(opt, "a file name", arg), "-") ? arg : NULL;
 }
 
+int cli_is_stdout(const char *path)
+{
+	return !path || !strcmp(path, "-");
+}
+
+FILE *cli_open_out(const char *path)
+{
+	FILE *fp;
+
+	if (cli_is_stdout(path))
+		return stdout;
+	if (!(fp = fopen(path, "w")))
+		die("cannot open '%s':", path);
+	return fp;
+}
+
+const char *cli_out_name(const char *path)
+{
+	return cli_is_stdout(path) ? "stdout" : path;
+}
+
+int cli_close_out(FILE *fp, const char *path)
+{
+	return fp == stdout ? 0 : util_fshut(fp, path);
+}
+
 /* Where an output will be: the file's device and inode where it exists (or standard output's,
  * path NULL), else its directory's with its name; 0 where neither can be found (fopen will
  * say why). A character device (a terminal, /dev/null) is shareable: 0 too. */

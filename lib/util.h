@@ -89,6 +89,15 @@ const char *cli_nonempty(int opt, const char *what, const char *arg);
 /* The -o of a program that writes records to standard output by default: '' a usage error
  * (cli_nonempty), "-" standard output (NULL), else the file name. */
 const char *cli_output_file(int opt, const char *arg);
+/* For a program's outputs besides its records (rejects, statistics) as well as -o: NULL or
+ * "-" is standard output. cli_open_out opens one for writing (dies naming it when it cannot);
+ * cli_out_name is its name in messages ("stdout"); cli_close_out closes it, 0 or 1 when a
+ * write failed (said), but leaves standard output, which two outputs may share, to be
+ * closed once, at the end. */
+int cli_is_stdout(const char *path);
+FILE *cli_open_out(const char *path);
+const char *cli_out_name(const char *path);
+int cli_close_out(FILE *fp, const char *path);
 /* Die with the usage status where two of the n outputs are one file: opt[i] names the
  * option (for the message; NULL: not in use), path[i] the file, NULL for standard output.
  * Compared by device and inode where the files exist, else by directory and name; character
