@@ -371,6 +371,7 @@ struct kbench_engine {
 	int input_closed;
 	int start_failures;
 	int fatal;
+	int narrow_warned;     /* pool_narrow failed once: said */
 	unsigned long long nonce_ctr, nonce_seed;   /* nonces the candidate cannot guess */
 	struct entry *out;     /* handed back by the last kbench_engine_next */
 };
@@ -571,9 +572,39 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	return j;
 }
 
+/* Before a build or run job: of the build cache, the worker may write only its source's
+ * directory (and a build worker the shared header dirs), so that a candidate cannot touch
+ * another's build. Where the worker's namespace cannot do it, said once; the job runs. */
+static void narrow_cache(struct kbench_engine *e, struct worker *w, struct entry *en, int mode)
+{
+	char pch[4096], lean[4096];
+	const char *keep[4] = { en->cache, NULL, NULL, NULL };
+	int n = 1, r;
+
+	if (mkdir(en->cache, 0755) < 0 && errno != EEXIST)
+		warn_msg("cannot create '%s':", en->cache);
+	if (mode == ROLE_BUILD && e->cfg.pch) {
+		snprintf(pch, sizeof pch, "%s/pch", e->cache);
+		keep[n++] = pch;
+	}
+	if (mode == ROLE_BUILD && e->cfg.lean) {
+		snprintf(lean, sizeof lean, "%s/lean", e->cache);
+		keep[n++] = lean;
+	}
+	r = pool_narrow(&w->p, e->cache, keep);
+	if (r < 0 && !e->narrow_warned) {
+		warn_msg("cannot keep workers out of each other's builds:");
+		e->narrow_warned = 1;
+	}
+}
+
 static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en, int mode)
 {
-	json_t *j = job_json(e, w, en, mode);
+	json_t *j;
+
+	if (mode != ROLE_PROBE)
+		narrow_cache(e, w, en, mode);
+	j = job_json(e, w, en, mode);
 	char *s = json_dumps(j, JSON_COMPACT);
 	size_t n = strlen(s);
 	int r;
@@ -693,6 +724,16 @@ static int mkdir_p(const char *dir)
 	return r;
 }
 
+/* dir/name, made where missing: 0 or -1 */
+static int mkdir_in(const char *dir, const char *name)
+{
+	char *p = xasprintf("%s/%s", dir, name);
+	int r = mkdir(p, 0755) < 0 && errno != EEXIST ? -1 : 0;
+
+	free(p);
+	return r;
+}
+
 struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 {
 	struct kbench_engine *e = xcalloc(1, sizeof *e);
@@ -713,8 +754,11 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		free(e);
 		return NULL;
 	}
-	/* before any worker: each is given it, the one place it may write but its own */
-	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL))) {
+	/* before any worker: each is given it, the one place it may write but its own (and
+	 * given a job, only its source's part of it: narrow_cache) */
+	if (mkdir_p(cfg->cache_dir) < 0 || !(e->cache = realpath(cfg->cache_dir, NULL)) ||
+	    (cfg->pch && mkdir_in(e->cache, "pch") < 0) ||
+	    (cfg->lean && mkdir_in(e->cache, "lean") < 0)) {
 		warn_msg("cannot create the build cache '%s':", cfg->cache_dir);
 		free(e->worker);
 		free(e);

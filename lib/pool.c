@@ -136,6 +136,116 @@ static _Noreturn void end_as(int status)
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 126);
 }
 
+/* The namespace's init's side of pool_narrow: paths[0] (a mount of its own: one of the rw
+ * paths) made read-only but paths[1..n), each bound onto itself first and left writable. 0,
+ * or the errno of the step that failed. */
+static int narrow_mounts(char **paths, int n)
+{
+#if defined(SYS_mount_setattr) && defined(MOUNT_ATTR_RDONLY)
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
+
+	for (int i = 1; i < n; i++)
+		if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+		    syscall(SYS_mount_setattr, AT_FDCWD, paths[i], 0, &wr, sizeof wr) < 0)
+			return errno;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, paths[0], 0, &ro, sizeof ro) < 0)
+		return errno;
+	return 0;
+#else
+	(void)paths;
+	(void)n;
+	return ENOSYS;
+#endif
+}
+
+static int chld_pipe[2] = { -1, -1 };
+
+static void on_chld(int sig)
+{
+	int e = errno;
+
+	(void)sig;
+	if (write(chld_pipe[1], "c", 1) < 0) {
+		/* full: a wake-up is pending anyway */
+	}
+	errno = e;
+}
+
+/* The PID namespace's init (see split_pidns): reaps whatever ends in the namespace, and
+ * until the worker (w) ends serves pool_narrow's requests on ctl (paths, each ended by a
+ * NUL, an empty one last), one reply byte each on ack (0 or an errno); then tells the relay
+ * (report) how the worker ended. Its mounts are the worker's: they share the namespace. */
+static _Noreturn void ns_init(pid_t w, int report, int ctl, int ack)
+{
+	struct buf req;
+	char b[4096];
+
+	buf_init(&req);
+	for (;;) {
+		int st;
+		pid_t r;
+		while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+			if (r == w) {
+				if (write(report, &st, sizeof st) < 0) {
+					/* the relay is gone: nothing to tell */
+				}
+				_exit(0);
+			}
+		if (r < 0 && errno == ECHILD)
+			_exit(126);
+		struct pollfd pf[2] = { { .fd = chld_pipe[0], .events = POLLIN },
+		                        { .fd = ctl, .events = POLLIN } };
+		if (poll(pf, ctl >= 0 ? 2 : 1, -1) < 0 && errno != EINTR)
+			_exit(126);
+		while (read(chld_pipe[0], b, sizeof b) > 0)
+			;
+		if (ctl < 0 || !(pf[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		ssize_t got = read(ctl, b, sizeof b);
+		if (got <= 0) {
+			if (got < 0 && errno == EINTR)
+				continue;
+			close(ctl);     /* the pool is done asking */
+			ctl = -1;
+			continue;
+		}
+		buf_add(&req, b, (size_t)got);
+		if (req.len > (1u << 20)) {
+			close(ctl);
+			ctl = -1;
+			continue;
+		}
+		/* whole requests: paths up to an empty one */
+		for (;;) {
+			char *paths[64];
+			size_t at = 0;
+			int np = 0, whole = 0;
+			while (at < req.len) {
+				size_t len = strnlen(req.p + at, req.len - at);
+				if (at + len == req.len)
+					break;          /* this path's end has not come yet */
+				if (!len) {
+					whole = 1;
+					at++;
+					break;
+				}
+				if (np < 64)
+					paths[np++] = req.p + at;
+				at += len + 1;
+			}
+			if (!whole)
+				break;
+			unsigned char e = np < 1 || np == 64 ? EINVAL : (unsigned char)narrow_mounts(paths, np);
+			if (write(ack, &e, 1) < 0) {
+				/* the pool is gone */
+			}
+			memmove(req.p, req.p + at, req.len - at);
+			req.len -= at;
+		}
+	}
+}
+
 /* After unshare(CLONE_NEWPID), in the child: a candidate must see neither kbench-eval nor
  * anything else outside (it could signal them: os.kill(os.getppid(), ...), kill(-1, ...)),
  * and must not be the namespace's init either (PID 1 ignores the signals it sends itself,
@@ -146,8 +256,9 @@ static _Noreturn void end_as(int status)
  * the namespace is killed. The init first mounts the namespace's own /proc (the CUDA driver
  * fails, error 304, where /proc is the host's); where it cannot, it ends at once and this
  * process goes on to be the worker, outside the PID namespace, as without one. fds (n of
- * them) are the pipes, which only the worker keeps. */
-static void split_pidns(const int *fds, int n)
+ * them) are the pipes, which only the worker keeps; ctl and ack (pool_narrow's requests
+ * and replies) only the init keeps. */
+static void split_pidns(const int *fds, int n, int ctl, int ack)
 {
 	int sp[2], st = 0;
 	char proc = 0;
@@ -165,6 +276,8 @@ static void split_pidns(const int *fds, int n)
 		}
 		for (int i = 0; i < n; i++)
 			close(fds[i]);
+		close(ctl);
+		close(ack);
 		ssize_t got = read(sp[0], &st, sizeof st);
 		while ((r = waitpid(init, &w, 0)) < 0 && errno == EINTR)
 			;
@@ -175,29 +288,26 @@ static void split_pidns(const int *fds, int n)
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		_exit(0);               /* no 'p': the relay is the worker */
-	if (write(sp[1], "p", 1) != 1 || (w = fork()) < 0)
+	if (write(sp[1], "p", 1) != 1 || pipe2(chld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		_exit(126);
+	struct sigaction sa = { .sa_handler = on_chld, .sa_flags = SA_RESTART | SA_NOCLDSTOP };
+	sigaction(SIGCHLD, &sa, NULL);
+	if ((w = fork()) < 0)
 		_exit(126);
 	if (w > 0) {
 		for (int i = 0; i < n; i++)
 			close(fds[i]);
-		for (;;) {
-			r = waitpid(-1, &st, 0);
-			if (r == w) {
-				if (write(sp[1], &st, sizeof st) < 0) {
-					/* the relay is gone: nothing to tell */
-				}
-				_exit(0);
-			}
-			if (r < 0 && errno != EINTR)
-				_exit(126);
-		}
+		ns_init(w, sp[1], ctl, ack);
 	}
+	signal(SIGCHLD, SIG_DFL);
+	close(chld_pipe[0]);
+	close(chld_pipe[1]);
 	close(sp[1]);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
 static _Noreturn void child(const struct pool_opts *o, const char *dir, int req, int rep, int out,
-                            int ready)
+                            int ready, int ctl, int ack)
 {
 	int devnull, fd, ns = 0;
 	char ok;
@@ -209,8 +319,10 @@ static _Noreturn void child(const struct pool_opts *o, const char *dir, int req,
 	if (o->netns && (ns = enter_netns()) == 2) {
 		int fds[] = { req, rep, out, ready };
 		seal_fs(dir, o->rw);
-		split_pidns(fds, 4);
+		split_pidns(fds, 4, ctl, ack);
 	}
+	close(ctl);     /* the init's alone (none: pool_narrow finds no reader) */
+	close(ack);
 	if (o->fsize_mb > 0)
 		set_limit(RLIMIT_FSIZE, (rlim_t)o->fsize_mb << 20);
 	if (o->mem_mb > 0)
@@ -258,13 +370,13 @@ static _Noreturn void child(const struct pool_opts *o, const char *dir, int req,
 
 int pool_spawn(struct pool_proc *p, const struct pool_opts *o)
 {
-	int req[2], rep[2], out[2], ready[2];
+	int req[2], rep[2], out[2], ready[2], ctl[2], ack[2];
 	const char *root = o->tmp_root ? o->tmp_root : getenv("TMPDIR");
 	char ok = 0;
 	pid_t pid;
 
 	memset(p, 0, sizeof *p);
-	p->to_fd = p->from_fd = p->log_fd = -1;
+	p->to_fd = p->from_fd = p->log_fd = p->ctl_fd = p->ack_fd = -1;
 	buf_init(&p->msg);
 	buf_init(&p->head);
 	p->tail_cap = o->log_max / 2;
@@ -286,19 +398,25 @@ int pool_spawn(struct pool_proc *p, const struct pool_opts *o)
 		goto fail2;
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		goto fail3;
+	if (pipe2(ctl, O_CLOEXEC) < 0)
+		goto fail4;
+	if (pipe2(ack, O_CLOEXEC) < 0)
+		goto fail5;
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0) {
 		warn_msg("cannot fork:");
-		goto fail4;
+		goto fail6;
 	}
 	if (pid == 0)
-		child(o, p->tmpdir, req[0], rep[1], out[1], ready[1]);
+		child(o, p->tmpdir, req[0], rep[1], out[1], ready[1], ctl[0], ack[1]);
 	setpgid(pid, pid);   /* also here: no race with a kill before the child ran */
 	close(req[0]);
 	close(rep[1]);
 	close(out[1]);
 	close(ready[1]);
+	close(ctl[0]);
+	close(ack[1]);
 	if (read(ready[0], &ok, 1) != 1)
 		ok = 0;
 	close(ready[0]);
@@ -306,11 +424,19 @@ int pool_spawn(struct pool_proc *p, const struct pool_opts *o)
 	p->to_fd = req[1];
 	p->from_fd = rep[0];
 	p->log_fd = out[0];
+	p->ctl_fd = ctl[1];
+	p->ack_fd = ack[0];
 	p->netns = ok == 'n';
 	p->started = pool_now();
 	fcntl(p->from_fd, F_SETFL, O_NONBLOCK);
 	fcntl(p->log_fd, F_SETFL, O_NONBLOCK);
 	return 0;
+fail6:
+	close(ack[0]);
+	close(ack[1]);
+fail5:
+	close(ctl[0]);
+	close(ctl[1]);
 fail4:
 	close(ready[0]);
 	close(ready[1]);
@@ -475,6 +601,62 @@ int pool_send(struct pool_proc *p, const char *data, size_t len)
 	return ret;
 }
 
+int pool_narrow(struct pool_proc *p, const char *root, const char *const *keep)
+{
+	struct buf m;
+	unsigned char e = 0;
+	int ret = 0;
+	size_t at = 0;
+
+	if (p->ctl_fd < 0)
+		return 1;
+	buf_init(&m);
+	buf_add(&m, root, strlen(root) + 1);
+	for (int i = 0; keep && keep[i]; i++)
+		buf_add(&m, keep[i], strlen(keep[i]) + 1);
+	buf_add(&m, "", 1);
+	while (at < m.len) {
+		ssize_t n = write(p->ctl_fd, m.p + at, m.len - at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {    /* EPIPE: no init reads (no namespace of its own) */
+			ret = errno == EPIPE ? 1 : -1;
+			break;
+		}
+		at += (size_t)n;
+	}
+	buf_free(&m);
+	if (ret) {
+		close(p->ctl_fd);
+		close(p->ack_fd);
+		p->ctl_fd = p->ack_fd = -1;
+		return ret;
+	}
+	for (;;) {      /* a few mounts: a reply comes at once, or the init is wedged */
+		struct pollfd pf = { .fd = p->ack_fd, .events = POLLIN };
+		int r = poll(&pf, 1, 10000);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			errno = r ? errno : ETIMEDOUT;
+			return -1;
+		}
+		ssize_t n = read(p->ack_fd, &e, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != 1) {
+			errno = n ? errno : ESRCH;      /* the init ended: so did the worker */
+			return -1;
+		}
+		break;
+	}
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st;
@@ -582,7 +764,11 @@ void pool_finish(struct pool_proc *p)
 		close(p->from_fd);
 	if (p->to_fd >= 0)
 		close(p->to_fd);
-	p->log_fd = p->from_fd = p->to_fd = -1;
+	if (p->ctl_fd >= 0)
+		close(p->ctl_fd);
+	if (p->ack_fd >= 0)
+		close(p->ack_fd);
+	p->log_fd = p->from_fd = p->to_fd = p->ctl_fd = p->ack_fd = -1;
 	if (p->tmpdir) {
 		remove_tree(p->tmpdir);
 		free(p->tmpdir);

@@ -14,6 +14,7 @@
  *     pool_spawn(&p, &opts);            -1 on failure (message printed)
  *     pool_poll(procs, n, ms);          read what is there, reap what exited
  *     pool_line(&p, &line) ...          complete lines from fd 4 (caller frees)
+ *     pool_narrow(&p, root, keep);      only parts of a writable path left writable
  *     pool_send(&p, buf, len);          write a request and close fd 3
  *     pool_finish(&p);                  kill the group, reap, sweep orphans, remove the tmpdir
  *
@@ -46,6 +47,7 @@ struct pool_proc {
 	int to_fd;              /* our end of the child's fd 3; -1 once closed */
 	int from_fd;            /* our end of the child's fd 4; -1 at EOF */
 	int log_fd;             /* our end of the child's stdout+stderr; -1 at EOF */
+	int ctl_fd, ack_fd;     /* pool_narrow's requests and replies; -1 when closed */
 	char *tmpdir;           /* private temporary directory (owned) */
 	struct buf msg;         /* bytes from fd 4 not yet handed out as lines */
 	struct buf head;        /* first log_max/2 bytes of output */
@@ -74,6 +76,12 @@ int pool_line(struct pool_proc *p, char **line);
 int pool_done(const struct pool_proc *p);
 /* Write a request to fd 3, then close it. 0, or -1 when the child is gone. */
 int pool_send(struct pool_proc *p, const char *data, size_t len);
+/* Before the child runs untrusted code: in its mount namespace, make root (one of the rw
+ * paths) read-only but the paths in keep (NULL-terminated; existing paths under root), which
+ * stay writable. Done by the namespace's init, which keeps its capabilities where the child
+ * has none. 0 when done; 1 when the child has no namespace init (no PID or mount namespace:
+ * nothing changed, root stays writable); -1 with errno on failure. */
+int pool_narrow(struct pool_proc *p, const char *root, const char *const *keep);
 /* Kill the group, reap the child, read the rest of its output, sweep orphans, remove the
  * temp dir, close the pipes. The captured output stays readable with pool_log. */
 void pool_finish(struct pool_proc *p);

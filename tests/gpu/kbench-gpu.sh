@@ -3,7 +3,8 @@
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # timing trick, input mutation, uninitialised output; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
-# writing beside its directory, which the read-only file system refuses). Prints TAP lines,
+# writing beside its directory, which the read-only file system refuses, one writing into
+# every entry of the build cache, of which only its own takes it). Prints TAP lines,
 # a timing table, and "N passed, N failed"; logs and records go to ${OUT:-/tmp}.
 # Needs bin/kbench-eval (built here when missing) and a Python with CUDA torch
 # ($DICE_PYTHON or python3).
@@ -47,7 +48,7 @@ cat "$out/env.txt" | sed 's/^/# /'
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
 	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
 	cuda/relu_cuda_kmean.py cuda/relu_cuda_pybind.py cuda/relu_cuda_syntax.py \
-	cuda/relu_cuda_undef.py relu_escape.py >"$out/in.jsonl"
+	cuda/relu_cuda_undef.py relu_escape.py relu_poison.py >"$out/in.jsonl"
 # a unique id per line (relu_cuda_ok appears twice)
 "$py" -c '
 import json, sys
@@ -148,6 +149,15 @@ elif [ -e "$out/tmp/escaped.txt" ]; then
 	notok "a write beside the worker's directory was made: the file system is not read-only"
 else
 	ok "a write beside the worker's directory refused (read-only file system)"
+fi
+poison=$(find "$cache" -name poison.txt | sed "s|^$cache/||" | tr '\n' ' ')
+if [ -n "$netns" ]; then
+	notok "no narrowed build cache: the workers ran with --no-netns"
+elif echo "$poison" | grep -qx '[0-9a-f]\{16\}/poison.txt ' &&
+     ! grep -q "each other's builds" "$out/eval.err"; then
+	ok "relu_poison wrote its own cache entry alone (written: $poison)"
+else
+	notok "relu_poison's writes in the build cache: $poison"
 fi
 check scale_add_ok 'ev["correct"]' "init arguments, two inputs"
 check mlp_ok 'ev["correct"]' "tuple output"

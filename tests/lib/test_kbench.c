@@ -3,12 +3,14 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kbench.h"
 #include "pool.h"
 #include "test.h"
+#include "tmpdir.h"
 
 static void test_paths(void)
 {
@@ -151,6 +153,84 @@ static void test_pool(void)
 	pool_proc_free(&p);
 }
 
+/* One write a path named in W: "yes" or "no" on fd 4, in order, after a line on fd 3. */
+static int narrow_writes(const char *rw_root, const char *const *keep, char *got, size_t len)
+{
+	char *argv[] = { "/bin/sh", "-c",
+		"read go <&3; for f in $W; do if (: > \"$f\") 2>/dev/null; then echo yes; "
+		"else echo no; fi; done >&4", NULL };
+	char *w = xasprintf("W=%s/x %s/a/x %s/b/x", rw_root, rw_root, rw_root);
+	char *env[] = { "PATH=/usr/bin:/bin", w, NULL };
+	const char *rw[] = { rw_root, NULL };
+	struct pool_opts o = { .argv = argv, .env = env, .log_max = 200, .netns = 1, .rw = rw };
+	struct pool_proc p, *pp = &p;
+	char *line;
+	double until;
+	int r;
+
+	got[0] = '\0';
+	if (pool_spawn(&p, &o) < 0) {
+		free(w);
+		return -2;
+	}
+	r = pool_narrow(&p, rw_root, keep);
+	pool_send(&p, "go\n", 3);
+	until = pool_now() + 10;
+	while (!pool_done(&p) && pool_now() < until)
+		pool_poll(&pp, 1, 50);
+	{
+		while (pool_line(&p, &line)) {
+			snprintf(got + strlen(got), len - strlen(got), "%s ", line);
+			free(line);
+		}
+	}
+	pool_finish(&p);
+	pool_proc_free(&p);
+	free(w);
+	return r;
+}
+
+/* pool_narrow: of a writable path, only the parts kept stay writable, from the request on;
+ * without the namespaces it says so (1) and changes nothing */
+static void test_pool_narrow(void)
+{
+	char got[64], *root, *a, *b;
+	const char *keep[] = { NULL, NULL };
+	int r;
+
+	if (tmpdir_make("dice-test-narrow") < 0)
+		return;
+	root = tmpdir_path("c");
+	a = tmpdir_path("c/a");
+	b = tmpdir_path("c/b");
+	mkdir(root, 0755), mkdir(a, 0755), mkdir(b, 0755);
+	keep[0] = a;
+	r = narrow_writes(root, keep, got, sizeof got);
+	if (r == 1) {
+		printf("# no unprivileged PID and mount namespaces here: pool_narrow not checked\n");
+	} else {
+		CHECK(r == 0, "pool_narrow: done by the namespace's init");
+		if (!CHECK(!strcmp(got, "no yes no "), "pool_narrow: only the kept part is writable"))
+			printf("#   got: %s\n", got);
+		r = narrow_writes(root, NULL, got, sizeof got);
+		CHECK(r == 0 && !strcmp(got, "no no no "), "pool_narrow: nothing kept");
+	}
+	/* a worker's spawn undone: the whole rw path writable again */
+	{
+		char *argv[] = { "/bin/true", NULL };
+		char *env[] = { NULL };
+		struct pool_opts o = { .argv = argv, .env = env, .log_max = 64 };
+		struct pool_proc p;
+		if (CHECK(pool_spawn(&p, &o) == 0, "pool_spawn without namespaces")) {
+			CHECK(pool_narrow(&p, root, keep) == 1, "pool_narrow: 1 without a namespace");
+			pool_finish(&p);
+			pool_proc_free(&p);
+		}
+	}
+	free(root), free(a), free(b);
+	tmpdir_remove();
+}
+
 int main(void)
 {
 	test_paths();
@@ -158,5 +238,6 @@ int main(void)
 	test_select();
 	test_metrics();
 	test_pool();
+	test_pool_narrow();
 	return test_done();
 }
