@@ -16,6 +16,7 @@ static const char usage_text[] =
 	"Check kernel records (or .py files) for deception; write each record with a `deceive` object.\n"
 	"  -d, --drop          write only the records that are not deceptive\n"
 	"  -x, --rejects FILE  with --drop, write the deceptive records (with `deceive`) to FILE\n"
+	"                      ('-': stdout, with -o FILE)\n"
 	"  -s, --strict        exit 1 when any record is deceptive\n"
 	"  -e, --explain       print findings on stderr as `where:line: rule: message`\n"
 	"                      (where: the record's id, else file:record-line; line: the kernel's)\n"
