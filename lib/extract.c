@@ -40,6 +40,25 @@ char *extract_code(const char *text, size_t len)
 	return xstrndup(p, (size_t)(q - p));
 }
 
+/* Whether a line of s opens with a fence (after at most three spaces, as in Markdown): what
+ * makes a field a response; ``` inside a line of code (a string literal) does not. */
+static int opens_fence(const char *s, size_t n)
+{
+	size_t i = 0;
+
+	for (;;) {
+		size_t j = i;
+		while (j < n && j - i < 3 && s[j] == ' ')
+			j++;
+		if (n - j >= 3 && !memcmp(s + j, "```", 3))
+			return 1;
+		const char *nl = memchr(s + i, '\n', n - i);
+		if (!nl)
+			return 0;
+		i = (size_t)(nl - s) + 1;
+	}
+}
+
 char *extract_record_kernel(const json_t *rec, const char *field, const char **from)
 {
 	json_t *v;
@@ -52,8 +71,9 @@ char *extract_record_kernel(const json_t *rec, const char *field, const char **f
 			return NULL;
 		if (from)
 			*from = field;
-		/* a response (it holds a fence) gives its code block, as `completion` does */
-		if (memmem(json_string_value(v), json_string_length(v), "```", 3))
+		/* a response (a line opens with a fence) gives its code block, as `completion`
+		 * does */
+		if (opens_fence(json_string_value(v), json_string_length(v)))
 			return extract_code(json_string_value(v), json_string_length(v));
 		return xstrndup(json_string_value(v), json_string_length(v));
 	}

@@ -15,7 +15,8 @@
 char *extract_code(const char *text, size_t len);
 
 /* The kernel of a record: the string field `field` when given (its code block, extracted as
- * from `completion`, when it holds a ``` fence; else all of it); else `kernel` (absent or
+ * from `completion`, when a line of it opens with a ``` fence; else all of it, ``` inside a
+ * line of code too); else `kernel` (absent or
  * null: not there); else the code extracted from `completion`. New string or NULL; *from
  * (if not NULL) names the field used ("kernel", "completion" or field; a `kernel` of another
  * type is used, and gives NULL), or NULL when none was present. */
