@@ -21,14 +21,19 @@
 
 #include "pool.h"
 
-int pool_init(void)
+int pool_subreaper(void)
 {
-	signal(SIGPIPE, SIG_IGN);
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
 		warn_msg("cannot become a child subreaper:");
 		return -1;
 	}
 	return 0;
+}
+
+int pool_init(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	return pool_subreaper();
 }
 
 double pool_now(void)
@@ -706,23 +711,54 @@ static int proc_stat(pid_t pid, pid_t *ppid, pid_t *pgrp)
 	return 0;
 }
 
+/* The next child of self (re-parented orphans included) in the /proc listing d: 1 with its
+ * pid and process group, 0 at the end of the listing. */
+static int next_child(DIR *d, pid_t self, pid_t *pid, pid_t *pgrp)
+{
+	struct dirent *e;
+	pid_t ppid;
+
+	while ((e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		*pid = (pid_t)atoi(e->d_name);
+		if (proc_stat(*pid, &ppid, pgrp) == 0 && ppid == self)
+			return 1;
+	}
+	return 0;
+}
+
+pid_t *pool_children(int *n)
+{
+	pid_t self = getpid(), pid, pgrp, *v = NULL;
+	size_t cap = 0;
+	DIR *d = opendir("/proc");
+
+	*n = 0;
+	if (!d)
+		return NULL;
+	while (next_child(d, self, &pid, &pgrp)) {
+		if ((size_t)*n == cap) {
+			cap = cap ? 2 * cap : 16;
+			v = xrealloc(v, cap * sizeof *v);
+		}
+		v[(*n)++] = pid;
+	}
+	closedir(d);
+	return v;
+}
+
 void pool_sweep(const pid_t *live, int n)
 {
-	pid_t self = getpid(), mygrp = getpgrp(), ppid, pgrp, pid;
+	pid_t self = getpid(), mygrp = getpgrp(), pgrp, pid;
 	int round, found, i, keep;
 	DIR *d;
-	struct dirent *e;
 
 	for (round = 0; round < 200; round++) {
 		found = 0;
 		if (!(d = opendir("/proc")))
 			return;
-		while ((e = readdir(d))) {
-			if (e->d_name[0] < '1' || e->d_name[0] > '9')
-				continue;
-			pid = (pid_t)atoi(e->d_name);
-			if (proc_stat(pid, &ppid, &pgrp) < 0 || ppid != self)
-				continue;
+		while (next_child(d, self, &pid, &pgrp)) {
 			keep = 0;
 			for (i = 0; i < n; i++)
 				if (live[i] == pid || live[i] == pgrp)

@@ -61,7 +61,13 @@ struct pool_proc {
 	double deadline;        /* the caller's; 0: none */
 };
 
+/* SIGPIPE ignored (a write to a gone worker is EPIPE), and pool_subreaper: 0, or -1 with a
+ * warning. */
 int pool_init(void);
+/* This process becomes a child subreaper (PR_SET_CHILD_SUBREAPER): the orphans of its
+ * children's descendants are re-parented to it, where pool_sweep finds them (and where,
+ * once they exit, they must be reaped: pool_sweep does). 0, or -1 with a warning. */
+int pool_subreaper(void);
 double pool_now(void);                          /* CLOCK_MONOTONIC seconds */
 int pool_spawn(struct pool_proc *p, const struct pool_opts *o);
 /* Wait up to timeout_ms for output or exits of procs[0..n), read what is there, reap exited
@@ -88,8 +94,13 @@ void pool_finish(struct pool_proc *p);
 void pool_proc_free(struct pool_proc *p);       /* after pool_finish: the buffers */
 /* The captured output (head, a "[... N bytes dropped ...]" line, tail), new string. */
 char *pool_log(const struct pool_proc *p);
-/* Kill children re-parented to us that are not in live[0..n) nor in their groups. */
+/* Kill children re-parented to us that are not in live[0..n) nor in their groups (and their
+ * own process groups), and reap them; again until none is left. A child not in live is
+ * reaped here: whoever waits for one of its own (waitpid(pid)) lists it in live. */
 void pool_sweep(const pid_t *live, int n);
+/* The pids of this process's children now (re-parented orphans included), a new array (NULL
+ * when none) of *n: those a later pool_sweep is to leave alone. */
+pid_t *pool_children(int *n);
 /* "signal 11 (Segmentation fault)", "exit status 3": describes a wait status (static). */
 const char *pool_status_str(int status);
 

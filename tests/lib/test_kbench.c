@@ -1,5 +1,6 @@
 /* test_kbench: problem paths, ranges, the metrics (Exec, fast_p, geomean, pass@k,
- * denominators), thresholds; and lib/pool: output capture, deadlines, group kill. */
+ * denominators), thresholds; and lib/pool: output capture, deadlines, group kill, orphan
+ * sweep. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,40 @@ static void test_pool_narrow(void)
 	}
 	free(root), free(a), free(b);
 	tmpdir_remove();
+/* pool_children before, pool_sweep after: a child listed is left alone (dice-rl's children
+ * from before its reward program), an orphan that came back to us since (pool_init made us a
+ * subreaper) in a session of its own is killed and reaped */
+static void test_sweep_keep(void)
+{
+	pid_t kid, mid, *keep, *now;
+	int n, m, listed = 0, others = 0;
+
+	if ((kid = fork()) == 0) {
+		pause();
+		_exit(0);
+	}
+	keep = pool_children(&n);
+	for (int i = 0; i < n; i++)
+		listed |= keep[i] == kid;
+	CHECK(kid > 0 && listed, "pool_children lists a child");
+	if ((mid = fork()) == 0) {
+		if (fork() == 0) {
+			setsid();
+			pause();
+			_exit(0);
+		}
+		_exit(0);
+	}
+	waitpid(mid, NULL, 0);   /* its child is ours from its exit on */
+	pool_sweep(keep, n);
+	CHECK(waitpid(kid, NULL, WNOHANG) == 0 && kill(kid, 0) == 0, "a child listed is left");
+	now = pool_children(&m);
+	for (int i = 0; i < m; i++)
+		others += now[i] != kid;
+	CHECK(m == 1 && !others, "the orphan is killed and reaped");
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	free(keep), free(now);
 }
 
 int main(void)
@@ -239,5 +274,6 @@ int main(void)
 	test_metrics();
 	test_pool();
 	test_pool_narrow();
+	test_sweep_keep();
 	return test_done();
 }
