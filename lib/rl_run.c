@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,6 +20,7 @@
 #include "sft_train.h"
 #include "checkpoint.h"
 #include "jsonl.h"
+#include "pool.h"
 #include "util.h"
 
 static double now(void)
@@ -99,6 +101,7 @@ int rl_task_infill(const json_t *rec)
 
 int rl_runner_init(struct rl_runner *r, struct model *m, int recompute)
 {
+	pool_subreaper();   /* orphans of the reward program come back to us, to be killed */
 	r->m = m;
 	return model_train_init(&r->t, m, recompute);
 }
@@ -172,11 +175,17 @@ static int record_reward(const json_t *out, int robust, float *reward, int *dece
  * rollout's progress callback queues a task's group as soon as it has finished decoding, so
  * the decoding never waits on a full pipe), a reader thread collects its output lines (so the
  * program never waits on us either). The records go in the order of the tasks whatever the
- * order the requests finish in: the program sees the same input as after a whole rollout. */
+ * order the requests finish in: the program sees the same input as after a whole rollout.
+ * Our ends of the pipes do not block: each thread waits in poll on its pipe and on a wake
+ * pipe, so that co_finish can end them when a process other than the program holds the
+ * pipes (see co_finish). */
 
 struct coproc {
 	pid_t pid;
 	int in_fd, out_fd;
+	int wake[2];                 /* written to when co_finish gives up on the pipes */
+	pid_t *keep;                 /* our children before the program started: not swept */
+	int nkeep;
 	pthread_t wt, rt;
 	int started;
 	pthread_mutex_t mu;
@@ -184,17 +193,40 @@ struct coproc {
 	char **q;                    /* queued lines (with '\n'), q[qhead..qn) not yet written */
 	size_t qn, qhead, qcap;
 	int closing;                 /* no more lines: close the program's input when drained */
-	int wfailed;                 /* the program stopped reading (EPIPE) */
+	int wfailed;                 /* the program stopped reading (EPIPE), or given up on */
 	char **out;                  /* output lines, in order */
 	size_t nout, ocap;
 	size_t limit;                /* records it is given: reading stops at one more */
 	int rdone, wdone;            /* the reader, the writer has finished */
 	int killed;                  /* its group sent SIGTERM (1), then SIGKILL (2) */
 	int timedout;                /* killed for the time limit, not on a stop */
+	int held;                    /* it had exited, its output (1) or input (2) still open */
 	double t_kill;               /* when SIGTERM was sent */
 	pthread_cond_t rcv;          /* rdone or wdone set */
 	double t_first, t_last;      /* first line queued, last output line read */
 };
+
+/* Bytes of output still read once co_finish has given up on the pipes: what is there, not
+ * what a process that goes on writing would add forever. */
+#define CO_DRAIN (1 << 20)
+
+/* Wait until fd is ready for events, at its end or in error (the read or write that follows
+ * says which): 1; 0 once co_finish has given up on the pipes (or poll fails). */
+static int co_wait(struct coproc *c, int fd, short events)
+{
+	struct pollfd p[2] = { { .fd = fd, .events = events },
+	                       { .fd = c->wake[0], .events = POLLIN } };
+
+	for (;;) {
+		int r = poll(p, 2, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || p[1].revents)
+			return 0;
+		if (p[0].revents)
+			return 1;
+	}
+}
 
 static void *co_writer(void *arg)
 {
@@ -217,13 +249,12 @@ static void *co_writer(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		for (size_t len = strlen(line), off = 0; !skip && off < len; ) {
 			ssize_t w = write(c->in_fd, line + off, len - off);
-			if (w < 0 && errno == EINTR)
+			if (w > 0)
+				off += (size_t)w;
+			else if (w < 0 && errno == EINTR)
 				continue;
-			if (w <= 0) {
-				skip = 1;
-				break;
-			}
-			off += (size_t)w;
+			else if (!(w < 0 && errno == EAGAIN && co_wait(c, c->in_fd, POLLOUT)))
+				skip = 1;       /* it stopped reading, or we gave up on it */
 		}
 		free(line);
 		pthread_mutex_lock(&c->mu);
@@ -237,34 +268,66 @@ static void *co_writer(void *arg)
 	return NULL;
 }
 
-static void *co_reader(void *arg)
+/* Move the complete lines of b (with last, the rest of it too: the end of the output) to
+ * c->out, each with its '\n'. 1 once there is one line more than the limit: the output is
+ * wrong already, and no more of it is kept (it may be endless). */
+static int co_lines(struct coproc *c, struct buf *b, int last)
 {
-	struct coproc *c = arg;
-	FILE *f = fdopen(c->out_fd, "r");
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
+	size_t at = 0;
+	int over = 0;
+	double t = now();
 
-	if (!f) {
-		close(c->out_fd);
-		return NULL;
-	}
-	while ((len = getline(&line, &cap, f)) > 0) {
-		double t = now();
-		pthread_mutex_lock(&c->mu);
+	pthread_mutex_lock(&c->mu);
+	while (!over && at < b->len) {
+		char *nl = memchr(b->p + at, '\n', b->len - at);
+		size_t end = nl ? (size_t)(nl - b->p) + 1 : b->len;
+		if (!nl && !last)
+			break;
 		if (c->nout == c->ocap) {
 			c->ocap = c->ocap ? 2 * c->ocap : 256;
 			c->out = xrealloc(c->out, c->ocap * sizeof *c->out);
 		}
-		c->out[c->nout++] = xstrndup(line, (size_t)len);
+		c->out[c->nout++] = xstrndup(b->p + at, end - at);
 		c->t_last = t;
-		int over = c->nout > c->limit;
-		pthread_mutex_unlock(&c->mu);
-		if (over)       /* the output is wrong already: no more of it is kept (it may be */
-			break;  /* endless); closing the pipe stops a program that writes on */
+		over = c->nout > c->limit;
+		at = end;
 	}
-	free(line);
-	fclose(f);
+	pthread_mutex_unlock(&c->mu);
+	memmove(b->p, b->p + at, b->len - at);
+	b->len -= at;
+	b->p[b->len] = '\0';
+	return over;
+}
+
+static void *co_reader(void *arg)
+{
+	struct coproc *c = arg;
+	struct buf b;
+	char chunk[65536];
+	size_t left = CO_DRAIN;
+	int woken = 0, over = 0;
+
+	buf_init(&b);
+	while (!over) {
+		ssize_t n = read(c->out_fd, chunk, sizeof chunk);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN && !woken) {
+			woken = !co_wait(c, c->out_fd, POLLIN);
+			continue;
+		}
+		if (n <= 0)     /* its end, an error, or nothing more there once given up on */
+			break;
+		buf_add(&b, chunk, (size_t)n);
+		if (memchr(chunk, '\n', (size_t)n))   /* a long line is not scanned again and again */
+			over = co_lines(c, &b, 0);
+		if (woken && (left = left > (size_t)n ? left - (size_t)n : 0) == 0)
+			break;
+	}
+	if (!over)
+		co_lines(c, &b, 1);     /* a last line without its '\n' */
+	buf_free(&b);
+	close(c->out_fd);       /* a program that writes on meets a closed pipe */
 	pthread_mutex_lock(&c->mu);
 	c->rdone = 1;
 	pthread_cond_signal(&c->rcv);
@@ -280,14 +343,17 @@ static int co_start(struct coproc *c, const char *cmd, size_t limit)
 	extern char **environ;
 
 	memset(c, 0, sizeof *c);
-	c->in_fd = c->out_fd = -1;
+	c->in_fd = c->out_fd = c->wake[0] = c->wake[1] = -1;
 	c->limit = limit;
-	if (pipe2(in, O_CLOEXEC) < 0)
+	if (pipe2(c->wake, O_CLOEXEC) < 0)
 		return warn_msg("cannot run the reward command:"), -1;
+	if (pipe2(in, O_CLOEXEC) < 0)
+		goto fail;
 	if (pipe2(out, O_CLOEXEC) < 0) {
 		close(in[0]), close(in[1]);
-		return warn_msg("cannot run the reward command:"), -1;
+		goto fail;
 	}
+	c->keep = pool_children(&c->nkeep);
 	fflush(NULL);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
@@ -303,9 +369,11 @@ static int co_start(struct coproc *c, const char *cmd, size_t limit)
 	if (e) {
 		close(in[1]), close(out[0]);
 		errno = e;
-		return warn_msg("cannot run the reward command:"), -1;
+		goto fail;
 	}
 	c->in_fd = in[1], c->out_fd = out[0];
+	fcntl(c->in_fd, F_SETFL, O_NONBLOCK);   /* ours only: the program's ends block */
+	fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	pthread_cond_init(&c->rcv, NULL);
@@ -314,6 +382,10 @@ static int co_start(struct coproc *c, const char *cmd, size_t limit)
 		die("cannot start a thread");
 	c->started = 1;
 	return 0;
+fail:
+	warn_msg("cannot run the reward command:");
+	close(c->wake[0]), close(c->wake[1]);
+	return -1;
 }
 
 /* queue one record (a line) for the program */
@@ -334,19 +406,38 @@ static void co_send(struct coproc *c, const json_t *rec)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* After the program has exited: what it left behind is killed, its process group (while the
+ * program, a zombie still when zombie, keeps the group's id from being reused) and the
+ * descendants that left the group (setsid), which as orphans come back to us, a child
+ * subreaper (rl_runner_init); the program is reaped (its wait status in *st) and they are. Our
+ * children from before it started are left alone. */
+static void co_reap(struct coproc *c, int zombie, int *st)
+{
+	if (zombie) {
+		kill(-c->pid, SIGKILL);
+		while (waitpid(c->pid, st, 0) < 0 && errno == EINTR)
+			;
+	}
+	pool_sweep(c->keep, c->nkeep);
+}
+
 /* Close the program's input, read the rest of its output, reap it: its wait status. Its
  * group is sent SIGTERM, then SIGKILL CO_GRACE seconds later (one that ignores SIGTERM),
  * rather than waited for, once *stop is set (a signal) or limit seconds (0: none) have
  * passed since this call, that is since its last record was handed to it: a program that
  * hangs would hold the run. The wait is for its output to end, its input to be written or
  * refused and the program to exit, so that one which closes its output and lingers is
- * timed too; its exit is looked at every 10 ms once the pipes are done. A process that left
- * the group (setsid) and holds a pipe open is beyond reach: it is still waited for. */
+ * timed too; its exit is looked at every 10 ms once the pipes are done. Once it has exited,
+ * its pipes are waited for CO_GRACE seconds more, no longer: a process it started that left
+ * its group (setsid), or any other, may hold them open for ever. Then
+ * (c->held) what it left behind is killed (co_reap), the output already in the pipe is read
+ * (CO_DRAIN bytes at most), and the threads stop waiting on the pipes, whoever holds them.
+ * Whatever it left behind is killed when it has exited in any case. */
 #define CO_GRACE 5.0
 static int co_finish(struct coproc *c, volatile sig_atomic_t *stop, double limit)
 {
-	int st = -1, reaped = 0;
-	double t0 = now();
+	int st = -1, exited = 0, zombie = 0;
+	double t0 = now(), t_exit = 0;
 
 	if (!c->started)
 		return -1;
@@ -356,13 +447,29 @@ static int co_finish(struct coproc *c, volatile sig_atomic_t *stop, double limit
 	for (;;) {
 		struct timespec ts;
 		double t = now();
-		if (!reaped) {  /* on an error other than EINTR there is nothing to wait for */
-			pid_t p = waitpid(c->pid, &st, WNOHANG);
-			reaped = p == c->pid || (p < 0 && errno != EINTR);
+		if (!exited) {  /* seen, not reaped (co_reap does): its pid stays its group's */
+			siginfo_t si;
+			si.si_pid = 0;
+			int e = waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+			if (e == 0 && si.si_pid == c->pid)
+				exited = zombie = 1, t_exit = t;
+			else if (e < 0 && errno != EINTR)  /* nothing to wait for */
+				exited = 1, t_exit = t;
 		}
-		if (reaped && c->rdone && c->wdone)
+		if (exited && c->rdone && c->wdone)
 			break;
-		if (!c->killed && ((stop && *stop) || (limit > 0 && t - t0 >= limit))) {
+		if (exited) {
+			if (!c->held && t - t_exit >= CO_GRACE) {
+				c->held = c->rdone ? 2 : 1;
+				pthread_mutex_unlock(&c->mu);
+				co_reap(c, zombie, &st);
+				zombie = 0;
+				if (write(c->wake[1], "", 1) < 0) {
+					/* cannot be: a pipe of one byte, never full */
+				}
+				pthread_mutex_lock(&c->mu);
+			}
+		} else if (!c->killed && ((stop && *stop) || (limit > 0 && t - t0 >= limit))) {
 			c->timedout = !(stop && *stop);
 			kill(-c->pid, SIGTERM);
 			c->killed = 1, c->t_kill = t;
@@ -379,6 +486,9 @@ static int co_finish(struct coproc *c, volatile sig_atomic_t *stop, double limit
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->wt, NULL);
 	pthread_join(c->rt, NULL);
+	if (!c->held)
+		co_reap(c, zombie, &st);
+	close(c->wake[0]), close(c->wake[1]);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	pthread_cond_destroy(&c->rcv);
@@ -392,7 +502,7 @@ static void co_free(struct coproc *c)
 		free(c->q[i]);
 	for (size_t i = 0; i < c->nout; i++)
 		free(c->out[i]);
-	free(c->q), free(c->out);
+	free(c->q), free(c->out), free(c->keep);
 }
 
 /* How the program ended, for a message: "exit status N" or "killed by signal N". */
@@ -407,7 +517,8 @@ static const char *status_text(int status, char *buf, size_t len)
 
 /* The rewards (n) of the program's output lines; the compile and run seconds kbench-eval
  * records (eval.build_s, eval.run_s) summed. 0, or -1 with a warning. A program killed for
- * the time limit fails the step unless it had written every record. */
+ * the time limit, or one whose pipes another process held open after it exited, fails the
+ * step unless it had written every record. */
 static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, int step,
                       float *rewards, struct rl_metrics *mt)
 {
@@ -450,6 +561,13 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		         r->reward_timeout, (int)c->nout, n, step);
 		return -1;
 	}
+	if ((int)c->nout < n && c->held) {
+		warn_msg("reward command '%s' exited (%s) with %d of %d records, but its %s was held "
+		         "open by another process (step %d)", r->reward_cmd,
+		         status_text(status, how, sizeof how), (int)c->nout, n,
+		         c->held == 1 ? "output" : "input", step);
+		return -1;
+	}
 	if ((int)c->nout < n) {
 		warn_msg("reward command '%s' wrote %d records for %d (%s)", r->reward_cmd,
 		         (int)c->nout, n, status_text(status, how, sizeof how));
@@ -464,7 +582,12 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 		warn_msg("reward command '%s' had not ended %g s after its last record: killed "
 		         "after its %d records (step %d)", r->reward_cmd, r->reward_timeout, n, step);
 		mt->bad++;
-	} else if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+	} else if (c->held) {  /* a flaw of the program, not of its records: they count */
+		warn_msg("reward command '%s' exited after its %d records, but its %s was held open "
+		         "by another process: not waited for (step %d)", r->reward_cmd, n,
+		         c->held == 1 ? "output" : "input", step);
+	}
+	if (!c->timedout && (!WIFEXITED(status) || WEXITSTATUS(status))) {
 		if (WIFEXITED(status))
 			warn_msg("reward command '%s' exited with status %d after its %d records",
 			         r->reward_cmd, WEXITSTATUS(status), n);

@@ -21,6 +21,12 @@
  * last record was handed to it, the group is sent SIGTERM (SIGKILL 5 s later), not waited
  * for. Killed for the time, it fails the step with fewer records than given; with all of
  * them, they count and it counts in rl_metrics.bad, as a non-zero exit status does.
+ * Once the program has exited, its pipes are waited for 5 s more at most: a process it left
+ * behind (setsid) may hold them open for ever; then the output already there is read, and
+ * the step fails with records missing, or goes on with all of them (one warning, not bad).
+ * What it leaves behind once it has exited is killed and reaped: its group, and the
+ * descendants that left it, orphans re-parented to us (rl_runner_init makes the process a
+ * child subreaper; lib/pool's pool_sweep); our children from before it started are not.
  * With overlap (the default of dice-rl), the program is started with the step and each
  * task's group of records is written as soon as the group has finished decoding, in task
  * order, while a reader thread collects the output: the program (kbench-eval's compile pool)
@@ -115,7 +121,9 @@ struct rl_metrics {
 	double t_step;               /* the whole step */
 };
 
-/* 0, or -1 with a warning. */
+/* 0, or -1 with a warning. It also makes the process a child subreaper (lib/pool's
+ * pool_subreaper; a failure is only warned of): the orphans the reward program leaves come
+ * back to it, to be killed. */
 int rl_runner_init(struct rl_runner *r, struct model *m, int recompute);
 void rl_runner_free(struct rl_runner *r);
 
