@@ -216,7 +216,7 @@ static void test_pool_narrow(void)
 		r = narrow_writes(root, NULL, got, sizeof got);
 		CHECK(r == 0 && !strcmp(got, "no no no "), "pool_narrow: nothing kept");
 	}
-	/* a worker's spawn undone: the whole rw path writable again */
+	/* a child without namespaces: no init to ask */
 	{
 		char *argv[] = { "/bin/true", NULL };
 		char *env[] = { NULL };
@@ -230,6 +230,8 @@ static void test_pool_narrow(void)
 	}
 	free(root), free(a), free(b);
 	tmpdir_remove();
+}
+
 /* pool_children before, pool_sweep after: a child listed is left alone (dice-rl's children
  * from before its reward program), an orphan that came back to us since (pool_init made us a
  * subreaper) in a session of its own is killed and reaped */
