@@ -87,11 +87,13 @@ else
 	echo "ok 1 - dice-sft $dev: starting RL from $(basename "$sft")"
 fi
 
-# 2. RL: kbench-eval in CUDA mode as the reward; its records are kept (tee) for the table
+# 2. RL: kbench-eval in CUDA mode as the reward, sandboxed as a user runs it (its workers in
+# their namespaces, the build cache narrowed to each one's entry; RL_KB_ARGS=-N turns that
+# off); its records are kept (tee) for the table
 r0=$(date +%s)
 dice-rl -d "$dev" -m "$sft" -o "$t/rl" -n "${RL_STEPS:-3}" -p 4 -G "${RL_GROUP:-4}" -x 768 -b 16 \
 	-l "${RL_LR:-1e-4}" -u 64 -M 8 -g "$out/rl.jsonl" ${RL_ARGS:-} \
-	-r "${RL_REWARD:-kbench:-d cuda -k $t/kb -c $t/cache -j $(nproc) -t 60 -N ${RL_KB_ARGS:-} | tee -a $out/rewards.jsonl}" \
+	-r "${RL_REWARD:-kbench:-d cuda -k $t/kb -c $t/cache -j $(nproc) -t 60 ${RL_KB_ARGS:-} | tee -a $out/rewards.jsonl}" \
 	"$t/tasks.jsonl" 2>"$out/rl.err"
 st=$? r1=$(date +%s)
 sed 's/^/# /' "$out/rl.err"
