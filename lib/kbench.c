@@ -319,7 +319,10 @@ size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_range
 /* ================================================================== engine */
 
 enum { E_BUILD_WAIT, E_RUN_WAIT, E_BUSY, E_DONE };
-enum { ROLE_BUILD, ROLE_RUN, ROLE_PROBE };
+/* a worker's role, and a job's mode: ROLE_PCH and ROLE_NAMES are makers' jobs, given to
+ * build workers */
+enum { ROLE_BUILD, ROLE_RUN, ROLE_PROBE, ROLE_PCH, ROLE_NAMES };
+enum { MK_WAIT, MK_BUSY, MK_DONE };
 enum { W_NONE, W_STARTING, W_READY, W_BUSY };
 
 struct entry {
@@ -351,7 +354,19 @@ struct worker {
 	char nonce[33];
 	double deadline;
 	json_t *result;        /* the worker's reply (owned) */
+	size_t mk;             /* 1 + the index in e->mk of its maker job, 0 for none */
 };
+
+/* A maker job: what a build asked for (a precompiled header, the lean builds' names), made
+ * by a fresh build worker that runs no candidate's code, the one writer of pch/ or lean/ */
+struct maker {
+	unsigned long long key;   /* of its mode and request: one maker a request a run */
+	int mode;                 /* ROLE_PCH or ROLE_NAMES */
+	json_t *req;              /* the build's request (owned; NULL once done) */
+	int state;
+};
+
+#define MAX_MAKERS 16   /* maker jobs a run at most: the builds cannot keep a worker busy */
 
 struct kbench_engine {
 	struct kbench_config cfg;
@@ -372,6 +387,10 @@ struct kbench_engine {
 	int start_failures;
 	int fatal;
 	int narrow_warned;     /* pool_narrow failed once: said */
+	struct maker *mk;      /* maker jobs asked for in this run, done ones too */
+	size_t nmk;
+	double mk_end;         /* once the input is closed and every record done: makers not
+	                        * started by then are dropped, busy ones stopped then */
 	unsigned long long nonce_ctr, nonce_seed;   /* nonces the candidate cannot guess */
 	struct entry *out;     /* handed back by the last kbench_engine_next */
 };
@@ -507,6 +526,7 @@ static int spawn(struct kbench_engine *e, struct worker *w, int role, int gpu)
 	w->gpu = gpu;
 	w->state = W_STARTING;
 	w->job = NULL;
+	w->mk = 0;
 	w->deadline = pool_now() + e->cfg.start_timeout;
 	json_decref(w->result);
 	w->result = NULL;
@@ -537,11 +557,23 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 
 	snprintf(w->nonce, sizeof w->nonce, "%016llx%016llx", util_hash64(mix, sizeof mix),
 	         util_hash64(mix, sizeof mix) ^ e->nonce_seed);
-	json_object_set_new(j, "mode", json_string(mode == ROLE_PROBE ? "probe" :
-	                                           mode == ROLE_BUILD ? "build" : "run"));
+	static const char *const modes[] = { "build", "run", "probe", "pch", "names" };
+
+	json_object_set_new(j, "mode", json_string(modes[mode]));
 	json_object_set_new(j, "nonce", json_string(w->nonce));
 	if (mode == ROLE_PROBE)
 		return j;
+	if (mode == ROLE_PCH || mode == ROLE_NAMES) {   /* a maker: what it checks and makes */
+		struct maker *m = &e->mk[w->mk - 1];
+		json_object_set(j, "request", m->req);
+		snprintf(ext, sizeof ext, "%s/pch", e->cache);
+		if (e->cfg.pch)     /* (a names request may name the headers' directories) */
+			json_object_set_new(j, "pch_dir", json_string(ext));
+		snprintf(ext, sizeof ext, "%s/lean", e->cache);
+		json_object_set_new(j, "lean_dir", json_string(ext));
+		json_object_set_new(j, "build_timeout", json_real(e->cfg.compile_timeout));
+		return j;
+	}
 	snprintf(ext, sizeof ext, "%s/ext", en->cache);
 	json_object_set_new(j, "extensions_dir", json_string(ext));
 	json_object_set_new(j, "arch", json_string(e->arch));
@@ -554,7 +586,7 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 		snprintf(ext, sizeof ext, "%s/lean", e->cache);
 		json_object_set_new(j, "lean_dir", json_string(ext));
 	}
-	if (mode == ROLE_BUILD)         /* the build's deadline: the header is made within it */
+	if (mode == ROLE_BUILD)         /* the build's deadline: the names are had within it */
 		json_object_set_new(j, "build_timeout", json_real(e->cfg.compile_timeout));
 	json_object_set_new(j, "kernel", json_string(en->kernel));
 	json_object_set_new(j, "device", json_string(e->device));
@@ -572,25 +604,22 @@ static json_t *job_json(struct kbench_engine *e, struct worker *w, struct entry 
 	return j;
 }
 
-/* Before a build or run job: of the build cache, the worker may write only its source's
- * directory (and a build worker the shared header dirs), so that a candidate cannot touch
- * another's build. Where the worker's namespace cannot do it, said once; the job runs. */
+/* Before a job: of the build cache, a build or run worker may write only its source's
+ * directory, so that a candidate cannot touch another's build nor the shared pch/ and lean/
+ * that later builds read; a maker only pch/ (ROLE_PCH) or lean/ (ROLE_NAMES). Where the
+ * worker's namespace cannot do it, said once; the job runs. */
 static void narrow_cache(struct kbench_engine *e, struct worker *w, struct entry *en, int mode)
 {
-	char pch[4096], lean[4096];
-	const char *keep[4] = { en->cache, NULL, NULL, NULL };
-	int n = 1, r;
+	char dir[4096];
+	const char *keep[2] = { dir, NULL };
+	int r;
 
-	if (mkdir(en->cache, 0755) < 0 && errno != EEXIST)
-		warn_msg("cannot create '%s':", en->cache);
-	if (mode == ROLE_BUILD && e->cfg.pch) {
-		snprintf(pch, sizeof pch, "%s/pch", e->cache);
-		keep[n++] = pch;
-	}
-	if (mode == ROLE_BUILD && e->cfg.lean) {
-		snprintf(lean, sizeof lean, "%s/lean", e->cache);
-		keep[n++] = lean;
-	}
+	if (en) {
+		snprintf(dir, sizeof dir, "%s", en->cache);
+		if (mkdir(en->cache, 0755) < 0 && errno != EEXIST)
+			warn_msg("cannot create '%s':", en->cache);
+	} else
+		snprintf(dir, sizeof dir, "%s/%s", e->cache, mode == ROLE_PCH ? "pch" : "lean");
 	r = pool_narrow(&w->p, e->cache, keep);
 	if (r < 0 && !e->narrow_warned) {
 		warn_msg("cannot keep workers out of each other's builds:");
@@ -617,8 +646,10 @@ static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en,
 	json_decref(j);
 	w->state = W_BUSY;
 	w->job = en;
-	w->deadline = pool_now() + (mode == ROLE_BUILD ? e->cfg.compile_timeout :
-	                            mode == ROLE_RUN ? e->cfg.timeout : e->cfg.start_timeout);
+	w->deadline = pool_now() + (mode == ROLE_RUN ? e->cfg.timeout : mode == ROLE_PROBE ?
+	                            e->cfg.start_timeout : e->cfg.compile_timeout);
+	if (w->mk && e->mk_end && w->deadline > e->mk_end)
+		w->deadline = e->mk_end;
 	if (en)
 		en->state = E_BUSY;
 	return r;
@@ -880,6 +911,9 @@ int kbench_engine_free(struct kbench_engine *e)
 	}
 	for (size_t i = e->head; i < e->n; i++)
 		entry_free(e->q[i]);
+	for (size_t i = 0; i < e->nmk; i++)
+		json_decref(e->mk[i].req);
+	free(e->mk);
 	entry_free(e->out);
 	free(e->q);
 	free(e->w);
@@ -1031,6 +1065,55 @@ static const char *get_kind(json_t *ev)
 	return s ? s : "";
 }
 
+/* A build's requests to the makers (its result's pch_want and names_want, lists of
+ * requests: worker.py's want), queued as maker jobs: one a request a run, MAX_MAKERS at
+ * most. The builds ran a candidate's code: the makers check what they are asked for. */
+static void queue_makers(struct kbench_engine *e, const json_t *result)
+{
+	static const struct { const char *field; int mode; } kinds[] = {
+		{ "pch_want", ROLE_PCH }, { "names_want", ROLE_NAMES },
+	};
+
+	for (size_t k = 0; k < 2; k++) {
+		json_t *list = json_object_get(result, kinds[k].field), *req;
+		size_t i;
+		if (!json_is_array(list) || (kinds[k].mode == ROLE_PCH ? !e->cfg.pch : !e->cfg.lean))
+			continue;
+		json_array_foreach(list, i, req) {
+			char *s = json_is_object(req) ? json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS) :
+			          NULL;
+			unsigned long long key;
+			size_t j;
+			if (!s)
+				continue;
+			key = util_hash64(s, strlen(s)) ^ (unsigned long long)kinds[k].mode;
+			free(s);
+			for (j = 0; j < e->nmk && e->mk[j].key != key; j++)
+				;
+			if (j < e->nmk || e->nmk == MAX_MAKERS)
+				continue;
+			if (!e->mk)
+				e->mk = xcalloc(MAX_MAKERS, sizeof *e->mk);
+			e->mk[e->nmk++] = (struct maker){ key, kinds[k].mode, json_incref(req), MK_WAIT };
+		}
+	}
+}
+
+/* A maker replied, died, or ran out of time: done, whatever came of it (the header and the
+ * names are a speed-up only; nothing is said, no record changes). */
+static void settle_maker(struct kbench_engine *e, struct worker *w)
+{
+	struct maker *m = &e->mk[w->mk - 1];
+
+	m->state = MK_DONE;
+	json_decref(m->req);
+	m->req = NULL;
+	w->mk = 0;
+	json_decref(w->result);
+	w->result = NULL;
+	worker_stop(e, w, 1);
+}
+
 /* A worker replied, died, or ran out of time: settle its entry. */
 static void settle(struct kbench_engine *e, struct worker *w, const char *kind, const char *msg)
 {
@@ -1038,7 +1121,13 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 	json_t *raw;
 	char *log;
 
+	if (w->mk) {
+		settle_maker(e, w);
+		return;
+	}
 	w->job = NULL;
+	if (w->role == ROLE_BUILD && w->result)
+		queue_makers(e, w->result);
 	if (w->result) {
 		raw = json_incref(json_object_get(w->result, "eval"));
 		if (!raw || !json_is_object(raw)) {
@@ -1096,6 +1185,9 @@ static int want_work(const struct kbench_engine *e, int role)
 {
 	if (role == ROLE_RUN && !e->input_closed)
 		return 1;
+	for (size_t i = 0; role == ROLE_BUILD && i < e->nmk; i++)
+		if (e->mk[i].state == MK_WAIT)
+			return 1;
 	for (size_t i = e->head; i < e->n; i++) {
 		int s = e->q[i]->state;
 		if (s == E_BUILD_WAIT || (role == ROLE_RUN && s != E_DONE))
@@ -1122,8 +1214,10 @@ static void handle(struct kbench_engine *e, struct worker *w)
 			}
 		} else if (w->state == W_BUSY && !w->result && json_get_str(o, "nonce") &&
 		           !strcmp(json_get_str(o, "nonce"), w->nonce)) {
-			if (json_object_get(o, "progress"))
-				w->job->loaded = 1;
+			if (json_object_get(o, "progress")) {
+				if (w->job)
+					w->job->loaded = 1;
+			}
 			else
 				w->result = json_incref(o);
 		}
@@ -1211,11 +1305,45 @@ static struct entry *next_job(struct kbench_engine *e, int role)
 	return NULL;
 }
 
+/* The next maker job for an idle build worker (its index), or -1. */
+static long next_maker(const struct kbench_engine *e)
+{
+	for (size_t i = 0; i < e->nmk; i++)
+		if (e->mk[i].state == MK_WAIT)
+			return (long)i;
+	return -1;
+}
+
+/* The makers' bound: once the input is closed and every record done, those still waiting
+ * have the compile timeout to run in, in all; after it they are dropped. */
+static void makers_bound(struct kbench_engine *e)
+{
+	if (!e->mk_end) {
+		if (!e->input_closed)
+			return;
+		for (size_t i = e->head; i < e->n; i++)
+			if (e->q[i]->state != E_DONE)
+				return;
+		e->mk_end = pool_now() + e->cfg.compile_timeout;
+		for (int i = 0; i < e->nlanes * e->slots; i++)
+			if (e->w[i].mk && e->w[i].deadline > e->mk_end)
+				e->w[i].deadline = e->mk_end;
+	}
+	if (pool_now() > e->mk_end)
+		for (size_t i = 0; i < e->nmk; i++)
+			if (e->mk[i].state == MK_WAIT) {
+				e->mk[i].state = MK_DONE;
+				json_decref(e->mk[i].req);
+				e->mk[i].req = NULL;
+			}
+}
+
 int kbench_engine_step(struct kbench_engine *e, int fd, int timeout_ms)
 {
 	int nw = e->nlanes * e->slots, n = 0, lane, k;
 	struct pool_proc **pp = xcalloc((size_t)nw, sizeof *pp);
 
+	makers_bound(e);
 	for (lane = 0; lane < e->nlanes && !e->fatal; lane++) {
 		struct worker *lw = &e->w[e->slots * lane];
 		int role = lane_role(e, lane), spares = 0, busy = 0;
@@ -1234,13 +1362,20 @@ int kbench_engine_step(struct kbench_engine *e, int fd, int timeout_ms)
 			}
 			spares++;
 		}
-		/* give a ready worker a job when the lane is idle */
+		/* give a ready worker a job when the lane is idle: a candidate's, else (a build
+		 * worker) a maker's */
 		for (k = 0; k < e->slots && !busy; k++) {
 			struct worker *w = &lw[k];
-			struct entry *en;
-			if (w->state != W_READY || !(en = next_job(e, role)))
+			struct entry *en = NULL;
+			long m = -1;
+			if (w->state != W_READY || (!(en = next_job(e, role)) &&
+			                            (role != ROLE_BUILD || (m = next_maker(e)) < 0)))
 				continue;
-			if (send_job(e, w, en, role) < 0) {
+			if (m >= 0) {
+				w->mk = (size_t)m + 1;
+				e->mk[m].state = MK_BUSY;
+			}
+			if (send_job(e, w, en, m >= 0 ? e->mk[m].mode : role) < 0) {
 				settle(e, w, "crash", "the worker went away before its job");
 			}
 			busy = 1;
@@ -1266,7 +1401,11 @@ int kbench_engine_step(struct kbench_engine *e, int fd, int timeout_ms)
 
 size_t kbench_engine_pending(const struct kbench_engine *e)
 {
-	return e->n - e->head;
+	size_t n = e->n - e->head;
+
+	for (size_t i = 0; e->input_closed && i < e->nmk; i++)  /* the makers left at the end */
+		n += e->mk[i].state != MK_DONE;
+	return n;
 }
 
 void kbench_engine_close_input(struct kbench_engine *e)

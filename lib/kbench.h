@@ -10,7 +10,11 @@
  * order, from kbench_engine_next with an `eval` object. Candidates are compiled by a pool of
  * build workers (kbench_config.jobs) apart from the run workers (one per GPU, or
  * run_workers on the CPU), each worker a fresh `python worker.py` process under lib/pool's
- * sandbox that handles one candidate. Builds are cached by source hash in cache_dir.
+ * sandbox that handles one candidate. Builds are cached by source hash in cache_dir. What a
+ * build asks for in the shared parts of the cache (a precompiled header, the lean builds'
+ * names) is made by a maker job in a fresh build worker that runs no candidate's code, when a
+ * build worker would idle, the rest before the end (kbench_engine_pending counts them once
+ * the input is closed); a maker gives no record.
  *
  * Metrics: a tally of (level, problem, correct, speedup) samples gives per level n, Exec,
  * fast_p for p in {0, 0.5, 0.8, 1, 1.5, 2}, the geometric-mean speedup of correct samples and,
@@ -102,7 +106,7 @@ struct kbench_config {
 	long mem_mb, fsize_mb, nproc;
 	int netns;
 	int pch;                    /* C++ builds through a precompiled torch/extension.h kept in
-	                             * cache_dir/pch (worker.py, ext_pch) */
+	                             * cache_dir/pch (worker.py, ext_pch; made by make_pch) */
 	int lean;                   /* CUDA sources' torch/extension.h read as torch/types.h, the
 	                             * source as written where that fails on a name (ext_lean) */
 	size_t log_bytes;           /* eval.log size; 0: no log field */
@@ -127,7 +131,8 @@ void kbench_engine_submit(struct kbench_engine *e, json_t *rec, const char *line
  * (*line NULL: serialise *rec). */
 void kbench_engine_submit_done(struct kbench_engine *e, json_t *rec, json_t *ev, int bad,
                                const char *where);
-/* Records submitted and not yet handed back. */
+/* Records submitted and not yet handed back; once the input is closed, with the maker jobs
+ * not yet done (within the compile timeout of the last record's end). */
 size_t kbench_engine_pending(const struct kbench_engine *e);
 /* Run the pool for up to timeout_ms (or until something finishes, or fd is readable: the
  * caller's own input, -1 for none). -1: fatal error. */

@@ -4,10 +4,14 @@
 # stdin/stdout: stdout and stderr are captured by kbench-eval into eval.log. Life of a worker:
 #   1. import torch, write {"ready": true, "torch": ..., "device": ...} (with --probe also
 #      "arch", "gpus" and "gpu_name": the one worker that looks at every GPU)
-#   2. read one job {"mode": "build" | "run", ...}
-#   3. write one result {"nonce": ..., "eval": {...}} and exit.
+#   2. read one job {"mode": "build" | "run" | "pch" | "names", ...}
+#   3. write one result {"nonce": ..., "eval": {...}} and exit (a build's also with
+#      "pch_want" and "names_want", its requests to the makers, where it has some).
 # "build" executes the candidate once so that load_inline compiles it into the build cache
-# (TORCH_EXTENSIONS_DIR, set by kbench-eval per source hash); "run" follows KernelBench's
+# (TORCH_EXTENSIONS_DIR, set by kbench-eval per source hash); "pch" and "names" are makers,
+# which run no candidate's code: they check a build's request and make the precompiled
+# header (make_pch) or the lean builds' names (make_names) it asked for, the only writers of
+# the cache's pch/ and lean/; "run" follows KernelBench's
 # protocol: seeded init, correctness trials on fresh seeded inputs, then timing of both the
 # reference and the candidate under the same conditions, with the defences of SPEC section 8.
 import json
@@ -388,108 +392,269 @@ def ninja_vars(build_dir, names):
     return v
 
 
-def ext_pch(torch, pch_dir, make_new, t_job, timeout):
-    """load_inline's C++ half (main.cpp: torch/extension.h, then the bindings) through a
-    precompiled torch/extension.h. Every build gets -I ROOT (ROOT = PCH_DIR/<this torch's
-    header: path, size, mtime>, so an upgraded torch never meets an old header), where
-    ROOT/torch/extension.h links to the real header (for a second #include of it) and
-    ROOT/torch/extension.h.gch is a directory of precompiled headers, one per set of compiler
-    flags: GCC takes one that is valid for its compilation, else reads the header, so the
-    build's result is the same either way. After a build whose flags have none yet, a build
-    worker (make_new) makes it from that build's own compile line (build.ninja: cxx, cflags,
-    post_cflags, less the extension's name) in ROOT/work and renames it in whole (one maker
-    at a time per header, by a lock file there, which a maker that died leaves stale after
-    PCH_LOCK_S; the next maker removes its half-written header). It does so only where the
-    build's deadline (timeout seconds from t_job) leaves twice the job's time so far, and
-    within it, so the header never costs a candidate its verdict. Nothing for a compiler that is not GCC; no
-    more once MAX_PCH headers are there."""
+def pch_root(torch, pch_dir):
+    """(header, ROOT): this torch's torch/extension.h (real path) and its directory in
+    pch_dir, ROOT = PCH_DIR/<the header's path, size, mtime and torch's version>, so that an
+    upgraded torch never meets an old header; None where torch has none."""
     import hashlib
-    import shlex
-    import subprocess
     import torch.utils.cpp_extension as ext
     header = [os.path.join(d, "torch", "extension.h") for d in ext.include_paths()]
     header = [h for h in header if os.path.exists(h)]
     if not header:
-        return
+        return None
     header = os.path.realpath(header[0])
     st = os.stat(header)
     ident = repr((torch.__version__, header, st.st_size, st.st_mtime_ns))
-    root = os.path.join(pch_dir, hashlib.sha256(ident.encode()).hexdigest()[:16])
-    gdir = os.path.join(root, "torch", "extension.h.gch")
-    link = os.path.join(root, "torch", "extension.h")
-    work = os.path.join(root, "work")   # locks and headers being written: GCC reads every
-    try:                                # file of gdir as a header, so none of them go there
-        os.makedirs(gdir, exist_ok=True)
-        os.makedirs(work, exist_ok=True)
-        if os.path.realpath(link) != header:
-            tmp = "%s.%d.tmp" % (link, os.getpid())
-            os.symlink(header, tmp)
-            os.replace(tmp, link)
-    except OSError:
-        return
-    orig = ext.load_inline
+    return header, os.path.join(pch_dir, hashlib.sha256(ident.encode()).hexdigest()[:16])
 
-    def make(build_dir):
-        v = ninja_vars(build_dir, ("cxx", "cflags", "post_cflags"))
-        if "cxx" not in v or "cflags" not in v:
-            return
-        words = shlex.split(v["cflags"]) + shlex.split(v.get("post_cflags", ""))
-        words = [w for w in words if not w.startswith("-DTORCH_EXTENSION_NAME=")]
-        key = hashlib.sha256(repr((v["cxx"], words)).encode()).hexdigest()[:24]
-        out = os.path.join(gdir, key + ".gch")
-        if os.path.exists(out) or \
-                len([f for f in os.listdir(gdir) if f.endswith(".gch")]) >= MAX_PCH:
-            return
-        took = time.perf_counter() - t_job
-        left = timeout - took - PCH_MARGIN_S
-        if left < 2 * took:
-            return
-        cxx = shlex.split(v["cxx"])
-        ver = subprocess.run(cxx + ["--version"], capture_output=True, text=True).stdout
-        if not ver or "clang" in ver.lower():
-            return
-        lock = os.path.join(work, key + ".lock")  # one maker at a time; a dead one's goes stale
-        try:
-            if time.time() - os.stat(lock).st_mtime > PCH_LOCK_S:
-                os.unlink(lock)
-        except OSError:
-            pass
-        try:
-            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except OSError:
-            return
-        for f in os.listdir(work):      # the lock is ours: a header of this key half-written
-            if f.startswith(key + ".") and f.endswith(".gch"):   # is a dead maker's
-                os.unlink(os.path.join(work, f))
-        tmp = os.path.join(work, "%s.%d.gch" % (key, os.getpid()))
-        try:
-            r = subprocess.run(cxx + words + ["-x", "c++-header", header, "-o", tmp],
-                               capture_output=True, text=True, timeout=left)
-            if r.returncode == 0:
-                os.replace(tmp, out)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            for f in (tmp, lock):
-                if os.path.exists(f):
-                    os.unlink(f)
+
+PCH_ROOT = None     # ext_pch's ROOT in this process: left out of the lean names' line
+
+
+def ext_pch(torch, pch_dir, want_new):
+    """load_inline's C++ half (main.cpp: torch/extension.h, then the bindings) through a
+    precompiled torch/extension.h. Every build gets -I ROOT (pch_root; there or not yet),
+    where ROOT/torch/extension.h links to the real header (for a second #include of it) and
+    ROOT/torch/extension.h.gch is a directory of precompiled headers, one per set of compiler
+    flags: GCC takes one that is valid for its compilation, else reads the header, so the
+    build's result is the same either way. After a build whose flags have none yet (and
+    pch_out wants one), a build (want_new) asks for it: its compile line (pch_line) goes to
+    kbench-eval as a pch_want request, and a maker job (make_pch), which runs no candidate's
+    code, makes it; pch_dir is read-only to the build itself."""
+    global PCH_ROOT
+    import torch.utils.cpp_extension as ext
+    hr = pch_root(torch, pch_dir)
+    if hr is None:
+        return
+    root = PCH_ROOT = hr[1]
+    orig = ext.load_inline
 
     def load_inline(*a, **k):
         call = inline_call(a, k)
         call["extra_include_paths"] = list(call.get("extra_include_paths") or []) + [root]
         mod = orig(**call)
-        if make_new:
+        if want_new:
             try:
-                make(ext_build_dir(call))
+                line = pch_line(ext_build_dir(call))
+                if line and pch_out(root, *line):
+                    want("pch_want", {"cxx": line[0], "words": line[1]})
             except Exception:   # the header is a speed-up only, never the build's verdict
                 traceback.print_exc()
         return mod
     ext.load_inline = load_inline
 
 
+def pch_line(build_dir):
+    """The C++ compile line of the build in build_dir (build.ninja: cxx, then cflags and
+    post_cflags, less the extension's name) as (cxx, words), split; None where there is none."""
+    import shlex
+    try:
+        v = ninja_vars(build_dir, ("cxx", "cflags", "post_cflags"))
+    except OSError:
+        return None
+    if "cxx" not in v or "cflags" not in v:
+        return None
+    words = shlex.split(v["cflags"]) + shlex.split(v.get("post_cflags", ""))
+    return shlex.split(v["cxx"]), [w for w in words
+                                   if not w.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+def pch_out(root, cxx, words):
+    """Where the precompiled header for the compile line (cxx, words) goes, where one is
+    wanted: none there yet, fewer than MAX_PCH there, and the compiler GCC; else None."""
+    import hashlib
+    import subprocess
+    gdir = os.path.join(root, "torch", "extension.h.gch")
+    key = hashlib.sha256(repr((" ".join(cxx), words)).encode()).hexdigest()[:24]
+    out = os.path.join(gdir, key + ".gch")
+    try:
+        have = [f for f in os.listdir(gdir) if f.endswith(".gch")]
+    except OSError:
+        have = []
+    if os.path.exists(out) or len(have) >= MAX_PCH:
+        return None
+    ver = subprocess.run(cxx + ["--version"], capture_output=True, text=True).stdout
+    if not ver or "clang" in ver.lower():
+        return None
+    return out
+
+
+def make_pch(torch, pch_dir, req, timeout):
+    """The pch maker's job: the precompiled header a build asked for (req: {"cxx", "words"},
+    pch_line's), made in ROOT/work where a check of the request (maker_refusal) and pch_out
+    let it, and renamed into ROOT/torch/extension.h.gch in whole (one maker at a time per
+    header, by a lock file there, which a maker that died leaves stale after PCH_LOCK_S;
+    the next maker removes its half-written header), within timeout seconds less
+    PCH_MARGIN_S. What came of it, in a word."""
+    import subprocess
+    t0 = time.perf_counter()
+    why = maker_refusal("pch", req, pch_dir)
+    if why:
+        print("kbench-eval: pch request refused: %s" % why, flush=True)
+        return "refused"
+    hr = pch_root(torch, pch_dir)
+    if hr is None:
+        return "no header"
+    header, root = hr
+    gdir = os.path.join(root, "torch", "extension.h.gch")
+    link = os.path.join(root, "torch", "extension.h")
+    work = os.path.join(root, "work")   # locks and headers being written: GCC reads every
+    os.makedirs(gdir, exist_ok=True)    # file of gdir as a header, so none of them go there
+    os.makedirs(work, exist_ok=True)
+    if os.path.realpath(link) != header:
+        tmp = "%s.%d.tmp" % (link, os.getpid())
+        os.symlink(header, tmp)
+        os.replace(tmp, link)
+    cxx, words = req["cxx"], req["words"]
+    out = pch_out(root, cxx, words)
+    if out is None:
+        return "not wanted"
+    key = os.path.basename(out)[:-4]
+    left = timeout - (time.perf_counter() - t0) - PCH_MARGIN_S
+    lock = os.path.join(work, key + ".lock")  # one maker at a time; a dead one's goes stale
+    try:
+        if time.time() - os.stat(lock).st_mtime > PCH_LOCK_S:
+            os.unlink(lock)
+    except OSError:
+        pass
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError:
+        return "locked"
+    for f in os.listdir(work):      # the lock is ours: a header of this key half-written
+        if f.startswith(key + ".") and f.endswith(".gch"):   # is a dead maker's
+            os.unlink(os.path.join(work, f))
+    tmp = os.path.join(work, "%s.%d.gch" % (key, os.getpid()))
+    try:
+        r = subprocess.run(cxx + words + ["-x", "c++-header", header, "-o", tmp],
+                           capture_output=True, text=True, timeout=max(left, 1))
+        if r.returncode != 0:
+            return "failed"
+        os.replace(tmp, out)
+        return "made"
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    finally:
+        for f in (tmp, lock):
+            if os.path.exists(f):
+                os.unlink(f)
+
+
 MAX_PCH = 3           # precompiled headers kept (sets of C++ flags; 0.6 GB or more each)
 PCH_LOCK_S = 900      # seconds after which a maker's lock is taken for dead
-PCH_MARGIN_S = 15     # seconds of a build's deadline the header's making leaves over
+PCH_MARGIN_S = 15     # seconds of a maker's deadline the header's making leaves over
+
+
+# ---------------------------------------------------------------- maker requests
+
+WANT = {}     # a build's requests to the makers: pch_want and names_want, lists of requests
+MAX_WANT = 4  # requests of a kind a build sends at most
+
+
+def want(kind, req):
+    """Ask kbench-eval for a maker job (kind: pch_want or names_want): sent beside the
+    build's eval object, never in it."""
+    reqs = WANT.setdefault(kind, [])
+    if req not in reqs and len(reqs) < MAX_WANT:
+        reqs.append(req)
+
+
+# the words a maker takes besides the include directories (maker_refusal): GCC's and nvcc's
+# -D/-U of a name with a simple value (torch writes -DPYBIND11_COMPILER_TYPE="_gcc"), -O,
+# -std=, -f (not those that load or write files), -m, -W (not -Wl, -Wp, -Wa), -w, -g
+SAFE_WORD = re.compile(
+    r'-[DU][A-Za-z_]\w*(?:=(?:"[\w.+\-/$:]*"|[\w.+\-/$:]*))?|-O\w*|-std=[\w+]+|'
+    r"-f(?!plugin|dump|profile|auto-profile|opt-info|save-optimization|record|stack-usage|"
+    r"callgraph-info|create-profile)[\w+\-.,=]+|-m[\w+\-.,=]+|"
+    r"-W(?![lpa],)[\w+\-=]*|-w|-g[0-3]?|-ggdb[0-3]?|-gdwarf(?:-\d)?")
+# nvcc's own: the architectures, the language extensions, fast math, line info
+NVCC_WORD = re.compile(
+    r"--expt-relaxed-constexpr|--expt-extended-lambda|--extended-lambda|-?-use_fast_math|"
+    r"-lineinfo|--generate-line-info|(?:-gencode|--generate-code)=ARCH|"
+    r"(?:-arch|--gpu-architecture|-code|--gpu-code)=CODE(?:,CODE)*"
+    .replace("ARCH", r"arch=compute_\d+[af]?,code=\[?CODE(?:,CODE)*\]?")
+    .replace("CODE", r"(?:sm|compute|lto)_\d+[af]?"))
+NVCC_ARCH_VALUE = re.compile(
+    r"arch=compute_\d+[af]?,code=\[?CODE(?:,CODE)*\]?|CODE(?:,CODE)*"
+    .replace("CODE", r"(?:sm|compute|lto)_\d+[af]?"))
+INCLUDE_OPT = ("-I", "-isystem", "-iquote", "-idirafter")
+
+
+def torch_nvcc():
+    """The nvcc torch's builds use, where it has one."""
+    import torch.utils.cpp_extension as ext
+    try:
+        return os.environ.get("PYTORCH_NVCC") or ext._join_cuda_home("bin", "nvcc")
+    except Exception:
+        return None
+
+
+def include_dirs(pch_dir):
+    """The directories a maker's compile line may name with -I and its kin: torch's own
+    (include_paths), Python's, the CUDA toolkit's, the precompiled headers' (PCH_DIR/ROOT)."""
+    import sysconfig
+    import torch.utils.cpp_extension as ext
+    dirs = []
+    for arg in ((), (True,), ("cuda",)):
+        try:
+            dirs += list(ext.include_paths(*arg))
+        except Exception:
+            pass
+    for get in (lambda: sysconfig.get_paths()["include"],
+                lambda: sysconfig.get_path("include", scheme="posix_prefix"),
+                lambda: ext._join_cuda_home("include")):
+        try:
+            dirs.append(get())
+        except Exception:
+            pass
+    return {os.path.realpath(d) for d in dirs if d}, \
+        os.path.realpath(pch_dir) if pch_dir else None
+
+
+def maker_refusal(mode, req, pch_dir=None):
+    """Why a maker's request (mode "pch": {"cxx", "words"}; "names": {"nvcc", "words"}) is
+    refused, None where it is taken. The request comes from a build, which ran a candidate's
+    code: the compiler must be the one torch uses (CXX, else c++; torch's nvcc), and each
+    word one that reads no file but torch's, Python's, CUDA's headers and the precompiled
+    headers' directory, loads nothing and writes nothing but the compiler's output."""
+    prog = req.get("cxx" if mode == "pch" else "nvcc") if isinstance(req, dict) else None
+    words = req.get("words") if isinstance(req, dict) else None
+    if not all(isinstance(x, list) and all(isinstance(w, str) for w in x)
+               for x in (prog, words)):
+        return "not a compiler and its words"
+    if mode == "pch":
+        import shlex
+        ok = prog == shlex.split(os.environ.get("CXX", "c++"))
+    else:
+        ok = torch_nvcc() is not None and prog == [torch_nvcc()]
+    if not ok:
+        return "compiler %r is not torch's" % " ".join(prog)
+    dirs, pch = include_dirs(pch_dir)
+    i = 0
+    while i < len(words):
+        w, nxt = words[i], words[i + 1] if i + 1 < len(words) else None
+        n = 0
+        opt = next((o for o in INCLUDE_OPT if w.startswith(o)), None)
+        if opt:
+            path = w[len(opt):] or nxt
+            n = 1 + (w == opt)
+            real = os.path.realpath(path) if path else None
+            if real not in dirs and not (pch and os.path.dirname(real or "") == pch):
+                n = 0
+        elif SAFE_WORD.fullmatch(w) or mode == "names" and NVCC_WORD.fullmatch(w):
+            n = 1
+        elif mode == "names" and w in ("-gencode", "--generate-code", "-arch",
+                                       "--gpu-architecture", "-code", "--gpu-code"):
+            n = 2 if nxt and NVCC_ARCH_VALUE.fullmatch(nxt) else 0
+        elif mode == "names" and w.split("=")[0] in ("-Xcompiler", "--compiler-options"):
+            flags = w.partition("=")[2] if "=" in w else nxt
+            n = 1 + ("=" not in w)
+            if not flags or not all(SAFE_WORD.fullmatch(f) for f in flags.split(",")):
+                n = 0
+        if n == 0:
+            return "word %r" % w
+        i += n
+    return None
 
 
 # ---------------------------------------------------------------- lean CUDA builds
@@ -562,15 +727,11 @@ ARCH_OPT = re.compile(r"^(?:-gencode|--generate-code|-arch|--gpu-architecture|-c
                       r"(=.*)?$")
 
 
-def full_header_names(build_dir, names_dir, deadline=None):
-    """The names torch/extension.h adds to torch/types.h for the CUDA compile line of the
-    build in build_dir (its build.ninja, less the architectures, the extension's name and the
-    precompiled header's directory), with this nvcc, torch and headers: header_names'
-    answer, kept in names_dir (KEY.names, a name a line; the MAX_NAMES newest) for the next
-    build with that line. None where it cannot be had (then it is asked again)."""
-    import hashlib
+def names_line(build_dir):
+    """The CUDA compile line of the build in build_dir (build.ninja: nvcc, then cuda_cflags
+    and cuda_post_cflags) as (nvcc, words), split, less the architectures, the extension's
+    name and the precompiled headers' directory; None where there is none."""
     import shlex
-    import shutil
     try:
         v = ninja_vars(build_dir, ("nvcc", "cuda_cflags", "cuda_post_cflags"))
         words = shlex.split(v.get("cuda_cflags", "")) + shlex.split(v.get("cuda_post_cflags", ""))
@@ -581,12 +742,20 @@ def full_header_names(build_dir, names_dir, deadline=None):
     for w in words:
         m = ARCH_OPT.match(w)
         if skip or m or w.startswith("-DTORCH_EXTENSION_NAME=") or \
+                (PCH_ROOT and w == "-I" + PCH_ROOT) or \
                 (w.startswith("-I") and os.path.isdir(w[2:] + "/torch/extension.h.gch")):
             # (GCC would read a precompiled header's binary form in place of its text)
             skip = bool(m) and not m.group(1) and not skip
             continue
         kept.append(w)
-    words = kept
+    return nvcc, kept
+
+
+def names_key(nvcc, words):
+    """The key of the names of a CUDA compile line (names_line's), with this nvcc, torch
+    and headers."""
+    import hashlib
+    import shutil
 
     def stat(path):
         try:
@@ -597,40 +766,81 @@ def full_header_names(build_dir, names_dir, deadline=None):
     import torch.utils.cpp_extension as ext
     headers = [stat(os.path.join(d, "torch", h)) for d in ext.include_paths()
                for h in ("extension.h", "types.h")]
-    key = hashlib.sha256(repr((nvcc, words, stat(shutil.which(nvcc[0]) if nvcc else None),
-                               os.environ.get("NVCC_PREPEND_FLAGS"),
-                               os.environ.get("NVCC_APPEND_FLAGS"), headers,
-                               getattr(sys.modules.get("torch"), "__version__", None)))
-                         .encode()).hexdigest()[:24]
-    if key in FULL_NAMES:
-        return FULL_NAMES[key]
+    return hashlib.sha256(repr((nvcc, words, stat(shutil.which(nvcc[0]) if nvcc else None),
+                                os.environ.get("NVCC_PREPEND_FLAGS"),
+                                os.environ.get("NVCC_APPEND_FLAGS"), headers,
+                                getattr(sys.modules.get("torch"), "__version__", None)))
+                          .encode()).hexdigest()[:24]
+
+
+def names_kept(names_dir, key):
+    """The names kept in names_dir under key (KEY.names, a name a line); None where there
+    are none, or not a whole file's."""
     path = os.path.join(names_dir, key + ".names") if names_dir else None
     if path and os.path.exists(path):
         try:
             with open(path, errors="replace") as f:
                 names = set(f.read().split())
             if "pybind11" in names:     # else not a whole file: made again
-                FULL_NAMES[key] = names
                 return names
         except OSError:
             pass
+    return None
+
+
+def full_header_names(build_dir, names_dir, deadline=None):
+    """The names torch/extension.h adds to torch/types.h for the CUDA compile line of the
+    build in build_dir (names_line), with this nvcc, torch and headers: those kept in
+    names_dir (names_kept), else header_names' answer, which a build asks a names maker
+    (make_names, a names_want request) to keep there for the next build with that line:
+    names_dir is read-only to the build itself. None where it cannot be had (then it is
+    asked again)."""
+    line = names_line(build_dir)
+    if line is None:
+        return None
+    nvcc, words = line
+    key = names_key(nvcc, words)
+    if key in FULL_NAMES:
+        return FULL_NAMES[key]
+    names = names_kept(names_dir, key)
+    if names is not None:
+        FULL_NAMES[key] = names
+        return names
     # at most a quarter of what the build's deadline leaves: the build as written may follow
     budget = NAMES_S if deadline is None else min(NAMES_S, (deadline - time.time()) / 4)
     FULL_NAMES[key] = names = header_names(nvcc + words, budget) if budget > 0 else None
-    if path and names is not None:
-        try:
-            os.makedirs(names_dir, exist_ok=True)
-            tmp = "%s.%d.tmp" % (path, os.getpid())
-            with open(tmp, "w") as f:
-                f.write("\n".join(sorted(names)) + "\n")
-            os.replace(tmp, path)
-            files = sorted((os.path.join(names_dir, f) for f in os.listdir(names_dir)
-                            if f.endswith(".names")), key=os.path.getmtime)
-            for f in files[:-MAX_NAMES]:
-                os.unlink(f)
-        except OSError:
-            pass
+    if names_dir and names is not None:
+        want("names_want", {"nvcc": nvcc, "words": words})
     return names
+
+
+def make_names(req, names_dir, deadline, pch_dir=None):
+    """The names maker's job: the names a build asked for (req: {"nvcc", "words"},
+    names_line's), where a check of the request (maker_refusal) lets it and none are kept,
+    made (header_names, by deadline) and kept in names_dir (KEY.names, a name a line; the
+    MAX_NAMES newest). What came of it, in a word."""
+    why = maker_refusal("names", req, pch_dir)
+    if why:
+        print("kbench-eval: names request refused: %s" % why, flush=True)
+        return "refused"
+    nvcc, words = req["nvcc"], req["words"]
+    key = names_key(nvcc, words)
+    if names_kept(names_dir, key) is not None:
+        return "kept"
+    names = header_names(nvcc + words, min(NAMES_S, deadline - time.time()))
+    if names is None:
+        return "failed"
+    path = os.path.join(names_dir, key + ".names")
+    os.makedirs(names_dir, exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write("\n".join(sorted(names)) + "\n")
+    os.replace(tmp, path)
+    files = sorted((os.path.join(names_dir, f) for f in os.listdir(names_dir)
+                    if f.endswith(".names")), key=os.path.getmtime)
+    for f in files[:-MAX_NAMES]:
+        os.unlink(f)
+    return "made"
 
 
 def header_names(cmd, budget):
@@ -810,6 +1020,21 @@ def do_build(torch, job, ev):
         ev["deferred"] = True
 
 
+def do_maker(torch, job):
+    """A maker job (kbench-eval's, mode "pch" or "names"): make what a build asked for, in a
+    fresh worker that runs no candidate's code, the one writer of the build cache's pch/ or
+    lean/. What came of it, in a word (kbench-eval reads nothing more)."""
+    timeout = float(job.get("build_timeout") or 600)
+    try:
+        if job.get("mode") == "pch":
+            return make_pch(torch, job["pch_dir"], job.get("request"), timeout)
+        return make_names(job.get("request"), job["lean_dir"], time.time() + timeout,
+                          job.get("pch_dir"))
+    except Exception:   # a speed-up only: nothing made
+        traceback.print_exc()
+        return "failed"
+
+
 def progress(stage):
     """Tell kbench-eval how far the candidate got, in case it dies later."""
     if CHANNEL is not None:
@@ -977,6 +1202,9 @@ def main():
     mode = job.get("mode")
     global CHANNEL
     CHANNEL = (chan, nonce)
+    if mode in ("pch", "names"):    # a maker: no candidate's code here
+        chan.send({"nonce": nonce, "eval": {"maker": do_maker(torch, job)}})
+        return 0
     if job.get("device"):
         info["device"] = job["device"]
     # the build cache of this source (same path and flags in the build and the run phase,
@@ -988,8 +1216,7 @@ def main():
         os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]
     ext_cache()
     if job.get("pch_dir"):
-        ext_pch(torch, job["pch_dir"], mode == "build", t_job,
-                float(job.get("build_timeout") or 600))
+        ext_pch(torch, job["pch_dir"], mode == "build")
     if job.get("lean"):     # the build's deadline (time.time()), where it has one
         ext_lean(job.get("lean_dir"), time.time() - (time.perf_counter() - t_job) +
                  float(job["build_timeout"]) if job.get("build_timeout") else None)
@@ -1019,7 +1246,9 @@ def main():
             ev[k] = finite(ev[k])
     sys.stdout.flush()
     sys.stderr.flush()
-    chan.send({"nonce": nonce, "eval": ev})
+    res = {"nonce": nonce, "eval": ev}
+    res.update(WANT)    # the build's requests to the makers, beside the eval object
+    chan.send(res)
     return 0
 
 
