@@ -614,7 +614,8 @@ def include_dirs(pch_dir):
 def maker_refusal(mode, req, pch_dir=None):
     """Why a maker's request (mode "pch": {"cxx", "words"}; "names": {"nvcc", "words"}) is
     refused, None where it is taken. The request comes from a build, which ran a candidate's
-    code: the compiler must be the one torch uses (CXX, else c++; torch's nvcc), and each
+    code: the compiler must be the one torch uses (CXX, else c++; torch's nvcc, and as its
+    host compiler only the -ccbin $CC that torch 2 writes where CC is set), and each
     word one that reads no file but torch's, Python's, CUDA's headers and the precompiled
     headers' directory, loads nothing and writes nothing but the compiler's output."""
     prog = req.get("cxx" if mode == "pch" else "nvcc") if isinstance(req, dict) else None
@@ -646,6 +647,8 @@ def maker_refusal(mode, req, pch_dir=None):
         elif mode == "names" and w in ("-gencode", "--generate-code", "-arch",
                                        "--gpu-architecture", "-code", "--gpu-code"):
             n = 2 if nxt and NVCC_ARCH_VALUE.fullmatch(nxt) else 0
+        elif mode == "names" and w in ("-ccbin", "--compiler-bindir"):
+            n = 2 if nxt and nxt == os.environ.get("CC") else 0   # torch's: -ccbin $CC
         elif mode == "names" and w.split("=")[0] in ("-Xcompiler", "--compiler-options"):
             flags = w.partition("=")[2] if "=" in w else nxt
             n = 1 + ("=" not in w)
