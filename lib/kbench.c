@@ -1214,12 +1214,10 @@ static void handle(struct kbench_engine *e, struct worker *w)
 			}
 		} else if (w->state == W_BUSY && !w->result && json_get_str(o, "nonce") &&
 		           !strcmp(json_get_str(o, "nonce"), w->nonce)) {
-			if (json_object_get(o, "progress")) {
-				if (w->job)
-					w->job->loaded = 1;
-			}
-			else
+			if (!json_object_get(o, "progress"))
 				w->result = json_incref(o);
+			else if (w->job)        /* (a maker's job has no entry) */
+				w->job->loaded = 1;
 		}
 		json_decref(o);
 	}

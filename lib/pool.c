@@ -87,6 +87,34 @@ static int enter_netns(void)
 	return r;
 }
 
+/* Of the mount at root (with AT_RECURSIVE in flags, of every mount under it too), all
+ * read-only but the paths keep[0..n), each bound onto itself first and then made writable
+ * again: seal_fs's and pool_narrow's (narrow_mounts) one way. 0; a positive errno where
+ * nothing was made read-only yet (no mount_setattr: Linux before 5.12, ENOSYS); a negative
+ * one where keep[*bad] could not be made writable again. */
+static int ro_but(const char *root, unsigned int flags, const char *const *keep, int n, int *bad)
+{
+#if defined(SYS_mount_setattr) && defined(MOUNT_ATTR_RDONLY)
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
+
+	for (int i = 0; i < n; i++)
+		if (mount(keep[i], keep[i], NULL, MS_BIND | MS_REC, NULL) < 0)
+			return errno;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, root, flags, &ro, sizeof ro) < 0)
+		return errno;
+	for (int i = 0; i < n; i++)
+		if (syscall(SYS_mount_setattr, AT_FDCWD, keep[i], 0, &wr, sizeof wr) < 0) {
+			*bad = i;
+			return -errno;
+		}
+	return 0;
+#else
+	(void)root, (void)flags, (void)keep, (void)n, (void)bad;
+	return ENOSYS;
+#endif
+}
+
 /* In the child's own mount namespace (enter_netns 2): every mount read-only but the private
  * temporary directory (dir) and the caller's rw paths, each bound onto itself first and then
  * made writable again, so that a candidate writes nowhere else (not the user's home, not the
@@ -97,34 +125,20 @@ static int enter_netns(void)
  * be made writable again ends the child (126). */
 static int seal_fs(const char *dir, const char *const *rw)
 {
-#if defined(SYS_mount_setattr) && defined(MOUNT_ATTR_RDONLY)
-	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
-	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
-	const char *one[] = { dir, NULL };
-	const char *const *lists[] = { one, rw };
+	const char *keep[64];
+	int n = 0, bad, r;
 
+	keep[n++] = dir;
+	for (int i = 0; rw && rw[i] && n < 64; i++)
+		keep[n++] = rw[i];
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return -1;
-	for (int k = 0; k < 2; k++)
-		for (int i = 0; lists[k] && lists[k][i]; i++)
-			if (mount(lists[k][i], lists[k][i], NULL, MS_BIND | MS_REC, NULL) < 0)
-				return -1;
-	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof ro) < 0)
-		return -1;
-	for (int k = 0; k < 2; k++)  /* a worker that cannot write them is of no use */
-		for (int i = 0; lists[k] && lists[k][i]; i++)
-			if (syscall(SYS_mount_setattr, AT_FDCWD, lists[k][i], 0, &wr,
-			            sizeof wr) < 0) {
-				dprintf(2, "cannot leave '%s' writable: %s\n", lists[k][i],
-				        strerror(errno));
-				_exit(126);
-			}
-	return 0;
-#else
-	(void)dir;
-	(void)rw;
-	return -1;
-#endif
+	r = ro_but("/", AT_RECURSIVE, keep, n, &bad);
+	if (r < 0) {    /* a worker that cannot write them is of no use */
+		dprintf(2, "cannot leave '%s' writable: %s\n", keep[bad], strerror(-r));
+		_exit(126);
+	}
+	return r ? -1 : 0;
 }
 
 /* The relay's end: as the worker's (status), the same exit status or the same signal */
@@ -146,22 +160,9 @@ static _Noreturn void end_as(int status)
  * or the errno of the step that failed. */
 static int narrow_mounts(char **paths, int n)
 {
-#if defined(SYS_mount_setattr) && defined(MOUNT_ATTR_RDONLY)
-	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
-	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
+	int bad, r = ro_but(paths[0], 0, (const char *const *)paths + 1, n - 1, &bad);
 
-	for (int i = 1; i < n; i++)
-		if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-		    syscall(SYS_mount_setattr, AT_FDCWD, paths[i], 0, &wr, sizeof wr) < 0)
-			return errno;
-	if (syscall(SYS_mount_setattr, AT_FDCWD, paths[0], 0, &ro, sizeof ro) < 0)
-		return errno;
-	return 0;
-#else
-	(void)paths;
-	(void)n;
-	return ENOSYS;
-#endif
+	return r < 0 ? -r : r;
 }
 
 static int chld_pipe[2] = { -1, -1 };

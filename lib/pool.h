@@ -37,8 +37,9 @@ struct pool_opts {
 	long fsize_mb;          /* RLIMIT_FSIZE in MiB (0: unchanged) */
 	long mem_mb;            /* RLIMIT_AS in MiB (0: unchanged) */
 	int netns;              /* 1: try private user, network, PID and mount namespaces */
-	const char *const *rw;  /* with netns, NULL-terminated: the paths, besides the temp
-	                         * dir, left writable in a file system otherwise read-only */
+	const char *const *rw;  /* with netns, NULL-terminated, 63 at most: the paths, besides
+	                         * the temp dir, left writable in a file system otherwise
+	                         * read-only */
 	size_t log_max;         /* bytes of output kept: half from the start, half from the end */
 };
 
