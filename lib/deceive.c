@@ -139,6 +139,9 @@ struct ctx {
 	struct names alias;             /* names that hold an exported function */
 	int model_new, forward;         /* blocks, -1 when absent */
 	unsigned char *reach;           /* per block: reachable from forward */
+	int *dead;                      /* per block: first token of a def's dead code (after a
+	                                 * return or raise at its body's level), else tok_end */
+	int dead_kernel_line;           /* the return that cuts off forward's kernel call, or 0 */
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
 	struct deceive_result *out;
 	size_t cap;
@@ -913,6 +916,46 @@ static void kernel_mark(struct ctx *x, struct graph *g, int b)
 	}
 }
 
+/* Per def: where its code stops running, the first token after a return or raise statement
+ * of its body's own level (not inside an if or a loop); the calls from there on never run. */
+static void find_dead(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+
+	x->dead = xmalloc((p->nblock + 1) * sizeof(*x->dead));
+	for (size_t b = 0; b < p->nblock; b++) {
+		const struct pysrc_block *bl = &p->block[b];
+		x->dead[b] = bl->tok_end;
+		if (bl->kind != PYSRC_DEF || bl->tok_body >= bl->tok_end)
+			continue;
+		size_t l = (size_t)pysrc_line_of(p, bl->tok_body);
+		if (p->lines[l].tok < bl->tok_body)
+			l++;            /* the header's line (a body on it has no statement after) */
+		if (l >= p->nlines || p->lines[l].tok >= bl->tok_end)
+			continue;
+		int indent = p->lines[l].indent;
+		for (; l < p->nlines && p->lines[l].tok < bl->tok_end; l++)
+			if (p->lines[l].indent == indent &&
+			    (tok_is(p, p->lines[l].tok, "return") || tok_is(p, p->lines[l].tok, "raise"))) {
+				x->dead[b] = p->lines[l].tok + p->lines[l].ntok;
+				break;
+			}
+	}
+}
+
+/* Does call i run at all (not in the dead code of its def)? When it would have reached
+ * the extension from forward's dead code, remember the return that cut it off. */
+static int call_runs(struct ctx *x, size_t i)
+{
+	const struct pysrc_call *c = &x->p.call[i];
+
+	if (c->block < 0 || c->tok_open < x->dead[c->block])
+		return 1;
+	if (c->block == x->forward && !x->dead_kernel_line)
+		x->dead_kernel_line = x->p.tok[x->dead[c->block] - 1].line;
+	return 0;
+}
+
 static void find_model(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
@@ -953,19 +996,22 @@ static void find_model(struct ctx *x)
 			x->reach[d] = 1;
 
 	/* calls_kernel: from the calls that reach the extension, back through callers */
+	find_dead(x);
 	for (size_t i = 0; i < p->ncall; i++)
-		if (call_is_kernel(x, i))
+		if (call_is_kernel(x, i) && call_runs(x, i))
 			kernel_mark(x, &g, p->call[i].block);
 	while (g.nwork) {
 		int d = g.work[--g.nwork];
 		const char *name = p->block[d].name;
 		int *v = smap_get(&g.calls, name, strlen(name), 0);
 		for (int i = v ? *v : -1; i >= 0; i = g.next_call[i])
-			kernel_mark(x, &g, p->call[i].block);
+			if (call_runs(x, (size_t)i))
+				kernel_mark(x, &g, p->call[i].block);
 		int c = p->block[d].parent;
 		if (c >= 0 && g.fwd_of[c] == d)
 			for (int i = g.cls_call[c]; i >= 0; i = g.next_cls_call[i])
-				kernel_mark(x, &g, p->call[i].block);
+				if (call_runs(x, (size_t)i))
+					kernel_mark(x, &g, p->call[i].block);
 	}
 	graph_free(&g);
 }
@@ -1220,6 +1266,10 @@ static void rule_kernel_not_called(struct ctx *x)
 		return;
 	if (x->forward < 0) {
 		add(x, 3, block_line(x, x->model_new), "no ModelNew.forward that could call the kernel");
+		return;
+	}
+	if (!x->calls_kernel[x->forward] && x->dead_kernel_line) {
+		add(x, 3, x->dead_kernel_line, "ModelNew.forward returns or raises here, before it calls the kernel");
 		return;
 	}
 	if (!x->calls_kernel[x->forward]) {
@@ -1656,6 +1706,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	names_free(&x.imp);
 	free(x.reach);
 	free(x.calls_kernel);
+	free(x.dead);
 	names_free(&x.exports);
 	names_free(&x.modules);
 	names_free(&x.alias);
