@@ -1177,8 +1177,58 @@ static void rule_kernel_not_bound(struct ctx *x)
 	}
 }
 
+/* Does the definition whose parameter list opens at a (its '(') return one of its own
+ * parameters (`return out;`): a function that works in place and hands back its argument? */
+static int returns_param(const char *a, const char *end)
+{
+	const char *b = a, *body;
+	int d = 0;
+
+	for (; b < end; b++)            /* the matching ')' */
+		if (*b == '(')
+			d++;
+		else if (*b == ')' && --d == 0)
+			break;
+	for (body = b + 1; body < end && *body != '{' && *body != ';'; body++)
+		;
+	if (b >= end || body >= end || *body != '{')
+		return 0;               /* a declaration */
+	const char *close = body;
+	for (d = 0; close < end; close++)
+		if (*close == '{')
+			d++;
+		else if (*close == '}' && --d == 0)
+			break;
+	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
+		if (is_cident(r[-1]) || is_cident(r[6]))
+			continue;
+		const char *v = r + 6, *ve;
+		while (v < close && (*v == ' ' || *v == '\t' || *v == '\n'))
+			v++;
+		for (ve = v; ve < close && is_cident(*ve); ve++)
+			;
+		const char *semi = ve;
+		while (semi < close && (*semi == ' ' || *semi == '\t' || *semi == '\n'))
+			semi++;
+		if (ve == v || semi >= close || *semi != ';')
+			continue;
+		/* a parameter: the name before a ',' or the closing ')' (or a default's '=') */
+		for (const char *q = a + 1; (q = memmem(q, (size_t)(b - q), v, (size_t)(ve - v))) != NULL; q++) {
+			if (is_cident(q[-1]) || is_cident(q[ve - v]))
+				continue;
+			const char *t = q + (ve - v);
+			while (t < b && (*t == ' ' || *t == '\t' || *t == '\n'))
+				t++;
+			if (t == b || *t == ',' || *t == '=')
+				return 1;
+		}
+	}
+	return 0;
+}
+
 /* Does the exported function `name` return a value (its C++ declaration's type ends in
- * Tensor or >), rather than work in place (void)? 0 when unknown. */
+ * Tensor or >), rather than work in place (void, or a definition that returns one of its
+ * parameters)? 0 when unknown. */
 static int export_returns(const struct ctx *x, const char *name)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
@@ -1195,15 +1245,13 @@ static int export_returns(const struct ctx *x, const char *name)
 			continue;
 		while (b > s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n'))
 			b--;
-		if (b > s && b[-1] == '>')
-			return 1;
 		const char *w = b;
 		while (w > s && is_cident(w[-1]))
 			w--;
 		if (b - w == 4 && !memcmp(w, "void", 4))
 			return 0;
-		if (b - w >= 6 && !memcmp(b - 6, "Tensor", 6))
-			return 1;
+		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
+			return !returns_param(a, end);
 	}
 	return 0;
 }
