@@ -1256,8 +1256,30 @@ static int export_returns(const struct ctx *x, const char *name)
 	return 0;
 }
 
+/* Is the name assigned at logical line l written over before it is read: its next
+ * occurrence, at token k, is the target of a plain `name = value` whose value does not read
+ * it, on a line that every path from l goes through (no line between them, else, except or
+ * a dedent, is less indented than l, and that line is not more indented) */
+static int rebound_unread(const struct pysrc *p, int l, int k, const char *t)
+{
+	int lr = pysrc_line_of(p, k);
+	int as = assign_holding(p, k + 2);
+
+	if (p->lines[lr].tok != k || !tok_is(p, k + 1, "=") || as < 0 ||
+	    p->assign[as].tok_target != k || strcmp(p->assign[as].target, t) ||
+	    p->lines[lr].indent > p->lines[l].indent)
+		return 0;
+	for (int i = l + 1; i < lr; i++)
+		if (p->lines[i].indent < p->lines[l].indent)
+			return 0;
+	for (int i = p->assign[as].tok_value; i < p->assign[as].tok_end; i++)
+		if (tok_is(p, i, t))
+			return 0;
+	return 1;
+}
+
 /* Is the value of call i thrown away: an expression statement, `_ = call`, or a name that
- * the rest of its def never reads? */
+ * the rest of its def never reads, or writes over before reading it? */
 static int call_discarded(const struct ctx *x, size_t i, int def_end)
 {
 	const struct pysrc *p = &x->p;
@@ -1277,7 +1299,7 @@ static int call_discarded(const struct ctx *x, size_t i, int def_end)
 		return 0;
 	for (int k = p->assign[as].tok_end; k < def_end; k++)
 		if (tok_is(p, k, t))
-			return 0;
+			return rebound_unread(p, l, k, t);
 	return 1;
 }
 
