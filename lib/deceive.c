@@ -1200,7 +1200,7 @@ static int returns_param(const char *a, const char *end)
 		else if (*close == '}' && --d == 0)
 			break;
 	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
-		if (is_cident(r[-1]) || is_cident(r[6]))
+		if (is_cident(r[-1]) || (r + 6 < close && is_cident(r[6])))
 			continue;
 		const char *v = r + 6, *ve;
 		while (v < close && (*v == ' ' || *v == '\t' || *v == '\n'))
