@@ -1177,49 +1177,115 @@ static void rule_kernel_not_bound(struct ctx *x)
 	}
 }
 
-/* Does the definition whose parameter list opens at a (its '(') return one of its own
- * parameters (`return out;`): a function that works in place and hands back its argument? */
-static int returns_param(const char *a, const char *end)
+/* ---- C++ in the CUDA text: definitions, parameters, launches ---- */
+
+static const char *c_ws(const char *p, const char *e)
 {
-	const char *b = a, *body;
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* p at '(' or '{': its matching closer, or e */
+static const char *c_close(const char *p, const char *e)
+{
+	char open = *p, close = open == '(' ? ')' : '}';
 	int d = 0;
 
-	for (; b < end; b++)            /* the matching ')' */
-		if (*b == '(')
+	for (; p < e; p++)
+		if (*p == open)
 			d++;
-		else if (*b == ')' && --d == 0)
-			break;
-	for (body = b + 1; body < end && *body != '{' && *body != ';'; body++)
-		;
-	if (b >= end || body >= end || *body != '{')
-		return 0;               /* a declaration */
-	const char *close = body;
-	for (d = 0; close < end; close++)
-		if (*close == '{')
+		else if (*p == close && --d == 0)
+			return p;
+	return e;
+}
+
+/* The definition of function `name` in the CUDA text, name(...) {...}: 1 with *a at its '(',
+ * *b at the ')', *body at the '{' and *end at the '}', else 0 */
+static int c_definition(const struct ctx *x, const char *name, const char **a, const char **b,
+                        const char **body, const char **end)
+{
+	const char *s = x->cuda.p, *e = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	while ((q = memmem(q, (size_t)(e - q), name, n)) != NULL) {
+		const char *p = q;
+		q += n;
+		if ((p > s && is_cident(p[-1])) || (q < e && is_cident(*q)))
+			continue;
+		*a = c_ws(q, e);
+		if (*a >= e || **a != '(')
+			continue;
+		*b = c_close(*a, e);
+		*body = c_ws(*b + 1, e);
+		if (*b < e && *body < e && **body == '{') {
+			*end = c_close(*body, e);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The items of a list (a, b) -> [a+1, b) cut at the commas outside brackets (and outside
+ * template arguments, name<...>): up to max of them into st/en; returns the count */
+static int c_items(const char *a, const char *b, const char **st, const char **en, int max)
+{
+	int n = 0, d = 0, angle = 0;
+	const char *p = a + 1, *from = p;
+
+	if (c_ws(p, b) == b)
+		return 0;
+	for (; p <= b && n < max; p++) {
+		if (p == b || (*p == ',' && !d && !angle)) {
+			st[n] = from;
+			en[n++] = p;
+			from = p + 1;
+		} else if (*p == '(' || *p == '[' || *p == '{') {
 			d++;
-		else if (*close == '}' && --d == 0)
-			break;
+		} else if (*p == ')' || *p == ']' || *p == '}') {
+			d--;
+		} else if (*p == '<' && p > a + 1 && is_cident(p[-1])) {
+			angle++;
+		} else if (*p == '>' && angle) {
+			angle--;
+		}
+	}
+	return n;
+}
+
+/* Is the identifier w (n bytes) in [p, e)? */
+static int c_mentions(const char *p, const char *e, const char *w, size_t n)
+{
+	for (const char *q = p; (q = memmem(q, (size_t)(e - q), w, n)) != NULL; q++)
+		if ((q == p || !is_cident(q[-1])) && (q + n >= e || !is_cident(q[n])))
+			return 1;
+	return 0;
+}
+
+/* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
+ * own parameters (`return out;`): a function that works in place and hands back its argument? */
+static int returns_param(const char *a, const char *b, const char *body, const char *close)
+{
+	const char *st[32], *en[32];
+	int np = c_items(a, b, st, en, 32);
+
 	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
 		if (is_cident(r[-1]) || (r + 6 < close && is_cident(r[6])))
 			continue;
-		const char *v = r + 6, *ve;
-		while (v < close && (*v == ' ' || *v == '\t' || *v == '\n'))
-			v++;
-		for (ve = v; ve < close && is_cident(*ve); ve++)
-			;
-		const char *semi = ve;
-		while (semi < close && (*semi == ' ' || *semi == '\t' || *semi == '\n'))
-			semi++;
+		const char *v = c_ws(r + 6, close), *ve = v;
+		while (ve < close && is_cident(*ve))
+			ve++;
+		const char *semi = c_ws(ve, close);
 		if (ve == v || semi >= close || *semi != ';')
 			continue;
-		/* a parameter: the name before a ',' or the closing ')' (or a default's '=') */
-		for (const char *q = a + 1; (q = memmem(q, (size_t)(b - q), v, (size_t)(ve - v))) != NULL; q++) {
-			if (is_cident(q[-1]) || is_cident(q[ve - v]))
-				continue;
-			const char *t = q + (ve - v);
-			while (t < b && (*t == ' ' || *t == '\t' || *t == '\n'))
-				t++;
-			if (t == b || *t == ',' || *t == '=')
+		/* a parameter: its name ends it (before a default's '=') */
+		for (int i = 0; i < np; i++) {
+			const char *t = st[i], *eq = memchr(st[i], '=', (size_t)(en[i] - st[i]));
+			const char *te = eq ? eq : en[i];
+			while (te > t && !is_cident(te[-1]))
+				te--;
+			if (te - t >= ve - v && !memcmp(te - (ve - v), v, (size_t)(ve - v)) &&
+			    (te - (ve - v) == t || !is_cident(te[-(ve - v) - 1])))
 				return 1;
 		}
 	}
@@ -1232,6 +1298,7 @@ static int returns_param(const char *a, const char *end)
 static int export_returns(const struct ctx *x, const char *name)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
+	const char *pa, *pb, *body, *close;
 	size_t n = strlen(name);
 
 	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
@@ -1251,9 +1318,160 @@ static int export_returns(const struct ctx *x, const char *name)
 		if (b - w == 4 && !memcmp(w, "void", 4))
 			return 0;
 		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
-			return !returns_param(a, end);
+			return !(c_definition(x, name, &pa, &pb, &body, &close) &&
+			         returns_param(pa, pb, body, close));
 	}
 	return 0;
+}
+
+/* the kernel named [p, p+n), or NULL */
+static const struct kernel *kernel_named(const struct ctx *x, const char *p, size_t n)
+{
+	for (size_t i = 0; i < x->nkern; i++)
+		if (strlen(x->kern[i].name) == n && !memcmp(x->kern[i].name, p, n))
+			return &x->kern[i];
+	return NULL;
+}
+
+/* Bit i set when parameter i of kernel k is a pointer to non-const data: what it writes. */
+static unsigned kernel_writes(const struct ctx *x, const struct kernel *k)
+{
+	const char *e = x->cuda.p + x->cuda.len, *p = x->cuda.p + k->at;
+	const char *st[32], *en[32];
+	unsigned bits = 0;
+
+	if (!(p = memmem(p, (size_t)(e - p), k->name, strlen(k->name))))
+		return 0;
+	p = c_ws(p + strlen(k->name), e);
+	if (p >= e || *p != '(')
+		return 0;
+	int n = c_items(p, c_close(p, e), st, en, 32);
+	for (int i = 0; i < n; i++) {
+		const char *star = memchr(st[i], '*', (size_t)(en[i] - st[i]));
+		if (star && !c_mentions(st[i], star, "const", 5))
+			bits |= 1u << i;
+	}
+	return bits;
+}
+
+static const char *c_not_vars[] = { "const", "float", "double", "int", "unsigned", "long",
+	"short", "char", "bool", "void", "half", "__half", "scalar_t", "int64_t", "int32_t",
+	"size_t", NULL };
+
+/* The variable an argument expression names (y in y.data_ptr<float>(), in (float *)y.data(),
+ * in static_cast<float *>(y.data_ptr())): its first identifier that is not a type, a
+ * namespace, a callee or a template; 0 and *v, *n, or -1 */
+static int c_arg_var(const char *p, const char *e, const char **v, size_t *n)
+{
+	while (p < e) {
+		if (!is_cident(*p) || (*p >= '0' && *p <= '9')) {
+			p++;
+			continue;
+		}
+		const char *a = p;
+		while (p < e && is_cident(*p))
+			p++;
+		const char *after = c_ws(p, e);
+		char *w = xstrndup(a, (size_t)(p - a));
+		int skip = in_list(w, c_not_vars) || (after < e && (*after == '(' || *after == '<' ||
+		                                                    *after == ':'));
+		free(w);
+		if (!skip) {
+			*v = a;
+			*n = (size_t)(p - a);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static const char *c_alloc[] = { "empty", "empty_like", "zeros", "zeros_like", "ones",
+	"ones_like", "full", "full_like", "empty_strided", "from_blob", NULL };
+
+/* Does exported function `name` launch a kernel and then return an at:: or torch:: result
+ * that reads none of what the kernel wrote (`launch(x, y); return at::relu(x);`)? The line
+ * of that return, else 0. What a kernel writes: the variables passed for its non-const
+ * pointer parameters, and the tensor a local pointer among them was taken from (float *py =
+ * y.data_ptr<float>()). */
+static int export_drops_kernel(struct ctx *x, const char *name, const char **kname)
+{
+	const char *a, *b, *body, *end, *ret = NULL;
+	const char *out[16];
+	size_t outn[16];
+	int nout = 0, d = 0, launches = 0;
+
+	if (!c_definition(x, name, &a, &b, &body, &end))
+		return 0;
+	for (const char *p = body; p < end; p++) {
+		if (*p == '{')
+			d++;
+		else if (*p == '}')
+			d--;
+		if (!is_cident(*p) || is_cident(p[-1]))
+			continue;
+		const char *w = p;
+		while (p < end && is_cident(*p))
+			p++;
+		if (d == 1 && p - w == 6 && !memcmp(w, "return", 6))
+			ret = p;
+		const struct kernel *k = kernel_named(x, w, (size_t)(p - w));
+		const char *q = c_ws(p, end);
+		p--;
+		if (!k)
+			continue;
+		if (q < end && *q == '<' && memcmp(q, "<<<", 3))      /* template arguments */
+			for (int ad = 0; q < end && *q != ';'; q++)
+				if (*q == '<')
+					ad++;
+				else if (*q == '>' && --ad == 0) {
+					q = c_ws(q + 1, end);
+					break;
+				}
+		if (q + 3 > end || memcmp(q, "<<<", 3) || !(q = memmem(q, (size_t)(end - q), ">>>", 3)))
+			continue;
+		q = c_ws(q + 3, end);
+		if (q >= end || *q != '(')
+			continue;
+		const char *st[32], *en[32];
+		unsigned wr = kernel_writes(x, k);
+		int n = c_items(q, c_close(q, end), st, en, 32);
+		launches++;
+		*kname = k->name;
+		for (int i = 0; i < n && nout < 16; i++)
+			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &out[nout], &outn[nout]) == 0)
+				nout++;
+	}
+	if (!launches || !nout || !ret)
+		return 0;
+	/* a local pointer: what it was set from */
+	for (int i = 0, n0 = nout; i < n0 && nout < 16; i++)
+		for (const char *q = body; (q = memmem(q, (size_t)(end - q), out[i], outn[i])) != NULL; q++) {
+			const char *eq = c_ws(q + outn[i], end);
+			if ((q > body && is_cident(q[-1])) || eq >= end || *eq != '=' || eq[1] == '=')
+				continue;
+			const char *semi = memchr(eq, ';', (size_t)(end - eq));
+			if (semi && (c_mentions(eq, semi, "data_ptr", 8) || c_mentions(eq, semi, "data", 4)) &&
+			    c_arg_var(eq + 1, semi, &out[nout], &outn[nout]) == 0)
+				nout++;
+			break;
+		}
+	const char *r = c_ws(ret, end), *semi = memchr(r, ';', (size_t)(end - r));
+	if (!semi || (strncmp(r, "at::", 4) && strncmp(r, "torch::", 7)))
+		return 0;
+	const char *paren = memchr(r, '(', (size_t)(semi - r)), *f = paren;
+	if (!paren)
+		return 0;
+	while (f > r && is_cident(f[-1]))
+		f--;
+	char *callee = xstrndup(f, (size_t)(paren - f));
+	int alloc = in_list(callee, c_alloc);
+	free(callee);
+	if (alloc)
+		return 0;
+	for (int i = 0; i < nout; i++)
+		if (c_mentions(r, semi, out[i], outn[i]))
+			return 0;
+	return cuda_line(x, (size_t)(ret - x->cuda.p));
 }
 
 /* Is the name assigned at logical line l written over before it is read: its next
@@ -1350,6 +1568,13 @@ static void rule_kernel_not_called(struct ctx *x)
 		return;
 	}
 	kernel_called_for_show(x);
+	for (size_t i = 0; i < x->exports.n; i++) {
+		const char *k = NULL;
+		int line = export_drops_kernel(x, x->exports.v[i], &k);
+		if (line)
+			add(x, 3, line, "%s launches %s but returns an at::/torch:: result that does not read "
+			    "what the kernel wrote", x->exports.v[i], k);
+	}
 }
 
 /* A suite [l0, l1) computes with PyTorch or delegates to the reference. */
