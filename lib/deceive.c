@@ -1025,6 +1025,32 @@ static int in_path(const struct ctx *x, int block)
 /* ------------------------------------------------------------------------------------ */
 /* the rules */
 
+static const char *c_ws(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* After a kernel's name at p: the text past its launch's <<< (template arguments skipped,
+ * name<float><<<), else NULL; *next is what follows the name and its template arguments
+ * ('(' in a declaration) */
+static const char *c_launch(const char *p, const char *e, const char **next)
+{
+	p = c_ws(p, e);
+	if (p < e && *p == '<' && (e - p < 3 || memcmp(p, "<<<", 3))) {
+		int d = 0;
+		for (; p < e && *p != ';' && *p != '{'; p++)
+			if (*p == '<')
+				d++;
+			else if (*p == '>' && --d == 0)
+				break;
+		p = p < e && *p == '>' ? c_ws(p + 1, e) : e;
+	}
+	*next = p;
+	return e - p >= 3 && !memcmp(p, "<<<", 3) ? p + 3 : NULL;
+}
+
 /* Is the kernel `name` launched in the CUDA text: named before <<< (template arguments
  * allowed, name<float><<<...>>>), or taken as a value (cudaLaunchKernel((void *)name, ...), a
  * function pointer)? A name followed by '(' is its declaration (host code cannot call a
@@ -1050,26 +1076,8 @@ static int kernel_launched(const struct ctx *x, const char *name)
 			p--;
 			continue;
 		}
-		const char *q = p;
-		while (q < e && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
-			q++;
-		if (q + 3 <= e && !memcmp(q, "<<<", 3))
-			return 1;
-		if (q < e && *q == '<') {       /* template arguments, then <<< or ( */
-			int d = 0;
-			for (; q < e && *q != ';' && *q != '{'; q++)
-				if (*q == '<')
-					d++;
-				else if (*q == '>' && --d == 0)
-					break;
-			if (q >= e || *q != '>')
-				return 1;
-			for (q++; q < e && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'); q++)
-				;
-			if (q + 3 <= e && !memcmp(q, "<<<", 3))
-				return 1;
-		}
-		if (q >= e || *q != '(')
+		const char *q;
+		if (c_launch(p, e, &q) || q >= e || *q != '(')
 			return 1;
 		p--;
 	}
@@ -1178,13 +1186,6 @@ static void rule_kernel_not_bound(struct ctx *x)
 }
 
 /* ---- C++ in the CUDA text: definitions, parameters, launches ---- */
-
-static const char *c_ws(const char *p, const char *e)
-{
-	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-		p++;
-	return p;
-}
 
 /* p at '(' or '{': its matching closer, or e */
 static const char *c_close(const char *p, const char *e)
@@ -1415,20 +1416,12 @@ static int export_drops_kernel(struct ctx *x, const char *name, const char **kna
 		if (d == 1 && p - w == 6 && !memcmp(w, "return", 6))
 			ret = p;
 		const struct kernel *k = kernel_named(x, w, (size_t)(p - w));
-		const char *q = c_ws(p, end);
+		const char *q, *next;
+		if (!k || !(q = c_launch(p, end, &next)) || !(q = memmem(q, (size_t)(end - q), ">>>", 3))) {
+			p--;
+			continue;
+		}
 		p--;
-		if (!k)
-			continue;
-		if (q < end && *q == '<' && memcmp(q, "<<<", 3))      /* template arguments */
-			for (int ad = 0; q < end && *q != ';'; q++)
-				if (*q == '<')
-					ad++;
-				else if (*q == '>' && --ad == 0) {
-					q = c_ws(q + 1, end);
-					break;
-				}
-		if (q + 3 > end || memcmp(q, "<<<", 3) || !(q = memmem(q, (size_t)(end - q), ">>>", 3)))
-			continue;
 		q = c_ws(q + 3, end);
 		if (q >= end || *q != '(')
 			continue;
