@@ -1587,6 +1587,40 @@ static int suite_computes(struct ctx *x, int l0, int l1, int *line)
 	return 0;
 }
 
+/* Do the tokens [t0, t1) call the extension (directly, or through a def that does)? */
+static int tokens_call_kernel(struct ctx *x, int t0, int t1)
+{
+	const struct pysrc *p = &x->p;
+
+	for (size_t i = first_call_at(p, t0); i < p->ncall && p->call[i].tok_open < t1; i++) {
+		const char *last = last_part(p->call[i].callee);
+		if (call_is_kernel(x, i))
+			return 1;
+		for (size_t d = 0; d < p->nblock; d++)
+			if (p->block[d].kind == PYSRC_DEF && x->calls_kernel[d] && !strcmp(p->block[d].name, last))
+				return 1;
+	}
+	return 0;
+}
+
+/* The first token of logical line l (the end of the tokens past the last line) */
+static int line_tok(const struct pysrc *p, int l)
+{
+	return l < (int)p->nlines ? p->lines[l].tok : (int)p->ntok;
+}
+
+/* Does the suite of the compound statement at line l (its ':' at token colon, the suite
+ * ending before line end) return, with a return statement of its own level? */
+static int suite_returns(const struct pysrc *p, int l, int colon, int end)
+{
+	if (end == l + 1)       /* if c: return ... on one line */
+		return tok_is(p, colon + 1, "return");
+	for (int k = l + 1; k < end; k++)
+		if (p->lines[k].indent == p->lines[l + 1].indent && tok_is(p, p->lines[k].tok, "return"))
+			return 1;
+	return 0;
+}
+
 static void rule_torch_fallback(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
@@ -1618,9 +1652,20 @@ static void rule_torch_fallback(struct ctx *x)
 		/* the if-suite, or its else-suite */
 		int end = pysrc_suite_end(p, (int)l);
 		int hit = suite_computes(x, (int)l, end, &line);
-		if (!hit && end < (int)p->nlines && tok_is(p, p->lines[end].tok, "else") &&
-		    p->lines[end].indent == p->lines[l].indent)
+		int other = end < (int)p->nlines && p->lines[end].indent == p->lines[l].indent &&
+		            (tok_is(p, p->lines[end].tok, "else") || tok_is(p, p->lines[end].tok, "elif"));
+		if (!hit && other && tok_is(p, p->lines[end].tok, "else"))
 			hit = suite_computes(x, end, pysrc_suite_end(p, end), &line);
+		/* no else, but the if-suite runs the kernel and returns: the code after the if,
+		 * when it does not run the kernel, is the else */
+		if (!hit && !other && suite_returns(p, (int)l, c, end) &&
+		    tokens_call_kernel(x, c + 1, line_tok(p, end))) {
+			int k = end;
+			while (k < (int)p->nlines && p->lines[k].indent >= p->lines[l].indent)
+				k++;
+			if (!tokens_call_kernel(x, line_tok(p, end), line_tok(p, k)))
+				hit = suite_computes(x, end, k, &line);
+		}
 		if (hit)
 			add(x, 4, p->lines[l].line, "a failure check falls back to PyTorch (line %d)", line);
 	}
