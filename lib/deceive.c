@@ -64,7 +64,7 @@ enum {
 static const char *patterns[RE_COUNT] = {
 	[RE_MDEF] = "\\.def\\s*\\(\\s*\"([A-Za-z_]\\w*)\"",
 	[RE_ADD] = "\\b(\\w+)\\s*\\[\\s*(\\w+)\\s*\\]\\s*=\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]\\s*\\+\\s*(\\w+)\\s*\\[\\s*\\2\\s*\\]",
-	[RE_FAILCOND] = "avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|is_cuda|success|\\bexc|"
+	[RE_FAILCOND] = "(?i)avail|fail|error|fallback|\\bok\\b|_ok\\b|\\bok_|loaded|compiled|is_cuda|success|\\bexc|"
 	                "\\bext\\b|_ext\\b|\\bext_|built|use_cuda|use_kernel|"
 	                "(?:ext|mod|module|kernel|lib|ops?|fn|func|cuda)\\w*\\s+is\\s+(?:not\\s+)?None|"
 	                "hasattr\\s*\\(\\s*[\\w.]+\\s*,\\s*[\"']\\w*(?:ext|mod|kernel|cuda|op)",
