@@ -1264,8 +1264,9 @@ static int c_mentions(const char *p, const char *e, const char *w, size_t n)
 }
 
 /* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
- * own parameters (`return out;`): a function that works in place and hands back its argument? */
-static int returns_param(const char *a, const char *b, const char *body, const char *close)
+ * own parameters (`return out;`)? 1 with the name in *v, *vn */
+static int returns_param(const char *a, const char *b, const char *body, const char *close,
+                         const char **v, size_t *vn)
 {
 	const char *st[32], *en[32];
 	int np = c_items(a, b, st, en, 32);
@@ -1273,11 +1274,11 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
 		if (is_cident(r[-1]) || (r + 6 < close && is_cident(r[6])))
 			continue;
-		const char *v = c_ws(r + 6, close), *ve = v;
-		while (ve < close && is_cident(*ve))
-			ve++;
-		const char *semi = c_ws(ve, close);
-		if (ve == v || semi >= close || *semi != ';')
+		const char *n = c_ws(r + 6, close), *ne = n;
+		while (ne < close && is_cident(*ne))
+			ne++;
+		const char *semi = c_ws(ne, close);
+		if (ne == n || semi >= close || *semi != ';')
 			continue;
 		/* a parameter: its name ends it (before a default's '=') */
 		for (int i = 0; i < np; i++) {
@@ -1285,42 +1286,13 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 			const char *te = eq ? eq : en[i];
 			while (te > t && !is_cident(te[-1]))
 				te--;
-			if (te - t >= ve - v && !memcmp(te - (ve - v), v, (size_t)(ve - v)) &&
-			    (te - (ve - v) == t || !is_cident(te[-(ve - v) - 1])))
+			if (te - t >= ne - n && !memcmp(te - (ne - n), n, (size_t)(ne - n)) &&
+			    (te - (ne - n) == t || !is_cident(te[-(ne - n) - 1]))) {
+				*v = n;
+				*vn = (size_t)(ne - n);
 				return 1;
+			}
 		}
-	}
-	return 0;
-}
-
-/* Does the exported function `name` return a value (its C++ declaration's type ends in
- * Tensor or >), rather than work in place (void, or a definition that returns one of its
- * parameters)? 0 when unknown. */
-static int export_returns(const struct ctx *x, const char *name)
-{
-	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
-	const char *pa, *pb, *body, *close;
-	size_t n = strlen(name);
-
-	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
-		const char *a = q + n, *b = q;
-		q += n;
-		if ((b > s && is_cident(b[-1])) || (a < end && is_cident(*a)))
-			continue;
-		while (a < end && (*a == ' ' || *a == '\t'))
-			a++;
-		if (a >= end || *a != '(')
-			continue;
-		while (b > s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n'))
-			b--;
-		const char *w = b;
-		while (w > s && is_cident(w[-1]))
-			w--;
-		if (b - w == 4 && !memcmp(w, "void", 4))
-			return 0;
-		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
-			return !(c_definition(x, name, &pa, &pb, &body, &close) &&
-			         returns_param(pa, pb, body, close));
 	}
 	return 0;
 }
@@ -1389,20 +1361,23 @@ static int c_arg_var(const char *p, const char *e, const char **v, size_t *n)
 static const char *c_alloc[] = { "empty", "empty_like", "zeros", "zeros_like", "ones",
 	"ones_like", "full", "full_like", "empty_strided", "from_blob", NULL };
 
-/* Does exported function `name` launch a kernel and then return an at:: or torch:: result
- * that reads none of what the kernel wrote (`launch(x, y); return at::relu(x);`)? The line
- * of that return, else 0. What a kernel writes: the variables passed for its non-const
- * pointer parameters, and the tensor a local pointer among them was taken from (float *py =
- * y.data_ptr<float>()). */
-static int export_drops_kernel(struct ctx *x, const char *name, const char **kname)
-{
-	const char *a, *b, *body, *end, *ret = NULL;
-	const char *out[16];
-	size_t outn[16];
-	int nout = 0, d = 0, launches = 0;
+/* What the kernels launched in a function body [body, end] write: the variables passed for
+ * their pointers to non-const data, and the tensor a local pointer among them was taken
+ * from (float *py = y.data_ptr<float>()); also the body's last return of its own level and
+ * a kernel launched. */
+struct writes {
+	const char *v[16];
+	size_t n[16];
+	int count, launches;
+	const char *kname;      /* a kernel launched */
+	const char *ret;        /* just after the last `return` of the body's level, or NULL */
+};
 
-	if (!c_definition(x, name, &a, &b, &body, &end))
-		return 0;
+static void body_writes(struct ctx *x, const char *body, const char *end, struct writes *o)
+{
+	int d = 0;
+
+	memset(o, 0, sizeof *o);
 	for (const char *p = body; p < end; p++) {
 		if (*p == '{')
 			d++;
@@ -1414,7 +1389,7 @@ static int export_drops_kernel(struct ctx *x, const char *name, const char **kna
 		while (p < end && is_cident(*p))
 			p++;
 		if (d == 1 && p - w == 6 && !memcmp(w, "return", 6))
-			ret = p;
+			o->ret = p;
 		const struct kernel *k = kernel_named(x, w, (size_t)(p - w));
 		const char *q, *next;
 		if (!k || !(q = c_launch(p, end, &next)) || !(q = memmem(q, (size_t)(end - q), ">>>", 3))) {
@@ -1428,27 +1403,40 @@ static int export_drops_kernel(struct ctx *x, const char *name, const char **kna
 		const char *st[32], *en[32];
 		unsigned wr = kernel_writes(x, k);
 		int n = c_items(q, c_close(q, end), st, en, 32);
-		launches++;
-		*kname = k->name;
-		for (int i = 0; i < n && nout < 16; i++)
-			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &out[nout], &outn[nout]) == 0)
-				nout++;
+		o->launches++;
+		o->kname = k->name;
+		for (int i = 0; i < n && o->count < 16; i++)
+			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &o->v[o->count], &o->n[o->count]) == 0)
+				o->count++;
 	}
-	if (!launches || !nout || !ret)
-		return 0;
 	/* a local pointer: what it was set from */
-	for (int i = 0, n0 = nout; i < n0 && nout < 16; i++)
-		for (const char *q = body; (q = memmem(q, (size_t)(end - q), out[i], outn[i])) != NULL; q++) {
-			const char *eq = c_ws(q + outn[i], end);
+	for (int i = 0, n0 = o->count; i < n0 && o->count < 16; i++)
+		for (const char *q = body; (q = memmem(q, (size_t)(end - q), o->v[i], o->n[i])) != NULL; q++) {
+			const char *eq = c_ws(q + o->n[i], end);
 			if ((q > body && is_cident(q[-1])) || eq >= end || *eq != '=' || eq[1] == '=')
 				continue;
 			const char *semi = memchr(eq, ';', (size_t)(end - eq));
 			if (semi && (c_mentions(eq, semi, "data_ptr", 8) || c_mentions(eq, semi, "data", 4)) &&
-			    c_arg_var(eq + 1, semi, &out[nout], &outn[nout]) == 0)
-				nout++;
+			    c_arg_var(eq + 1, semi, &o->v[o->count], &o->n[o->count]) == 0)
+				o->count++;
 			break;
 		}
-	const char *r = c_ws(ret, end), *semi = memchr(r, ';', (size_t)(end - r));
+}
+
+/* Does exported function `name` launch a kernel and then return an at:: or torch:: result
+ * that reads none of what the kernel wrote (`launch(x, y); return at::relu(x);`)? The line
+ * of that return, else 0. */
+static int export_drops_kernel(struct ctx *x, const char *name, const char **kname)
+{
+	const char *a, *b, *body, *end;
+	struct writes w;
+
+	if (!c_definition(x, name, &a, &b, &body, &end))
+		return 0;
+	body_writes(x, body, end, &w);
+	if (!w.launches || !w.count || !w.ret)
+		return 0;
+	const char *r = c_ws(w.ret, end), *semi = memchr(r, ';', (size_t)(end - r));
 	if (!semi || (strncmp(r, "at::", 4) && strncmp(r, "torch::", 7)))
 		return 0;
 	const char *paren = memchr(r, '(', (size_t)(semi - r)), *f = paren;
@@ -1461,10 +1449,58 @@ static int export_drops_kernel(struct ctx *x, const char *name, const char **kna
 	free(callee);
 	if (alloc)
 		return 0;
-	for (int i = 0; i < nout; i++)
-		if (c_mentions(r, semi, out[i], outn[i]))
+	for (int i = 0; i < w.count; i++)
+		if (c_mentions(r, semi, w.v[i], w.n[i]))
 			return 0;
-	return cuda_line(x, (size_t)(ret - x->cuda.p));
+	*kname = w.kname;
+	return cuda_line(x, (size_t)(w.ret - x->cuda.p));
+}
+
+/* Works the definition of `name` in place: it returns one of its parameters, and what its
+ * kernels write includes that parameter (or what they write is not known)? */
+static int works_in_place(struct ctx *x, const char *name)
+{
+	const char *a, *b, *body, *end, *v;
+	size_t vn;
+	struct writes w;
+
+	if (!c_definition(x, name, &a, &b, &body, &end) || !returns_param(a, b, body, end, &v, &vn))
+		return 0;
+	body_writes(x, body, end, &w);
+	for (int i = 0; i < w.count; i++)
+		if (w.n[i] == vn && !memcmp(w.v[i], v, vn))
+			return 1;
+	return !w.count;
+}
+
+/* Does the exported function `name` return a value (its C++ declaration's type ends in
+ * Tensor or >), rather than work in place (void, or a definition that returns the
+ * parameter its kernel writes)? 0 when unknown. */
+static int export_returns(struct ctx *x, const char *name)
+{
+	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
+		const char *a = q + n, *b = q;
+		q += n;
+		if ((b > s && is_cident(b[-1])) || (a < end && is_cident(*a)))
+			continue;
+		while (a < end && (*a == ' ' || *a == '\t'))
+			a++;
+		if (a >= end || *a != '(')
+			continue;
+		while (b > s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n'))
+			b--;
+		const char *w = b;
+		while (w > s && is_cident(w[-1]))
+			w--;
+		if (b - w == 4 && !memcmp(w, "void", 4))
+			return 0;
+		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
+			return !works_in_place(x, name);
+	}
+	return 0;
 }
 
 /* Is the name assigned at logical line l written over before it is read: its next
