@@ -410,13 +410,12 @@ static void find_cuda(struct ctx *x)
 /* The source line of offset `at` of the CUDA text: its string literal's line, plus the
  * newlines before it in a triple-quoted literal. Lookups in increasing order reuse the last
  * count, so walking many kernels of one literal stays linear. */
-static int cuda_line(struct ctx *x, size_t at)
+/* The index into cuda_str of the string literal that offset `at` of the CUDA text comes
+ * from (at >= the first one's offset; ncuda_str > 0) */
+static size_t cuda_string_at(const struct ctx *x, size_t at)
 {
-	const struct pysrc *p = &x->p;
 	size_t lo = 0, hi = x->ncuda_str;
 
-	if (x->ncuda_str == 0 || x->cuda_at[x->cuda_str[0]] > at)
-		return 1;
 	while (hi - lo > 1) {           /* cuda_at[cuda_str[lo]] <= at */
 		size_t mid = (lo + hi) / 2;
 		if (x->cuda_at[x->cuda_str[mid]] <= at)
@@ -424,7 +423,16 @@ static int cuda_line(struct ctx *x, size_t at)
 		else
 			hi = mid;
 	}
-	int best = x->cuda_str[lo];
+	return lo;
+}
+
+static int cuda_line(struct ctx *x, size_t at)
+{
+	const struct pysrc *p = &x->p;
+
+	if (x->ncuda_str == 0 || x->cuda_at[x->cuda_str[0]] > at)
+		return 1;
+	int best = x->cuda_str[cuda_string_at(x, at)];
 	if (!(p->str[best].flags & PYSRC_STR_TRIPLE))
 		return p->str[best].line;
 	if (x->line_str != best || x->line_at > at) {
@@ -1051,10 +1059,23 @@ static const char *c_launch(const char *p, const char *e, const char **next)
 	return e - p >= 3 && !memcmp(p, "<<<", 3) ? p + 3 : NULL;
 }
 
+/* Is offset `at` of the CUDA text in a string literal that holds code (a ';' or a '{'), not
+ * one that holds a name or a flag (name="relu_kernel", "-O3")? */
+static int in_code(const struct ctx *x, size_t at)
+{
+	if (x->ncuda_str == 0 || x->cuda_at[x->cuda_str[0]] > at)
+		return 0;
+	size_t i = cuda_string_at(x, at);
+	size_t a = x->cuda_at[x->cuda_str[i]];
+	size_t b = i + 1 < x->ncuda_str ? x->cuda_at[x->cuda_str[i + 1]] : x->cuda.len;
+	return memchr(x->cuda.p + a, ';', b - a) || memchr(x->cuda.p + a, '{', b - a);
+}
+
 /* Is the kernel `name` launched in the CUDA text: named before <<< (template arguments
- * allowed, name<float><<<...>>>), or taken as a value (cudaLaunchKernel((void *)name, ...), a
- * function pointer)? A name followed by '(' is its declaration (host code cannot call a
- * kernel), and one inside a C string or character literal is no use. */
+ * allowed, name<float><<<...>>>), or taken as a value in code (cudaLaunchKernel((void *)name,
+ * ...), a function pointer)? A name followed by '(' is its declaration (host code cannot call
+ * a kernel); one inside a C string or character literal, or in a Python string that is no
+ * code (load_inline's name="relu_kernel"), is no use. */
 static int kernel_launched(const struct ctx *x, const char *name)
 {
 	const char *s = x->cuda.p, *e = s + x->cuda.len;
@@ -1077,7 +1098,7 @@ static int kernel_launched(const struct ctx *x, const char *name)
 			continue;
 		}
 		const char *q;
-		if (c_launch(p, e, &q) || q >= e || *q != '(')
+		if (c_launch(p, e, &q) || ((q >= e || *q != '(') && in_code(x, (size_t)(a - s))))
 			return 1;
 		p--;
 	}
