@@ -407,9 +407,6 @@ static void find_cuda(struct ctx *x)
 	}
 }
 
-/* The source line of offset `at` of the CUDA text: its string literal's line, plus the
- * newlines before it in a triple-quoted literal. Lookups in increasing order reuse the last
- * count, so walking many kernels of one literal stays linear. */
 /* The index into cuda_str of the string literal that offset `at` of the CUDA text comes
  * from (at >= the first one's offset; ncuda_str > 0) */
 static size_t cuda_string_at(const struct ctx *x, size_t at)
@@ -426,6 +423,9 @@ static size_t cuda_string_at(const struct ctx *x, size_t at)
 	return lo;
 }
 
+/* The source line of offset `at` of the CUDA text: its string literal's line, plus the
+ * newlines before it in a triple-quoted literal. Lookups in increasing order reuse the last
+ * count, so walking many kernels of one literal stays linear. */
 static int cuda_line(struct ctx *x, size_t at)
 {
 	const struct pysrc *p = &x->p;
