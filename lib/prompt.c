@@ -345,10 +345,25 @@ const char *prompt_chat_name(enum prompt_chat chat)
 
 char *prompt_chat_wrap(const char *user, enum prompt_chat chat)
 {
-	if (chat == PROMPT_CHAT_NONE)
+	return prompt_chat_wrap_system(NULL, user, chat, NULL, 0);
+}
+
+char *prompt_chat_wrap_system(const char *system, const char *user, enum prompt_chat chat,
+                              char *err, size_t errlen)
+{
+	if (chat == PROMPT_CHAT_NONE) {
+		if (system) {
+			errmsg_set(err, errlen, "system needs a chat template's turn "
+			           "(--template none has none)");
+			return NULL;
+		}
 		return xstrdup(user);
-	/* Qwen3: one user turn, then the generation prompt; no system message. */
-	return xasprintf("<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", user);
+	}
+	/* Qwen3: the system turn when there is one (no default), the user turn, then the
+	 * generation prompt */
+	return xasprintf("%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n",
+	                 system ? "<|im_start|>system\n" : "", system ? system : "",
+	                 system ? "<|im_end|>\n" : "", user);
 }
 
 char *prompt_chat_answer(const char *response, enum prompt_chat chat, int empty_think)

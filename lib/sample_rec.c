@@ -71,7 +71,7 @@ int sample_rec_check_infill(const struct prompt_template *t, const char *why, ch
 	return 0;
 }
 
-static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref, char *err,
+static char *fill_ref(struct sample_rec *s, const json_t *rec, const char *ref, char *err,
                         size_t errlen)
 {
 	const char *prefix = json_get_str(rec, "prefix"), *suffix = json_get_str(rec, "suffix");
@@ -96,7 +96,7 @@ static char *render_ref(struct sample_rec *s, const json_t *rec, const char *ref
 			return NULL;
 	}
 	keys[n] = "ref", vals[n++] = ref;
-	return prompt_render(*t, keys, vals, n, s->chat, err, errlen);
+	return prompt_fill(*t, keys, vals, n, err, errlen);
 }
 
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n, char *err,
@@ -141,7 +141,7 @@ int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **textp
  * absent; null reads as absent. */
 static int field_types(const json_t *rec, char *err, size_t errlen)
 {
-	static const char *const strs[] = { "ref", "prompt", "prefix", "suffix" };
+	static const char *const strs[] = { "ref", "prompt", "prefix", "suffix", "system" };
 	const json_t *v;
 
 	for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
@@ -161,7 +161,7 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 {
 	const char *ref = json_get_str(rec, "ref"), *prompt = json_get_str(rec, "prompt");
 	const json_t *pids = json_object_get(rec, "prompt_ids");
-	char *text;
+	char *user, *text;
 	size_t len;
 	int r;
 
@@ -174,6 +174,10 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 		return -1;
 	}
 	if (!ref && !prompt) {
+		if (json_is_array(pids) && json_get_str(rec, "system")) {
+			snprintf(err, errlen, "system beside prompt_ids, which are fed as they are");
+			return -1;
+		}
 		if (json_is_array(pids))
 			return ids_from_array(pids, ids, n, err, errlen);
 		snprintf(err, errlen, "record has no ref, prompt or prompt_ids");
@@ -183,7 +187,11 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 		snprintf(err, errlen, "no tokenizer in the checkpoint for a text prompt");
 		return -1;
 	}
-	text = ref ? render_ref(s, rec, ref, err, errlen) : prompt_chat_wrap(prompt, s->chat);
+	user = ref ? fill_ref(s, rec, ref, err, errlen) : xstrdup(prompt);
+	if (!user)
+		return -1;
+	text = prompt_chat_wrap_system(json_get_str(rec, "system"), user, s->chat, err, errlen);
+	free(user);
 	if (!text)
 		return -1;
 	r = tokenizer_encode(s->tok, text, strlen(text), ids, &len);

@@ -10,8 +10,10 @@
  * A user template (template_path, dice-sample --prompt-template) replaces whichever built-in
  * a ref record would use; it is filled with the same placeholders. A `ref` of white space
  * alone is the record's error (no code to write a kernel for), as an empty .py file is.
- * Chat wrapping is Qwen3's unless chat is PROMPT_CHAT_NONE (--template none). Text is
- * encoded with the tokenizer's added tokens recognised, and no BOS (SPEC §1.2).
+ * Chat wrapping is Qwen3's unless chat is PROMPT_CHAT_NONE (--template none); a `system`
+ * string puts a system turn before the user turn, as dice-sft renders one (lib/sft.h), and
+ * is the record's error where there is no turn for it (PROMPT_CHAT_NONE, prompt_ids). Text
+ * is encoded with the tokenizer's added tokens recognised, and no BOS (SPEC §1.2).
  */
 #ifndef DICE_SAMPLE_REC_H
 #define DICE_SAMPLE_REC_H
@@ -50,8 +52,8 @@ int sample_rec_check_infill(const struct prompt_template *t, const char *why, ch
 json_t *sample_rec_from_py(const char *name, const char *data, size_t len);
 
 /* The prompt ids of rec into *ids (xmalloc'ed), *n. 0, or -1 with a message in err: no
- * prompt field, one of the wrong type (null counts as absent), a blank ref, an id outside
- * the vocabulary, a prompt of ctx tokens or more. */
+ * prompt field, one of the wrong type (null counts as absent), a blank ref, a system with
+ * no turn to go in, an id outside the vocabulary, a prompt of ctx tokens or more. */
 int sample_rec_prompt(struct sample_rec *s, const json_t *rec, int **ids, int *n,
                       char *err, size_t errlen);
 
