@@ -79,7 +79,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 		return -1;
 	buf_init(&b);
 	if (msgs) {
-		size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;
+		size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0, users = 0;
 		const json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
 		const char *role = last ? json_get_str(last, "role") : NULL;
 		if (!role || strcmp(role, "assistant") || !(resp = json_get_str(last, "content"))) {
@@ -97,7 +97,13 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 				buf_free(&b);
 				return -1;
 			}
+			users += !strcmp(r, "user");
 			turn(&b, r, c);
+		}
+		if (!users) {           /* Qwen3's template refuses it: "no user query" */
+			snprintf(err, errlen, "\"messages\" has no user message before the response");
+			buf_free(&b);
+			return -1;
 		}
 	} else {
 		const char *sys = json_get_str(rec, "system"), *p = json_get_str(rec, "prompt");

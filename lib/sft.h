@@ -1,7 +1,8 @@
 /* sft: data for block-diffusion supervised fine-tuning (SPEC §1.3, §5.5).
  *
  * Records -> samples: a record is {"prompt", "response"} (optional "system"), or
- * {"messages": [{"role", "content"}...]} whose last message is the assistant's response, or
+ * {"messages": [{"role", "content"}...]} whose last message is the assistant's response and
+ * which holds a user message before it (Qwen3's template refuses one without), or
  * pre-tokenised {"prompt_ids": [...], "response_ids": [...]} (used as given: no template, no
  * think block). A record is one form: "messages" beside "prompt", "response" or "system",
  * or "prompt_ids"/"response_ids" beside any of those or "messages", is a bad record. A
