@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,7 +60,8 @@ static const char usage_text[] =
 	"  -y, --dry-run           write the record that would be sampled: prompt, prompt_ids\n"
 	"                          (reads -m -I -c -F --kernelbench -L --problems -o -U)\n"
 	"  -o, --output FILE       write to FILE instead of stdout\n"
-	"  -U, --unbuffered        flush after every record (or .py text)\n"
+	"  -U, --unbuffered        flush after every record (or .py text); sample what a\n"
+	"                          pipe gave whenever it has nothing more yet\n"
 	"  -v, --progress          progress on stderr even when it is not a terminal\n"
 	"  -h, --help              show this help\n"
 	"  -V, --version           show the version\n";
@@ -319,6 +321,23 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 static int output_dead(const struct state *st)
 {
 	return st->w.failed || ferror(st->out);
+}
+
+/* -U: the input (a pipe, a FIFO) is open and has nothing to read: the samples queued are
+ * drawn and written now, so that a coprocess that waits for a result before it sends the next
+ * record is served; with nothing queued, a wait of up to 1 s on the input. -1 once the output
+ * is gone: no more reading. */
+static int on_idle(int fd, void *arg)
+{
+	struct state *st = arg;
+
+	if (st->njobs && !output_dead(st)) {
+		flush(st);
+	} else if (!output_dead(st)) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		poll(&p, 1, 1000);
+	}
+	return output_dead(st) ? -1 : 0;
 }
 
 /* a record to sample (an input line's, or a --kernelbench problem's); -1: stop reading */
@@ -912,6 +931,8 @@ int main(int argc, char **argv)
 	st.headers = !st.jsonl && (long)npy * st.samples > 1;
 	if (kb.path)            /* no operands then (kb_select) */
 		kb_each(&kb, queue_record, &st);
+	if (unbuffered)
+		input_set_idle(on_idle, &st);
 	for (int i = 0; i < nops && !output_dead(&st); i++) {
 		if (input_is_py(ops_v[i])) {
 			if (input_each_file(ops_v[i], on_py, &st) != 0)
@@ -920,6 +941,7 @@ int main(int argc, char **argv)
 			st.ret = 1;
 		}
 	}
+	input_set_idle(NULL, NULL);
 	if (!output_dead(&st))
 		flush(&st);
 	if (st.progress && st.queued)
