@@ -23,10 +23,11 @@
 
 static const char usage_text[] =
 	"usage: dice-sft -m INIT_DIR -o OUT_DIR [options] [file ...]\n"
-	"       dice-sft --init CONFIG.json -o OUT_DIR [-s SEED] [-t TOKENIZER_DIR]\n"
+	"       dice-sft --init CONFIG.json -o OUT_DIR [-q] [-s SEED] [-t TOKENIZER_DIR]\n"
 	"  -m, --model DIR         checkpoint to start from (HF directory; default $DICE_MODEL)\n"
 	"  -o, --output DIR        where checkpoints and the training state go\n"
 	"  -i, --init CONFIG.json  write a randomly initialised checkpoint to -o and exit\n"
+	"                          (reads -o -s -t -q; any other option: usage error)\n"
 	"  -t, --tokenizer DIR     tokenizer files (default: the model directory)\n"
 	"  -e, --epochs N          passes over the data (3)\n"
 	"  -n, --max-steps N       stop after N optimizer steps (0: no cap)\n"
@@ -89,6 +90,9 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 static const char shortopts[] = "m:o:i:t:e:n:l:w:S:b:a:L:s:d:D:g:k:rRT1:2:E:W:c:x:qhV";
+/* The options --init reads; any other (a training option) is a usage error with it, as are
+ * operands: it writes a random checkpoint and exits, training nothing. */
+static const int init_reads[] = { 'i', 'o', 's', 't', 'q', 0 };
 
 static _Noreturn void usage(int status)
 {
@@ -216,6 +220,7 @@ int main(int argc, char **argv)
 	unsigned long long seed = 42;
 	double warmup = 0.03;
 	int resume = 0, recompute = 0, think = 1, quiet = 0, ret = 0, opt;
+	unsigned char given[256] = { 0 };       /* the options given, by letter */
 	struct optim_opts oo;
 	char err[512];
 
@@ -224,6 +229,8 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
+		if (opt > 0 && opt < (int)sizeof given)
+			given[opt] = 1;
 		switch (opt) {
 		case 'm': model_dir = optarg; break;
 		case 'o': out = cli_nonempty('o', "a directory", optarg); break;
@@ -267,6 +274,16 @@ int main(int argc, char **argv)
 			usage(EXIT_STATUS_USAGE);
 		}
 	}
+	if (init) {
+		const char *o = cli_unread(longopts, given, sizeof given, init_reads);
+		if (o)
+			die_status(EXIT_STATUS_USAGE, "--%s has no effect with --init, which writes "
+			           "a random checkpoint and exits (train it in a second run: -m DIR)", o);
+		if (optind < argc)
+			die_status(EXIT_STATUS_USAGE, "--init writes a random checkpoint and exits: "
+			           "unexpected operand '%s' (train it in a second run: -m DIR)",
+			           argv[optind]);
+	}
 	if (!out && !(dump && model_dir))
 		usage(EXIT_STATUS_USAGE);
 	/* -o is written at the end: one that cannot be is said now, not after the training */
@@ -286,8 +303,9 @@ int main(int argc, char **argv)
 		mi.tokenizer_dir = tok_dir;
 		if (checkpoint_init_random(out, &cfg, &mi, err, sizeof err) < 0)
 			die("%s", err);
-		warn_msg("wrote a random %s model (%zu parameters, seed %llu) to %s",
-		         cfg.model_type, config_nparams(&cfg), seed, out);
+		if (!quiet)
+			warn_msg("wrote a random %s model (%zu parameters, seed %llu) to %s",
+			         cfg.model_type, config_nparams(&cfg), seed, out);
 		return 0;
 	}
 	if (!model_dir && !resume)
