@@ -232,10 +232,10 @@ int main(int argc, char **argv)
 		if (opt > 0 && opt < (int)sizeof given)
 			given[opt] = 1;
 		switch (opt) {
-		case 'm': model_dir = optarg; break;
+		case 'm': model_dir = cli_nonempty(opt, "a checkpoint directory", optarg); break;
 		case 'o': out = cli_nonempty('o', "a directory", optarg); break;
-		case 'i': init = optarg; break;
-		case 't': tok_dir = optarg; break;
+		case 'i': init = cli_nonempty(opt, "a config.json", optarg); break;
+		case 't': tok_dir = cli_nonempty(opt, "a tokenizer directory", optarg); break;
 		case 'e': epochs = cli_long("--epochs", optarg, 1, 1000000); break;
 		case 'n': max_steps = cli_long("--max-steps", optarg, 0, 1L << 30); break;
 		case 'l': oo.lr = (float)cli_double("--lr", optarg, 0, 10); break;
@@ -256,7 +256,7 @@ int main(int argc, char **argv)
 		case 's': seed = (unsigned long long)cli_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
 		case 'd': device = optarg; break;
 		case 'D': dtype_name = optarg; break;
-		case 'g': log_path = optarg; break;
+		case 'g': log_path = cli_nonempty(opt, "a file name", optarg); break;
 		case 'k': save_every = cli_long("--save-every", optarg, 0, 1L << 30); break;
 		case 'r': resume = 1; break;
 		case 'R': recompute = 1; break;
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 		case 'E': oo.eps = (float)cli_double("--adam-eps", optarg, 0, 1); break;
 		case 'W': oo.weight_decay = (float)cli_double("--weight-decay", optarg, 0, 10); break;
 		case 'c': oo.clip = (float)cli_double("--clip", optarg, 0, 1e9); break;
-		case 'x': dump = optarg; break;
+		case 'x': dump = cli_nonempty(opt, "a file name", optarg); break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(0);
 		case 'V': cli_version();
