@@ -290,7 +290,7 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	if (!ok)                        /* once, whatever --samples */
 		warn_msg("%s: %s", where, err);
 	if (ok && !st->ctx_warned && (long)n + st->o.max_tokens > st->sr.ctx) {
-		warn_msg("warning: %s: a prompt of %d tokens plus --max-tokens %d passes the model's "
+		warn_msg("%s: warning: a prompt of %d tokens plus --max-tokens %d passes the model's "
 		         "context (%d): tokens past it are sampled at positions it was not trained "
 		         "for (said once)", where, n, st->o.max_tokens, st->sr.ctx);
 		st->ctx_warned = 1;
