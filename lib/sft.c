@@ -34,7 +34,8 @@ static char *response_text(const char *resp, int think)
 	struct buf b;
 
 	buf_init(&b);
-	if (think && strncmp(resp, "<think>", 7))
+	/* LLaMA-Factory's ReasoningTemplate: only a response without think tags gets one */
+	if (think && !strstr(resp, "<think>") && !strstr(resp, "</think>"))
 		buf_adds(&b, THINK_EMPTY);
 	buf_adds(&b, resp);
 	buf_adds(&b, "<|im_end|>\n");

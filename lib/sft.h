@@ -11,8 +11,8 @@
  *     prompt   = [<|im_start|>system\n{system}<|im_end|>\n] <|im_start|>user\n{prompt}<|im_end|>\n
  *                <|im_start|>assistant\n
  *     response = [<think>\n\n</think>\n\n] {response}<|im_end|>\n
- * The empty think block is prepended unless think is off or the response already starts
- * with "<think>". Prompt and response are tokenised separately (special tokens recognised).
+ * The empty think block is prepended unless think is off or the response holds a think tag
+ * ("<think>" or "</think>", anywhere: LLaMA-Factory's ReasoningTemplate rule). Prompt and response are tokenised separately (special tokens recognised).
  * A sample longer than max_len tokens (before padding) is dropped and counted; a kept sample
  * is padded with pad_id to a multiple of the block size, and the pads are labels.
  *

@@ -49,6 +49,19 @@ static void test_render(void)
 	CHECK_STR(r, "<think>x</think>y<|im_end|>\n", "an existing think block is kept as is");
 	free(p), free(r);
 	json_decref(rec);
+	/* a think tag anywhere, not only at the start, is a think block of its own (LLaMA-Factory
+	 * adds the empty one only where neither tag is): none is put before it */
+	rec = json_loads("{\"prompt\":\"a\",\"response\":\"\\n<think>\\nx\\n</think>\\n\\ny\"}", 0,
+	                 NULL);
+	sft_render(rec, 1, &p, &r, err, sizeof err);
+	CHECK_STR(r, "\n<think>\nx\n</think>\n\ny<|im_end|>\n", "a think block after a newline");
+	free(p), free(r);
+	json_decref(rec);
+	rec = json_loads("{\"prompt\":\"a\",\"response\":\"x</think>\\n\\ny\"}", 0, NULL);
+	sft_render(rec, 1, &p, &r, err, sizeof err);
+	CHECK_STR(r, "x</think>\n\ny<|im_end|>\n", "a closing think tag alone");
+	free(p), free(r);
+	json_decref(rec);
 	rec = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\","
 	                 "\"content\":\"a1\"},{\"role\":\"user\",\"content\":\"q2\"},{\"role\":"
 	                 "\"assistant\",\"content\":\"a2\"}]}", 0, NULL);
