@@ -122,6 +122,7 @@ static int task_prompt(struct rl_runner *r, const json_t *rec, int infill, int *
 		/* a pre-tokenised prompt is used as given */
 		json_object_del(c, "ref");
 		json_object_del(c, "prompt");
+		json_object_del(c, "messages");
 	}
 	if (!infill) {
 		json_object_del(c, "prefix");

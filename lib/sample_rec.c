@@ -6,6 +6,7 @@
 #include "extract.h"
 #include "jsonl.h"
 #include "sample_rec.h"
+#include "sft.h"
 #include "util.h"
 
 void sample_rec_init(struct sample_rec *s, struct tokenizer *tok, enum prompt_chat chat, int infill)
@@ -153,7 +154,42 @@ static int field_types(const json_t *rec, char *err, size_t errlen)
 		snprintf(err, errlen, "prompt_ids is not an array of token ids");
 		return -1;
 	}
+	if ((v = json_object_get(rec, "messages")) && !json_is_array(v) && !json_is_null(v)) {
+		snprintf(err, errlen, "messages is not an array of {role, content}");
+		return -1;
+	}
 	return 0;
+}
+
+/* The prompt of a messages record (an SFT pair, chat style): its turns as dice-sft renders
+ * them for training (sft_render), less a last assistant message (the response this sample
+ * stands in for), then the generation prompt. New string, or NULL with a message in err. */
+static char *messages_prompt(const json_t *rec, enum prompt_chat chat, char *err,
+                             size_t errlen)
+{
+	const json_t *msgs = json_object_get(rec, "messages");
+	size_t n = json_array_size(msgs);
+	const char *last = n ? json_get_str(json_array_get(msgs, n - 1), "role") : NULL;
+	json_t *c = json_copy((json_t *)rec);
+	char *prompt = NULL, *response;
+
+	if (chat == PROMPT_CHAT_NONE) {
+		snprintf(err, errlen, "messages need a chat template's turns (--template none has "
+		         "none)");
+	} else {
+		if (!last || strcmp(last, "assistant")) {       /* a turn to answer: an empty one */
+			json_t *m = json_copy((json_t *)msgs);
+			json_array_append_new(m, json_pack("{s:s, s:s}", "role", "assistant",
+			                                   "content", ""));
+			json_object_set_new(c, "messages", m);
+		}
+		if (sft_render(c, 0, &prompt, &response, err, errlen) == 0)
+			free(response);
+		else
+			prompt = NULL;
+	}
+	json_decref(c);
+	return prompt;
 }
 
 static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, int **ids,
@@ -161,6 +197,7 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 {
 	const char *ref = json_get_str(rec, "ref"), *prompt = json_get_str(rec, "prompt");
 	const json_t *pids = json_object_get(rec, "prompt_ids");
+	int msgs = json_is_array(json_object_get(rec, "messages"));
 	char *user, *text;
 	size_t len;
 	int r;
@@ -173,25 +210,30 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 		snprintf(err, errlen, "ref is empty");     /* cuke-filter's words */
 		return -1;
 	}
-	if (!ref && !prompt) {
+	if (!ref && !prompt && !msgs) {
 		if (json_is_array(pids) && json_get_str(rec, "system")) {
 			snprintf(err, errlen, "system beside prompt_ids, which are fed as they are");
 			return -1;
 		}
 		if (json_is_array(pids))
 			return ids_from_array(pids, ids, n, err, errlen);
-		snprintf(err, errlen, "record has no ref, prompt or prompt_ids");
+		snprintf(err, errlen, "record has no ref, prompt, messages or prompt_ids");
 		return -1;
 	}
 	if (!s->tok) {
 		snprintf(err, errlen, "no tokenizer in the checkpoint for a text prompt");
 		return -1;
 	}
-	user = ref ? fill_ref(s, rec, ref, err, errlen) : xstrdup(prompt);
-	if (!user)
-		return -1;
-	text = prompt_chat_wrap_system(json_get_str(rec, "system"), user, s->chat, err, errlen);
-	free(user);
+	if (!ref && !prompt) {
+		text = messages_prompt(rec, s->chat, err, errlen);
+	} else {
+		user = ref ? fill_ref(s, rec, ref, err, errlen) : xstrdup(prompt);
+		if (!user)
+			return -1;
+		text = prompt_chat_wrap_system(json_get_str(rec, "system"), user, s->chat, err,
+		                               errlen);
+		free(user);
+	}
 	if (!text)
 		return -1;
 	r = tokenizer_encode(s->tok, text, strlen(text), ids, &len);
