@@ -51,6 +51,51 @@ int jsonl_read_line(struct jsonl_reader *r)
 	}
 }
 
+/* A copy of the JSON text s[0..n) in which each integer past int64 (a 64-bit unsigned hash)
+ * is written as a real ("N.0"), the one way jansson reads it; every other number stays as it
+ * is, so a record's other integers (its level, its prompt_ids) stay integers. New string
+ * (*outlen bytes). */
+static char *big_ints_as_reals(const char *s, size_t n, size_t *outlen)
+{
+	struct buf b;
+	size_t i = 0;
+
+	buf_init(&b);
+	while (i < n) {
+		if (s[i] == '"') {                      /* a string: copied to its end */
+			size_t j = i + 1;
+			while (j < n && s[j] != '"')
+				j += s[j] == '\\' ? 2 : 1;
+			j = j < n ? j + 1 : n;
+			buf_add(&b, s + i, j - i);
+			i = j;
+		} else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+			size_t j = i;
+			int integer = 1;
+			while (j < n && strchr("0123456789+-.eE", s[j])) {
+				integer &= !strchr(".eE", s[j]);
+				j++;
+			}
+			buf_add(&b, s + i, j - i);
+			if (integer) {
+				char *tok = xstrndup(s + i, j - i);
+				errno = 0;
+				(void)strtoll(tok, NULL, 10);
+				if (errno == ERANGE)
+					buf_adds(&b, ".0");
+				free(tok);
+			}
+			i = j;
+		} else {
+			buf_add(&b, s + i, 1);
+			i++;
+		}
+	}
+	char *out = buf_detach(&b, outlen);
+	buf_free(&b);                   /* buf_detach re-inits it */
+	return out;
+}
+
 int jsonl_parse_line(struct jsonl_reader *r, json_t **rec)
 {
 	json_error_t e;
@@ -71,10 +116,17 @@ int jsonl_parse_line(struct jsonl_reader *r, json_t **rec)
 		return -1;
 	}
 	v = json_loadb(r->line, r->len, 0, &e);
-	if (!v && json_error_code(&e) == json_error_numeric_overflow)
-		/* valid JSON all the same (a 64-bit hash as an id): read as a double; the
-		 * writers that add a field keep the line's own bytes */
-		v = json_loadb(r->line, r->len, JSON_DECODE_INT_AS_REAL, &e);
+	if (!v && json_error_code(&e) == json_error_numeric_overflow) {
+		/* valid JSON all the same (a 64-bit hash as an id): that number read as a
+		 * double, the others as they are (all read as doubles, prompt_ids were no
+		 * token ids and every integer was written back as a real); the writers that
+		 * add a field keep the line's own bytes */
+		size_t n;
+		char *t = big_ints_as_reals(r->line, r->len, &n);
+		if (!(v = json_loadb(t, n, 0, NULL)))
+			v = json_loadb(r->line, r->len, JSON_DECODE_INT_AS_REAL, &e);
+		free(t);
+	}
 	if (!v) {
 		if (json_error_code(&e) == json_error_null_character)
 			snprintf(r->err, sizeof r->err, "a string at column %d holds \\u0000 (NUL), "
