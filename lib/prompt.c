@@ -351,6 +351,8 @@ char *prompt_chat_wrap(const char *user, enum prompt_chat chat)
 char *prompt_chat_wrap_system(const char *system, const char *user, enum prompt_chat chat,
                               char *err, size_t errlen)
 {
+	if (system && !*system)         /* an empty system is none, as dice-sft renders it */
+		system = NULL;
 	if (chat == PROMPT_CHAT_NONE) {
 		if (system) {
 			errmsg_set(err, errlen, "system needs a chat template's turn "

@@ -49,9 +49,10 @@ size_t prompt_nplaceholders(const struct prompt_template *t);
 const char *prompt_placeholder(const struct prompt_template *t, size_t i);
 /* 1 when name is a placeholder of t. */
 int prompt_has_placeholder(const struct prompt_template *t, const char *name);
-/* prompt_chat_wrap with a system turn before the user's when system is not NULL (QWEN3:
- * <|im_start|>system\n{system}<|im_end|>\n, as dice-sft renders a record's "system"). NONE
- * has no turns: NULL with a message in err when system is given. New string. */
+/* prompt_chat_wrap with a system turn before the user's when system is neither NULL nor ""
+ * (QWEN3: <|im_start|>system\n{system}<|im_end|>\n, as dice-sft renders a record's "system";
+ * an empty one is none). NONE has no turns: NULL with a message in err when system is given.
+ * New string. */
 char *prompt_chat_wrap_system(const char *system, const char *user, enum prompt_chat chat,
                               char *err, size_t errlen);
 /* The file the template was read from. */

@@ -99,7 +99,8 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 				return -1;
 			}
 			users += !strcmp(r, "user");
-			turn(&b, r, c);
+			if (strcmp(r, "system") || *c)  /* an empty system is none (LLaMA-Factory) */
+				turn(&b, r, c);
 		}
 		if (!users) {           /* Qwen3's template refuses it: "no user query" */
 			snprintf(err, errlen, "\"messages\" has no user message before the response");
@@ -120,7 +121,7 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 			buf_free(&b);
 			return -1;
 		}
-		if (sys)
+		if (sys && *sys)                /* an empty one is none, as LLaMA-Factory reads it */
 			turn(&b, "system", sys);
 		turn(&b, "user", p);
 	}

@@ -28,6 +28,19 @@ static int enc_bytes(void *ctx, const char *text, size_t len, int **ids, size_t 
 	return 0;
 }
 
+/* sft_render of the record json (think on): its prompt (response 0) or response (1) is want */
+static void render_one(const char *json, int response, const char *want, const char *name)
+{
+	char err[200], *p = NULL, *r = NULL;
+	json_t *rec = json_loads(json, 0, NULL);
+
+	CHECK(rec && sft_render(rec, 1, &p, &r, err, sizeof err) == 0, name);
+	if (p && r)
+		CHECK_STR(response ? r : p, want, name);
+	free(p), free(r);
+	json_decref(rec);
+}
+
 static void test_render(void)
 {
 	char err[200], *p, *r;
@@ -49,19 +62,19 @@ static void test_render(void)
 	CHECK_STR(r, "<think>x</think>y<|im_end|>\n", "an existing think block is kept as is");
 	free(p), free(r);
 	json_decref(rec);
+	/* an empty system is none, as LLaMA-Factory reads it (no empty system turn) */
+	render_one("{\"prompt\":\"a\",\"system\":\"\",\"response\":\"y\"}", 0,
+	           "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n", "empty system");
+	render_one("{\"messages\":[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\","
+	           "\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"y\"}]}", 0,
+	           "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n",
+	           "messages: empty system message");
 	/* a think tag anywhere, not only at the start, is a think block of its own (LLaMA-Factory
 	 * adds the empty one only where neither tag is): none is put before it */
-	rec = json_loads("{\"prompt\":\"a\",\"response\":\"\\n<think>\\nx\\n</think>\\n\\ny\"}", 0,
-	                 NULL);
-	sft_render(rec, 1, &p, &r, err, sizeof err);
-	CHECK_STR(r, "\n<think>\nx\n</think>\n\ny<|im_end|>\n", "a think block after a newline");
-	free(p), free(r);
-	json_decref(rec);
-	rec = json_loads("{\"prompt\":\"a\",\"response\":\"x</think>\\n\\ny\"}", 0, NULL);
-	sft_render(rec, 1, &p, &r, err, sizeof err);
-	CHECK_STR(r, "x</think>\n\ny<|im_end|>\n", "a closing think tag alone");
-	free(p), free(r);
-	json_decref(rec);
+	render_one("{\"prompt\":\"a\",\"response\":\"\\n<think>\\nx\\n</think>\\n\\ny\"}", 1,
+	           "\n<think>\nx\n</think>\n\ny<|im_end|>\n", "a think block after a newline");
+	render_one("{\"prompt\":\"a\",\"response\":\"x</think>\\n\\ny\"}", 1,
+	           "x</think>\n\ny<|im_end|>\n", "a closing think tag alone");
 	rec = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\","
 	                 "\"content\":\"a1\"},{\"role\":\"user\",\"content\":\"q2\"},{\"role\":"
 	                 "\"assistant\",\"content\":\"a2\"}]}", 0, NULL);
