@@ -177,6 +177,8 @@ static char *messages_prompt(const json_t *rec, enum prompt_chat chat, char *err
 		snprintf(err, errlen, "messages need a chat template's turns (--template none has "
 		         "none)");
 	} else {
+		json_object_del(c, "prompt");   /* --dry-run's text of them; no part of the prompt */
+		json_object_del(c, "response");
 		if (!last || strcmp(last, "assistant")) {       /* a turn to answer: an empty one */
 			json_t *m = json_copy((json_t *)msgs);
 			json_array_append_new(m, json_pack("{s:s, s:s}", "role", "assistant",
@@ -224,7 +226,7 @@ static int prompt_text(struct sample_rec *s, const json_t *rec, char **textp, in
 		snprintf(err, errlen, "no tokenizer in the checkpoint for a text prompt");
 		return -1;
 	}
-	if (!ref && !prompt) {
+	if (!ref && msgs) {     /* before prompt: --dry-run writes the rendered text there */
 		text = messages_prompt(rec, s->chat, err, errlen);
 	} else {
 		user = ref ? fill_ref(s, rec, ref, err, errlen) : xstrdup(prompt);

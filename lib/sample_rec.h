@@ -5,10 +5,10 @@
  *   - `ref` with `prefix`/`suffix` present, or --infill: the "infill" template ({{ref}}
  *     {{prefix}} {{suffix}}), chat-wrapped;
  *   - `ref`: the "kernelbench" template ({{ref}}), chat-wrapped;
- *   - `prompt` (string): that text as the user turn, chat-wrapped;
  *   - `messages` (array of {role, content}, an SFT pair chat style): its turns as dice-sft
  *     renders them (sft_render, lib/sft.h), less a last assistant message, then the
- *     assistant header (Qwen3 only);
+ *     assistant header (Qwen3 only); before `prompt`, where --dry-run writes its text;
+ *   - `prompt` (string): that text as the user turn, chat-wrapped;
  *   - `prompt_ids` (array of token ids): fed as they are (no tokenizer needed).
  * A user template (template_path, dice-sample --prompt-template) replaces whichever built-in
  * a ref record would use; it is filled with the same placeholders. A `ref` of white space
