@@ -211,11 +211,32 @@ const struct kbench_problem *kbench_tree_find_num(const struct kbench_tree *t, i
 	return NULL;
 }
 
+int kbench_find_level_num(const char *problem, int *level, int *num, const char **at)
+{
+	for (const char *s = problem; (s = strstr(s, "level")); s++) {
+		char *end;
+		long lv, nm;
+
+		if ((s != problem && s[-1] != '/') || !isdigit((unsigned char)s[5]))
+			continue;
+		lv = strtol(s + 5, &end, 10);
+		if (*end != '/' || !isdigit((unsigned char)end[1]) || lv > 99)
+			continue;
+		nm = strtol(end + 1, &end, 10);
+		if ((*end && *end != '_' && *end != '.') || nm > 1000000)
+			continue;
+		*level = (int)lv;
+		*num = (int)nm;
+		if (at)
+			*at = s;
+		return 0;
+	}
+	return -1;
+}
+
 const struct kbench_problem *kbench_tree_find(const struct kbench_tree *t, const char *problem)
 {
-	const char *s;
-	char *end;
-	long lv, nm;
+	int lv, nm;
 
 	for (size_t i = 0; t && i < t->n; i++) {
 		size_t n = strlen(t->p[i].path);
@@ -223,18 +244,8 @@ const struct kbench_problem *kbench_tree_find(const struct kbench_tree *t, const
 		    (!strncmp(t->p[i].path, problem, n - 3) && !problem[n - 3]))
 			return &t->p[i];
 	}
-	/* "levelN/NUM..." anywhere in the string */
-	for (s = problem; (s = strstr(s, "level")); s++) {
-		if (s != problem && s[-1] != '/')
-			continue;
-		lv = strtol(s + 5, &end, 10);
-		if (end == s + 5 || *end != '/')
-			continue;
-		nm = strtol(end + 1, &end, 10);
-		if (*end && *end != '_' && *end != '.')
-			continue;
-		return kbench_tree_find_num(t, (int)lv, (int)nm);
-	}
+	if (kbench_find_level_num(problem, &lv, &nm, NULL) == 0)
+		return kbench_tree_find_num(t, lv, nm);
 	return NULL;
 }
 
@@ -1700,7 +1711,7 @@ static int tally_check_eval(struct kbench_tally *t, const json_t *rec, const jso
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why)
 {
 	const json_t *ev = json_object_get(rec, "eval");
-	const char *prob = json_get_str(rec, "problem"), *id = json_get_str(rec, "id");
+	const char *prob = json_get_str(rec, "problem"), *id = json_get_str(rec, "id"), *at;
 	int level = -1, lv, nm, correct;
 	double sp = 0, num;
 	char key[64];
@@ -1710,11 +1721,10 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 		return -1;
 	}
 	json_level(rec, &level);
-	if (prob && kbench_parse_path(prob, &lv, &nm) == 0) {
-		const char *l = strstr(prob, "level");
-		prob = l ? l : prob;
-		if (level < 0)
-			level = lv;
+	/* "levelN/NUM...", as the evaluation finds it in the tree: that problem, that level */
+	if (prob && kbench_find_level_num(prob, &lv, &nm, &at) == 0) {
+		prob = at;
+		level = lv;
 	}
 	if (!prob && (json_get_num(rec, "problem", &num) || json_get_num(rec, "problem_id", &num))) {
 		snprintf(key, sizeof key, "level%d/%d", level, (int)num);
@@ -1752,19 +1762,9 @@ void kbench_warn_empty(const char *path, const char *level_arg, const char *prob
 static char *canon_key(int level, const char *key)
 {
 	int lv, nm;
-	const char *s = strstr(key, "level");
 
-	if (kbench_parse_path(key, &lv, &nm) == 0)
+	if (kbench_find_level_num(key, &lv, &nm, NULL) == 0)
 		return xasprintf("%d/%d", lv, nm);
-	if (s) {
-		char *end;
-		long l = strtol(s + 5, &end, 10);
-		if (*end == '/') {
-			long n = strtol(end + 1, &end, 10);
-			if (!*end || *end == '_' || *end == '.')
-				return xasprintf("%ld/%ld", l, n);
-		}
-	}
 	return xasprintf("%d/%s", level, key);
 }
 
@@ -1828,6 +1828,8 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 	size_t na = 0, i, j, nr = 0;
 	struct kbench_row *r = NULL;
 	double *logsum = NULL;
+	size_t nout = 0;            /* samples of problems the tree does not have */
+	const char *first_out = NULL;
 
 	for (i = 0; tree && i < tree->n; i++) {
 		if (!kbench_ranges_has(levels, tree->p[i].level) ||
@@ -1852,7 +1854,9 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 			if (a[j].level == te->level && !strcmp(a[j].key, k))
 				break;
 		if (j == na) {
-			if (tree) {   /* not a problem of the tree (or filtered out): not counted */
+			if (tree) {   /* not a problem of the tree: said below, not counted */
+				if (!nout++)
+					first_out = te->key;
 				free(k);
 				continue;
 			}
@@ -1869,6 +1873,10 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 					a[j].f[p]++;
 		}
 	}
+	if (nout)
+		warn_msg("%zu record%s of a problem not in the KernelBench tree (the first: '%s') "
+		         "%s not counted", nout, nout == 1 ? "" : "s", first_out,
+		         nout == 1 ? "is" : "are");
 	if (na)
 		qsort(a, na, sizeof *a, acc_cmp);
 	for (i = 0; i < na; i++) {

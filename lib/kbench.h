@@ -49,6 +49,10 @@ struct kbench_tree {
 int kbench_tree_load(struct kbench_tree *t, const char *path);
 void kbench_tree_free(struct kbench_tree *t);
 /* By path "level1/19_ReLU.py" (or without ".py", or "level1/19"). NULL when unknown. */
+/* The first "levelN/NUM" in problem, at its start or after a '/', NUM followed by nothing,
+ * '_' or '.' ("level1/19_ReLU.py", "KernelBench/level1/19", "level1/19_ReLU"): 0 with
+ * *level, *num and (at not NULL) *at, where "levelN" starts; else -1. */
+int kbench_find_level_num(const char *problem, int *level, int *num, const char **at);
 const struct kbench_problem *kbench_tree_find(const struct kbench_tree *t, const char *problem);
 const struct kbench_problem *kbench_tree_find_num(const struct kbench_tree *t, int level, int num);
 /* Parse "[...]/levelN/<num>_<Name>.py": 0 with *level, *num, or -1. */
@@ -189,7 +193,9 @@ void kbench_tally_init(struct kbench_tally *t);
 void kbench_tally_free(struct kbench_tally *t);
 void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int correct,
                       double speedup);
-/* Add an evaluated record: level and key from `level`/`problem`/`id`; correct from eval
+/* Add an evaluated record: level and key from the "levelN/NUM" in `problem` (its level over
+ * `level`, as the evaluation finds the problem in a tree), else `level` with `problem`
+ * (a number) or `id`; correct from eval
  * (and, when robust, not deceptive by eval.deceptive or deceive.deceptive). 0, or -1 with
  * *why set (t->why, or a constant) when the record has no eval object (not counted), no
  * problem (counted in t->unplaced), or an eval field of the wrong type or out of range
@@ -201,7 +207,8 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
 int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, const char **why);
 /* Per-level rows (caller frees *rows). tree (may be NULL) adds its problems of each level,
  * filtered by levels/problems (NULL or empty: all; levels empty: the levels of t's samples
- * alone), to the denominators. Returns the row count. */
+ * alone), to the denominators; samples of a problem it lacks are not counted (one warning
+ * says how many). Returns the row count. */
 size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree *tree,
                          const struct kbench_ranges *levels, const struct kbench_ranges *problems,
                          struct kbench_row **rows);
