@@ -434,6 +434,24 @@ int main(int argc, char **argv)
 	struct reader rd = { &all };
 	if (jsonl_each(argv + optind, argc - optind, on_task, NULL, &rd))
 		ret = 1;
+	int used[2] = { 0, 0 };        /* the stage kinds with steps to run */
+	for (int i = 0; i < nst; i++)
+		used[st[i].infill] |= st[i].steps > 0;
+	/* what would drop a task from a stage's list, or sort it last, unsaid, said in file
+	 * order: half an infilling task; a level that is no integer */
+	for (size_t i = 0; i < all.n; i++) {
+		const char *why = used[1] ? rl_task_infill_bad(all.t[i].rec) : NULL;
+		int lv;
+		if (why) {
+			warn_msg("%s: %s: not an infilling task%s", all.t[i].where, why,
+			         used[0] ? " (the end-to-end stage takes it)" : ": skipped");
+			ret = 1;
+		}
+		if (!strcmp(order, "level") && rl_task_level(all.t[i].rec, &lv) < 0) {
+			warn_msg("%s: level is not an integer: sorted last", all.t[i].where);
+			ret = 1;
+		}
+	}
 	if (!strcmp(order, "level"))
 		rl_tasks_sort_level(&all);
 	struct rl_task **list[2] = { NULL, NULL };
@@ -521,9 +539,6 @@ int main(int argc, char **argv)
 	 * cannot be made is reported (once) and skipped, one over --max-prompt-len skipped */
 	size_t nlong, nlongk[2] = { 0, 0 }, nbadk[2] = { 0, 0 };   /* skipped: all, by kind */
 	char *told = xcalloc(all.n + evt.n + 1, 1);                /* bad ones reported */
-	int used[2] = { 0, 0 };
-	for (int i = 0; i < nst; i++)
-		used[st[i].infill] |= st[i].steps > 0;
 	for (int k = 0; k < 2; k++) {
 		size_t kept = 0;
 		for (size_t i = 0; used[k] && i < nlist[k]; i++) {

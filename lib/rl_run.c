@@ -32,21 +32,32 @@ static double now(void)
 
 /* ---------------------------------------------------------------- tasks */
 
-static int level_of(const json_t *rec)
+int rl_task_level(const json_t *rec, int *level)
 {
 	const json_t *v = json_object_get(rec, "level");
 	const json_t *c = json_object_get(rec, "cuke");
+	double x = json_number_value(v);
+	long l;
 
+	*level = INT_MAX;
 	if (!v && json_is_object(c))
-		v = json_object_get(c, "level");
-	if (json_is_integer(v))
-		return (int)json_integer_value(v);
-	if (json_is_string(v)) {
-		long l;
-		if (parse_long(json_string_value(v), INT_MIN, INT_MAX - 1, &l) == 0)
-			return (int)l;
+		v = json_object_get(c, "level"), x = json_number_value(v);
+	if (!v)
+		return 1;
+	if (json_is_number(v) && x == floor(x) && x >= INT_MIN && x < INT_MAX) {
+		*level = (int)x;        /* 2, or 2.0 as a float-minded writer puts it */
+		return 0;
 	}
-	return INT_MAX;
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		if (!strncmp(s, "level", 5))        /* "level2", as KernelBench names its folders */
+			s += 5;
+		if (parse_long(s, INT_MIN, INT_MAX - 1, &l) == 0) {
+			*level = (int)l;
+			return 0;
+		}
+	}
+	return -1;
 }
 
 void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where)
@@ -55,7 +66,10 @@ void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where)
 		ts->cap = ts->cap ? 2 * ts->cap : 64;
 		ts->t = xrealloc(ts->t, ts->cap * sizeof *ts->t);
 	}
-	ts->t[ts->n++] = (struct rl_task){ rec, xstrdup(where), level_of(rec) };
+	int level;
+
+	rl_task_level(rec, &level);
+	ts->t[ts->n++] = (struct rl_task){ rec, xstrdup(where), level };
 }
 
 static int cmp_level(const void *a, const void *b)
@@ -95,6 +109,19 @@ int rl_task_infill(const json_t *rec)
 	return !json_object_get(rec, "ref") ||
 	       (json_is_string(json_object_get(rec, "prefix")) &&
 	        json_is_string(json_object_get(rec, "suffix")));
+}
+
+const char *rl_task_infill_bad(const json_t *rec)
+{
+	const json_t *p = json_object_get(rec, "prefix"), *s = json_object_get(rec, "suffix");
+
+	if (rl_task_infill(rec) || (!p && !s))
+		return NULL;
+	if (!s)
+		return "prefix without suffix";
+	if (!p)
+		return "suffix without prefix";
+	return json_is_string(p) ? "suffix is not a string" : "prefix is not a string";
 }
 
 /* ---------------------------------------------------------------- runner */

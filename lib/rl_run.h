@@ -63,7 +63,7 @@
 struct rl_task {
 	json_t *rec;                 /* owned */
 	char *where;                 /* "file:line" */
-	int level;                   /* `level` or `cuke.level`; INT_MAX when absent */
+	int level;                   /* `level` or `cuke.level`; INT_MAX when absent or bad */
 };
 
 struct rl_tasks {
@@ -80,6 +80,12 @@ int rl_task_prompt_len(struct rl_runner *r, const json_t *rec, int infill, char 
                        size_t errlen);
 /* 1 when rec carries an infilling task (prefix and suffix), or has no `ref` at all */
 int rl_task_infill(const json_t *rec);
+/* Why rec, with a `ref` and a prefix or a suffix, is no infilling task ("prefix without
+ * suffix", "suffix is not a string", ...); NULL when it is one, or has neither. */
+const char *rl_task_infill_bad(const json_t *rec);
+/* The level of rec, for --order level: `level`, else `cuke.level`, an integer (2, 2.0, "2"
+ * or "level2"). 0 with *level; 1 when absent, -1 when unreadable (*level INT_MAX: last). */
+int rl_task_level(const json_t *rec, int *level);
 
 struct rl_runner {
 	struct model *m;             /* the policy: fp32 weights, updated in place */
