@@ -490,6 +490,9 @@ int main(int argc, char **argv)
 				die("cannot read '%s': it is a directory", baseline);
 			if (!(base = json_load_file_bom(baseline, 0, &err)))
 				die("%s:%d: %s", baseline, err.line, err.text);
+			if (!json_is_object(base))
+				die("%s: not a KernelBench baseline (want {\"level1\": {\"19_ReLU.py\": "
+				    "{\"mean\": ms, ...}}})", baseline);
 		}
 		if (r.robust) {
 			const char *bad = NULL;

@@ -1034,18 +1034,24 @@ static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, 
 			json_object_set(ev, k, v);
 	if (!json_object_get(ev, "error"))
 		json_object_set_new(ev, "error", json_null());
-	/* --baseline: reference time from the file */
-	if (e->cfg.baseline && en->problem && json_get_num(ev, "kernel_ms", &ker) && ker > 0) {
+	/* --baseline: reference time from the file (the reference was not timed: without an
+	 * entry there is no speedup, and that is said) */
+	if (e->cfg.baseline && json_get_num(ev, "kernel_ms", &ker) && ker > 0) {
 		char lv[32];
-		const char *slash = strrchr(en->problem, '/');
+		const char *slash = en->problem ? strrchr(en->problem, '/') : NULL;
+		const char *file = slash ? slash + 1 : en->problem;
 		snprintf(lv, sizeof lv, "level%d", en->level);
-		json_t *b = json_object_get(json_object_get(e->cfg.baseline, lv),
-		                            slash ? slash + 1 : en->problem);
+		json_t *b = file ? json_object_get(json_object_get(e->cfg.baseline, lv), file) : NULL;
 		if (json_get_num(b, "mean", &ref) && ref > 0) {
 			json_object_set_new(ev, "ref_ms", json_real(ref));
 			json_object_set_new(ev, "speedup", json_real(round(ref / ker * 1e4) / 1e4));
 			json_object_set_new(ev, "excessive_speedup", json_boolean(ref / ker > 10));
 			json_object_set_new(ev, "baseline", json_true());
+		} else if (file) {
+			warn_msg("%s: --baseline has no mean time > 0 for %s/%s: no speedup", en->where,
+			         lv, file);
+		} else {
+			warn_msg("%s: no `problem` to look up in --baseline: no speedup", en->where);
 		}
 	}
 	json_object_set_new(ev, "device", json_string(e->device));
