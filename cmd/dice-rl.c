@@ -580,12 +580,21 @@ int main(int argc, char **argv)
 		die("no%s tasks left: %zu bad, %zu over --max-prompt-len %ld", what, nbadk[k],
 		    nlongk[k], max_plen);
 	}
-	/* the eval tasks, checked the same way for each stage kind (no length limit) */
+	/* the eval tasks, checked the same way for each stage kind (no length limit); the
+	 * infill stage's are its kind of task, as its training list is */
 	struct rl_task **evl[2] = { NULL, NULL };
 	size_t nevl[2] = { 0, 0 };
 	for (int k = 0; k < 2; k++) {
 		evl[k] = xcalloc(evt.n ? evt.n : 1, sizeof *evl[k]);
 		for (size_t i = 0; eval_every && used[k] && i < evt.n; i++) {
+			const char *why = k ? rl_task_infill_bad(evt.t[i].rec) : NULL;
+			if (why) {
+				warn_msg("%s: %s: not an infilling task, no eval task of the infill "
+				         "stage", evt.t[i].where, why);
+				ret = 1;
+			}
+			if (k && !rl_task_infill(evt.t[i].rec))
+				continue;
 			if (rl_task_prompt_len(&r, evt.t[i].rec, k, err, sizeof err) < 0) {
 				if (!told[all.n + i])
 					warn_msg("%s: %s: eval task skipped", evt.t[i].where, err);
