@@ -40,7 +40,7 @@ static int parse_path_at(const char *path, int *level, int *num, size_t *off)
 		return -1;      /* digits alone: not " 8_x.py" nor "+7_x.py" */
 	errno = 0;
 	lv = strtol(dir + 5, &end, 10);
-	if (*end != '/' || lv > 99)
+	if (*end != '/' || lv > KBENCH_MAX_LEVEL)
 		return -1;
 	nm = strtol(file, &end, 10);
 	if (*end != '_' || nm > 1000000)
@@ -220,7 +220,7 @@ int kbench_find_level_num(const char *problem, int *level, int *num, const char 
 		if ((s != problem && s[-1] != '/') || !isdigit((unsigned char)s[5]))
 			continue;
 		lv = strtol(s + 5, &end, 10);
-		if (*end != '/' || !isdigit((unsigned char)end[1]) || lv > 99)
+		if (*end != '/' || !isdigit((unsigned char)end[1]) || lv > KBENCH_MAX_LEVEL)
 			continue;
 		nm = strtol(end + 1, &end, 10);
 		if ((*end && *end != '_' && *end != '.') || nm > 1000000)
@@ -1433,7 +1433,7 @@ static int json_level(const json_t *rec, int *level)
 	double v;
 	const char *s = json_get_str(rec, "level");
 
-	if (json_get_num(rec, "level", &v) && v == floor(v) && v >= 0 && v < 100) {
+	if (json_get_num(rec, "level", &v) && v == floor(v) && v >= 0 && v <= KBENCH_MAX_LEVEL) {
 		*level = (int)v;
 		return 0;
 	}
@@ -1441,7 +1441,7 @@ static int json_level(const json_t *rec, int *level)
 		long l;
 		if (!strncmp(s, "level", 5))
 			s += 5;
-		if (parse_long(s, 0, 99, &l) == 0) {
+		if (parse_long(s, 0, KBENCH_MAX_LEVEL, &l) == 0) {
 			*level = (int)l;
 			return 0;
 		}
@@ -1885,20 +1885,25 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 		         nout == 1 ? "is" : "are");
 	if (na)
 		qsort(a, na, sizeof *a, acc_cmp);
-	for (i = 0; i < na; i++) {
-		if (!nr || r[nr - 1].level != a[i].level) {
-			r = xrealloc(r, (nr + 1) * sizeof *r);
-			logsum = xrealloc(logsum, (nr + 1) * sizeof *logsum);
-			memset(&r[nr], 0, sizeof *r);
-			r[nr].level = a[i].level;
-			logsum[nr] = 0;
-			nr++;
+	/* a row for each level with a problem, and for each level -L names even without one
+	 * (n 0: nothing to judge, which --fail-under fails) */
+	i = 0;
+	for (int lv = 0; lv <= KBENCH_MAX_LEVEL; lv++) {
+		if (!(i < na && a[i].level == lv) && !(levels && levels->n &&
+		                                       kbench_ranges_has(levels, lv)))
+			continue;
+		r = xrealloc(r, (nr + 1) * sizeof *r);
+		logsum = xrealloc(logsum, (nr + 1) * sizeof *logsum);
+		memset(&r[nr], 0, sizeof *r);
+		r[nr].level = lv;
+		logsum[nr] = 0;
+		for (; i < na && a[i].level == lv; i++) {
+			r[nr].n++;
+			r[nr].samples += a[i].s;
+			if (a[i].s > r[nr].k)
+				r[nr].k = a[i].s;
 		}
-		struct kbench_row *row = &r[nr - 1];
-		row->n++;
-		row->samples += a[i].s;
-		if (a[i].s > row->k)
-			row->k = a[i].s;
+		nr++;
 	}
 	for (i = 0; i < t->n; i++) {   /* geometric mean over correct samples with a speedup */
 		for (j = 0; j < nr; j++)
@@ -1930,6 +1935,8 @@ size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree 
 		}
 	}
 	for (j = 0; j < nr; j++) {
+		if (!r[j].n)
+			continue;
 		r[j].exec /= r[j].n;
 		for (int p = 0; p < KBENCH_NFAST; p++)
 			r[j].fast[p] /= r[j].n;

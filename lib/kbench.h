@@ -156,6 +156,7 @@ const char *kbench_engine_torch(const struct kbench_engine *e);
 /* ------------------------------------------------------------------ metrics */
 
 #define KBENCH_NFAST 6
+#define KBENCH_MAX_LEVEL 99     /* the largest level a problem path or record may have */
 /* The largest speedup a report takes: a 1 us kernel against a 1 s reference. Past it a
  * record's speedup is no measurement (a hand-edited or corrupted record). */
 #define KBENCH_MAX_SPEEDUP 1e6
@@ -208,7 +209,8 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 /* Per-level rows (caller frees *rows). tree (may be NULL) adds its problems of each level,
  * filtered by levels/problems (NULL or empty: all; levels empty: the levels of t's samples
  * alone), to the denominators; samples of a problem it lacks are not counted (one warning
- * says how many). Returns the row count. */
+ * says how many). Each level of levels (0 to KBENCH_MAX_LEVEL) has a row, n 0 when it has
+ * no problem. Returns the row count. */
 size_t kbench_tally_rows(const struct kbench_tally *t, const struct kbench_tree *tree,
                          const struct kbench_ranges *levels, const struct kbench_ranges *problems,
                          struct kbench_row **rows);
