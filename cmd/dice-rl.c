@@ -114,10 +114,10 @@ static _Noreturn void usage(int status)
 	cli_usage(status, "dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]", usage_text);
 }
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, stop_sig;     /* stop: also set by --dump-batch */
 static void on_signal(int sig)
 {
-	(void)sig;
+	stop_sig = sig;
 	stop = 1;
 }
 
@@ -722,6 +722,8 @@ int main(int argc, char **argv)
 	}
 	if (stop && !dump)
 		warn_msg("interrupted: saved step %ld to %s; continue with --resume", step, out);
+	if (stop_sig)           /* the run is not done: no success for the caller's next step */
+		ret = 128 + (int)stop_sig;
 	if (logf && util_fshut(logf, log_path))
 		ret = 1;
 	rl_runner_free(&r);
