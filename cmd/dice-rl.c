@@ -719,9 +719,9 @@ int main(int argc, char **argv)
 		ret = 1;
 	} else if (save_all(&r, out, copy_tok, spec, st, nst, last_si, last_done, step) < 0) {
 		ret = 1;
-	}
-	if (stop && !dump)
+	} else if (stop && !dump) {     /* saved: where to go on from */
 		warn_msg("interrupted: saved step %ld to %s; continue with --resume", step, out);
+	}
 	if (stop_sig)           /* the run is not done: no success for the caller's next step */
 		ret = 128 + (int)stop_sig;
 	if (logf && util_fshut(logf, log_path))

@@ -102,7 +102,9 @@ static _Noreturn void usage(int status)
 
 /* Before training starts (loading, reading the input, which may block on a pipe or a fifo:
  * signal() restarts the read) a signal ends the program at once, 128 + sig: nothing has been
- * saved. From the first step on it ends training after the step in progress, saved. */
+ * saved. From the first step on it ends training after the step in progress, saved, and the
+ * exit status is 128 + sig all the same (as dice-rl's and kbench-eval's): a script that
+ * chains on success does not go on from a run cut short. */
 static volatile sig_atomic_t stop, training;
 static void on_signal(int sig)
 {
@@ -112,7 +114,7 @@ static void on_signal(int sig)
 		(void)w;
 		_exit(128 + sig);
 	}
-	stop = 1;
+	stop = sig;
 }
 
 /* ---------------------------------------------------------------- data */
@@ -414,10 +416,15 @@ int main(int argc, char **argv)
 		    save(&st, out, copy_tok) < 0)
 			ret = 1;
 	}
-	if (save(&st, out, copy_tok) < 0)
+	int unsaved = save(&st, out, copy_tok) < 0;
+	if (unsaved)
 		ret = 1;
-	if (stop)
-		warn_msg("interrupted: saved step %d to %s; continue with --resume", st.op.step, out);
+	if (stop) {             /* the run is not done: no success for the caller's next step */
+		if (!unsaved)
+			warn_msg("interrupted: saved step %d to %s; continue with --resume",
+			         st.op.step, out);
+		ret = 128 + stop;
+	}
 	if (logf && util_fshut(logf, log_path))
 		ret = 1;
 	sft_train_free(&st);
