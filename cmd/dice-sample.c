@@ -42,7 +42,8 @@ static const char usage_text[] =
 	"  -S, --stop IDS|none     stop ids, comma-separated (the tokenizer's end ids)\n"
 	"  -r, --seed N            seed of the first sample; each next sample takes the next (0)\n"
 	"  -N, --samples N         samples per record (1)\n"
-	"  -b, --batch N           sequences decoded together (1)\n"
+	"  -b, --batch N           sequences decoded together (1); fewer where their KV\n"
+	"                          caches would not fit in memory (the same results)\n"
 	"  -j, --jsonl             write records even for .py operands\n"
 	"  -R, --raw               print .py operands' whole completion, not the kernel\n"
 	"  -x, --trace             add sample.trace: step and log-probability per token\n"
@@ -150,6 +151,7 @@ struct state {
 	struct job *jobs;
 	int njobs, cap;
 	size_t kv_limit;             /* bytes the KV caches may take (0: unchecked) */
+	int split_warned;            /* a batch split to fit kv_limit, said once */
 };
 
 /* samples written / samples queued so far, over the whole run (the line ends at its end) */
@@ -227,6 +229,84 @@ static void job_free(struct job *j)
 	free(j->where), free(j->ids), free(j->err);
 }
 
+/* "1.5 GiB", "12.0 MiB" or "512 bytes" into buf */
+static const char *mem_str(char buf[32], size_t bytes)
+{
+	if (bytes >= (size_t)1 << 30)
+		snprintf(buf, 32, "%.1f GiB", bytes / 1073741824.0);
+	else if (bytes >= (size_t)1 << 20)
+		snprintf(buf, 32, "%.1f MiB", bytes / 1048576.0);
+	else
+		snprintf(buf, 32, "%zu bytes", bytes);
+	return buf;
+}
+
+/* sampler_run over n requests, --batch lowered to batch; st->done counts them */
+static void decode_group(struct state *st, int batch, const struct sampler_request *rq,
+                         struct sampler_result *res, int n)
+{
+	struct sampler_opts o = st->o;
+
+	o.max_active = batch;
+	if (sampler_run(&st->m, &o, rq, n, res, st->progress ? progress_cb : NULL, st) < 0)
+		die("the model failed");
+	st->done += n;
+}
+
+/* Decode the nr requests (prompts up to maxp tokens) into res. When the KV caches of
+ * --batch of them would pass kv_limit, each request runs with as many others as fit beside
+ * it at its length (each fits alone: queue made sure): the requests that fit the same
+ * number at once run together, at that batch. A request's result does not depend on its
+ * batch (lib/sampler.h), so the results are those of one run. */
+static void decode(struct state *st, const struct sampler_request *rq,
+                   struct sampler_result *res, int nr, int maxp)
+{
+	size_t need = sampler_kv_bytes(&st->m, &st->o, maxp, nr);
+	struct sampler_request *grq;
+	struct sampler_result *gres;
+	int *fit, *map, left = nr;
+	char a[32], b[32];
+
+	if (!st->kv_limit || need <= st->kv_limit) {
+		decode_group(st, st->o.max_active, rq, res, nr);
+		return;
+	}
+	if (!st->split_warned) {
+		warn_msg("warning: the KV caches of --batch %d x (%d prompt + %d new tokens) need %s, "
+		         "more than the %s of memory: fewer sequences run at once, with the same "
+		         "results (said once)", st->o.max_active < nr ? st->o.max_active : nr, maxp,
+		         st->o.max_tokens, mem_str(a, need), mem_str(b, st->kv_limit));
+		st->split_warned = 1;
+	}
+	fit = xmalloc((size_t)nr * sizeof *fit);
+	map = xmalloc((size_t)nr * sizeof *map);
+	grq = xmalloc((size_t)nr * sizeof *grq);
+	gres = xcalloc((size_t)nr, sizeof *gres);
+	for (int i = 0; i < nr; i++) {
+		size_t one = sampler_kv_bytes(&st->m, &st->o, rq[i].plen, 1);   /* 0: -n 0, no prompt */
+		size_t f = one ? st->kv_limit / one : (size_t)st->o.max_active;
+		fit[i] = f < (size_t)st->o.max_active ? (int)f : st->o.max_active;
+	}
+	while (left > 0) {
+		int batch = 0, n = 0;
+		for (int i = 0; i < nr; i++)
+			if (fit[i] > batch)
+				batch = fit[i];
+		for (int i = 0; i < nr; i++) {
+			if (fit[i] != batch)
+				continue;
+			grq[n] = rq[i];
+			map[n++] = i;
+			fit[i] = 0;             /* taken */
+		}
+		decode_group(st, batch, grq, gres, n);
+		for (int k = 0; k < n; k++)
+			res[map[k]] = gres[k];
+		left -= n;
+	}
+	free(fit), free(map), free(grq), free(gres);
+}
+
 /* decode every queued job and write them in order */
 static void flush(struct state *st)
 {
@@ -242,18 +322,10 @@ static void flush(struct state *st)
 			maxp = st->jobs[i].n;
 		map[i] = nr++;
 	}
-	if (nr && st->kv_limit) {
-		size_t need = sampler_kv_bytes(&st->m, &st->o, maxp, nr);
-		if (need > st->kv_limit)
-			die("the KV cache of --batch %d x (%d prompt + %d new tokens) needs %.1f GiB, "
-			    "more than the %.1f GiB of memory\nhint: lower --batch or --max-tokens",
-			    st->o.max_active < nr ? st->o.max_active : nr, maxp, st->o.max_tokens, need / 1073741824.0,
-			    st->kv_limit / 1073741824.0);
-	}
 	if (st->progress && st->njobs)
 		progress_show(st, 0);
-	if (nr && sampler_run(&st->m, &st->o, rq, nr, res, st->progress ? progress_cb : NULL, st) < 0)
-		die("the model failed");
+	if (nr)
+		decode(st, rq, res, nr, maxp);
 	for (int i = 0; i < st->njobs; i++) {
 		struct job *j = &st->jobs[i];
 		write_job(st, j, j->ids ? &res[map[i]] : NULL);
@@ -261,7 +333,7 @@ static void flush(struct state *st)
 			sampler_result_free(&res[map[i]]);
 		job_free(j);
 	}
-	st->done += st->njobs;
+	st->done += st->njobs - nr;     /* decode counted the others */
 	st->njobs = 0;
 	free(rq), free(res), free(map);
 }
@@ -287,6 +359,13 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	int *ids = NULL, n = 0, ok;
 
 	ok = sample_rec_prompt(&st->sr, rec, &ids, &n, err, sizeof err) == 0;
+	if (ok && st->kv_limit && sampler_kv_bytes(&st->m, &st->o, n, 1) > st->kv_limit) {
+		char a[32], b[32];      /* too long to decode even alone: this record's error */
+		snprintf(err, sizeof err, "the KV cache of a prompt of %d tokens + --max-tokens %d "
+		         "needs %s, more than the %s of memory", n, st->o.max_tokens,
+		         mem_str(a, sampler_kv_bytes(&st->m, &st->o, n, 1)), mem_str(b, st->kv_limit));
+		ok = 0;
+	}
 	if (!ok)                        /* once, whatever --samples */
 		warn_msg("%s: %s", where, err);
 	if (ok && !st->ctx_warned && (long)n + st->o.max_tokens > st->sr.ctx) {
@@ -696,10 +775,19 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 	return f.ret;
 }
 
-static size_t host_memory(void)
+/* The bytes the KV caches may take: $DICE_MEM_LIMIT where set (on either device), else on
+ * the CPU 90% of the physical memory; 0 (unchecked) on cuda, where a failed allocation is
+ * fatal. */
+static size_t kv_limit(const char *device)
 {
+	const char *e = util_env("DICE_MEM_LIMIT", NULL);
 	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-	return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+
+	if (e)
+		return (size_t)cli_long("DICE_MEM_LIMIT", e, 1, LONG_MAX);
+	if (strcmp(device, "cpu") || pages <= 0 || size <= 0)
+		return 0;
+	return (size_t)pages * (size_t)size / 10 * 9;
 }
 
 int main(int argc, char **argv)
@@ -910,8 +998,13 @@ int main(int argc, char **argv)
 	if (model_init(&st.m, &ck.cfg, &ck.w, ops, dt) < 0)
 		die("%s: cannot set up the model", model_dir);
 	checkpoint_close(&ck);
-	if (!strcmp(st.device, "cpu"))
-		st.kv_limit = host_memory() / 10 * 9;
+	st.kv_limit = kv_limit(st.device);
+	if (st.kv_limit && sampler_kv_bytes(&st.m, &st.o, 0, 1) > st.kv_limit) {
+		char a[32], b[32];      /* not even an empty prompt fits: no record would */
+		die("the KV cache of one sequence of --max-tokens %d needs %s, more than the %s of "
+		    "memory\nhint: lower --max-tokens", st.o.max_tokens,
+		    mem_str(a, sampler_kv_bytes(&st.m, &st.o, 0, 1)), mem_str(b, st.kv_limit));
+	}
 	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
 	st.sr.template_path = template_path;
 	st.sr.vocab = st.m.cfg.vocab_size;
