@@ -89,7 +89,7 @@ void rl_batch_build(struct rl_batch *rb, const struct rl_item *items, int ns, in
 	memset(rb, 0, sizeof *rb);
 	for (int i = 0; i < ns; i++) {
 		const struct rl_trace *t = items[i].t;
-		int n = t->plen + t->n, nb = (n + block - 1) / block;
+		int end = t->plen + t->n, nb = (end + block - 1) / block, n = nb * block;
 		int *ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
 
 		memcpy(ids, t->prompt, (size_t)t->plen * sizeof *ids);
@@ -99,6 +99,11 @@ void rl_batch_build(struct rl_batch *rb, const struct rl_item *items, int ns, in
 		mask[i] = xcalloc((size_t)(n ? n : 1), 1);
 		tgt[i] = xcalloc((size_t)(n ? n : 1), 1);
 		p[i] = 1.0;
+		/* the last block's positions past the response: pads, masked in every round */
+		for (int j = end; j < n; j++) {
+			ids[j] = pad_id >= 0 ? pad_id : mask_id;
+			mask[i][j] = 1;
+		}
 		for (int j = t->plen / block; j < nb; j++) {
 			int lo, hi, st;
 			block_range(t, block, j, &lo, &hi);

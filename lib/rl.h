@@ -15,9 +15,14 @@
  * without a k-th value is left clean and has no target. Rounds of a response: the most
  * distinct values of any of its blocks (<= block with one token per step). Tokens equal to
  * pad_id (<|endoftext|>, also the sampler's end of text) are never targets (SPEC §3.5).
+ * A response that ends inside its last block (a stop id, or max_tokens) is padded to the
+ * block's end: the pads (pad_id, or mask_id when pad_id < 0) are masked in the noisy copy of
+ * every round and never targets, as the reference's padding with steps max + 1 (SPEC §3.5),
+ * so the block's targets see the masks the sampler decoded them beside.
  * A sample is the train_batch layout of lib/model_bwd.h: rows [noisy | clean], positions
- * 0..n-1 in both halves, the noisy-flag attention rule (= TraceRL's [prompt | clean | noisy]
- * mask; the prompt rows of the noisy half are never masked and never targets).
+ * 0..n-1 in both halves (n = plen + response, rounded up to the block), the noisy-flag
+ * attention rule (= TraceRL's [prompt | clean | noisy] mask; the prompt rows of the noisy
+ * half are never masked and never targets).
  *
  * Loss per target token t of a sample (m = 1 at targets, 0 elsewhere):
  *   rho = exp(clamp(logp - logp_old, -10, 10))
