@@ -775,19 +775,26 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 	return f.ret;
 }
 
-/* The bytes the KV caches may take: $DICE_MEM_LIMIT where set (on either device), else on
- * the CPU 90% of the physical memory; 0 (unchecked) on cuda, where a failed allocation is
- * fatal. */
-static size_t kv_limit(const char *device)
+/* The bytes the KV caches may take: $DICE_MEM_LIMIT where set (on either device); else on
+ * the CPU 90% of the physical memory, and on cuda the device memory free with the model
+ * loaded, less the matrices' packed copies where they are still to be made (a run of up to
+ * 4 sequences makes them) and a reserve for the forwards' buffers (a quarter of the rest, at
+ * most 3 GiB). 0: unchecked (a backend that cannot say). */
+static size_t kv_limit(const struct model *m, const char *device)
 {
 	const char *e = util_env("DICE_MEM_LIMIT", NULL);
 	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
 
 	if (e)
 		return (size_t)cli_long("DICE_MEM_LIMIT", e, 1, LONG_MAX);
-	if (strcmp(device, "cpu") || pages <= 0 || size <= 0)
+	if (!strcmp(device, "cpu"))
+		return pages > 0 && size > 0 ? (size_t)pages * (size_t)size / 10 * 9 : 0;
+	if (!m->ops->mem_free)
 		return 0;
-	return (size_t)pages * (size_t)size / 10 * 9;
+	size_t fr = m->ops->mem_free(), pack = model_pack_bytes(m);
+	size_t left = fr > pack ? fr - pack : 0;
+	size_t reserve = left / 4 < (size_t)3 << 30 ? left / 4 : (size_t)3 << 30;
+	return left - reserve > 0 ? left - reserve : 1;
 }
 
 int main(int argc, char **argv)
@@ -998,7 +1005,7 @@ int main(int argc, char **argv)
 	if (model_init(&st.m, &ck.cfg, &ck.w, ops, dt) < 0)
 		die("%s: cannot set up the model", model_dir);
 	checkpoint_close(&ck);
-	st.kv_limit = kv_limit(st.device);
+	st.kv_limit = kv_limit(&st.m, st.device);
 	if (st.kv_limit && sampler_kv_bytes(&st.m, &st.o, 0, 1) > st.kv_limit) {
 		char a[32], b[32];      /* not even an empty prompt fits: no record would */
 		die("the KV cache of one sequence of --max-tokens %d needs %s, more than the %s of "

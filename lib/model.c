@@ -291,12 +291,34 @@ static void unpack_all(struct model *m, const struct mshape *d, int n)
 		m->ops->unpack(d[i].p);
 }
 
+/* can model_pack make the copies (they are not there yet)? */
+static int packable(const struct model *m)
+{
+	const struct ops *o = m->ops;
+
+	return !m->packed && o->pack && o->unpack && o->matmul_fixed && m->dtype != DICE_F32 &&
+	       !util_env_zero("DICE_PACK");
+}
+
+size_t model_pack_bytes(const struct model *m)
+{
+	size_t bytes = 0;
+	int n;
+
+	if (!packable(m))
+		return 0;
+	struct mshape *d = products(m, &n);
+	for (int i = 0; i < n; i++)
+		bytes += (size_t)d[i].out * d[i].in * dice_dtype_size(d[i].dt);
+	free(d);
+	return bytes;
+}
+
 int model_pack(struct model *m)
 {
 	const struct ops *o = m->ops;
 
-	if (m->packed || !o->pack || !o->unpack || !o->matmul_fixed || m->dtype == DICE_F32 ||
-	    util_env_zero("DICE_PACK"))
+	if (!packable(m))
 		return m->packed;
 	int n;
 	struct mshape *d = products(m, &n);
@@ -478,14 +500,19 @@ size_t kvcache_bytes(const struct model_config *c, int cap)
 	       dice_dtype_size(c->kv_dtype);
 }
 
-void kvcache_init(struct kvcache *kv, const struct model *m, int cap)
+int kvcache_init(struct kvcache *kv, const struct model *m, int cap)
 {
 	size_t half = kvcache_bytes(&m->cfg, cap) / 2;
 
 	kv->cap = cap;
 	kv->len = 0;
 	kv->k = m->ops->alloc(half);
-	kv->v = m->ops->alloc(half);
+	kv->v = kv->k ? m->ops->alloc(half) : NULL;
+	if (!kv->v) {           /* the backend is full (its alloc said so): no cache */
+		kvcache_free(kv, m);
+		return -1;
+	}
+	return 0;
 }
 
 void kvcache_free(struct kvcache *kv, const struct model *m)

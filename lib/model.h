@@ -146,6 +146,8 @@ void model_free(struct model *m);
  * none). model_unpack (and model_free) frees them. */
 #define MODEL_PACK_ROWS 32
 int model_pack(struct model *m);
+/* the backend memory model_pack would take now (0: it would make nothing) */
+size_t model_pack_bytes(const struct model *m);
 /* model_pack where a caller's forwards have at most rows rows (else as it is) */
 int model_pack_for(struct model *m, long rows);
 void model_unpack(struct model *m);
@@ -159,7 +161,8 @@ float *model_weights_random(struct model_weights *w, const struct model_config *
 
 /* bytes of a cache of cap positions, with elements of cfg->kv_dtype (pass &m->cfg) */
 size_t kvcache_bytes(const struct model_config *cfg, int cap);
-void kvcache_init(struct kvcache *kv, const struct model *m, int cap);
+/* a cache of cap positions in backend memory; -1 (nothing held) where the backend is full */
+int kvcache_init(struct kvcache *kv, const struct model *m, int cap);
 void kvcache_free(struct kvcache *kv, const struct model *m);
 
 /* One forward over nseq sequences. logits (host, may be NULL when no sequence wants them):

@@ -392,6 +392,9 @@ struct ops {
 	                         const void *w, enum dice_dtype wdt, int N, int in, int I);
 	void (*matmul_fixed16)(float *y, const float *x, const void *x16, const void *w,
 	                       enum dice_dtype wdt, int N, int in, int out);
+	/* ---- appended: the backend memory free now, bytes (CUDA: the device's, as the driver
+	 * counts it); NULL where the backend does not know (the CPU: the host's memory) */
+	size_t (*mem_free)(void);
 };
 
 /* The CPU twin of .sample for one row (the specification): filter logits(V) with

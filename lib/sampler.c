@@ -135,11 +135,20 @@ size_t sampler_kv_bytes(const struct model *m, const struct sampler_opts *o, int
 	return (size_t)active_slots(o, nreq) * kvcache_bytes(&m->cfg, blocks_for(o, plen) * o->block);
 }
 
-static void slot_start(struct slot *s, const struct model *m, const struct sampler_opts *o,
-                       const struct sampler_request *r, int idx)
+/* -1 where the request's KV cache cannot be had (the backend is full; said) */
+static int slot_start(struct slot *s, const struct model *m, const struct sampler_opts *o,
+                      const struct sampler_request *r, int idx)
 {
 	int len = blocks_for(o, r->plen) * o->block;
 
+	if (s->kv.cap < len) {
+		kvcache_free(&s->kv, m);
+		if (kvcache_init(&s->kv, m, len) < 0) {
+			warn_msg("sampler: no memory for the KV cache of a sequence of %d positions "
+			         "(%zu bytes)", len, kvcache_bytes(&m->cfg, len));
+			return -1;
+		}
+	}
 	s->req = idx;
 	s->t_start = now_ms();
 	s->len = len;
@@ -158,14 +167,11 @@ static void slot_start(struct slot *s, const struct model *m, const struct sampl
 	s->b = r->plen / o->block;
 	s->ph = s->b > 0 ? PH_PREFILL : PH_DECODE;
 	s->it = s->gstep = s->forwards = s->stopped = s->pending = 0;
-	if (s->kv.cap < len) {
-		kvcache_free(&s->kv, m);
-		kvcache_init(&s->kv, m, len);
-	}
 	s->kv.len = 0;
 	rng_seed(&s->rng, r->seed);
 	s->nm = (s->b + 1) * o->block - r->plen;
 	s->ending = 0;
+	return 0;
 }
 
 static size_t dev_bytes(int cap)
@@ -504,7 +510,10 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			struct slot *s = &sl[a];
 			while (s->req < 0 && next < nreq) {
 				memset(&res[next], 0, sizeof res[next]);
-				slot_start(s, m, o, &req[next], next);
+				if (slot_start(s, m, o, &req[next], next) < 0) {
+					ret = -1;
+					break;
+				}
 				next++;
 				if (o->max_tokens <= 0) {   /* nothing to generate */
 					request_done(s, o, res, &done, nreq, progress, arg);
@@ -512,6 +521,8 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 					slot_upload(s, m);
 				}
 			}
+			if (ret < 0)            /* no KV cache for the next request */
+				break;
 			if (s->req < 0 || s->ending)
 				continue;
 			struct model_seq q = { .kv = &s->kv };
@@ -535,6 +546,8 @@ int sampler_run(struct model *m, const struct sampler_opts *o, const struct samp
 			who[ns] = a;
 			seq[ns++] = q;
 		}
+		if (ret < 0)
+			break;
 		/* past the decode cap: the last sequences that would save a block wait a round */
 		for (int i = ns - 1; i > 0 && drows > dcap; i--) {
 			if (sl[who[i]].ph != PH_DECODE || !sl[who[i]].pending)

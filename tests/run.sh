@@ -64,6 +64,7 @@ if [ $gpu -eq 1 ]; then
 		done
 		unset SFT_CUDA_CONFIG; } ;; esac
 	case sample-gpu in *"$filter"*) [ -x "$root/tests/gpu/sample-gpu.sh" ] && run_tap "$root/tests/gpu/sample-gpu.sh" gpu_sample_e2e ;; esac
+	case sample-mem in *"$filter"*) [ -x "$root/tests/gpu/sample-mem.sh" ] && run_tap "$root/tests/gpu/sample-mem.sh" gpu_sample_mem ;; esac
 	case sft-load in *"$filter"*) [ -x "$root/tests/gpu/sft-load.sh" ] && run_tap "$root/tests/gpu/sft-load.sh" gpu_sft_load ;; esac
 	case kbench-gpu in *"$filter"*) [ -x "$root/tests/gpu/kbench-gpu.sh" ] && run_tap "$root/tests/gpu/kbench-gpu.sh" gpu_kbench ;; esac
 	case parity in *"$filter"*) [ -x "$root/tests/gpu/parity.sh" ] && run_tap "$root/tests/gpu/parity.sh" gpu_parity ;; esac

@@ -338,6 +338,15 @@ static void *cu_alloc(size_t bytes)
 	return p;
 }
 
+/* the device memory free now */
+static size_t cu_mem_free(void)
+{
+	size_t free_b = 0, total_b = 0;
+
+	CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+	return free_b;
+}
+
 static void cu_free(void *p)
 {
 	if (p)
@@ -581,6 +590,7 @@ static const struct ops ops_cuda = {
 	cu_attention_kv16,
 	cu_matmul_fixed_gu16,
 	cu_matmul_fixed16,
+	cu_mem_free,
 };
 
 /* NULL when the driver finds no GPU; the first call decides */

@@ -352,6 +352,44 @@ static void test_device_mode(void)
 	free(mem), free(hw.layers);
 }
 
+/* the CPU backend but that an allocation of fail_size bytes fails (NULL), as cu_alloc's does
+ * when the GPU is full */
+static size_t fail_size;
+static void *alloc_failing(size_t bytes)
+{
+	return bytes == fail_size ? NULL : ops_cpu.alloc(bytes);
+}
+
+static void test_kv_full(void)
+{
+	struct model_weights hw;
+	struct model m;
+	struct sampler_opts o;
+	float *mem = tiny_model(&m, &hw, 7, &o);
+	struct ops full = ops_cpu;
+	struct sampler_request rq[4];
+	struct sampler_result a[4] = { 0 }, b[4];
+	int r;
+
+	sampler_preset(&o, "eval");
+	o.max_tokens = 8;
+	o.max_active = 2;
+	requests(rq, 4, 1);
+	/* the fourth request (13 prompt ids + 8 new: a cache of 24 positions) finds no memory */
+	fail_size = kvcache_bytes(&m.cfg, 24) / 2;
+	full.alloc = alloc_failing;
+	m.ops = &full;
+	r = sampler_run(&m, &o, rq, 4, a, NULL, NULL);
+	CHECK(r == -1, "a KV cache the backend cannot allocate: sampler_run fails (-1), no fault");
+	free_all(a, 4);         /* (the requests not started: zeros) */
+	m.ops = &ops_cpu;
+	r = sampler_run(&m, &o, rq, 4, b, NULL, NULL);
+	CHECK(r == 0 && b[3].n == 8, "the same model samples again once the memory is there");
+	free_all(b, 4);
+	model_free(&m);
+	free(mem), free(hw.layers);
+}
+
 int main(void)
 {
 	test_quota();
@@ -359,5 +397,6 @@ int main(void)
 	test_choose();
 	test_runs();
 	test_device_mode();
+	test_kv_full();
 	return test_done();
 }
