@@ -521,6 +521,51 @@ static const char *pretok_pattern(json_t *pt, const char **why)
 	return pattern;
 }
 
+/* The pattern with \s and \S spelled as Unicode White_Space, the set that the reference's
+ * regex engine (Oniguruma) uses: PCRE2 in UCP mode also counts U+180E, the Mongolian vowel
+ * separator (a format character since Unicode 6.3), as \s, and so split "  \u180E" otherwise
+ * than the reference. White_Space is \t-\r, U+0085 and the Z categories. \S inside a class
+ * is left as it is (no such pattern ships). Returns an xmalloc'ed string. */
+static char *pattern_white_space(const char *re)
+{
+	static const char ws[] = "\\t-\\r\\x{85}\\p{Z}";
+	struct buf b;
+	buf_init(&b);
+	int in_class = 0;
+	for (const char *p = re; *p; p++) {
+		if (p[0] == '\\' && p[1] == 'Q') {   /* \Q...\E: literal text */
+			const char *e = strstr(p + 2, "\\E");
+			size_t n = e ? (size_t)(e + 2 - p) : strlen(p);
+			buf_add(&b, p, n);
+			p += n - 1;
+		} else if (p[0] == '\\' && p[1] == 's') {
+			buf_addf(&b, in_class ? "%s" : "[%s]", ws);
+			p++;
+		} else if (p[0] == '\\' && p[1] == 'S' && !in_class) {
+			buf_addf(&b, "[^%s]", ws);
+			p++;
+		} else if (p[0] == '\\' && p[1]) {
+			buf_add(&b, p, 2);
+			p++;
+		} else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
+			const char *e = strstr(p + 2, ":]");   /* [:alpha:] */
+			buf_add(&b, p, (size_t)(e + 2 - p));
+			p = e + 1;
+		} else if (!in_class && p[0] == '[') {
+			in_class = 1;   /* a ']' first in the class (after '^') is a literal */
+			size_t n = 1 + (p[1] == '^');
+			n += p[n] == ']';
+			buf_add(&b, p, n);
+			p += n - 1;
+		} else {
+			if (in_class && p[0] == ']')
+				in_class = 0;
+			buf_addc(&b, p[0]);
+		}
+	}
+	return b.p;
+}
+
 static int config_token(json_t *cfg, const char *key, struct tokenizer *tok)
 {
 	json_t *v = json_object_get(cfg, key);
@@ -728,9 +773,14 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 		return errf(err, errlen, path, "pre_tokenizer: %s", why);
 	int ecode;
 	PCRE2_SIZE eoff;
-	im->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+	char *ws = pattern_white_space(pattern);
+	im->re = pcre2_compile((PCRE2_SPTR)ws, PCRE2_ZERO_TERMINATED,
 			       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
-	if (!im->re) {
+	free(ws);
+	if (!im->re) {   /* the offset into the pattern as the file has it */
+		pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+					       PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
+		pcre2_code_free(re);
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(ecode, msg, sizeof msg);
 		return errf(err, errlen, path, "pre_tokenizer regex at offset %zu: %s", (size_t)eoff,

@@ -352,6 +352,12 @@ static void test_api(struct tokenizer *tok)
 	      ids[2] == 65 && !strcmp(tokenizer_token_str(tok, ids[1]), "\xc3\xbf"),
 	      "an invalid byte is its own byte-level token");
 	free(ids);
+	/* \s is Unicode White_Space as in the reference, not PCRE2's, which adds U+180E: the
+	 * reference splits "a  \u180Eb" as "a", " ", " \u180E", "b" */
+	static const int mvs[] = { 64, 220, 86089, 254, 236, 65 };
+	CHECK(tokenizer_encode(tok, "a  \xe1\xa0\x8e" "b", 7, &ids, &n) == 0 && n == ARRAY_LEN(mvs) &&
+	      !memcmp(ids, mvs, sizeof mvs), "U+180E is not white space to the pre-tokenizer");
+	free(ids);
 }
 
 int main(int argc, char **argv)
