@@ -251,17 +251,23 @@ static int read_header(struct safetensors *st, int si, char *err, size_t errlen)
 	}
 	json_decref(root);
 	root = NULL;
-	/* overlap: sort this file's tensors by start, then each starts after the previous end */
+	/* overlap: sort this file's tensors by start, then each non-empty one starts after the
+	 * end of the last non-empty one before it (an empty tensor between two must not hide
+	 * their overlap) */
 	qsort(st->tensors + first, st->ntensors - first, sizeof *st->tensors, cmp_begin);
-	for (size_t i = first + 1; i < st->ntensors; i++) {
-		const struct st_tensor *a = &st->tensors[i - 1], *b = &st->tensors[i];
+	const struct st_tensor *last = NULL;
+	for (size_t i = first; i < st->ntensors; i++) {
+		const struct st_tensor *b = &st->tensors[i];
 
-		if (a->nbytes && b->nbytes &&
-		    (const unsigned char *)b->data < (const unsigned char *)a->data + a->nbytes) {
+		if (!b->nbytes)
+			continue;
+		if (last && (const unsigned char *)b->data <
+		            (const unsigned char *)last->data + last->nbytes) {
 			errmsg_set(err, errlen, "%s: tensor '%s' overlaps tensor '%s'", m->path,
-			           b->name, a->name);
+			           b->name, last->name);
 			return -1;
 		}
+		last = b;
 	}
 	/* alignment: copy the rare misaligned tensor */
 	for (size_t i = first; i < st->ntensors; i++) {

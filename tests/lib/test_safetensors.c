@@ -199,6 +199,12 @@ static void test_corrupt(void)
 	        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", -1, data, 12);
 	expect_error("overlapping tensors", p, "overlaps");
 	free(p);
+	/* an empty tensor sorted between the two must not hide their overlap */
+	p = raw("overlap0.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+	        "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+	        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", -1, data, 12);
+	expect_error("overlap around an empty tensor", p, "tensor 'b' overlaps tensor 'a'");
+	free(p);
 	p = raw("mismatch.safetensors", "{\"w\":{\"dtype\":\"BF16\",\"shape\":[3,2],"
 	        "\"data_offsets\":[0,8]}}", -1, data, 8);
 	expect_error("shape/length mismatch", p, "tensor 'w': shape x BF16 size is 12 bytes");
