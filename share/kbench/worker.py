@@ -168,10 +168,8 @@ def errors(torch, a, b):
 def compare(torch, ref, new, atol, rtol, rtol_only, stats):
     """Raise Verdict on a shape/dtype/device/value difference; update max_abs/max_rel in
     stats."""
-    r = flatten(torch, ref)
+    r = flatten(torch, ref)     # (do_run has checked it)
     c = flatten(torch, new)
-    if r is None:
-        raise Verdict("runtime_error", "reference output is not a tensor or a tuple of tensors")
     if c is None:
         raise Verdict("shape_mismatch", "output is %s, want a tensor" % type(new).__name__)
     if len(r) != len(c):
@@ -1129,7 +1127,10 @@ def do_run(torch, job, ev, info):
                 ref_out = model(*ref_in)
         except BaseException as e:
             raise ref_failed("reference forward", e)
-        flat = flatten(torch, ref_out) or []
+        flat = flatten(torch, ref_out)
+        if flat is None:    # no output to judge a candidate by
+            raise Verdict("ref_error", "reference output is %s, not a tensor or a tuple of "
+                          "tensors" % type(ref_out).__name__)
         poison(torch, cuda, flat)
         try:
             with torch.no_grad():
