@@ -364,6 +364,7 @@ struct worker {
 	struct entry *job;
 	char nonce[33];
 	double deadline;
+	double started;        /* when its job was sent (pool_now) */
 	json_t *result;        /* the worker's reply (owned) */
 	size_t mk;             /* 1 + the index in e->mk of its maker job, 0 for none */
 };
@@ -657,7 +658,8 @@ static int send_job(struct kbench_engine *e, struct worker *w, struct entry *en,
 	json_decref(j);
 	w->state = W_BUSY;
 	w->job = en;
-	w->deadline = pool_now() + (mode == ROLE_RUN ? e->cfg.timeout : mode == ROLE_PROBE ?
+	w->started = pool_now();
+	w->deadline = w->started + (mode == ROLE_RUN ? e->cfg.timeout : mode == ROLE_PROBE ?
 	                            e->cfg.start_timeout : e->cfg.compile_timeout);
 	if (w->mk && e->mk_end && w->deadline > e->mk_end)
 		w->deadline = e->mk_end;
@@ -1154,6 +1156,10 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 	} else {
 		raw = verdict(kind, msg, en->loaded);
 	}
+	/* a worker that died or ran out of time timed nothing itself: the time it had */
+	const char *spent = w->role == ROLE_BUILD ? "build_s" : "run_s";
+	if (!json_is_number(json_object_get(raw, spent)))
+		json_object_set_new(raw, spent, json_real(round((pool_now() - w->started) * 1e3) / 1e3));
 	json_decref(w->result);
 	w->result = NULL;
 	worker_stop(e, w, 1);
