@@ -1168,6 +1168,7 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 		double bs = 0;
 		json_get_num(raw, "build_s", &bs);
 		en->build_s = bs;
+		json_object_del(raw, "run_s");  /* the build worker's clock timed the build */
 		if (!strcmp(get_kind(raw), "") || json_is_true(json_object_get(raw, "deferred"))) {
 			if (!json_is_true(json_object_get(raw, "deferred")))
 				cache_store(en, NULL, NULL);
