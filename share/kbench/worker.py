@@ -1106,7 +1106,7 @@ def do_run(torch, job, ev, info):
             new = new.to(dev)
         if cuda:
             torch.cuda.synchronize()
-    except Exception as e:
+    except BaseException as e:  # SystemExit too: the constructor failed
         traceback.print_exc()
         if cuda and is_cuda_error(e):
             raise Verdict("cuda_error", "ModelNew(): %s" % tail(e))
