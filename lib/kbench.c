@@ -1019,6 +1019,15 @@ static void set_log(struct kbench_engine *e, json_t *ev, const char *log)
 	buf_free(&b);
 }
 
+/* x to four significant digits (a speedup: 0.00004 stays one, as worker.py writes it) */
+static double round_sig4(double x)
+{
+	char s[32];
+
+	snprintf(s, sizeof s, "%.4g", x);
+	return strtod(s, NULL);
+}
+
 /* Order the eval object's fields, add what the C side knows. */
 static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, const char *log)
 {
@@ -1046,7 +1055,7 @@ static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, 
 		json_t *b = file ? json_object_get(json_object_get(e->cfg.baseline, lv), file) : NULL;
 		if (json_get_num(b, "mean", &ref) && ref > 0) {
 			json_object_set_new(ev, "ref_ms", json_real(ref));
-			json_object_set_new(ev, "speedup", json_real(round(ref / ker * 1e4) / 1e4));
+			json_object_set_new(ev, "speedup", json_real(round_sig4(ref / ker)));
 			json_object_set_new(ev, "excessive_speedup", json_boolean(ref / ker > 10));
 			json_object_set_new(ev, "baseline", json_true());
 		} else if (file) {

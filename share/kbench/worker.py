@@ -1179,7 +1179,8 @@ def do_run(torch, job, ev, info):
         ev["ref_ms"] = sig3(rt["mean"])
         ev["ref_ms_median"] = sig3(rt["median"])
         if kt["mean"] > 0:
-            ev["speedup"] = round(rt["mean"] / kt["mean"], 4)
+            # significant digits: a kernel 20000 times slower is not 0.0
+            ev["speedup"] = float("%.4g" % (rt["mean"] / kt["mean"]))
             ev["excessive_speedup"] = ev["speedup"] > 10
 
 
