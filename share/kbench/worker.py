@@ -39,6 +39,19 @@ def parse_args(argv):
     return fin, fout
 
 
+def parseable(o):
+    """o with its strings made such that kbench-eval's JSON parser takes them (a line it
+    refuses loses the verdict): a NUL as U+FFFD, a lone surrogate (text a candidate made)
+    as "?"."""
+    if isinstance(o, str):
+        return o.replace("\0", "\ufffd").encode("utf-8", "replace").decode()
+    if isinstance(o, dict):
+        return {parseable(k): parseable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [parseable(v) for v in o]
+    return o
+
+
 class Channel:
     """The result pipe, kept on a high descriptor the candidate is not told about."""
 
@@ -49,7 +62,7 @@ class Channel:
         os.set_inheritable(self.fd, False)
 
     def send(self, obj):
-        data = (json.dumps(obj, allow_nan=False, default=str) + "\n").encode()
+        data = (json.dumps(parseable(obj), allow_nan=False, default=str) + "\n").encode()
         while data:
             n = os.write(self.fd, data)
             data = data[n:]
