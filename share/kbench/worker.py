@@ -178,6 +178,16 @@ def errors(torch, a, b):
     return float(diff.max()), float(rel.max())
 
 
+# torch's comparisons as they were when the worker imported torch, before any candidate's
+# code ran: a candidate that rebinds torch.allclose or torch.equal (deceive-check's
+# torch-patch) does not change the verdict's
+VERDICT_FNS = {}
+
+
+def verdict_fn(torch, name):
+    return VERDICT_FNS.get(name) or getattr(torch, name)
+
+
 def compare(torch, ref, new, atol, rtol, rtol_only, stats):
     """Raise Verdict on a shape/dtype/device/value difference; update max_abs/max_rel in
     stats."""
@@ -201,13 +211,13 @@ def compare(torch, ref, new, atol, rtol, rtol_only, stats):
             stats["max_abs_err"] = max(stats["max_abs_err"], mabs)
             stats["max_rel_err"] = max(stats["max_rel_err"], mrel)
         if not (a.is_floating_point() or a.is_complex()):
-            if not torch.equal(a, b):
+            if not verdict_fn(torch, "equal")(a, b):
                 raise Verdict("mismatch", "output %d differs (exact comparison of %s)" % (i, a.dtype))
             continue
         if rtol_only:
             ok = a.numel() == 0 or stats["max_rel_err"] <= rtol
         else:
-            ok = bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+            ok = bool(verdict_fn(torch, "allclose")(a, b, atol=atol, rtol=rtol))
         if not ok:
             raise Verdict("mismatch", "output %d: max_abs_err %.4g, max_rel_err %.4g"
                           % (i, stats["max_abs_err"], stats["max_rel_err"]))
@@ -220,7 +230,8 @@ def same_inputs(torch, a, b):
         if isinstance(x, torch.Tensor):
             if x.shape != y.shape:
                 return False
-            if not torch.equal(x, y) and not bool(((x == y) | ((x != x) & (y != y))).all()):
+            if not verdict_fn(torch, "equal")(x, y) and \
+                    not bool(((x == y) | ((x != x) & (y != y))).all()):
                 return False
     return True
 
@@ -1221,6 +1232,7 @@ def main():
     except Exception as e:
         chan.send({"ready": False, "message": "cannot import torch: %s" % tail(e)})
         return 1
+    VERDICT_FNS.update(allclose=torch.allclose, equal=torch.equal)
     # a CUDA device is touched only by run workers; build workers see none
     info = probe_info(torch, "cpu" if want == "cpu" else "auto")
     if "--probe" in sys.argv and info["device"] == "cuda":
