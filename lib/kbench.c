@@ -384,6 +384,7 @@ struct kbench_engine {
 	struct kbench_config cfg;
 	char *device;          /* "cpu" or "cuda" */
 	char *torch;
+	json_t *gpu;           /* the probe's gpu object (name, driver, clocks), NULL on the CPU */
 	char *arch;            /* TORCH_CUDA_ARCH_LIST for builds, "" on the CPU */
 	char *python;
 	char *worker;
@@ -862,6 +863,8 @@ struct kbench_engine *kbench_engine_new(const struct kbench_config *cfg)
 		free(e->arch);
 		e->arch = xstrdup(getenv("TORCH_CUDA_ARCH_LIST") ? getenv("TORCH_CUDA_ARCH_LIST") :
 		                  json_get_str(info, "arch") ? json_get_str(info, "arch") : "");
+		if (json_is_object(json_object_get(info, "gpu")))
+			e->gpu = json_incref(json_object_get(info, "gpu"));
 	}
 	double ng = 0;
 	json_get_num(info, "gpus", &ng);
@@ -933,6 +936,7 @@ int kbench_engine_free(struct kbench_engine *e)
 	free(e->cfg.gpus);
 	free(e->device);
 	free(e->torch);
+	json_decref(e->gpu);
 	free(e->arch);
 	free(e->python);
 	free(e->worker);
@@ -1067,6 +1071,8 @@ static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, 
 	}
 	json_object_set_new(ev, "device", json_string(e->device));
 	json_object_set_new(ev, "torch", json_string(e->torch));
+	if (e->gpu)             /* what a timing is reported with (SPEC §9) */
+		json_object_set_new(ev, "gpu", json_deep_copy(e->gpu));
 	json_object_set_new(ev, "build_s", json_real(en->build_s));
 	if (!json_object_get(ev, "run_s"))
 		json_object_set_new(ev, "run_s", json_real(0));

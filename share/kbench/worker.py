@@ -3,7 +3,7 @@
 # It talks JSON Lines over two pipes that kbench-eval hands it (--in FD, --out FD), never over
 # stdin/stdout: stdout and stderr are captured by kbench-eval into eval.log. Life of a worker:
 #   1. import torch, write {"ready": true, "torch": ..., "device": ...} (with --probe also
-#      "arch", "gpus" and "gpu_name": the one worker that looks at every GPU)
+#      "arch", "gpus", "gpu_name" and "gpu" (gpu_facts): the one worker that looks at every GPU)
 #   2. read one job {"mode": "build" | "run" | "pch" | "names", ...}
 #   3. write one result {"nonce": ..., "eval": {...}} and exit (a build's also with
 #      "pch_want" and "names_want", its requests to the makers, where it has some).
@@ -1208,6 +1208,27 @@ def do_run(torch, job, ev, info):
             ev["excessive_speedup"] = ev["speedup"] > 10
 
 
+def gpu_facts(torch):
+    """The GPU that times the candidates (CUDA device 0; every worker's GPU is of the kind
+    the probe sees first) with, where nvidia-smi answers, the driver and its maximum clocks
+    (MHz): what a timing is reported with."""
+    import subprocess
+    name = torch.cuda.get_device_name(0)
+    facts = {"name": name}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,"
+                              "clocks.max.memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            f = [x.strip() for x in line.split(",")]
+            if len(f) == 4 and f[0] == name:
+                facts.update(driver=f[1], sm_mhz=int(f[2]), mem_mhz=int(f[3]))
+                break
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    return facts
+
+
 def probe_info(torch, want):
     info = {"ready": True, "torch": torch.__version__, "python": sys.version.split()[0]}
     cuda = False
@@ -1242,6 +1263,7 @@ def main():
         info["arch"] = ";".join(caps)
         info["gpus"] = torch.cuda.device_count()
         info["gpu_name"] = torch.cuda.get_device_name(0)
+        info["gpu"] = gpu_facts(torch)
     chan.send(info)
     job = read_job(fin)
     t_job = time.perf_counter()
