@@ -109,8 +109,8 @@ EOF
 }
 
 check relu_cuda_ok 'ev["correct"] and ev["device"] == "cuda" and ev["kernel_ms"] > 0' "correct, timed"
-check relu_cuda_ok 'ev["gpu"]["name"] and ev["gpu"]["driver"] and ev["gpu"]["sm_mhz"] > 0 and
-	ev["gpu"]["mem_mhz"] > 0' "names the GPU that timed it (name, driver, maximum clocks)"
+check relu_cuda_ok '(ev["gpu"]["name"] and ev["gpu"]["driver"] and ev["gpu"]["sm_mhz"] > 0 and
+	ev["gpu"]["mem_mhz"] > 0)' "names the GPU that timed it (name, driver, maximum clocks)"
 # lean builds: torch/extension.h read as torch/types.h; as written where that fails on a name
 # (a mark in the build directory sends the run phase there) or the source needs pybind11
 check relu_cuda_ok 'ev.get("lean") is True' "built with torch/types.h (lean)"
