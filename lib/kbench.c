@@ -320,6 +320,20 @@ size_t kbench_tree_select(const struct kbench_tree *t, const struct kbench_range
 			continue;
 		(*out)[n++] = &t->p[i];
 	}
+	/* a number or range of -p that no problem of the chosen levels has: said, where others
+	 * matched (none matching at all is the caller's error) */
+	for (size_t k = 0; n && problems && k < problems->n; k++) {
+		size_t hit = 0;
+		for (size_t i = 0; i < n && !hit; i++)
+			hit = (*out)[i]->num >= problems->r[k][0] && (*out)[i]->num <= problems->r[k][1];
+		if (hit)
+			continue;
+		if (problems->r[k][0] == problems->r[k][1])
+			warn_msg("--problems: no problem %ld in the levels chosen", problems->r[k][0]);
+		else
+			warn_msg("--problems: no problem %ld-%ld in the levels chosen", problems->r[k][0],
+			         problems->r[k][1]);
+	}
 	if (!n) {
 		free(*out);
 		*out = NULL;
