@@ -29,6 +29,22 @@ static void turn(struct buf *b, const char *role, const char *text)
 	buf_adds(b, "<|im_end|>\n");
 }
 
+/* An earlier assistant turn's text as Qwen3's chat template renders it (LLaMA-Factory's
+ * ReasoningTemplate too): its reasoning left out, what follows the last </think> with the
+ * newlines that open it taken off; the text itself where it has none */
+static const char *earlier_answer(const char *text)
+{
+	const char *p = text, *t;
+
+	while ((t = strstr(p, "</think>")))
+		p = t + strlen("</think>");
+	if (p == text)
+		return text;
+	while (*p == '\n')
+		p++;
+	return p;
+}
+
 static char *response_text(const char *resp, int think)
 {
 	struct buf b;
@@ -99,7 +115,9 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
 				return -1;
 			}
 			users += !strcmp(r, "user");
-			if (strcmp(r, "system") || *c)  /* an empty system is none (LLaMA-Factory) */
+			if (!strcmp(r, "assistant"))    /* the reasoning of earlier answers is dropped */
+				turn(&b, r, earlier_answer(c));
+			else if (strcmp(r, "system") || *c)     /* an empty system is none */
 				turn(&b, r, c);
 		}
 		if (!users) {           /* Qwen3's template refuses it: "no user query" */

@@ -84,6 +84,18 @@ static void test_render(void)
 	CHECK_STR(r, "<think>\n\n</think>\n\na2<|im_end|>\n", "messages: last assistant turn");
 	free(p), free(r);
 	json_decref(rec);
+	/* an earlier answer's reasoning is left out, as Qwen3's template renders the history
+	 * (the text after the last </think>, its opening newlines off); the last answer keeps it */
+	render_one("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\","
+	           "\"content\":\"<think>\\nr1\\n</think>\\n\\na1\"},{\"role\":\"user\",\"content\":\"q2\"},"
+	           "{\"role\":\"assistant\",\"content\":\"<think>r2</think>a2\"}]}", 0,
+	           "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
+	           "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n",
+	           "messages: an earlier answer's think block left out");
+	render_one("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\","
+	           "\"content\":\"<think>r1</think>a1\"},{\"role\":\"user\",\"content\":\"q2\"},"
+	           "{\"role\":\"assistant\",\"content\":\"<think>r2</think>a2\"}]}", 1,
+	           "<think>r2</think>a2<|im_end|>\n", "messages: the last answer's think block kept");
 	rec = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"q1\"}]}", 0, NULL);
 	CHECK(sft_render(rec, 1, &p, &r, err, sizeof err) < 0, "messages must end with assistant");
 	json_decref(rec);
