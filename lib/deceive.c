@@ -455,6 +455,27 @@ static int is_cident(char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
+static const char *c_ws(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* p at '(' or '{': its matching closer, or e */
+static const char *c_close(const char *p, const char *e)
+{
+	char open = *p, close = open == '(' ? ')' : '}';
+	int d = 0;
+
+	for (; p < e; p++)
+		if (*p == open)
+			d++;
+		else if (*p == close && --d == 0)
+			return p;
+	return e;
+}
+
 static void find_kernels(struct ctx *x)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *g = s;
@@ -497,16 +518,8 @@ static void find_kernels(struct ctx *x)
 			open++;
 		size_t body = 0, body_end = 0;
 		if (open < end && *open == '{') {
-			int d = 0;
-			const char *c = open;
-			for (; c < end; c++) {
-				if (*c == '{')
-					d++;
-				else if (*c == '}' && --d == 0)
-					break;
-			}
 			body = (size_t)(open + 1 - s);
-			body_end = (size_t)(c - s);
+			body_end = (size_t)(c_close(open, end) - s);
 		}
 		if (x->nkern == cap) {
 			cap = cap ? 2 * cap : 4;
@@ -1038,13 +1051,6 @@ static int in_path(const struct ctx *x, int block)
 /* ------------------------------------------------------------------------------------ */
 /* the rules */
 
-static const char *c_ws(const char *p, const char *e)
-{
-	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-		p++;
-	return p;
-}
-
 /* After a kernel's name at p: the text past its launch's <<< (template arguments skipped,
  * name<float><<<), else NULL; *next is what follows the name and its template arguments
  * ('(' in a declaration) */
@@ -1212,20 +1218,6 @@ static void rule_kernel_not_bound(struct ctx *x)
 }
 
 /* ---- C++ in the CUDA text: definitions, parameters, launches ---- */
-
-/* p at '(' or '{': its matching closer, or e */
-static const char *c_close(const char *p, const char *e)
-{
-	char open = *p, close = open == '(' ? ')' : '}';
-	int d = 0;
-
-	for (; p < e; p++)
-		if (*p == open)
-			d++;
-		else if (*p == close && --d == 0)
-			return p;
-	return e;
-}
 
 /* The definition of function `name` in the CUDA text, name(...) {...}: 1 with *a at its '(',
  * *b at the ')', *body at the '{' and *end at the '}', else 0 */

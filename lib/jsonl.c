@@ -1,10 +1,12 @@
 /* jsonl: JSON Lines reader and writer, and the operand loop the programs share. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "input.h"
 #include "jsonl.h"
+#include "util.h"
 
 void jsonl_reader_init(struct jsonl_reader *r, FILE *fp, const char *name)
 {
@@ -501,6 +503,26 @@ const char *json_get_str(const json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);
 	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int json_level_value(const json_t *v, long lo, long hi, int *out)
+{
+	const char *s = json_string_value(v);
+	double x = json_number_value(v);
+	long l;
+
+	if (json_is_number(v) && x == floor(x) && x >= lo && x <= hi) {
+		*out = (int)x;
+		return 0;
+	}
+	if (!s)
+		return -1;
+	if (!strncmp(s, "level", 5))
+		s += 5;
+	if (parse_long(s, lo, hi, &l) < 0)
+		return -1;
+	*out = (int)l;
+	return 0;
 }
 
 int json_get_num(const json_t *o, const char *key, double *out)

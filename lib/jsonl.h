@@ -95,5 +95,8 @@ char *jsonl_dumps(const json_t *v);
 int jsonl_log(FILE *fp, const char *name, const json_t *v);
 /* 1 and *out when key holds a number (integer or real), else 0 */
 int json_get_num(const json_t *o, const char *key, double *out);
+/* A level as records carry one (KernelBench's, a task's): an integral number (2, or 2.0),
+ * or a string "2" or "level2", in [lo, hi]: 0 with *out, else -1 (v NULL too) */
+int json_level_value(const json_t *v, long lo, long hi, int *out);
 
 #endif

@@ -1466,23 +1466,7 @@ void kbench_engine_close_input(struct kbench_engine *e)
 
 static int json_level(const json_t *rec, int *level)
 {
-	double v;
-	const char *s = json_get_str(rec, "level");
-
-	if (json_get_num(rec, "level", &v) && v == floor(v) && v >= 0 && v <= KBENCH_MAX_LEVEL) {
-		*level = (int)v;
-		return 0;
-	}
-	if (s) {
-		long l;
-		if (!strncmp(s, "level", 5))
-			s += 5;
-		if (parse_long(s, 0, KBENCH_MAX_LEVEL, &l) == 0) {
-			*level = (int)l;
-			return 0;
-		}
-	}
-	return -1;
+	return json_level_value(json_object_get(rec, "level"), 0, KBENCH_MAX_LEVEL, level);
 }
 
 /* Resolve the problem of a record: `ref`, `problem` path, or `level` + number. */

@@ -48,11 +48,11 @@ struct kbench_tree {
 /* Load every problem of a directory or archive; 0, or -1 with a message. */
 int kbench_tree_load(struct kbench_tree *t, const char *path);
 void kbench_tree_free(struct kbench_tree *t);
-/* By path "level1/19_ReLU.py" (or without ".py", or "level1/19"). NULL when unknown. */
 /* The first "levelN/NUM" in problem, at its start or after a '/', NUM followed by nothing,
  * '_' or '.' ("level1/19_ReLU.py", "KernelBench/level1/19", "level1/19_ReLU"): 0 with
  * *level, *num and (at not NULL) *at, where "levelN" starts; else -1. */
 int kbench_find_level_num(const char *problem, int *level, int *num, const char **at);
+/* By path "level1/19_ReLU.py" (or without ".py", or "level1/19"). NULL when unknown. */
 const struct kbench_problem *kbench_tree_find(const struct kbench_tree *t, const char *problem);
 const struct kbench_problem *kbench_tree_find_num(const struct kbench_tree *t, int level, int num);
 /* Parse "[...]/levelN/<num>_<Name>.py": 0 with *level, *num, or -1. */

@@ -36,28 +36,14 @@ int rl_task_level(const json_t *rec, int *level)
 {
 	const json_t *v = json_object_get(rec, "level");
 	const json_t *c = json_object_get(rec, "cuke");
-	double x = json_number_value(v);
-	long l;
 
 	*level = INT_MAX;
 	if (!v && json_is_object(c))
-		v = json_object_get(c, "level"), x = json_number_value(v);
+		v = json_object_get(c, "level");
 	if (!v)
 		return 1;
-	if (json_is_number(v) && x == floor(x) && x >= INT_MIN && x < INT_MAX) {
-		*level = (int)x;        /* 2, or 2.0 as a float-minded writer puts it */
-		return 0;
-	}
-	if (json_is_string(v)) {
-		const char *s = json_string_value(v);
-		if (!strncmp(s, "level", 5))        /* "level2", as KernelBench names its folders */
-			s += 5;
-		if (parse_long(s, INT_MIN, INT_MAX - 1, &l) == 0) {
-			*level = (int)l;
-			return 0;
-		}
-	}
-	return -1;
+	/* 2, 2.0 as a float-minded writer puts it, "2", "level2" as KernelBench's folders */
+	return json_level_value(v, INT_MIN, INT_MAX - 1, level) == 0 ? 0 : -1;
 }
 
 void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where)

@@ -3,7 +3,7 @@
 # It talks JSON Lines over two pipes that kbench-eval hands it (--in FD, --out FD), never over
 # stdin/stdout: stdout and stderr are captured by kbench-eval into eval.log. Life of a worker:
 #   1. import torch, write {"ready": true, "torch": ..., "device": ...} (with --probe also
-#      "arch", "gpus", "gpu_name" and "gpu" (gpu_facts): the one worker that looks at every GPU)
+#      "arch", "gpus" and "gpu" (gpu_facts): the one worker that looks at every GPU)
 #   2. read one job {"mode": "build" | "run" | "pch" | "names", ...}
 #   3. write one result {"nonce": ..., "eval": {...}} and exit (a build's also with
 #      "pch_want" and "names_want", its requests to the makers, where it has some).
@@ -1262,7 +1262,6 @@ def main():
                        for i in range(torch.cuda.device_count())})
         info["arch"] = ";".join(caps)
         info["gpus"] = torch.cuda.device_count()
-        info["gpu_name"] = torch.cuda.get_device_name(0)
         info["gpu"] = gpu_facts(torch)
     chan.send(info)
     job = read_job(fin)
