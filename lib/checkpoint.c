@@ -111,53 +111,184 @@ static void shape_str(char *s, size_t n, int ndim, const int64_t *shape)
 		snprintf(s + k, n - k, "]");
 }
 
+/* The dimensions of list entry name (its layer_tensors row, or the embedding's, lm_head's,
+ * the final norm's). */
+static void entry_dims(const char *name, enum dim *d0, enum dim *d1)
+{
+	const char *dot = strncmp(name, "model.layers.", 13) ? NULL : strchr(name + 13, '.');
+
+	*d0 = D_V;
+	*d1 = D_C;
+	if (!strcmp(name, "model.norm.weight"))
+		*d0 = D_C;
+	for (size_t j = 0; dot && j < ARRAY_LEN(layer_tensors); j++) {
+		if (!strcmp(dot + 1, layer_tensors[j].suffix)) {
+			*d0 = layer_tensors[j].d0;
+			*d1 = layer_tensors[j].d1;
+		}
+	}
+}
+
+/* "hidden_size 64", "num_attention_heads 4 x head_dim 16": the config fields behind d. */
+static size_t dim_fields(char *s, size_t n, const struct model_config *c, enum dim d)
+{
+	switch (d) {
+	case D_C: return (size_t)snprintf(s, n, "hidden_size %d", c->hidden_size);
+	case D_Q: return (size_t)snprintf(s, n, "num_attention_heads %d x head_dim %d",
+	                                  c->num_heads, c->head_dim);
+	case D_KV: return (size_t)snprintf(s, n, "num_key_value_heads %d x head_dim %d",
+	                                   c->num_kv_heads, c->head_dim);
+	case D_HD: return (size_t)snprintf(s, n, "head_dim %d", c->head_dim);
+	case D_I: return (size_t)snprintf(s, n, "intermediate_size %d", c->intermediate_size);
+	case D_V: return (size_t)snprintf(s, n, "vocab_size %d", c->vocab_size);
+	}
+	return 0;
+}
+
+/* The layer index of a "model.layers.N." name, or -1. */
+static long layer_of(const char *name)
+{
+	char *end;
+	long l;
+
+	if (strncmp(name, "model.layers.", 13) || name[13] < '0' || name[13] > '9')
+		return -1;
+	l = strtol(name + 13, &end, 10);
+	return *end == '.' ? l : -1;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+
+	return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* Check entry e of the list against st and bind it. 0 or -1. */
+static int bind_one(const struct model_config *c, const struct safetensors *st,
+                    struct ckpt_tensor *e, long file_layers, char *err, size_t errlen)
+{
+	const struct st_tensor *t = safetensors_find(st, e->name);
+	char want[64], got[64], why[160] = "";
+	enum dim d[2];
+	long l = layer_of(e->name);
+
+	if (!t) {
+		if (!strcmp(e->name, "lm_head.weight"))
+			snprintf(why, sizeof why, "; tie_word_embeddings is false");
+		else if (l >= file_layers)
+			snprintf(why, sizeof why, "; num_hidden_layers is %d, the weights have %ld "
+			         "layers", c->num_layers, file_layers);
+		errmsg_set(err, errlen, "%s: tensor '%s' missing (the config needs it%s)",
+		           st->path, e->name, why);
+		return -1;
+	}
+	if (t->ndim != e->ndim || t->shape[0] != e->shape[0] ||
+	    (t->ndim > 1 && t->shape[1] != e->shape[1])) {
+		size_t k = 0;
+
+		entry_dims(e->name, &d[0], &d[1]);
+		for (int i = 0; i < e->ndim && k < sizeof why; i++) {
+			if (t->ndim == e->ndim && t->shape[i] == e->shape[i])
+				continue;
+			k += (size_t)snprintf(why + k, sizeof why - k, "%s", k ? ", " : " (");
+			if (k < sizeof why)
+				k += dim_fields(why + k, sizeof why - k, c, d[i]);
+		}
+		if (k && k < sizeof why)
+			snprintf(why + k, sizeof why - k, ")");
+		shape_str(want, sizeof want, e->ndim, e->shape);
+		shape_str(got, sizeof got, t->ndim, t->shape);
+		errmsg_set(err, errlen, "%s: tensor '%s' has shape %s, the config needs %s%s",
+		           safetensors_file(st, t->shard), e->name, got, want, why);
+		return -1;
+	}
+	e->ref->p = t->data;
+	e->ref->dt = t->dtype;
+	return 0;
+}
+
+/* A tensor of st the model does not use: 0 when it changes nothing (a rotary buffer; a
+ * tied lm_head.weight equal to the embedding; one outside the model's modules: counted in
+ * *noted), else -1 with a message naming the config field that leaves it out. */
+static int unused_one(const struct model_config *c, const struct safetensors *st,
+                      const struct st_tensor *t, long file_layers, size_t *noted,
+                      const char **first, char *err, size_t errlen)
+{
+	const struct st_tensor *e;
+	const char *file = safetensors_file(st, t->shard);
+
+	if (ends_with(t->name, ".rotary_emb.inv_freq"))       /* recomputed from the config */
+		;
+	else if (!strcmp(t->name, "lm_head.weight") && c->tie_word_embeddings) {
+		e = safetensors_find(st, "model.embed_tokens.weight");
+		if (e->dtype == t->dtype && e->nbytes == t->nbytes && e->ndim == t->ndim &&
+		    !memcmp(e->data, t->data, t->nbytes))
+			return 0;                               /* the same values, saved twice */
+		errmsg_set(err, errlen, "%s: tie_word_embeddings is true, but 'lm_head.weight' "
+		           "differs from 'model.embed_tokens.weight'", file);
+		return -1;
+	} else if (layer_of(t->name) >= c->num_layers) {
+		errmsg_set(err, errlen, "%s: tensor '%s' is past num_hidden_layers %d (the weights "
+		           "have %ld layers)", file, t->name, c->num_layers, file_layers);
+		return -1;
+	} else if (!strncmp(t->name, "model.", 6) || !strncmp(t->name, "lm_head.", 8)) {
+		errmsg_set(err, errlen, "%s: tensor '%s' has no place in the model config.json "
+		           "describes%s", file, t->name, ends_with(t->name, ".bias") ?
+		           " (no biases: attention_bias false, Qwen3's MLP has none)" : "");
+		return -1;
+	}
+	if (!*first)
+		*first = t->name;
+	++*noted;
+	return 0;
+}
+
 int checkpoint_bind(const struct model_config *c, const struct safetensors *st,
                     struct model_weights *w, char *err, size_t errlen)
 {
-	size_t n, used = 0;
+	size_t n, noted = 0;
 	struct ckpt_tensor *list;
-	const char *extra = NULL;
+	const char *first = NULL;
+	long file_layers = 0;
+	char *used = xcalloc(st->ntensors ? st->ntensors : 1, 1);
 
 	memset(w, 0, sizeof *w);
 	list = checkpoint_tensor_list(c, w, &n);
-	for (size_t i = 0; i < n; i++) {
-		const struct st_tensor *t = safetensors_find(st, list[i].name);
-		char want[64], got[64];
+	for (size_t i = 0; i < st->ntensors; i++)
+		if (layer_of(st->tensors[i].name) >= file_layers)
+			file_layers = layer_of(st->tensors[i].name) + 1;
+	/* the tensors of one config field first (vocab, hidden, head_dim, intermediate), then
+	 * q/k/v/o, whose mismatch then points at the number of heads */
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < n; i++) {
+			enum dim d0, d1;
 
-		if (!t) {
-			errmsg_set(err, errlen, "%s: tensor '%s' missing (the config needs it)",
-			           st->path, list[i].name);
-			goto fail;
+			entry_dims(list[i].name, &d0, &d1);
+			if ((d0 == D_Q || d0 == D_KV || d1 == D_Q) != pass)
+				continue;
+			if (bind_one(c, st, &list[i], file_layers, err, errlen) < 0)
+				goto fail;
 		}
-		if (t->ndim != list[i].ndim || t->shape[0] != list[i].shape[0] ||
-		    (t->ndim > 1 && t->shape[1] != list[i].shape[1])) {
-			shape_str(want, sizeof want, list[i].ndim, list[i].shape);
-			shape_str(got, sizeof got, t->ndim, t->shape);
-			errmsg_set(err, errlen, "%s: tensor '%s' has shape %s, the config needs %s",
-			           safetensors_file(st, t->shard), list[i].name, got, want);
-			goto fail;
-		}
-		list[i].ref->p = t->data;
-		list[i].ref->dt = t->dtype;
-		used++;
 	}
 	if (c->tie_word_embeddings)
 		w->lm_head = w->embed;
-	if (used < st->ntensors) {
-		for (size_t i = 0; i < st->ntensors && !extra; i++) {
-			size_t j;
-			for (j = 0; j < n && strcmp(list[j].name, st->tensors[i].name); j++)
-				;
-			if (j == n)
-				extra = st->tensors[i].name;
-		}
-		warn_msg("note: %s: ignoring %zu tensor%s the model does not use (first: '%s')",
-		         st->path, st->ntensors - used, st->ntensors - used > 1 ? "s" : "",
-		         extra ? extra : "?");
+	for (size_t i = 0; i < n; i++) {
+		const struct st_tensor *t = safetensors_find(st, list[i].name);
+		used[t - st->tensors] = 1;
 	}
+	for (size_t i = 0; i < st->ntensors; i++)
+		if (!used[i] && unused_one(c, st, &st->tensors[i], file_layers, &noted, &first, err,
+		                           errlen) < 0)
+			goto fail;
+	if (noted)
+		warn_msg("note: %s: ignoring %zu tensor%s the model does not use (first: '%s')",
+		         st->path, noted, noted > 1 ? "s" : "", first);
+	free(used);
 	free(list);
 	return 0;
 fail:
+	free(used);
 	free(list);
 	model_weights_free(w);
 	return -1;
@@ -491,16 +622,10 @@ void config_tiny(struct model_config *c, int vocab)
 	c->head_dim = 16;
 	c->intermediate_size = 128;
 	c->max_position_embeddings = 4096;
+	c->rope_theta = 1e6f;
 	c->mask_token_id = c->vocab_size - 1;
 	c->eos_token_id = c->pad_token_id = c->vocab_size - 2;
 	c->dtype = DICE_F32;
-}
-
-static int ends_with(const char *s, const char *suf)
-{
-	size_t n = strlen(s), m = strlen(suf);
-
-	return n >= m && !strcmp(s + n - m, suf);
 }
 
 /* Random init: every tensor is cut into chunks of INIT_CHUNK values, and chunk k of tensor i

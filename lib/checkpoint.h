@@ -6,8 +6,11 @@
  * (lib/safetensors.h) and binds struct model_weights: every tensor the config needs must be
  * present with the right shape (names and shapes: SPEC §1.1, checkpoint_tensor_list);
  * dtypes may differ per tensor (BF16/F16/F32, recorded in each wref). With
- * tie_word_embeddings, lm_head is the embedding (an lm_head.weight in the file is then
- * unused). Tensors the model does not use are ignored with one note on stderr.
+ * tie_word_embeddings, lm_head is the embedding (an lm_head.weight in the file must then
+ * equal it). A wrong shape's message names the config field behind it (head_dim checked
+ * before the head counts). A tensor of the model's modules (model.*, lm_head.*) that the
+ * config leaves out is an error naming the field (a layer past num_hidden_layers, a bias);
+ * rotary inv_freq buffers and tensors outside them are ignored with one note on stderr.
  * The weight views point into the read-only mappings and live until checkpoint_close.
  *
  * checkpoint_write writes the same layout from host weights: config.json, the weights in
@@ -102,7 +105,7 @@ void model_init_defaults(struct model_init *o);
 int checkpoint_init_random(const char *dir, const struct model_config *c,
                            const struct model_init *o, char *err, size_t errlen);
 /* A tiny valid SDAR config for tests: V=vocab (>= 16), C=64, L=2, NH=4, NKV=2, HD=16,
- * I=128, block 4, mask id vocab-1, eos vocab-2, fp32. */
+ * I=128, rope_theta 1e6, block 4, mask id vocab-1, eos vocab-2, fp32. */
 void config_tiny(struct model_config *c, int vocab);
 
 #endif

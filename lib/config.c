@@ -14,6 +14,10 @@
 #include "errmsg.h"
 #include "util.h"
 
+/* transformers' Qwen3Config defaults (4.5x and 5) where ours once differed */
+#define QWEN3_KV_HEADS 32
+#define QWEN3_HEAD_DIM 128
+
 static const char *const dtype_names[] = {
 	[DICE_F32] = "float32",
 	[DICE_BF16] = "bfloat16",
@@ -57,7 +61,7 @@ void config_defaults(struct model_config *c)
 {
 	memset(c, 0, sizeof *c);
 	c->max_position_embeddings = 32768;
-	c->rope_theta = 1e6f;
+	c->rope_theta = 10000.0f;
 	c->rms_norm_eps = 1e-6f;
 	c->tie_word_embeddings = 0;
 	c->block_size = 4;
@@ -105,26 +109,118 @@ static int get_float(json_t *root, const char *key, float *out, const char *name
 	return 0;
 }
 
+/* A rope dict (rope_scaling, transformers 4; rope_parameters, 5) that asks for plain RoPE:
+ * rope_type (or its old name "type") "default" or absent, and no member that is itself an
+ * object (one dict per layer type). 1 when it does. */
+static int rope_default(json_t *v)
+{
+	const char *key;
+	json_t *m;
+
+	json_object_foreach(v, key, m) {
+		if ((!strcmp(key, "rope_type") || !strcmp(key, "type")) &&
+		    (!json_is_string(m) || strcmp(json_string_value(m), "default")))
+			return 0;
+		if (json_is_object(m))
+			return 0;
+	}
+	return 1;
+}
+
 /* Refuse a field whose value asks for something we do not implement. */
 static int refuse(json_t *root, const char *key, const char *name, char *err, size_t errlen)
 {
 	json_t *v = json_object_get(root, key);
 	int bad;
 
-	if (!v)
+	if (!v || json_is_null(v))
 		return 0;
 	if (!strcmp(key, "hidden_act"))
 		bad = !json_is_string(v) || strcmp(json_string_value(v), "silu");
-	else if (!strcmp(key, "rope_scaling"))
-		bad = !json_is_null(v);
+	else if (!strcmp(key, "rope_scaling"))    /* {} or {"rope_type": "default"} */
+		bad = !json_is_object(v) || !rope_default(v) ||
+		      json_object_size(v) > (json_object_get(v, "rope_type") ? 1u : 0u) +
+		                             (json_object_get(v, "type") ? 1u : 0u);
+	else if (!strcmp(key, "partial_rotary_factor"))   /* RoPE over part of a head */
+		bad = !json_is_number(v) || json_number_value(v) != 1.0;
+	else if (!strcmp(key, "quantization_config"))     /* weights we cannot read */
+		bad = 1;
 	else
-		bad = !json_is_false(v) && !json_is_null(v);
+		bad = !json_is_false(v);
 	if (bad) {
 		char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-		errmsg_set(err, errlen, "%s: '%s': %s is not supported", name, key, s ? s : "?");
+		errmsg_set(err, errlen, "%s: '%s': %.200s is not supported", name, key, s ? s : "?");
 		free(s);
 		return -1;
 	}
+	return 0;
+}
+
+/* layer_types (transformers >= 4.53): one "full_attention" per layer, as Qwen3Config builds
+ * it when sliding windows are off; anything else is a model we do not build. */
+static int check_layer_types(json_t *root, int nlayers, const char *name, char *err,
+                             size_t errlen)
+{
+	json_t *v = json_object_get(root, "layer_types"), *t;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) != (size_t)nlayers) {
+		errmsg_set(err, errlen, "%s: 'layer_types' must list one type per layer "
+		           "(num_hidden_layers %d)", name, nlayers);
+		return -1;
+	}
+	json_array_foreach(v, i, t) {
+		if (!json_is_string(t) || strcmp(json_string_value(t), "full_attention")) {
+			char *s = json_dumps(t, JSON_ENCODE_ANY | JSON_COMPACT);
+			errmsg_set(err, errlen, "%s: 'layer_types'[%zu]: %.100s is not supported "
+			           "(only \"full_attention\")", name, i, s ? s : "?");
+			free(s);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* rope_theta: top level (transformers 4) or in rope_parameters (transformers 5, which takes
+ * a top-level one only where rope_parameters has none); absent from both: 10000, the
+ * default of both versions. Both given and different: the versions would build different
+ * models, so neither is chosen. */
+static int get_rope(json_t *root, float *theta, const char *name, char *err, size_t errlen)
+{
+	json_t *rp = json_object_get(root, "rope_parameters");
+	json_t *rs = json_object_get(root, "rope_scaling");
+	float top = 0, in = 0;
+	int has_top = json_is_number(json_object_get(root, "rope_theta"));
+
+	if (get_float(root, "rope_theta", &top, name, err, errlen))
+		return -1;
+	if (has_top)
+		*theta = top;
+	if (!rp || json_is_null(rp))
+		return 0;
+	if (!json_is_object(rp) || !rope_default(rp)) {
+		errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
+		           "supported", name);
+		return -1;
+	}
+	if (json_is_object(rs) && json_object_size(rs)) {   /* transformers 5 would take it */
+		errmsg_set(err, errlen, "%s: both 'rope_scaling' and 'rope_parameters' given", name);
+		return -1;
+	}
+	if (refuse(rp, "partial_rotary_factor", name, err, errlen) ||
+	    get_float(rp, "rope_theta", &in, name, err, errlen))
+		return -1;
+	if (!json_is_number(json_object_get(rp, "rope_theta")))
+		return 0;
+	if (has_top && in != top) {
+		errmsg_set(err, errlen, "%s: 'rope_theta' %g and 'rope_parameters' rope_theta %g "
+		           "differ (transformers 4 reads the first, 5 the second)", name,
+		           (double)top, (double)in);
+		return -1;
+	}
+	*theta = in;
 	return 0;
 }
 
@@ -134,7 +230,7 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 	json_error_t jerr;
 	size_t bom = utf8_bom(text, len);     /* a byte-order mark an editor saved */
 	json_t *root = json_loadb(text + bom, len - bom, 0, &jerr), *v;
-	int headdim = -1, rc = -1;
+	int rc = -1;
 
 	config_defaults(c);
 	if (!root || !json_is_object(root)) {
@@ -159,9 +255,13 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 	    get_int(root, "num_attention_heads", &c->num_heads, 1, name, err, errlen) ||
 	    get_int(root, "intermediate_size", &c->intermediate_size, 1, name, err, errlen))
 		goto out;
-	c->num_kv_heads = c->num_heads;
+	/* transformers' Qwen3Config: num_key_value_heads absent is 32, null is
+	 * num_attention_heads; head_dim absent is 128 (not hidden_size / num_attention_heads) */
+	v = json_object_get(root, "num_key_value_heads");
+	c->num_kv_heads = !v ? QWEN3_KV_HEADS : c->num_heads;
+	c->head_dim = QWEN3_HEAD_DIM;
 	if (get_int(root, "num_key_value_heads", &c->num_kv_heads, 0, name, err, errlen) ||
-	    get_int(root, "head_dim", &headdim, 0, name, err, errlen) ||
+	    get_int(root, "head_dim", &c->head_dim, 0, name, err, errlen) ||
 	    get_int(root, "max_position_embeddings", &c->max_position_embeddings, 0, name, err,
 	            errlen) ||
 	    get_int(root, "block_size", &c->block_size, 0, name, err, errlen) ||
@@ -169,14 +269,17 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 	    get_int(root, "bos_token_id", &c->bos_token_id, 0, name, err, errlen) ||
 	    get_int(root, "eos_token_id", &c->eos_token_id, 0, name, err, errlen) ||
 	    get_int(root, "pad_token_id", &c->pad_token_id, 0, name, err, errlen) ||
-	    get_float(root, "rope_theta", &c->rope_theta, name, err, errlen) ||
-	    get_float(root, "rms_norm_eps", &c->rms_norm_eps, name, err, errlen))
+	    get_float(root, "rms_norm_eps", &c->rms_norm_eps, name, err, errlen) ||
+	    get_rope(root, &c->rope_theta, name, err, errlen))
 		goto out;
-	if (headdim == -1 && c->num_heads > 0)
-		headdim = c->hidden_size / c->num_heads;
-	c->head_dim = headdim;
+	if (!v && c->num_kv_heads > 0 && c->num_heads > 0 && c->num_heads % c->num_kv_heads) {
+		errmsg_set(err, errlen, "%s: 'num_key_value_heads' missing (transformers then takes "
+		           "%d, not a divisor of num_attention_heads %d): give it", name,
+		           QWEN3_KV_HEADS, c->num_heads);
+		goto out;
+	}
 	v = json_object_get(root, "tie_word_embeddings");
-	if (v && !json_is_boolean(v)) {
+	if (v && !json_is_boolean(v) && !json_is_null(v)) {
 		errmsg_set(err, errlen, "%s: 'tie_word_embeddings' must be true or false", name);
 		goto out;
 	}
@@ -190,24 +293,13 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");
 		goto out;
 	}
-	/* transformers 5 writes {"rope_parameters": {"rope_theta": x, "rope_type": "default"}} */
-	v = json_object_get(root, "rope_parameters");
-	if (v && !json_is_null(v)) {
-		json_t *type = json_object_get(v, "rope_type");
-
-		if (!json_is_object(v) ||
-		    (type && (!json_is_string(type) || strcmp(json_string_value(type), "default")))) {
-			errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
-			           "supported", name);
-			goto out;
-		}
-		if (get_float(v, "rope_theta", &c->rope_theta, name, err, errlen))
-			goto out;
-	}
 	if (refuse(root, "rope_scaling", name, err, errlen) ||
+	    refuse(root, "partial_rotary_factor", name, err, errlen) ||
 	    refuse(root, "attention_bias", name, err, errlen) ||
 	    refuse(root, "hidden_act", name, err, errlen) ||
-	    refuse(root, "use_sliding_window", name, err, errlen))
+	    refuse(root, "use_sliding_window", name, err, errlen) ||
+	    refuse(root, "quantization_config", name, err, errlen) ||
+	    check_layer_types(root, c->num_layers, name, err, errlen))
 		goto out;
 	rc = config_validate(c, name, err, errlen);
 out:

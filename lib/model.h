@@ -22,7 +22,7 @@ struct model_config {
 	int num_layers;              /* L   (num_hidden_layers) */
 	int num_heads;               /* NH  (num_attention_heads) */
 	int num_kv_heads;            /* NKV (num_key_value_heads) */
-	int head_dim;                /* HD  (head_dim, else C / NH) */
+	int head_dim;                /* HD  (head_dim, default 128) */
 	int intermediate_size;       /* I */
 	int max_position_embeddings;
 	float rope_theta;            /* 1e6 */

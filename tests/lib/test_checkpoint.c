@@ -30,7 +30,11 @@ static int parse(struct model_config *c, const char *json)
 }
 
 #define BASE "\"vocab_size\":1000,\"hidden_size\":64,\"num_hidden_layers\":2," \
-	"\"num_attention_heads\":4,\"intermediate_size\":128,\"mask_token_id\":999"
+	"\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16," \
+	"\"intermediate_size\":128,\"mask_token_id\":999"
+/* BASE less num_key_value_heads and head_dim, with 32 heads */
+#define BARE "\"vocab_size\":1000,\"hidden_size\":64,\"num_hidden_layers\":2," \
+	"\"num_attention_heads\":32,\"intermediate_size\":128,\"mask_token_id\":999"
 
 static void expect_cfg_error(const char *what, const char *json, const char *needle)
 {
@@ -46,13 +50,23 @@ static void test_config(void)
 	struct model_config c, d;
 	char *p;
 
-	CHECK(parse(&c, "{" BASE "}") == 0, "minimal config parses");
-	CHECK(c.head_dim == 16 && c.num_kv_heads == 4 && c.block_size == 4 &&
-	      c.rope_theta == 1e6f && c.rms_norm_eps == 1e-6f && !c.tie_word_embeddings &&
-	      c.eos_token_id == -1 && c.dtype == DICE_BF16 && !strcmp(c.model_type, "sdar"),
-	      "defaults: head_dim C/NH, NKV=NH, block 4, theta 1e6, eps 1e-6, untied, bf16");
+	CHECK(parse(&c, "{" BARE "}") == 0, "minimal config parses");
+	CHECK(c.head_dim == 128 && c.num_kv_heads == 32 && c.block_size == 4 &&
+	      c.rope_theta == 10000.0f && c.rms_norm_eps == 1e-6f && !c.tie_word_embeddings &&
+	      c.max_position_embeddings == 32768 && c.eos_token_id == -1 &&
+	      c.dtype == DICE_BF16 && !strcmp(c.model_type, "sdar"),
+	      "defaults are transformers' Qwen3Config's: head_dim 128 (not C/NH), NKV 32, "
+	      "theta 10000, eps 1e-6, untied; ours: block 4, bf16");
+	CHECK(parse(&c, "{" BARE ",\"num_attention_heads\":8,\"num_key_value_heads\":null,"
+	            "\"head_dim\":null,\"tie_word_embeddings\":null}") == 0 &&
+	      c.num_kv_heads == 8 && c.head_dim == 128 && !c.tie_word_embeddings,
+	      "num_key_value_heads null is num_attention_heads; head_dim, tie null are absent");
+	expect_cfg_error("NKV absent, 32 not dividing NH", "{" BARE ",\"num_attention_heads\":4}",
+	                 "'num_key_value_heads' missing (transformers then takes 32, not a divisor "
+	                 "of num_attention_heads 4)");
 	CHECK(parse(&c, "{\"vocab_size\":151936,\"hidden_size\":64,\"num_hidden_layers\":1,"
-	            "\"num_attention_heads\":4,\"intermediate_size\":8}") == 0 &&
+	            "\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+	            "\"intermediate_size\":8}") == 0 &&
 	      c.mask_token_id == 151669, "default mask_token_id 151669");
 	CHECK(parse(&c, "{" BASE ",\"model_type\":\"qwen3\",\"num_key_value_heads\":2,"
 	            "\"head_dim\":32,\"eos_token_id\":[7,8],\"bos_token_id\":null,"
@@ -84,10 +98,55 @@ static void test_config(void)
 	expect_cfg_error("zero layers", "{" BASE ",\"num_hidden_layers\":0}",
 	                 "'num_hidden_layers' must be positive");
 	expect_cfg_error("mask id outside vocab", "{\"vocab_size\":1000,\"hidden_size\":64,"
-	                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":8}",
+	                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+	                 "\"num_key_value_heads\":4,\"intermediate_size\":8}",
 	                 "'mask_token_id' 151669 outside the vocabulary");
 	expect_cfg_error("unknown torch_dtype", "{" BASE ",\"torch_dtype\":\"int8\"}",
 	                 "torch_dtype 'int8' not supported");
+	/* RoPE as transformers 4 and 5 read it */
+	CHECK(parse(&c, "{" BASE ",\"rope_parameters\":{\"rope_type\":\"default\"}}") == 0 &&
+	      c.rope_theta == 10000.0f, "rope_parameters without rope_theta: 10000");
+	CHECK(parse(&c, "{" BASE ",\"rope_theta\":1e6,\"rope_parameters\":{\"rope_theta\":1e6,"
+	            "\"rope_type\":\"default\"}}") == 0 && c.rope_theta == 1e6f,
+	      "rope_theta in both places, the same");
+	CHECK(parse(&c, "{" BASE ",\"rope_theta\":5e5,\"rope_parameters\":{\"type\":"
+	            "\"default\"}}") == 0 && c.rope_theta == 5e5f,
+	      "top-level rope_theta where rope_parameters has none");
+	expect_cfg_error("rope_theta in both places, different", "{" BASE ",\"rope_theta\":1e6,"
+	                 "\"rope_parameters\":{\"rope_theta\":1e4}}",
+	                 "'rope_theta' 1e+06 and 'rope_parameters' rope_theta 10000 differ");
+	expect_cfg_error("rope_parameters old key 'type' yarn", "{" BASE ",\"rope_parameters\":"
+	                 "{\"type\":\"yarn\",\"factor\":4}}", "only rope_type \"default\"");
+	expect_cfg_error("rope_parameters per layer type", "{" BASE ",\"rope_parameters\":"
+	                 "{\"full_attention\":{\"rope_type\":\"default\",\"rope_theta\":1e6}}}",
+	                 "only rope_type \"default\"");
+	expect_cfg_error("partial RoPE in rope_parameters", "{" BASE ",\"rope_parameters\":"
+	                 "{\"rope_theta\":1e6,\"partial_rotary_factor\":0.5}}",
+	                 "'partial_rotary_factor': 0.5 is not supported");
+	expect_cfg_error("partial RoPE at the top", "{" BASE ",\"partial_rotary_factor\":0.25}",
+	                 "'partial_rotary_factor': 0.25 is not supported");
+	CHECK(parse(&c, "{" BASE ",\"partial_rotary_factor\":1.0,\"rope_scaling\":{}}") == 0,
+	      "partial_rotary_factor 1, rope_scaling {}");
+	CHECK(parse(&c, "{" BASE ",\"rope_scaling\":{\"rope_type\":\"default\"}}") == 0,
+	      "rope_scaling of rope_type default");
+	expect_cfg_error("rope_scaling default with a factor", "{" BASE ",\"rope_scaling\":"
+	                 "{\"type\":\"default\",\"factor\":2}}", "'rope_scaling'");
+	expect_cfg_error("rope_scaling beside rope_parameters", "{" BASE ",\"rope_scaling\":"
+	                 "{\"rope_type\":\"default\"},\"rope_parameters\":{\"rope_theta\":1e6}}",
+	                 "both 'rope_scaling' and 'rope_parameters'");
+	/* what changes the math is refused; what does not, ignored */
+	CHECK(parse(&c, "{" BASE ",\"layer_types\":[\"full_attention\",\"full_attention\"],"
+	            "\"use_sliding_window\":false,\"sliding_window\":4096,"
+	            "\"max_window_layers\":1,\"quantization_config\":null,\"hidden_act\":null,"
+	            "\"attention_dropout\":0.1,\"use_qk_norm\":true}") == 0,
+	      "harmless fields: full-attention layer_types, sliding_window unused, dropout");
+	expect_cfg_error("a sliding layer", "{" BASE ",\"layer_types\":[\"full_attention\","
+	                 "\"sliding_attention\"]}",
+	                 "'layer_types'[1]: \"sliding_attention\" is not supported");
+	expect_cfg_error("layer_types too short", "{" BASE ",\"layer_types\":[\"full_attention\"]}",
+	                 "one type per layer (num_hidden_layers 2)");
+	expect_cfg_error("quantized weights", "{" BASE ",\"quantization_config\":{\"quant_method\":"
+	                 "\"fp8\"}}", "'quantization_config': {\"quant_method\":\"fp8\"} is not");
 	CHECK(parse(&c, "\xEF\xBB\xBF{" BASE "}") == 0 && c.hidden_size == 64,
 	      "a config.json an editor saved with a byte-order mark");
 	expect_cfg_error("a byte-order mark inside", "{\xEF\xBB\xBF" BASE "}", "config.json:1:");
@@ -236,6 +295,39 @@ static void test_variants(void)
 	free(tok);
 }
 
+/* Rewrite dir/model.safetensors: its tensors less drop (or NULL), plus add (or NULL) with
+ * the dtype, shape and data of the tensor like. 0 or -1. */
+static int rewrite(const char *dir, const char *drop, const char *add, const char *like)
+{
+	char *path = xasprintf("%s/model.safetensors", dir);
+	struct safetensors st;
+	struct st_wtensor *wt;
+	size_t n = 0;
+	int rc = -1;
+
+	if (safetensors_open(&st, path, err, sizeof err) < 0) {
+		free(path);
+		return -1;
+	}
+	wt = xcalloc(st.ntensors + 1, sizeof *wt);
+	for (size_t i = 0; i <= st.ntensors; i++) {
+		const struct st_tensor *t = i < st.ntensors ? &st.tensors[i] :
+		                            add ? safetensors_find(&st, like) : NULL;
+		if (!t || (i < st.ntensors && drop && !strcmp(t->name, drop)))
+			continue;
+		wt[n] = (struct st_wtensor){ .name = i < st.ntensors ? t->name : add,
+		                             .dtype = t->dtype, .ndim = t->ndim, .data = t->data };
+		memcpy(wt[n].shape, t->shape, sizeof t->shape);
+		n++;
+	}
+	if (!add || n == st.ntensors + (drop ? 0 : 1))
+		rc = safetensors_write(path, wt, n, NULL, 0, err, sizeof err);
+	free(wt);
+	safetensors_close(&st);
+	free(path);
+	return rc;
+}
+
 static void test_broken(void)
 {
 	struct model_config c;
@@ -254,26 +346,83 @@ static void test_broken(void)
 	      strstr(err, "tensor 'model.layers.2.input_layernorm.weight' missing") &&
 	      strstr(err, "model.safetensors"), "missing tensor named with the file");
 
+	CHECK(strstr(err, "(the config needs it; num_hidden_layers is 3, the weights have 2 "
+	             "layers)") != NULL, "a missing layer names num_hidden_layers");
+
 	c.num_layers = 2;
 	c.intermediate_size = 96;
 	config_write(&c, p, err, sizeof err);
 	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 &&
 	      strstr(err, "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], "
-	             "the config needs [96, 64]"), "wrong shape named with both shapes");
+	             "the config needs [96, 64] (intermediate_size 96)"),
+	      "wrong shape named with both shapes and the config field");
 
 	c.intermediate_size = 128;
+	c.head_dim = 32;                        /* q_proj [64, 64] would fit 2 heads of 32 */
+	c.num_heads = 2;
+	c.num_kv_heads = 1;
+	config_write(&c, p, err, sizeof err);
+	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tensor 'model.layers.0.self_attn.q_norm.weight' has shape [16], the "
+	             "config needs [32] (head_dim 32)"), "a wrong head_dim is named as such");
+	c.head_dim = 16;
+	c.num_heads = 8;
+	c.num_kv_heads = 2;
+	config_write(&c, p, err, sizeof err);
+	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tensor 'model.layers.0.self_attn.q_proj.weight' has shape [64, 64], the "
+	             "config needs [128, 64] (num_attention_heads 8 x head_dim 16)"),
+	      "a wrong number of heads is named as such");
+	c.num_heads = 4;
+
 	c.num_layers = 1;
 	config_write(&c, p, err, sizeof err);
-	CHECK(checkpoint_open(&a, d, err, sizeof err) == 0 && a.w.nlayers == 1,
-	      "extra tensors ignored (with a note on stderr)");
-	checkpoint_close(&a);
+	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tensor 'model.layers.1.input_layernorm.weight' is past "
+	             "num_hidden_layers 1 (the weights have 2 layers)"),
+	      "layers past num_hidden_layers are an error, not dropped");
 
 	c.num_layers = 2;
 	c.tie_word_embeddings = 1;
 	config_write(&c, p, err, sizeof err);
-	CHECK(checkpoint_open(&a, d, err, sizeof err) == 0 && a.w.lm_head.p == a.w.embed.p,
-	      "tied config over untied file: lm_head.weight unused, embedding used");
-	checkpoint_close(&a);
+	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tie_word_embeddings is true, but 'lm_head.weight' differs from "
+	             "'model.embed_tokens.weight'"),
+	      "tied config over a different lm_head.weight: an error");
+	CHECK(rewrite(d, "lm_head.weight", "lm_head.weight", "model.embed_tokens.weight") == 0 &&
+	      checkpoint_open(&a, d, err, sizeof err) == 0 && a.w.lm_head.p == a.w.embed.p,
+	      "tied config over an lm_head.weight equal to the embedding: taken");
+	if (a.dir)
+		checkpoint_close(&a);
+	c.tie_word_embeddings = 0;
+	config_write(&c, p, err, sizeof err);
+	CHECK(checkpoint_open(&a, d, err, sizeof err) == 0, "the same untied");
+	if (a.dir)
+		checkpoint_close(&a);
+	CHECK(rewrite(d, "lm_head.weight", NULL, NULL) == 0 &&
+	      checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tensor 'lm_head.weight' missing (the config needs it; "
+	             "tie_word_embeddings is false)"), "no lm_head, untied: names the field");
+	c.tie_word_embeddings = 1;
+	config_write(&c, p, err, sizeof err);
+
+	CHECK(rewrite(d, NULL, "model.layers.0.self_attn.q_proj.bias",
+	              "model.layers.0.self_attn.q_norm.weight") == 0 &&
+	      checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "tensor 'model.layers.0.self_attn.q_proj.bias' has no place in the model "
+	             "config.json describes (no biases"), "a bias in the weights: an error");
+	CHECK(rewrite(d, "model.layers.0.self_attn.q_proj.bias",
+	              "model.layers.0.self_attn.rotary_emb.inv_freq",
+	              "model.layers.0.self_attn.q_norm.weight") == 0 &&
+	      rewrite(d, NULL, "mtp.norm.weight", "model.norm.weight") == 0 &&
+	      checkpoint_open(&a, d, err, sizeof err) == 0,
+	      "a rotary buffer and a tensor outside the model: ignored (a note on stderr)");
+	if (a.dir)
+		checkpoint_close(&a);
+	CHECK(rewrite(d, NULL, "model.layers.0.mlp.gate_proj.weight_scale",
+	              "model.norm.weight") == 0 && checkpoint_open(&a, d, err, sizeof err) < 0 &&
+	      strstr(err, "'model.layers.0.mlp.gate_proj.weight_scale' has no place"),
+	      "an unknown tensor of the model's modules: an error");
 
 	unlink(p);
 	CHECK(checkpoint_open(&a, d, err, sizeof err) < 0 && strstr(err, "config.json"),
