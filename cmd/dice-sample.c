@@ -21,6 +21,7 @@
 #include "model.h"
 #include "sample_rec.h"
 #include "sampler.h"
+#include "sampler_fit.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -229,103 +230,25 @@ static void job_free(struct job *j)
 	free(j->where), free(j->ids), free(j->err);
 }
 
-/* "1.5 GiB", "12.0 MiB" or "512 bytes" into buf */
-static const char *mem_str(char buf[32], size_t bytes)
-{
-	if (bytes >= (size_t)1 << 30)
-		snprintf(buf, 32, "%.1f GiB", bytes / 1073741824.0);
-	else if (bytes >= (size_t)1 << 20)
-		snprintf(buf, 32, "%.1f MiB", bytes / 1048576.0);
-	else
-		snprintf(buf, 32, "%zu bytes", bytes);
-	return buf;
-}
-
-/* sampler_run over n requests, --batch lowered to batch; st->done counts them */
-static void decode_group(struct state *st, int batch, const struct sampler_request *rq,
-                         struct sampler_result *res, int n)
-{
-	struct sampler_opts o = st->o;
-
-	o.max_active = batch;
-	if (sampler_run(&st->m, &o, rq, n, res, st->progress ? progress_cb : NULL, st) < 0)
-		die("the model failed");
-	st->done += n;
-}
-
-/* Decode the nr requests (prompts up to maxp tokens) into res. When the KV caches of
- * --batch of them would pass kv_limit, each request runs with as many others as fit beside
- * it at its length (each fits alone: queue made sure): the requests that fit the same
- * number at once run together, at that batch. A request's result does not depend on its
- * batch (lib/sampler.h), so the results are those of one run. */
-static void decode(struct state *st, const struct sampler_request *rq,
-                   struct sampler_result *res, int nr, int maxp)
-{
-	size_t need = sampler_kv_bytes(&st->m, &st->o, maxp, nr);
-	struct sampler_request *grq;
-	struct sampler_result *gres;
-	int *fit, *map, left = nr;
-	char a[32], b[32];
-
-	if (!st->kv_limit || need <= st->kv_limit) {
-		decode_group(st, st->o.max_active, rq, res, nr);
-		return;
-	}
-	if (!st->split_warned) {
-		warn_msg("warning: the KV caches of --batch %d x (%d prompt + %d new tokens) need %s, "
-		         "more than the %s of memory: fewer sequences run at once, with the same "
-		         "results (said once)", st->o.max_active < nr ? st->o.max_active : nr, maxp,
-		         st->o.max_tokens, mem_str(a, need), mem_str(b, st->kv_limit));
-		st->split_warned = 1;
-	}
-	fit = xmalloc((size_t)nr * sizeof *fit);
-	map = xmalloc((size_t)nr * sizeof *map);
-	grq = xmalloc((size_t)nr * sizeof *grq);
-	gres = xcalloc((size_t)nr, sizeof *gres);
-	for (int i = 0; i < nr; i++) {
-		size_t one = sampler_kv_bytes(&st->m, &st->o, rq[i].plen, 1);   /* 0: -n 0, no prompt */
-		size_t f = one ? st->kv_limit / one : (size_t)st->o.max_active;
-		fit[i] = f < (size_t)st->o.max_active ? (int)f : st->o.max_active;
-	}
-	while (left > 0) {
-		int batch = 0, n = 0;
-		for (int i = 0; i < nr; i++)
-			if (fit[i] > batch)
-				batch = fit[i];
-		for (int i = 0; i < nr; i++) {
-			if (fit[i] != batch)
-				continue;
-			grq[n] = rq[i];
-			map[n++] = i;
-			fit[i] = 0;             /* taken */
-		}
-		decode_group(st, batch, grq, gres, n);
-		for (int k = 0; k < n; k++)
-			res[map[k]] = gres[k];
-		left -= n;
-	}
-	free(fit), free(map), free(grq), free(gres);
-}
-
-/* decode every queued job and write them in order */
+/* decode every queued job and write them in order: in runs of fewer than --batch where
+ * --batch of their KV caches would pass kv_limit (lib/sampler_fit.h), the same results */
 static void flush(struct state *st)
 {
 	struct sampler_request *rq = xcalloc((size_t)st->njobs + 1, sizeof *rq);
 	struct sampler_result *res = xcalloc((size_t)st->njobs + 1, sizeof *res);
-	int *map = xcalloc((size_t)st->njobs + 1, sizeof *map), nr = 0, maxp = 0;
+	int *map = xcalloc((size_t)st->njobs + 1, sizeof *map), nr = 0;
 
 	for (int i = 0; i < st->njobs; i++) {
 		if (!st->jobs[i].ids)
 			continue;
 		rq[nr] = (struct sampler_request){ st->jobs[i].ids, st->jobs[i].n, st->jobs[i].seed };
-		if (st->jobs[i].n > maxp)
-			maxp = st->jobs[i].n;
 		map[i] = nr++;
 	}
 	if (st->progress && st->njobs)
 		progress_show(st, 0);
-	if (nr)
-		decode(st, rq, res, nr, maxp);
+	if (nr && sampler_run_fit(&st->m, &st->o, rq, nr, res, st->kv_limit, &st->split_warned,
+	                          st->progress ? progress_cb : NULL, st) < 0)
+		die("the model failed");
 	for (int i = 0; i < st->njobs; i++) {
 		struct job *j = &st->jobs[i];
 		write_job(st, j, j->ids ? &res[map[i]] : NULL);
@@ -333,7 +256,7 @@ static void flush(struct state *st)
 			sampler_result_free(&res[map[i]]);
 		job_free(j);
 	}
-	st->done += st->njobs - nr;     /* decode counted the others */
+	st->done += st->njobs;
 	st->njobs = 0;
 	free(rq), free(res), free(map);
 }
@@ -359,13 +282,9 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	int *ids = NULL, n = 0, ok;
 
 	ok = sample_rec_prompt(&st->sr, rec, &ids, &n, err, sizeof err) == 0;
-	if (ok && st->kv_limit && sampler_kv_bytes(&st->m, &st->o, n, 1) > st->kv_limit) {
-		char a[32], b[32];      /* too long to decode even alone: this record's error */
-		snprintf(err, sizeof err, "the KV cache of a prompt of %d tokens + --max-tokens %d "
-		         "needs %s, more than the %s of memory", n, st->o.max_tokens,
-		         mem_str(a, sampler_kv_bytes(&st->m, &st->o, n, 1)), mem_str(b, st->kv_limit));
+	/* too long to decode even alone: this record's error */
+	if (ok && sampler_fit_alone(&st->m, &st->o, n, st->kv_limit, err, sizeof err) < 0)
 		ok = 0;
-	}
 	if (!ok)                        /* once, whatever --samples */
 		warn_msg("%s: %s", where, err);
 	if (ok && !st->ctx_warned && (long)n + st->o.max_tokens > st->sr.ctx) {
@@ -775,28 +694,6 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 	return f.ret;
 }
 
-/* The bytes the KV caches may take: $DICE_MEM_LIMIT where set (on either device); else on
- * the CPU 90% of the physical memory, and on cuda the device memory free with the model
- * loaded, less the matrices' packed copies where they are still to be made (a run of up to
- * 4 sequences makes them) and a reserve for the forwards' buffers (a quarter of the rest, at
- * most 3 GiB). 0: unchecked (a backend that cannot say). */
-static size_t kv_limit(const struct model *m, const char *device)
-{
-	const char *e = util_env("DICE_MEM_LIMIT", NULL);
-	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-
-	if (e)
-		return (size_t)cli_long("DICE_MEM_LIMIT", e, 1, LONG_MAX);
-	if (!strcmp(device, "cpu"))
-		return pages > 0 && size > 0 ? (size_t)pages * (size_t)size / 10 * 9 : 0;
-	if (!m->ops->mem_free)
-		return 0;
-	size_t fr = m->ops->mem_free(), pack = model_pack_bytes(m);
-	size_t left = fr > pack ? fr - pack : 0;
-	size_t reserve = left / 4 < (size_t)3 << 30 ? left / 4 : (size_t)3 << 30;
-	return left - reserve > 0 ? left - reserve : 1;
-}
-
 int main(int argc, char **argv)
 {
 	static struct state st;
@@ -1005,13 +902,11 @@ int main(int argc, char **argv)
 	if (model_init(&st.m, &ck.cfg, &ck.w, ops, dt) < 0)
 		die("%s: cannot set up the model", model_dir);
 	checkpoint_close(&ck);
-	st.kv_limit = kv_limit(&st.m, st.device);
-	if (st.kv_limit && sampler_kv_bytes(&st.m, &st.o, 0, 1) > st.kv_limit) {
-		char a[32], b[32];      /* not even an empty prompt fits: no record would */
-		die("the KV cache of one sequence of --max-tokens %d needs %s, more than the %s of "
-		    "memory\nhint: lower --max-tokens", st.o.max_tokens,
-		    mem_str(a, sampler_kv_bytes(&st.m, &st.o, 0, 1)), mem_str(b, st.kv_limit));
-	}
+	if (sampler_mem_limit(&st.m, &st.kv_limit, err, sizeof err) < 0)
+		die_status(EXIT_STATUS_USAGE, "%s", err);
+	/* not even an empty prompt fits: no record would */
+	if (sampler_fit_alone(&st.m, &st.o, -1, st.kv_limit, err, sizeof err) < 0)
+		die("%s\nhint: lower --max-tokens", err);
 	sample_rec_init(&st.sr, have_tok ? &tok : NULL, chat, infill);
 	st.sr.template_path = template_path;
 	st.sr.vocab = st.m.cfg.vocab_size;

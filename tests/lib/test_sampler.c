@@ -1,13 +1,15 @@
 /* test_sampler: quotas, the filtered draw (temperature, top-k, top-p, ties), the commit rules,
  * and whole runs on a tiny random model: forwards per block, leftover prompt tokens, the
  * trace, stop ids, the dynamic fallback, batch == one at a time (bitwise), --seed, and
- * cached decoding == a recomputation of the whole prefix at every step. */
+ * cached decoding == a recomputation of the whole prefix at every step; runs split to fit a
+ * memory limit (lib/sampler_fit) == one run, the progress callback seeing each result. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
 #include "sampler.h"
+#include "sampler_fit.h"
 #include "test.h"
 #include "util.h"
 
@@ -390,6 +392,98 @@ static void test_kv_full(void)
 	free(mem), free(hw.layers);
 }
 
+/* progress of a split run: each request's result is in res at its own index when the
+ * callback comes, and is that of the unsplit run */
+struct fit_seen {
+	const struct sampler_result *ref, *res;
+	int n, calls, ok;
+};
+
+static void fit_progress(void *arg, int done, int total)
+{
+	struct fit_seen *f = arg;
+	int have = 0;
+
+	for (int i = 0; i < f->n; i++) {
+		if (!f->res[i].ids)
+			continue;
+		have++;
+		f->ok &= same_result(&f->res[i], &f->ref[i]);
+	}
+	f->ok &= done == ++f->calls && total == f->n && have == done;
+}
+
+static void test_fit(void)
+{
+	struct model_weights hw;
+	struct model m;
+	struct sampler_opts o;
+	float *mem = tiny_model(&m, &hw, 5, &o);
+	struct sampler_request rq[5];
+	struct sampler_result a[5], b[5] = { 0 };
+	struct fit_seen seen = { a, b, 5, 0, 1 };
+	size_t limit;
+	char err[256];
+	int ok, warned = 0;
+
+	sampler_preset(&o, "rl");
+	o.max_tokens = 9;
+	o.max_active = 5;
+	requests(rq, 5, 3);
+	sampler_run(&m, &o, rq, 5, a, NULL, NULL);
+	/* caches of 20, 20, 12, 24 and 12 positions: two of 24 fit; those of 12 run 4 at once
+	 * (requests 2 and 4), then the others 2 at once */
+	limit = 2 * kvcache_bytes(&m.cfg, 24);
+	CHECK(sampler_run_fit(&m, &o, rq, 5, b, limit, &warned, fit_progress, &seen) == 0 &&
+	      warned == 1, "caches past the limit: the run split, said once");
+	ok = seen.ok && seen.calls == 5;
+	for (int i = 0; i < 5; i++)
+		ok &= same_result(&a[i], &b[i]);
+	CHECK(ok, "split run == one run, bitwise; progress sees each result at its index");
+	free_all(b, 5);
+	memset(b, 0, sizeof b);
+	warned = 0;
+	seen.calls = 0, seen.ok = 1;
+	CHECK(sampler_run_fit(&m, &o, rq, 5, b, 5 * kvcache_bytes(&m.cfg, 24), &warned,
+	                      fit_progress, &seen) == 0 && !warned && seen.ok && seen.calls == 5,
+	      "caches within the limit: one run, no warning");
+	free_all(b, 5);
+	memset(b, 0, sizeof b);
+	CHECK(sampler_run_fit(&m, &o, rq, 5, b, 1, &warned, NULL, NULL) == 0 &&
+	      same_result(&a[3], &b[3]), "none fits alone: each runs alone");
+	free_all(b, 5);
+	free_all(a, 5);
+
+	CHECK(sampler_fit_alone(&m, &o, 13, kvcache_bytes(&m.cfg, 24), err, sizeof err) == 0,
+	      "a prompt that fits alone");
+	CHECK(sampler_fit_alone(&m, &o, 13, kvcache_bytes(&m.cfg, 24) - 1, err, sizeof err) < 0,
+	      "one that does not");
+	snprintf(err, sizeof err, "%zu", kvcache_bytes(&m.cfg, 24));
+	CHECK_STR(err, "12288", "(the tiny model's cache of 24 positions)");
+	sampler_fit_alone(&m, &o, 13, 1000, err, sizeof err);
+	CHECK_STR(err, "the KV cache of a prompt of 13 tokens + --max-tokens 9 needs 12288 bytes, "
+	          "more than the 1000 bytes of memory", "said for its prompt");
+	sampler_fit_alone(&m, &o, -1, 1000, err, sizeof err);
+	CHECK_STR(err, "the KV cache of one sequence of --max-tokens 9 needs 6144 bytes, more "
+	          "than the 1000 bytes of memory", "or for any prompt");
+	CHECK(sampler_fit_alone(&m, &o, 1000000, 0, err, sizeof err) == 0, "limit 0: unchecked");
+
+	setenv("DICE_MEM_LIMIT", "123456", 1);
+	CHECK(sampler_mem_limit(&m, &limit, err, sizeof err) == 0 && limit == 123456,
+	      "DICE_MEM_LIMIT sets the limit");
+	setenv("DICE_MEM_LIMIT", "1G", 1);
+	CHECK(sampler_mem_limit(&m, &limit, err, sizeof err) < 0, "DICE_MEM_LIMIT 1G: refused");
+	CHECK_STR(err, "bad DICE_MEM_LIMIT '1G' (want an integer of at least 1)", "and said");
+	unsetenv("DICE_MEM_LIMIT");
+	CHECK(sampler_mem_limit(&m, &limit, err, sizeof err) == 0 && limit > 0,
+	      "the CPU: the host's memory");
+	CHECK_STR(sampler_mem_str(err, (size_t)3 << 29), "1.5 GiB", "memory sizes: GiB");
+	CHECK_STR(sampler_mem_str(err, (size_t)12 << 20), "12.0 MiB", "MiB");
+	CHECK_STR(sampler_mem_str(err, 512), "512 bytes", "bytes");
+	model_free(&m);
+	free(mem), free(hw.layers);
+}
+
 int main(void)
 {
 	test_quota();
@@ -398,5 +492,6 @@ int main(void)
 	test_runs();
 	test_device_mode();
 	test_kv_full();
+	test_fit();
 	return test_done();
 }
