@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "jsonl.h"
 #include "rl_run.h"
+#include "sampler_fit.h"
 #include "sft_train.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -36,7 +37,8 @@ static const char usage_text[] =
 	"  -x, --max-tokens N       new tokens per response (4096)\n"
 	"  -L, --max-prompt-len N   skip tasks whose prompt is longer, in tokens (2000; 0: no\n"
 	"                           limit)\n"
-	"  -b, --batch N            sequences decoded together (16)\n"
+	"  -b, --batch N            sequences decoded together (16); fewer where their KV\n"
+	"                           caches would not fit in memory (the same results)\n"
 	"  -r, --reward SPEC        kbench[:ARGS] (default): kbench-eval next to dice-rl,\n"
 	"                           ARGS added to its options; cmd:PROGRAM: a shell\n"
 	"                           command, JSONL records in, one record out for each\n"
@@ -535,28 +537,39 @@ int main(int argc, char **argv)
 	           m.cfg.eos_token_id >= 0 ? m.cfg.eos_token_id : 151643;
 	rng_seed(&r.rng, seed);
 
+	/* the memory the rollouts' KV caches may take (lib/sampler_fit; read again at each
+	 * rollout, as the training's buffers take their part): where not even one sequence of
+	 * --max-tokens fits, no task would */
+	size_t mem;
+	if (sampler_mem_limit(&m, &mem, err, sizeof err) < 0)
+		die_status(EXIT_STATUS_USAGE, "%s", err);
+	if (sampler_fit_alone(&m, &r.so, -1, mem, err, sizeof err) < 0)
+		die("%s\nhint: lower --max-tokens", err);
+
 	/* the prompt of each task, per stage kind (the prompts differ): a task whose prompt
-	 * cannot be made is reported (once) and skipped, one over --max-prompt-len skipped */
+	 * cannot be made, or whose KV cache (its prompt + --max-tokens) cannot fit in memory
+	 * even alone, is reported (once) and skipped, as a bad one; one over --max-prompt-len
+	 * skipped */
 	size_t nlong, nlongk[2] = { 0, 0 }, nbadk[2] = { 0, 0 };   /* skipped: all, by kind */
 	char *told = xcalloc(all.n + evt.n + 1, 1);                /* bad ones reported */
 	for (int k = 0; k < 2; k++) {
 		size_t kept = 0;
 		for (size_t i = 0; used[k] && i < nlist[k]; i++) {
 			int len = rl_task_prompt_len(&r, list[k][i]->rec, k, err, sizeof err);
-			if (len < 0) {
+			if (len >= 0 && max_plen && len > max_plen) {
+				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
+				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
+				         max_plen);
+				nlongk[k]++;
+				continue;
+			}
+			if (len < 0 || sampler_fit_alone(&m, &r.so, len, mem, err, sizeof err) < 0) {
 				size_t ti = (size_t)(list[k][i] - all.t);
 				if (!told[ti])
 					warn_msg("%s: %s: skipped", list[k][i]->where, err);
 				told[ti] = 1;
 				nbadk[k]++;
 				ret = 1;
-				continue;
-			}
-			if (max_plen && len > max_plen) {
-				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
-				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
-				         max_plen);
-				nlongk[k]++;
 				continue;
 			}
 			list[k][kept++] = list[k][i];
@@ -595,7 +608,8 @@ int main(int argc, char **argv)
 			}
 			if (k && !rl_task_infill(evt.t[i].rec))
 				continue;
-			if (rl_task_prompt_len(&r, evt.t[i].rec, k, err, sizeof err) < 0) {
+			int len = rl_task_prompt_len(&r, evt.t[i].rec, k, err, sizeof err);
+			if (len < 0 || sampler_fit_alone(&m, &evo, len, mem, err, sizeof err) < 0) {
 				if (!told[all.n + i])
 					warn_msg("%s: %s: eval task skipped", evt.t[i].where, err);
 				told[all.n + i] = 1;

@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "jsonl.h"
 #include "pool.h"
+#include "sampler_fit.h"
 #include "util.h"
 
 static double now(void)
@@ -645,9 +646,10 @@ struct feed {
 };
 
 /* Send every group, in task order, whose requests have all finished. This leans on
- * lib/sampler's contract: a result's ids are set (non-NULL) only when its request has
- * finished, before the progress callback for it; tests/dice-rl/011-overlap compares the
- * records with those written after the whole rollout. */
+ * lib/sampler's contract, which lib/sampler_fit's split runs keep: a result's ids are set
+ * (non-NULL) only when its request has finished, before the progress callback for it;
+ * tests/dice-rl/011-overlap compares the records with those written after the whole
+ * rollout, tests/dice-rl/031-mem-split those of a split rollout with an unsplit one's. */
 static void feed_groups(struct feed *f, int all)
 {
 	for (; f->next < f->ntask; f->next++) {
@@ -681,6 +683,7 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 	struct feed f = { r, o, tasks, ntask, group, step, res, &c, 0, 0 };
 	char err[512];
 	double t0 = now(), t1;
+	size_t limit;
 
 	for (int i = 0; i < ntask; i++) {
 		int *ids, np;
@@ -701,7 +704,13 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 	/* overlapped: the program starts now and gets each group as soon as it is decoded */
 	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd, (size_t)n) < 0)
 		rc = -1;
-	if (rc == 0 && sampler_run(r->m, o, rq, n, res, r->overlap ? on_finished : NULL, &f) < 0) {
+	/* the limit read now: the training's buffers may have grown since the last rollout */
+	if (rc == 0 && sampler_mem_limit(r->m, &limit, err, sizeof err) < 0) {
+		warn_msg("%s", err);
+		rc = -1;
+	}
+	if (rc == 0 && sampler_run_fit(r->m, o, rq, n, res, limit, &r->mem_warned,
+	                               r->overlap ? on_finished : NULL, &f) < 0) {
 		warn_msg("the model failed during the rollout");
 		rc = -1;
 	}

@@ -104,6 +104,8 @@ struct rl_runner {
 	int pad_id;
 	struct rng rng;              /* rollout seeds and sample order */
 	int verbose;
+	int mem_warned;              /* a rollout split to fit its KV caches in memory, said
+	                              * (once a run; lib/sampler_fit) */
 	const char *dump;            /* --dump-batch: write one micro-batch of the step's last
 	                              * update (rows, adv, logp_old, loss, gradients) here */
 	volatile sig_atomic_t *stop; /* or NULL; set (by a signal handler): the reward program
@@ -135,7 +137,12 @@ void rl_runner_free(struct rl_runner *r);
 
 /* Roll out ntask tasks x group samples with o, score them; rewards (ntask * group) and the
  * results (caller frees with sampler_result_free) are returned. stage_infill picks the
- * prompt template. 0, or -1 with a warning. */
+ * prompt template. The KV caches stay within the memory there is (lib/sampler_fit: the
+ * limit read at each rollout, $DICE_MEM_LIMIT where set): where o->max_active of them would
+ * pass it, fewer sequences run at once, with the same results (one warning a run); a
+ * request that cannot fit even alone runs alone (dice-rl skips such tasks up front). The
+ * overlapped reward program still gets each group as soon as it is decoded. 0, or -1 with a
+ * warning. */
 int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task *const *tasks,
                int ntask, int group, int stage_infill, int step, float *rewards,
                struct sampler_result *res, int **prompts, int *plens, struct rl_metrics *mt);
