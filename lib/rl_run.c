@@ -701,14 +701,15 @@ int rl_rollout(struct rl_runner *r, const struct sampler_opts *o, struct rl_task
 	}
 	for (int k = 0; k < n; k++)
 		res[k].ids = NULL;
-	/* overlapped: the program starts now and gets each group as soon as it is decoded */
-	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd, (size_t)n) < 0)
-		rc = -1;
-	/* the limit read now: the training's buffers may have grown since the last rollout */
+	/* the KV caches' limit read now: the training's buffers may have grown since the last
+	 * rollout */
 	if (rc == 0 && sampler_mem_limit(r->m, &limit, err, sizeof err) < 0) {
 		warn_msg("%s", err);
 		rc = -1;
 	}
+	/* overlapped: the program starts now and gets each group as soon as it is decoded */
+	if (rc == 0 && r->overlap && co_start(&c, r->reward_cmd, (size_t)n) < 0)
+		rc = -1;
 	if (rc == 0 && sampler_run_fit(r->m, o, rq, n, res, limit, &r->mem_warned,
 	                               r->overlap ? on_finished : NULL, &f) < 0) {
 		warn_msg("the model failed during the rollout");
