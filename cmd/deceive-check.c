@@ -179,17 +179,33 @@ static void on_bad(struct jsonl_reader *r, void *arg)
 	json_decref(rec);
 }
 
+/* The --ref file's one stream (a plain, compressed or archived file, as every input is read),
+ * its byte-order mark skipped; a second member of an archive is an error */
+static int ref_file(const char *name, const char *data, size_t len, void *arg)
+{
+	struct state *st = arg;
+	size_t bom = utf8_bom(data, len);
+
+	if (st->ref) {
+		warn_msg("%s: a second file in the --ref archive (the reference is one file)", name);
+		return -1;
+	}
+	st->ref = xstrndup(data + bom, len - bom);
+	return 0;
+}
+
 static int py_file(const char *name, const char *data, size_t len, void *arg)
 {
 	struct state *st = arg;
 	struct buf b;
 	json_t *rec;
 	int bad;
+	size_t bom = utf8_bom(data, len);       /* a mark opening the file is no source */
 
 	if (output_gone(st))
 		return 1;
 	buf_init(&b);
-	utf8_repair(&b, data, len);
+	utf8_repair(&b, data + bom, len - bom);
 	rec = json_object();
 	json_object_set_new(rec, "id", json_string(name));
 	json_object_set_new(rec, "kernel", json_stringn(b.p, b.len));
@@ -219,10 +235,8 @@ int main(int argc, char **argv)
 		case 'l': list = 1; break;
 		case 'f': st.field = cli_nonempty(c, "a field name", optarg); break;
 		case 'R':
-			free(st.ref);
+			cli_nonempty(c, "a file name", optarg);
 			ref_path = optarg;
-			if (!(st.ref = util_read_file(cli_nonempty(c, "a file name", optarg), NULL)))
-				die("cannot read '%s':", optarg);
 			break;
 		case 'o': output = cli_output_file(c, optarg); break;
 		case 'u': unbuffered = 1; break;
@@ -270,6 +284,19 @@ int main(int argc, char **argv)
 			cli_output_not_input(outs[i], &ref_path, 1);
 	}
 	cli_outputs_distinct(2, outs_opt, outs);
+	if (ref_path && !strcmp(ref_path, "-")) {       /* stdin: then not the records' too */
+		int stdin_op = optind == argc;
+		for (int i = optind; i < argc; i++)
+			stdin_op |= !strcmp(argv[i], "-");
+		if (stdin_op) {
+			warn_msg("--ref - reads standard input, which the records come from too");
+			usage_error();
+		}
+	}
+	if (ref_path && input_each_file(ref_path, ref_file, &st) != 0)
+		exit(EXIT_STATUS_BAD);          /* said already */
+	if (ref_path && !st.ref)                /* an empty archive */
+		st.ref = xstrdup("");
 	out = cli_open_out(output);
 	if (rejects)
 		rej = cli_open_out(rejects);
