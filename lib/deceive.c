@@ -25,9 +25,9 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "kernel-not-bound", DECEIVE_DECEPTIVE,
 	  "an extension is built but its module is never stored or used" },
 	{ "kernel-not-called", DECEIVE_DECEPTIVE,
-	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or drops its result" },
+	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or drops its result, or the function returns before its launch" },
 	{ "torch-fallback", DECEIVE_DECEPTIVE,
-	  "a try/except or an if on failure that falls back to PyTorch computation" },
+	  "a try/except, an if on failure, or an if that every evaluated input takes one way (in forward or before a C++ launch) that falls back to PyTorch computation" },
 	{ "inherits-reference", DECEIVE_DECEPTIVE,
 	  "ModelNew subclasses Model, or forward delegates to the reference" },
 	{ "timing-patch", DECEIVE_DECEPTIVE,
@@ -39,7 +39,7 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "result-cache", DECEIVE_DECEPTIVE,
 	  "caches keyed on inputs or data_ptr that return a stored result and skip computation" },
 	{ "torch-compute", DECEIVE_WARN,
-	  "torch, F or nn compute ops in ModelNew.forward beside the kernel" },
+	  "torch, F or nn compute ops in ModelNew.forward beside the kernel, or a C++ return of one before the launch under another guard" },
 	{ "side-stream", DECEIVE_WARN,
 	  "torch.cuda.Stream, stream contexts, wait_stream, record_stream, cudaStreamCreate" },
 	{ "precision-downcast", DECEIVE_WARN,
@@ -1441,6 +1441,459 @@ static void body_writes(struct ctx *x, const char *body, const char *end, struct
 		}
 }
 
+/* ---- guards: what a condition does on the inputs the evaluation runs ---- */
+
+/* A condition's value on every input the evaluation runs (CUDA tensors with elements, on the
+ * problem's own shapes): known true, known false, or not known */
+enum { TV_FALSE, TV_TRUE, TV_UNKNOWN };
+
+/* Where a condition's local names come from: resolve() finds the value a name was set to
+ * before the condition (n = x.numel(): *vs, *ve span "x.numel()"), 0 when it finds one */
+struct cond_env {
+	int (*resolve)(const struct cond_env *env, const char *name, size_t n, const char **vs,
+	               const char **ve);
+	struct ctx *x;
+	const char *body, *at;          /* C++: the function's text before the condition */
+	int block, tok;                 /* Python: the def, and the condition's first token */
+};
+
+static int tv_not(int v)
+{
+	return v == TV_UNKNOWN ? v : !v;
+}
+
+static int tv_and(int a, int b)
+{
+	return a == TV_FALSE || b == TV_FALSE ? TV_FALSE : a == TV_TRUE && b == TV_TRUE ? TV_TRUE : TV_UNKNOWN;
+}
+
+static const char *c_trim_end(const char *s, const char *e)
+{
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r' || e[-1] == '\\'))
+		e--;
+	return e;
+}
+
+/* Is [s, e) the word w? */
+static int c_word_is(const char *s, const char *e, const char *w)
+{
+	return (size_t)(e - s) == strlen(w) && !memcmp(s, w, (size_t)(e - s));
+}
+
+static int c_ends(const char *s, const char *e, const char *w)
+{
+	size_t n = strlen(w);
+	return (size_t)(e - s) >= n && !memcmp(e - n, w, n);
+}
+
+/* An integer literal filling [s, e) (white space around it allowed): 1 and *v */
+static int c_int(const char *s, const char *e, long *v)
+{
+	int neg = 0;
+	long n = 0;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	if (s < e && *s == '-') {
+		neg = 1;
+		s = c_ws(s + 1, e);
+	}
+	if (s >= e || e - s > 12)
+		return 0;
+	for (; s < e; s++) {
+		if (*s < '0' || *s > '9')
+			return 0;
+		n = 10 * n + (*s - '0');
+	}
+	*v = neg ? -n : n;
+	return 1;
+}
+
+/* The first operator of [s, e) outside brackets and string literals: the symbol sym, or the
+ * word word when it is not NULL; *len its length */
+static const char *cond_op(const char *s, const char *e, const char *sym, const char *word, size_t *len)
+{
+	size_t sl = strlen(sym), wl = word ? strlen(word) : 0;
+	int d = 0;
+
+	for (const char *p = s; p < e; p++) {
+		if (*p == '"' || *p == '\'') {
+			char q = *p;
+			for (p++; p < e && *p != q; p++)
+				p += *p == '\\';
+			if (p >= e)
+				break;
+		} else if (*p == '(' || *p == '[' || *p == '{') {
+			d++;
+		} else if (*p == ')' || *p == ']' || *p == '}') {
+			d--;
+		} else if (d == 0 && (size_t)(e - p) >= sl && !memcmp(p, sym, sl)) {
+			*len = sl;
+			return p;
+		} else if (d == 0 && wl && (size_t)(e - p) > wl && !memcmp(p, word, wl) &&
+		           (p == s || !is_cident(p[-1])) && !is_cident(p[wl])) {
+			*len = wl;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* The comparison operator of [s, e) outside brackets (not a shift, not ->): its index in
+ * cmp_ops and where, else -1 */
+static const char *const cmp_ops[] = { ">=", "<=", "==", "!=", ">", "<" };
+
+static int cmp_find(const char *s, const char *e, const char **at)
+{
+	int d = 0;
+
+	for (const char *p = s; p < e; p++) {
+		if (*p == '(' || *p == '[')
+			d++;
+		else if (*p == ')' || *p == ']')
+			d--;
+		if (d || !strchr("<>=!", *p))
+			continue;
+		for (int k = 0; k < 6; k++) {
+			size_t n = strlen(cmp_ops[k]);
+			if ((size_t)(e - p) < n || memcmp(p, cmp_ops[k], n))
+				continue;
+			if (n == 1 && ((p + 1 < e && (p[1] == *p || p[1] == '=')) || (p > s && (p[-1] == *p || p[-1] == '-'))))
+				break;          /* << >> -> */
+			*at = p;
+			return k;
+		}
+	}
+	return -1;
+}
+
+/* Is [s, e) a size of a tensor (at least 1 for every evaluated input): x.numel(), x.size(0),
+ * x.shape[1], x.sizes()[0], x.dim(), x.ndim, len(x.shape), or a local set to one? */
+static int size_expr(const struct cond_env *env, const char *s, const char *e, int depth)
+{
+	static const char *const ends_[] = { ".numel()", ".nelement()", ".dim()", ".ndimension()",
+		".ndim", NULL };
+	const char *vs, *ve;
+	long v;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	if (s >= e || depth > 8)
+		return 0;
+	for (int k = 0; ends_[k]; k++)
+		if (c_ends(s, e, ends_[k]) && (size_t)(e - s) > strlen(ends_[k]))
+			return 1;
+	if (e[-1] == ')' || e[-1] == ']') {     /* x.size(0), x.shape[1], len(x.shape) */
+		char close = e[-1], open = close == ')' ? '(' : '[';
+		const char *o = e - 1;
+		int d = 0;
+		for (; o >= s; o--)
+			if (*o == close)
+				d++;
+			else if (*o == open && --d == 0)
+				break;
+		if (o <= s)
+			return 0;
+		if (e[-1] == ')' && c_ends(s, o, "len") && (o - 3 == s || !is_cident(o[-4])))
+			return c_ends(o + 1, e - 1, ".shape") || c_ends(o + 1, e - 1, ".size()") ||
+			       c_ends(o + 1, e - 1, ".sizes()");
+		if (!c_int(o + 1, e - 1, &v))
+			return 0;
+		return e[-1] == ')' ? c_ends(s, o, ".size") :
+		       c_ends(s, o, ".shape") || c_ends(s, o, ".sizes()") || c_ends(s, o, ".size()");
+	}
+	for (const char *p = s; p < e; p++)
+		if (!is_cident(*p))
+			return 0;
+	return env->resolve && env->resolve(env, s, (size_t)(e - s), &vs, &ve) == 0 &&
+	       size_expr(env, vs, ve, depth + 1);
+}
+
+/* size k c, for a size of at least 1 (k indexes cmp_ops) */
+static int size_cmp(int k, long c)
+{
+	switch (k) {
+	case 0: return c <= 1 ? TV_TRUE : TV_UNKNOWN;           /* >= */
+	case 1: return c < 1 ? TV_FALSE : TV_UNKNOWN;           /* <= */
+	case 2: return c < 1 ? TV_FALSE : TV_UNKNOWN;           /* == */
+	case 3: return c < 1 ? TV_TRUE : TV_UNKNOWN;            /* != */
+	case 4: return c < 1 ? TV_TRUE : TV_UNKNOWN;            /* > */
+	default: return c <= 1 ? TV_FALSE : TV_UNKNOWN;         /* < */
+	}
+}
+
+static int cond_atom(const struct cond_env *env, const char *s, const char *e, int depth)
+{
+	static const int flip[6] = { 1, 0, 2, 3, 5, 4 };
+	const char *op;
+	long c;
+	int k;
+
+	if (c_word_is(s, e, "true") || c_word_is(s, e, "True"))
+		return TV_TRUE;
+	if (c_word_is(s, e, "false") || c_word_is(s, e, "False") || c_word_is(s, e, "None") ||
+	    c_word_is(s, e, "nullptr"))
+		return TV_FALSE;
+	if (c_int(s, e, &c))
+		return c ? TV_TRUE : TV_FALSE;
+	if ((k = cmp_find(s, e, &op)) >= 0) {
+		const char *r = op + strlen(cmp_ops[k]);
+		if (c_int(r, e, &c) && size_expr(env, s, op, depth))
+			return size_cmp(k, c);
+		if (c_int(s, op, &c) && size_expr(env, r, e, depth))
+			return size_cmp(flip[k], c);
+		return TV_UNKNOWN;
+	}
+	if (size_expr(env, s, e, depth))
+		return TV_TRUE;         /* a size as a truth value */
+	if (c_ends(s, e, ".is_cuda") || c_ends(s, e, ".is_cuda()") || c_ends(s, e, ".defined()"))
+		return TV_TRUE;
+	if (c_ends(s, e, ".is_cpu") || c_ends(s, e, ".is_cpu()"))
+		return TV_FALSE;
+	return TV_UNKNOWN;
+}
+
+/* The value of the condition [s, e), C++ or Python (&& and, || or, ! not) */
+static int cond_value(const struct cond_env *env, const char *s, const char *e, int depth)
+{
+	const char *op;
+	size_t n;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	if (s >= e || depth > 16)
+		return TV_UNKNOWN;
+	if ((op = cond_op(s, e, "||", "or", &n)) != NULL) {
+		int a = cond_value(env, s, op, depth + 1), b = cond_value(env, op + n, e, depth + 1);
+		return tv_not(tv_and(tv_not(a), tv_not(b)));
+	}
+	if ((op = cond_op(s, e, "&&", "and", &n)) != NULL)
+		return tv_and(cond_value(env, s, op, depth + 1), cond_value(env, op + n, e, depth + 1));
+	if (*s == '!' && s + 1 < e && s[1] != '=') {
+		const char *at;
+		if (cmp_find(s + 1, e, &at) >= 0)       /* !a > b is (!a) > b in C++ */
+			return TV_UNKNOWN;
+		return tv_not(cond_value(env, s + 1, e, depth + 1));
+	}
+	if (e - s > 3 && !memcmp(s, "not", 3) && !is_cident(s[3]))
+		return tv_not(cond_value(env, s + 3, e, depth + 1));
+	if (*s == '(' && c_close(s, e) == e - 1)
+		return cond_value(env, s + 1, e - 1, depth + 1);
+	return cond_atom(env, s, e, depth);
+}
+
+/* C++: the value of a local before env->at, `name = value;` (the last one; not `a.name =`,
+ * not `==`) */
+static int cpp_resolve(const struct cond_env *env, const char *name, size_t n, const char **vs,
+                       const char **ve)
+{
+	const char *found = NULL;
+
+	for (const char *q = env->body; (q = memmem(q, (size_t)(env->at - q), name, n)) != NULL; q += n) {
+		const char *eq = c_ws(q + n, env->at), *b = c_trim_end(env->body, q);
+		if ((q > env->body && is_cident(q[-1])) || eq >= env->at || *eq != '=' || eq[1] == '=' ||
+		    (b > env->body && strchr(".>-[(,", b[-1])))
+			continue;
+		found = eq + 1;
+	}
+	if (!found)
+		return -1;
+	const char *semi = memchr(found, ';', (size_t)(env->at - found));
+	if (!semi)
+		return -1;
+	*vs = found;
+	*ve = semi;
+	return 0;
+}
+
+/* Python: the value of a local of the def env->block, the last `name = value` before
+ * token env->tok */
+static int py_resolve(const struct cond_env *env, const char *name, size_t n, const char **vs,
+                      const char **ve)
+{
+	const struct pysrc *p = &env->x->p;
+	int found = -1;
+
+	for (size_t i = 0; i < p->nassign && p->assign[i].tok_target < env->tok; i++)
+		if (p->assign[i].block == env->block && p->assign[i].op == '=' &&
+		    strlen(p->assign[i].target) == n && !memcmp(p->assign[i].target, name, n))
+			found = (int)i;
+	if (found < 0)
+		return -1;
+	*vs = p->clean + p->assign[found].value_start;
+	*ve = p->clean + p->assign[found].value_end;
+	return 0;
+}
+
+/* ---- C++ wrappers that hand back PyTorch's result before their kernel runs ---- */
+
+/* The first launch of a kernel in [body, end): where its name is, and the kernel */
+static const char *first_launch(const struct ctx *x, const char *body, const char *end,
+                                const struct kernel **k)
+{
+	for (const char *p = body; p < end; p++) {
+		if (!is_cident(*p) || is_cident(p[-1]))
+			continue;
+		const char *w = p, *next;
+		while (p < end && is_cident(*p))
+			p++;
+		if ((*k = kernel_named(x, w, (size_t)(p - w))) != NULL && c_launch(p, end, &next))
+			return w;
+		p--;
+	}
+	return NULL;
+}
+
+/* Does the expression [s, e) compute with PyTorch: a torch:: or at:: op that is no
+ * allocation, a tensor method that computes (a.matmul(b)), or a local set to one? The
+ * callee's text into what. */
+static int cpp_torch_result(const struct cond_env *env, const char *s, const char *e, char *what,
+                            size_t wn, int depth)
+{
+	const char *paren, *f, *vs, *ve;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	if (s >= e || depth > 4)
+		return 0;
+	if (!(paren = memchr(s, '(', (size_t)(e - s)))) {
+		for (const char *p = s; p < e; p++)
+			if (!is_cident(*p))
+				return 0;
+		return env->resolve(env, s, (size_t)(e - s), &vs, &ve) == 0 &&
+		       cpp_torch_result(env, vs, ve, what, wn, depth + 1);
+	}
+	for (f = paren; f > s && is_cident(f[-1]); f--)
+		;
+	char *callee = xstrndup(f, (size_t)(paren - f));
+	int hit;
+	if (!strncmp(s, "torch::", 7) || !strncmp(s, "at::", 4))
+		hit = !in_list(callee, c_alloc) && strcmp(callee, "Tensor") && strcmp(callee, "tensor");
+	else
+		hit = f > s && f[-1] == '.' && in_list(callee, tensor_compute);
+	free(callee);
+	if (hit)
+		snprintf(what, wn, "%.*s", (int)(paren - s), s);
+	return hit;
+}
+
+/* The if whose condition ends at the ')' at c (found back to its '('): *cs, *ce its
+ * condition; 1 for `if`, 2 for `else if`, else 0 */
+static int cpp_if_before(const char *body, const char *c, const char **cs, const char **ce)
+{
+	const char *o = c;
+	int d = 0;
+
+	for (; o > body; o--)
+		if (*o == ')')
+			d++;
+		else if (*o == '(' && --d == 0)
+			break;
+	const char *w = c_trim_end(body, o);
+	if (o <= body || w - body < 2 || memcmp(w - 2, "if", 2) || (w - 2 > body && is_cident(w[-3])))
+		return 0;
+	*cs = o + 1;
+	*ce = c;
+	w = c_trim_end(body, w - 2);
+	return w - body >= 4 && !memcmp(w - 4, "else", 4) && (w - 4 == body || !is_cident(w[-5])) ? 2 : 1;
+}
+
+/* The guard of a statement that starts at s in the function body [body, ...): the value on
+ * the evaluated inputs of the ifs around it (*guarded: there are some), or -1 when it is in
+ * a loop, a lambda or another construct that makes its return not the function's */
+static int cpp_guard(const struct cond_env *env, const char *body, const char *s, int *guarded)
+{
+	const char *stack[32];      /* per open brace: the condition's start, ce in stack_end */
+	const char *stack_end[32];
+	int kind[32], sp = 0, v = TV_TRUE;
+
+	*guarded = 0;
+	for (const char *p = body + 1; p < s; p++) {
+		if (*p == '"' || *p == '\'') {
+			char q = *p;
+			for (p++; p < s && *p != q && *p != '\n'; p++)
+				p += *p == '\\';
+			continue;
+		}
+		if (*p == '}') {
+			sp -= sp > 0;
+			continue;
+		}
+		if (*p != '{')
+			continue;
+		if (sp == 32)
+			return -1;
+		const char *b = c_trim_end(body, p);
+		int kd = 3;             /* 0 plain block, 1 if, 2 else if, 3 other, 4 else */
+		if (b > body && b[-1] == ')') {         /* if (...) {, else for (...) {, a lambda's */
+			if (!(kd = cpp_if_before(body, b - 1, &stack[sp], &stack_end[sp])))
+				kd = 3;
+		} else if (b - body >= 4 && !memcmp(b - 4, "else", 4) && !is_cident(b[-5]))
+			kd = 4;
+		else if (b > body && strchr(";{}", b[-1]))
+			kd = 0;
+		kind[sp++] = kd;
+	}
+	const char *b = c_trim_end(body, s), *cs, *ce;
+	int inl = 0;
+	if (b > body && b[-1] == ')' && (inl = cpp_if_before(body, b - 1, &cs, &ce)) == 0)
+		return -1;      /* for (...) return */
+	if (!inl && b - body >= 4 && !memcmp(b - 4, "else", 4) && !is_cident(b[-5]))
+		inl = 4;
+	for (int i = 0; i <= sp; i++) {
+		int kd = i < sp ? kind[i] : inl;
+		if (kd == 3)
+			return -1;
+		if (kd == 0)
+			continue;
+		*guarded = 1;
+		int c = kd == 4 ? TV_UNKNOWN : i < sp ? cond_value(env, stack[i], stack_end[i], 0)
+		                                     : cond_value(env, cs, ce, 0);
+		if (kd == 2 && c != TV_FALSE)
+			c = TV_UNKNOWN;         /* else if: the ifs before it count too */
+		v = tv_and(v, c);
+	}
+	return v;
+}
+
+/* Returns in the exported functions, before their first kernel launch, of a PyTorch result:
+ * unguarded (kernel-not-called), under a guard every evaluated input meets (torch-fallback)
+ * or one it may meet (torch-compute, a warning); the findings of rule only */
+static void cpp_early_returns(struct ctx *x, int rule)
+{
+	for (size_t i = 0; i < x->exports.n; i++) {
+		const char *a, *b, *body, *end, *launch;
+		const struct kernel *k;
+		struct cond_env env = { cpp_resolve, x, NULL, NULL, -1, 0 };
+
+		if (!c_definition(x, x->exports.v[i], &a, &b, &body, &end) ||
+		    !(launch = first_launch(x, body, end, &k)))
+			continue;
+		env.body = body;
+		for (const char *r = body; (r = memmem(r, (size_t)(launch - r), "return", 6)) != NULL; r += 6) {
+			const char *semi = memchr(r, ';', (size_t)(launch - r));
+			char what[64];
+			int guarded, v;
+			if (is_cident(r[-1]) || is_cident(r[6]) || !semi)
+				continue;
+			env.at = r;
+			if (!cpp_torch_result(&env, r + 6, semi, what, sizeof what, 0) ||
+			    (v = cpp_guard(&env, body, r, &guarded)) < 0 || v == TV_FALSE)
+				continue;
+			int line = cuda_line(x, (size_t)(r - x->cuda.p));
+			if (!guarded && rule == 3)
+				add(x, 3, line, "%s returns %s before it launches %s: the launch never runs",
+				    x->exports.v[i], what, k->name);
+			else if (guarded && v == TV_TRUE && rule == 4)
+				add(x, 4, line, "%s returns %s, before it launches %s, on a condition every evaluated "
+				    "input meets (a CUDA tensor with elements)", x->exports.v[i], what, k->name);
+			else if (guarded && v == TV_UNKNOWN && rule == 10)
+				add(x, 10, line, "%s returns %s instead of launching %s when a condition holds: "
+				    "a fallback if the evaluated inputs meet it", x->exports.v[i], what, k->name);
+		}
+	}
+}
+
 /* Does exported function `name` launch a kernel and then return an at:: or torch:: result
  * that reads none of what the kernel wrote (`launch(x, y); return at::relu(x);`)? The line
  * of that return, else 0. */
@@ -1622,6 +2075,7 @@ static void rule_kernel_not_called(struct ctx *x)
 			add(x, 3, line, "%s launches %s but returns an at::/torch:: result that does not read "
 			    "what the kernel wrote", x->exports.v[i], k);
 	}
+	cpp_early_returns(x, 3);
 }
 
 /* A suite [l0, l1) computes with PyTorch or delegates to the reference. */
@@ -1701,18 +2155,35 @@ static void rule_torch_fallback(struct ctx *x)
 		for (int k = t + 1; k < c && !cond; k++)
 			if (tok_name_in(p, k, &x->modules) || tok_name_in(p, k, &x->alias))
 				cond = 1;
-		if (!cond && !match(x, RE_FAILCOND, p->clean + p->tok[t].start, p->tok[c].start - p->tok[t].start, 0, NULL, NULL))
+		int failure = cond || match(x, RE_FAILCOND, p->clean + p->tok[t].start,
+		                            p->tok[c].start - p->tok[t].start, 0, NULL, NULL);
+		/* what the condition is on the evaluated inputs: a branch that never runs there is
+		 * no fallback (if not x.is_cuda: a CPU path), and one that always runs is one
+		 * whatever the condition tests (if x.numel() > 0: return torch.relu(x)) */
+		struct cond_env env = { py_resolve, x, NULL, NULL, blk, t + 1 };
+		int tv = cond_value(&env, p->clean + p->tok[t + 1].start, p->clean + p->tok[c].start, 0);
+		if (tok_is(p, t, "elif") && tv != TV_FALSE)
+			tv = TV_UNKNOWN;        /* the conditions before it count too */
+		if (!failure && tv == TV_UNKNOWN)
 			continue;
 		/* the if-suite, or its else-suite */
-		int end = pysrc_suite_end(p, (int)l);
-		int hit = suite_computes(x, (int)l, end, &line);
+		int end = pysrc_suite_end(p, (int)l), hit = 0;
+		int runs_if = failure ? tv != TV_FALSE : tv == TV_TRUE;
+		int runs_else = failure ? tv != TV_TRUE : tv == TV_FALSE;
+		if (runs_if)    /* a non-failure if-suite must replace the kernel: return without it */
+			hit = suite_computes(x, (int)l, end, &line) &&
+			      (failure || (suite_returns(p, (int)l, c, end) &&
+			                   !tokens_call_kernel(x, c + 1, line_tok(p, end))));
 		int other = end < (int)p->nlines && p->lines[end].indent == p->lines[l].indent &&
 		            (tok_is(p, p->lines[end].tok, "else") || tok_is(p, p->lines[end].tok, "elif"));
-		if (!hit && other && tok_is(p, p->lines[end].tok, "else"))
-			hit = suite_computes(x, end, pysrc_suite_end(p, end), &line);
+		if (!hit && runs_else && other && tok_is(p, p->lines[end].tok, "else")) {
+			int e2 = pysrc_suite_end(p, end);
+			hit = suite_computes(x, end, e2, &line) &&
+			      (failure || !tokens_call_kernel(x, line_tok(p, end), line_tok(p, e2)));
+		}
 		/* no else, but the if-suite runs the kernel and returns: the code after the if,
 		 * when it does not run the kernel, is the else */
-		if (!hit && !other && suite_returns(p, (int)l, c, end) &&
+		if (!hit && runs_else && !other && suite_returns(p, (int)l, c, end) &&
 		    tokens_call_kernel(x, c + 1, line_tok(p, end))) {
 			int k = end;
 			while (k < (int)p->nlines && p->lines[k].indent >= p->lines[l].indent)
@@ -1721,8 +2192,10 @@ static void rule_torch_fallback(struct ctx *x)
 				hit = suite_computes(x, end, k, &line);
 		}
 		if (hit)
-			add(x, 4, p->lines[l].line, "a failure check falls back to PyTorch (line %d)", line);
+			add(x, 4, p->lines[l].line, failure ? "a failure check falls back to PyTorch (line %d)" :
+			    "every evaluated input takes the branch that falls back to PyTorch (line %d)", line);
 	}
+	cpp_early_returns(x, 4);
 }
 
 static int base_is(const char *bases, const char *name)
@@ -1916,6 +2389,7 @@ static void rule_torch_compute(struct ctx *x)
 	const struct pysrc *p = &x->p;
 	struct names mods = { 0 };
 
+	cpp_early_returns(x, 10);
 	if (x->forward < 0)
 		return;
 	/* self.<x> = nn.<Module>(...) in ModelNew */
