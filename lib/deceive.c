@@ -116,6 +116,15 @@ struct names {
 	struct smap idx;
 };
 
+/* The shapes the evaluation runs: the reference's get_inputs(), by forward's parameters */
+enum { MAX_INPUTS = 8, MAX_DIMS = 8 };
+struct shapes {
+	int n;                          /* forward's parameters matched with an input */
+	char name[MAX_INPUTS][64];
+	int ndim[MAX_INPUTS];           /* -1: no tensor of a known shape */
+	long dim[MAX_INPUTS][MAX_DIMS];
+};
+
 struct ctx {
 	struct deceive_checker *c;
 	pcre2_match_data *md;           /* this check's own */
@@ -147,6 +156,8 @@ struct ctx {
 	int *dead;                      /* per block: first token of a def's dead code (after a
 	                                 * return or raise at its body's level), else tok_end */
 	int dead_kernel_line;           /* the return that cuts off forward's kernel call, or 0 */
+	struct shapes shapes;           /* known once shapes_done */
+	int shapes_done;
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
 	struct deceive_result *out;
 	size_t cap;
@@ -1455,6 +1466,10 @@ struct cond_env {
 	struct ctx *x;
 	const char *body, *at;          /* C++: the function's text before the condition */
 	int block, tok;                 /* Python: the def, and the condition's first token */
+	int np;                         /* names that hold an input of a known shape ... */
+	const char *pname[MAX_INPUTS];
+	size_t plen[MAX_INPUTS];
+	int pidx[MAX_INPUTS];           /* ... and its index in x->shapes */
 };
 
 static int tv_not(int v)
@@ -1567,25 +1582,49 @@ static int cmp_find(const char *s, const char *e, const char **at)
 	return -1;
 }
 
+/* The input of a known shape that [s, e) names, or -1 */
+static int shape_of(const struct cond_env *env, const char *s, const char *e)
+{
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	for (int i = 0; i < env->np; i++)
+		if ((size_t)(e - s) == env->plen[i] && !memcmp(s, env->pname[i], env->plen[i]))
+			return env->pidx[i];
+	return -1;
+}
+
 /* Is [s, e) a size of a tensor (at least 1 for every evaluated input): x.numel(), x.size(0),
- * x.shape[1], x.sizes()[0], x.dim(), x.ndim, len(x.shape), or a local set to one? */
-static int size_expr(const struct cond_env *env, const char *s, const char *e, int depth)
+ * x.shape[1], x.sizes()[0], x.dim(), x.ndim, len(x.shape), or a local set to one? *exact is
+ * its value when x is an input of a known shape, else -1. */
+static int size_expr(const struct cond_env *env, const char *s, const char *e, int depth, long *exact)
 {
 	static const char *const ends_[] = { ".numel()", ".nelement()", ".dim()", ".ndimension()",
 		".ndim", NULL };
+	const struct shapes *sh = &env->x->shapes;
 	const char *vs, *ve;
 	long v;
+	int in;
 
+	*exact = -1;
 	s = c_ws(s, e);
 	e = c_trim_end(s, e);
 	if (s >= e || depth > 8)
 		return 0;
-	for (int k = 0; ends_[k]; k++)
-		if (c_ends(s, e, ends_[k]) && (size_t)(e - s) > strlen(ends_[k]))
-			return 1;
+	for (int k = 0; ends_[k]; k++) {
+		size_t n = strlen(ends_[k]);
+		if (!c_ends(s, e, ends_[k]) || (size_t)(e - s) <= n)
+			continue;
+		if ((in = shape_of(env, s, e - n)) >= 0) {
+			long numel = 1;
+			for (int j = 0; j < sh->ndim[in]; j++)
+				numel *= sh->dim[in][j];
+			*exact = k < 2 ? numel : sh->ndim[in];  /* numel(), nelement(); else dims */
+		}
+		return 1;
+	}
 	if (e[-1] == ')' || e[-1] == ']') {     /* x.size(0), x.shape[1], len(x.shape) */
 		char close = e[-1], open = close == ')' ? '(' : '[';
-		const char *o = e - 1;
+		const char *o = e - 1, *t = NULL;
 		int d = 0;
 		for (; o >= s; o--)
 			if (*o == close)
@@ -1594,24 +1633,44 @@ static int size_expr(const struct cond_env *env, const char *s, const char *e, i
 				break;
 		if (o <= s)
 			return 0;
-		if (e[-1] == ')' && c_ends(s, o, "len") && (o - 3 == s || !is_cident(o[-4])))
-			return c_ends(o + 1, e - 1, ".shape") || c_ends(o + 1, e - 1, ".size()") ||
-			       c_ends(o + 1, e - 1, ".sizes()");
+		if (close == ')' && c_ends(s, o, "len") && (o - 3 == s || !is_cident(o[-4]))) {
+			static const char *const of[] = { ".shape", ".size()", ".sizes()" };
+			for (int k = 0; k < 3 && !t; k++)
+				if (c_ends(o + 1, e - 1, of[k]))
+					t = e - 1 - strlen(of[k]);
+			if (t && (in = shape_of(env, o + 1, t)) >= 0)
+				*exact = sh->ndim[in];
+			return t != NULL;
+		}
 		if (!c_int(o + 1, e - 1, &v))
 			return 0;
-		return e[-1] == ')' ? c_ends(s, o, ".size") :
-		       c_ends(s, o, ".shape") || c_ends(s, o, ".sizes()") || c_ends(s, o, ".size()");
+		if (close == ')')
+			t = c_ends(s, o, ".size") ? o - 5 : NULL;
+		else
+			t = c_ends(s, o, ".shape") ? o - 6 : c_ends(s, o, ".sizes()") ? o - 8 :
+			    c_ends(s, o, ".size()") ? o - 7 : NULL;
+		if (t && (in = shape_of(env, s, t)) >= 0) {
+			if (v < 0)
+				v += sh->ndim[in];
+			if (v >= 0 && v < sh->ndim[in])
+				*exact = sh->dim[in][v];
+		}
+		return t != NULL;
 	}
 	for (const char *p = s; p < e; p++)
 		if (!is_cident(*p))
 			return 0;
 	return env->resolve && env->resolve(env, s, (size_t)(e - s), &vs, &ve) == 0 &&
-	       size_expr(env, vs, ve, depth + 1);
+	       size_expr(env, vs, ve, depth + 1, exact);
 }
 
-/* size k c, for a size of at least 1 (k indexes cmp_ops) */
-static int size_cmp(int k, long c)
+/* size k c (k indexes cmp_ops), for a size of value exact, or of at least 1 when exact < 0 */
+static int size_cmp(int k, long c, long exact)
 {
+	if (exact >= 0) {
+		int r[6] = { exact >= c, exact <= c, exact == c, exact != c, exact > c, exact < c };
+		return r[k] ? TV_TRUE : TV_FALSE;
+	}
 	switch (k) {
 	case 0: return c <= 1 ? TV_TRUE : TV_UNKNOWN;           /* >= */
 	case 1: return c < 1 ? TV_FALSE : TV_UNKNOWN;           /* <= */
@@ -1626,7 +1685,7 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 {
 	static const int flip[6] = { 1, 0, 2, 3, 5, 4 };
 	const char *op;
-	long c;
+	long c, exact;
 	int k;
 
 	if (c_word_is(s, e, "true") || c_word_is(s, e, "True"))
@@ -1638,14 +1697,14 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 		return c ? TV_TRUE : TV_FALSE;
 	if ((k = cmp_find(s, e, &op)) >= 0) {
 		const char *r = op + strlen(cmp_ops[k]);
-		if (c_int(r, e, &c) && size_expr(env, s, op, depth))
-			return size_cmp(k, c);
-		if (c_int(s, op, &c) && size_expr(env, r, e, depth))
-			return size_cmp(flip[k], c);
+		if (c_int(r, e, &c) && size_expr(env, s, op, depth, &exact))
+			return size_cmp(k, c, exact);
+		if (c_int(s, op, &c) && size_expr(env, r, e, depth, &exact))
+			return size_cmp(flip[k], c, exact);
 		return TV_UNKNOWN;
 	}
-	if (size_expr(env, s, e, depth))
-		return TV_TRUE;         /* a size as a truth value */
+	if (size_expr(env, s, e, depth, &exact))
+		return exact == 0 ? TV_FALSE : TV_TRUE;         /* a size as a truth value */
 	if (c_ends(s, e, ".is_cuda") || c_ends(s, e, ".is_cuda()") || c_ends(s, e, ".defined()"))
 		return TV_TRUE;
 	if (c_ends(s, e, ".is_cpu") || c_ends(s, e, ".is_cpu()"))
@@ -1680,6 +1739,211 @@ static int cond_value(const struct cond_env *env, const char *s, const char *e, 
 	if (*s == '(' && c_close(s, e) == e - 1)
 		return cond_value(env, s + 1, e - 1, depth + 1);
 	return cond_atom(env, s, e, depth);
+}
+
+/* ---- the reference's inputs ---- */
+
+/* An integer of the reference in tokens [a, b): a literal, a module constant, or a chain of
+ * them joined by * (or by +): 0 and *v, else -1 */
+static int ref_int(const struct ctx *x, int a, int b, long *v, int depth)
+{
+	const struct pysrc *r = &x->r;
+	long acc = 0;
+	int op = 0;
+
+	if (a >= b || depth > 4)
+		return -1;
+	for (int k = a; k < b; k++) {
+		const struct pysrc_tok *t = &r->tok[k];
+		long n = -1;
+		if ((k - a) % 2) {              /* an operator */
+			if (!(tok_is(r, k, "*") || tok_is(r, k, "+")) || (op && r->src[t->start] != op))
+				return -1;
+			op = r->src[t->start];
+			continue;
+		}
+		if (t->kind == PYSRC_TOK_NUMBER) {
+			if (c_int(r->src + t->start, r->src + t->end, &n) == 0 || n < 0)
+				return -1;
+		} else if (t->kind == PYSRC_TOK_NAME) {
+			int found = -1;
+			for (size_t i = 0; i < r->nassign; i++)
+				if (r->assign[i].block < 0 && r->assign[i].op == '=' &&
+				    strlen(r->assign[i].target) == t->end - t->start &&
+				    !memcmp(r->assign[i].target, r->src + t->start, t->end - t->start))
+					found = (int)i;
+			if (found < 0 || ref_int(x, r->assign[found].tok_value, r->assign[found].tok_end, &n,
+			                         depth + 1) < 0)
+				return -1;
+		} else {
+			return -1;
+		}
+		if (n > (1L << 40) || (acc > (1L << 20) && n > (1L << 20)))
+			return -1;      /* no input is that large: a misreading */
+		acc = k == a ? n : op == '*' ? acc * n : acc + n;
+	}
+	*v = acc;
+	return (b - a) % 2 ? 0 : -1;
+}
+
+/* The items of the bracketed tokens [a, b) of the reference ('(' or '[' at a): up to max
+ * spans [st, en); their count, or -1 */
+static int ref_items(const struct pysrc *r, int a, int b, int *st, int *en, int max)
+{
+	int n = 0, from = a + 1, d = 0;
+
+	if (a >= b || !(tok_is(r, a, "(") || tok_is(r, a, "[")))
+		return -1;
+	for (int k = a + 1; k < b; k++) {
+		if (tok_is(r, k, "(") || tok_is(r, k, "[") || tok_is(r, k, "{"))
+			d++;
+		else if (d > 0 && (tok_is(r, k, ")") || tok_is(r, k, "]") || tok_is(r, k, "}")))
+			d--;
+		else if (d == 0 && (tok_is(r, k, ",") || tok_is(r, k, ")") || tok_is(r, k, "]"))) {
+			if (k > from) {
+				if (n == max)
+					return -1;
+				st[n] = from;
+				en[n++] = k;
+			}
+			from = k + 1;
+			if (!tok_is(r, k, ","))
+				return n;
+		}
+	}
+	return -1;
+}
+
+/* The shape of the input the tokens [a, b) of get_inputs (block g) make:
+ * torch.randn(16, dim), torch.rand((m, n)), torch.randint(0, 9, (m,)), through a local of g */
+static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim)
+{
+	const struct pysrc *r = &x->r;
+	static const char *const makers[] = { "randn", "rand", "zeros", "ones", "empty", "full",
+		"randint", NULL };
+	int st[MAX_DIMS], en[MAX_DIMS], n = 0, s0, s1;
+
+	if (b - a == 1 && r->tok[a].kind == PYSRC_TOK_NAME)
+		for (size_t i = 0; i < r->nassign; i++)
+			if (r->assign[i].block == g && r->assign[i].tok_target < a &&
+			    strlen(r->assign[i].target) == r->tok[a].end - r->tok[a].start &&
+			    !memcmp(r->assign[i].target, r->src + r->tok[a].start, r->tok[a].end - r->tok[a].start)) {
+				a = r->assign[i].tok_value;
+				b = r->assign[i].tok_end;
+			}
+	for (size_t i = 0; i < r->ncall; i++) {
+		const struct pysrc_call *c = &r->call[i];
+		if (c->tok_open < a || c->tok_open >= b)
+			continue;
+		if (!in_list(last_part(c->callee), (const char **)makers))
+			return -1;
+		int randint = !strcmp(last_part(c->callee), "randint");
+		if (pysrc_call_arg(r, c, "size", randint ? 2 : 0, &s0, &s1) < 0)
+			return -1;
+		if (tok_is(r, s0, "(") || tok_is(r, s0, "[")) {
+			n = ref_items(r, s0, s1, st, en, MAX_DIMS);
+		} else if (randint || !strcmp(last_part(c->callee), "full")) {
+			return -1;
+		} else {        /* torch.randn(16, dim): the positional arguments */
+			for (n = 0; n < MAX_DIMS && pysrc_call_arg(r, c, NULL, n, &st[n], &en[n]) == 0; n++)
+				;
+		}
+		if (n < 0)
+			return -1;
+		for (int k = 0; k < n; k++)
+			if (ref_int(x, st[k], en[k], &dim[k], 0) < 0)
+				return -1;
+		return n;
+	}
+	return -1;
+}
+
+/* x->shapes: forward's parameters, in order, with the shapes of the reference's inputs
+ * (the evaluation calls the model with get_inputs()'s list) */
+static void ref_shapes(struct ctx *x)
+{
+	const struct pysrc *r = &x->r;
+	struct shapes *sh = &x->shapes;
+	int st[MAX_INPUTS], en[MAX_INPUTS], n, g, ret = -1;
+
+	if (x->shapes_done)
+		return;
+	x->shapes_done = 1;
+	if (!x->has_ref || x->forward < 0 ||
+	    (g = pysrc_find_block(r, "get_inputs", PYSRC_DEF, -1)) < 0)
+		return;
+	for (size_t l = 0; l < r->nlines; l++)
+		if (r->lines[l].tok >= r->block[g].tok_body && r->lines[l].tok < r->block[g].tok_end &&
+		    tok_is(r, r->lines[l].tok, "return") && pysrc_block_at(r, r->lines[l].tok) == g)
+			ret = (int)l;
+	if (ret < 0)
+		return;
+	int a = r->lines[ret].tok + 1, b = r->lines[ret].tok + r->lines[ret].ntok;
+	if ((n = ref_items(r, a, b, st, en, MAX_INPUTS)) <= 0)
+		return;
+	/* forward's parameters: "self, x: torch.Tensor, y=None" */
+	const char *ps = x->p.block[x->forward].bases;
+	for (int i = 0, d = 0; *ps && sh->n < n; i++) {
+		ps += strspn(ps, " ");
+		if (*ps == '*')
+			break;          /* *args: not matched by position */
+		size_t len = strspn(ps, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+		if (i > 0 || len != 4 || memcmp(ps, "self", 4)) {
+			int k = sh->n++;
+			snprintf(sh->name[k], sizeof sh->name[k], "%.*s", (int)(len < 63 ? len : 63), ps);
+			sh->ndim[k] = ref_shape(x, g, st[k], en[k], sh->dim[k]);
+		}
+		for (; *ps && !(*ps == ',' && d == 0); ps++)
+			d += (*ps == '(' || *ps == '[') - (*ps == ')' || *ps == ']');
+		ps += *ps == ',';
+	}
+}
+
+/* env's names of inputs: forward's parameters themselves */
+static void env_forward_inputs(struct ctx *x, struct cond_env *env)
+{
+	ref_shapes(x);
+	for (int i = 0; i < x->shapes.n && env->np < MAX_INPUTS; i++)
+		if (x->shapes.ndim[i] >= 0) {
+			env->pname[env->np] = x->shapes.name[i];
+			env->plen[env->np] = strlen(x->shapes.name[i]);
+			env->pidx[env->np++] = i;
+		}
+}
+
+/* env's names of inputs in the C++ function `name` (parameters [a, b]): those that forward
+ * passes one of its own parameters of a known shape, by position (ext.fn(x, w)) */
+static void env_cpp_inputs(struct ctx *x, struct cond_env *env, const char *name, const char *a,
+                           const char *b)
+{
+	const struct pysrc *p = &x->p;
+	const char *st[32], *en[32];
+	int np = c_items(a, b, st, en, 32), s0, s1;
+
+	ref_shapes(x);
+	for (size_t i = 0; i < p->ncall; i++) {
+		const struct pysrc_call *c = &p->call[i];
+		if (c->block != x->forward || strcmp(last_part(c->callee), name))
+			continue;
+		for (int j = 0; j < np && env->np < MAX_INPUTS; j++) {
+			if (pysrc_call_arg(p, c, NULL, j, &s0, &s1) < 0 || s1 - s0 != 1)
+				continue;
+			for (int k = 0; k < x->shapes.n; k++) {
+				if (x->shapes.ndim[k] < 0 || !tok_is(p, s0, x->shapes.name[k]))
+					continue;
+				const char *eq = memchr(st[j], '=', (size_t)(en[j] - st[j]));
+				const char *ne = c_trim_end(st[j], eq ? eq : en[j]), *ns = ne;
+				while (ns > st[j] && is_cident(ns[-1]))
+					ns--;
+				if (ns < ne) {
+					env->pname[env->np] = ns;
+					env->plen[env->np] = (size_t)(ne - ns);
+					env->pidx[env->np++] = k;
+				}
+			}
+		}
+		return;         /* the first call in forward */
+	}
 }
 
 /* C++: the value of a local before env->at, `name = value;` (the last one; not `a.name =`,
@@ -1864,12 +2128,13 @@ static void cpp_early_returns(struct ctx *x, int rule)
 	for (size_t i = 0; i < x->exports.n; i++) {
 		const char *a, *b, *body, *end, *launch;
 		const struct kernel *k;
-		struct cond_env env = { cpp_resolve, x, NULL, NULL, -1, 0 };
+		struct cond_env env = { cpp_resolve, x, NULL, NULL, -1, 0, 0, { 0 }, { 0 }, { 0 } };
 
 		if (!c_definition(x, x->exports.v[i], &a, &b, &body, &end) ||
 		    !(launch = first_launch(x, body, end, &k)))
 			continue;
 		env.body = body;
+		env_cpp_inputs(x, &env, x->exports.v[i], a, b);
 		for (const char *r = body; (r = memmem(r, (size_t)(launch - r), "return", 6)) != NULL; r += 6) {
 			const char *semi = memchr(r, ';', (size_t)(launch - r));
 			char what[64];
@@ -1886,7 +2151,7 @@ static void cpp_early_returns(struct ctx *x, int rule)
 				    x->exports.v[i], what, k->name);
 			else if (guarded && v == TV_TRUE && rule == 4)
 				add(x, 4, line, "%s returns %s, before it launches %s, on a condition every evaluated "
-				    "input meets (a CUDA tensor with elements)", x->exports.v[i], what, k->name);
+				    "input meets", x->exports.v[i], what, k->name);
 			else if (guarded && v == TV_UNKNOWN && rule == 10)
 				add(x, 10, line, "%s returns %s instead of launching %s when a condition holds: "
 				    "a fallback if the evaluated inputs meet it", x->exports.v[i], what, k->name);
@@ -2160,7 +2425,9 @@ static void rule_torch_fallback(struct ctx *x)
 		/* what the condition is on the evaluated inputs: a branch that never runs there is
 		 * no fallback (if not x.is_cuda: a CPU path), and one that always runs is one
 		 * whatever the condition tests (if x.numel() > 0: return torch.relu(x)) */
-		struct cond_env env = { py_resolve, x, NULL, NULL, blk, t + 1 };
+		struct cond_env env = { py_resolve, x, NULL, NULL, blk, t + 1, 0, { 0 }, { 0 }, { 0 } };
+		if (blk == x->forward)
+			env_forward_inputs(x, &env);
 		int tv = cond_value(&env, p->clean + p->tok[t + 1].start, p->clean + p->tok[c].start, 0);
 		if (tok_is(p, t, "elif") && tv != TV_FALSE)
 			tv = TV_UNKNOWN;        /* the conditions before it count too */
