@@ -2343,11 +2343,10 @@ static void rule_kernel_not_called(struct ctx *x)
 	cpp_early_returns(x, 3);
 }
 
-/* A suite [l0, l1) computes with PyTorch or delegates to the reference. */
-static int suite_computes(struct ctx *x, int l0, int l1, int *line)
+/* The tokens [t0, t1) compute with PyTorch or delegate to the reference (*line: where) */
+static int tokens_compute(struct ctx *x, int t0, int t1, int *line)
 {
 	const struct pysrc *p = &x->p;
-	int t0 = p->lines[l0].tok, t1 = l1 < (int)p->nlines ? p->lines[l1].tok : (int)p->ntok;
 
 	for (size_t i = first_call_at(p, t0); i < p->ncall && p->call[i].tok_open < t1; i++) {
 		const struct pysrc_call *c = &p->call[i];
@@ -2358,6 +2357,14 @@ static int suite_computes(struct ctx *x, int l0, int l1, int *line)
 		}
 	}
 	return 0;
+}
+
+static int suite_computes(struct ctx *x, int l0, int l1, int *line)
+{
+	const struct pysrc *p = &x->p;
+
+	return tokens_compute(x, p->lines[l0].tok, l1 < (int)p->nlines ? p->lines[l1].tok : (int)p->ntok,
+	                      line);
 }
 
 /* Do the tokens [t0, t1) call the extension (directly, or through a def that does)? */
@@ -2394,6 +2401,55 @@ static int suite_returns(const struct pysrc *p, int l, int colon, int end)
 	return 0;
 }
 
+/* The condition in tokens [c0, c1) of block blk: is it a failure check (it names the
+ * extension, or tests for availability, failure, a build or a CUDA input), in *failure; and
+ * its value on the evaluated inputs */
+static int py_cond(struct ctx *x, int blk, int c0, int c1, int *failure)
+{
+	const struct pysrc *p = &x->p;
+	struct cond_env env = { py_resolve, x, NULL, NULL, blk, c0, 0, { 0 }, { 0 }, { 0 } };
+
+	*failure = 0;
+	for (int k = c0; k < c1 && !*failure; k++)
+		*failure = tok_name_in(p, k, &x->modules) || tok_name_in(p, k, &x->alias);
+	if (!*failure)
+		*failure = match(x, RE_FAILCOND, p->clean + p->tok[c0].start,
+		                 p->tok[c1].start - p->tok[c0].start, 0, NULL, NULL);
+	if (blk == x->forward)
+		env_forward_inputs(x, &env);
+	return cond_value(&env, p->clean + p->tok[c0].start, p->clean + p->tok[c1].start, 0);
+}
+
+/* A conditional expression that makes a statement's value, `return a if c else b` or
+ * `y = a if c else b`, on line l: a part that runs (by the condition's value, or either
+ * one on a failure check) and computes with PyTorch without the kernel is a fallback */
+static void ternary_fallback(struct ctx *x, int l, int blk)
+{
+	const struct pysrc *p = &x->p;
+	int t = p->lines[l].tok, end = t + p->lines[l].ntok - 1, a0 = -1, q = -1, el = -1, line, as;
+
+	for (int k = t + 1; k < end && el < 0; k++)      /* ... if c else ... at the statement's level */
+		if (p->tok[k].depth == p->tok[t].depth && tok_is(p, k, q < 0 ? "if" : "else"))
+			*(q < 0 ? &q : &el) = k;
+	if (el < 0)
+		return;
+	if (tok_is(p, t, "return"))
+		a0 = t + 1;
+	else if ((as = assign_holding(p, q)) >= 0 && p->assign[as].tok_target == t)
+		a0 = p->assign[as].tok_value;
+	if (a0 < 0 || a0 >= q)
+		return;
+	int failure, tv = py_cond(x, blk, q + 1, el, &failure);
+	if (!failure && tv == TV_UNKNOWN)
+		return;
+	int runs_a = failure ? tv != TV_FALSE : tv == TV_TRUE;
+	int runs_b = failure ? tv != TV_TRUE : tv == TV_FALSE;
+	if ((runs_a && tokens_compute(x, a0, q, &line) && !tokens_call_kernel(x, a0, q)) ||
+	    (runs_b && tokens_compute(x, el + 1, end, &line) && !tokens_call_kernel(x, el + 1, end)))
+		add(x, 4, p->lines[l].line, failure ? "a failure check in a conditional expression falls back to PyTorch" :
+		    "every evaluated input takes the part of a conditional expression that falls back to PyTorch");
+}
+
 static void rule_torch_fallback(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
@@ -2407,28 +2463,22 @@ static void rule_torch_fallback(struct ctx *x)
 				add(x, 4, p->lines[l].line, "the except handler falls back to PyTorch (line %d)", line);
 			continue;
 		}
-		if (!(tok_is(p, t, "if") || tok_is(p, t, "elif")) || !(in_path(x, blk) ||
-		      (x->model_new >= 0 && pysrc_block_within(p, blk, x->model_new))))
+		if (!(in_path(x, blk) || (x->model_new >= 0 && pysrc_block_within(p, blk, x->model_new))))
 			continue;
+		if (!(tok_is(p, t, "if") || tok_is(p, t, "elif"))) {
+			ternary_fallback(x, (int)l, blk);
+			continue;
+		}
 		/* the condition's text */
 		int c = t + 1;
 		while (c < t + p->lines[l].ntok && !(tok_is(p, c, ":") && p->tok[c].depth == p->tok[t].depth))
 			c++;
 		if (c >= t + p->lines[l].ntok)
 			continue;
-		int cond = 0;
-		for (int k = t + 1; k < c && !cond; k++)
-			if (tok_name_in(p, k, &x->modules) || tok_name_in(p, k, &x->alias))
-				cond = 1;
-		int failure = cond || match(x, RE_FAILCOND, p->clean + p->tok[t].start,
-		                            p->tok[c].start - p->tok[t].start, 0, NULL, NULL);
 		/* what the condition is on the evaluated inputs: a branch that never runs there is
 		 * no fallback (if not x.is_cuda: a CPU path), and one that always runs is one
 		 * whatever the condition tests (if x.numel() > 0: return torch.relu(x)) */
-		struct cond_env env = { py_resolve, x, NULL, NULL, blk, t + 1, 0, { 0 }, { 0 }, { 0 } };
-		if (blk == x->forward)
-			env_forward_inputs(x, &env);
-		int tv = cond_value(&env, p->clean + p->tok[t + 1].start, p->clean + p->tok[c].start, 0);
+		int failure, tv = py_cond(x, blk, t + 1, c, &failure);
 		if (tok_is(p, t, "elif") && tv != TV_FALSE)
 			tv = TV_UNKNOWN;        /* the conditions before it count too */
 		if (!failure && tv == TV_UNKNOWN)
