@@ -16,6 +16,7 @@
 #include <pcre2.h>
 
 #include "nfc_tables.h"
+#include "unicode_tables.h"
 
 #define CACHE_SLOTS (1u << 18)        /* pre-token cache: slots (power of 2) */
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
@@ -65,9 +66,9 @@ struct tokenizer_impl {
 	unsigned char added_first[256];  /* 1 if some added token starts with this byte */
 	int nfc;
 	int ignore_merges;
-	pcre2_code *re;
+	pcre2_code *re[2];       /* the regex with PCRE2's \p{L} \p{N}; with unicode_tables.h's */
 	pcre2_match_data *md;
-	int jit;
+	int jit[2];
 	struct cache_slot *cache;
 	size_t cache_n;
 	struct buf cache_keys;
@@ -219,21 +220,25 @@ static unsigned nfc_class(uint32_t c)
 	return e ? e[1] : 0;
 }
 
-static int nfc_is_unsafe(uint32_t c)
+/* 1 if c lies in one of the n sorted, disjoint ranges r[i][0]..r[i][1]. */
+static int in_ranges(const unsigned (*r)[2], size_t n, uint32_t c)
 {
-	if (c < 0x300)
-		return 0;
-	size_t lo = 0, hi = ARRAY_LEN(nfc_unsafe);
+	size_t lo = 0, hi = n;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (c < nfc_unsafe[mid][0])
+		if (c < r[mid][0])
 			hi = mid;
-		else if (c > nfc_unsafe[mid][1])
+		else if (c > r[mid][1])
 			lo = mid + 1;
 		else
 			return 1;
 	}
 	return 0;
+}
+
+static int nfc_is_unsafe(uint32_t c)
+{
+	return c >= 0x300 && in_ranges(nfc_unsafe, ARRAY_LEN(nfc_unsafe), c);
 }
 
 enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, LCOUNT = 19,
@@ -521,12 +526,22 @@ static const char *pretok_pattern(json_t *pt, const char **why)
 	return pattern;
 }
 
-/* The pattern with \s and \S spelled as Unicode White_Space, the set that the reference's
- * regex engine (Oniguruma) uses: PCRE2 in UCP mode also counts U+180E, the Mongolian vowel
- * separator (a format character since Unicode 6.3), as \s, and so split "  \u180E" otherwise
- * than the reference. White_Space is \t-\r, U+0085 and the Z categories. \S inside a class
- * is left as it is (no such pattern ships). Returns an xmalloc'ed string. */
-static char *pattern_white_space(const char *re)
+/* The pre-tokenizer regex as PCRE2 must see it to match like the reference's engine
+ * (Oniguruma in HF tokenizers), whose Unicode is newer than the system PCRE2's:
+ * - \s and \S are spelled as Unicode White_Space: PCRE2 in UCP mode also counts U+180E, the
+ *   Mongolian vowel separator (a format character since Unicode 6.3), as \s, and so split
+ *   "  \u180E" otherwise than the reference. White_Space is \t-\r, U+0085 and the Z
+ *   categories. \S inside a class is left as it is (no such pattern ships).
+ * - \p{L} and \p{N} (\pL, \pN; \P outside a class) get the letters and numbers that
+ *   lib/unicode_tables.h lists (Unicode UNICODE_REGEX_VERSION less the system PCRE2's
+ *   UNICODE_PCRE2_VERSION): CJK extensions H and I, Kaktovik numerals, Garay...
+ * Escapes whose meaning follows the Unicode version and that are not mended so (any other
+ * property, \P{L} inside a class, \w \d \X and their capitals, \b \B outside a class,
+ * [:posix:] classes) are refused: *why is set and NULL returned. Otherwise returns an
+ * xmalloc'ed string; with extended 0, \p{L} and \p{N} are left as they are (for text
+ * without any of those code points, where both match alike and the plain classes are
+ * faster). */
+static char *pattern_unicode(const char *re, int extended, const char **why)
 {
 	static const char ws[] = "\\t-\\r\\x{85}\\p{Z}";
 	struct buf b;
@@ -544,13 +559,46 @@ static char *pattern_white_space(const char *re)
 		} else if (p[0] == '\\' && p[1] == 'S' && !in_class) {
 			buf_addf(&b, "[^%s]", ws);
 			p++;
+		} else if (p[0] == '\\' && (p[1] == 'p' || p[1] == 'P')) {
+			const char *name = p + 2, *end = p + 3;   /* \pL: one letter */
+			if (*name == '{')
+				end = strchr(++name, '}');
+			if (!*name || !end) {   /* a bad escape: PCRE2 reports it */
+				buf_adds(&b, p);
+				break;
+			}
+			size_t len = (size_t)(end - name);
+			const char *extra = len != 1 ? NULL : *name == 'L' ? unicode_extra_letter :
+					    *name == 'N' ? unicode_extra_number : NULL;
+			if (!extra || (p[1] == 'P' && in_class)) {
+				*why = extra ? "the regex uses \\P{L} or \\P{N} inside a class "
+					       "(not supported)" :
+					       "the regex uses a Unicode property other than \\p{L} and "
+					       "\\p{N} (not supported: its Unicode version would differ "
+					       "from the reference's)";
+				buf_free(&b);
+				return NULL;
+			}
+			if (!extended)
+				buf_add(&b, p, (size_t)(end + (*end == '}') - p));
+			else
+				buf_addf(&b, in_class ? "\\p{%c}%s" : p[1] == 'P' ? "[^\\p{%c}%s]" :
+					 "[\\p{%c}%s]", *name, extra);
+			p = *end == '}' ? end : end - 1;
+		} else if (p[0] == '\\' && p[1] && (strchr("wWdDX", p[1]) ||
+						    (!in_class && (p[1] == 'b' || p[1] == 'B')))) {
+			*why = "the regex uses \\w, \\d, \\b or \\X (not supported: their Unicode "
+			       "version would differ from the reference's)";
+			buf_free(&b);
+			return NULL;
 		} else if (p[0] == '\\' && p[1]) {
 			buf_add(&b, p, 2);
 			p++;
 		} else if (in_class && p[0] == '[' && p[1] == ':' && strstr(p + 2, ":]")) {
-			const char *e = strstr(p + 2, ":]");   /* [:alpha:] */
-			buf_add(&b, p, (size_t)(e + 2 - p));
-			p = e + 1;
+			*why = "the regex uses a POSIX class such as [:alpha:] (not supported: its "
+			       "Unicode version would differ from the reference's)";
+			buf_free(&b);
+			return NULL;
 		} else if (!in_class && p[0] == '[') {
 			in_class = 1;   /* a ']' first in the class (after '^') is a literal */
 			size_t n = 1 + (p[1] == '^');
@@ -773,21 +821,26 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 		return errf(err, errlen, path, "pre_tokenizer: %s", why);
 	int ecode;
 	PCRE2_SIZE eoff;
-	char *ws = pattern_white_space(pattern);
-	im->re = pcre2_compile((PCRE2_SPTR)ws, PCRE2_ZERO_TERMINATED,
-			       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff, NULL);
-	free(ws);
-	if (!im->re) {   /* the offset into the pattern as the file has it */
-		pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-					       PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
-		pcre2_code_free(re);
-		PCRE2_UCHAR msg[256];
-		pcre2_get_error_message(ecode, msg, sizeof msg);
-		return errf(err, errlen, path, "pre_tokenizer regex at offset %zu: %s", (size_t)eoff,
-			    (const char *)msg);
+	for (int k = 0; k < 2; k++) {
+		char *ws = pattern_unicode(pattern, k, &why);
+		if (!ws)
+			return errf(err, errlen, path, "pre_tokenizer: %s", why);
+		im->re[k] = pcre2_compile((PCRE2_SPTR)ws, PCRE2_ZERO_TERMINATED,
+					  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ecode, &eoff,
+					  NULL);
+		free(ws);
+		if (!im->re[k]) {   /* the offset into the pattern as the file has it */
+			pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+						       PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
+			pcre2_code_free(re);
+			PCRE2_UCHAR msg[256];
+			pcre2_get_error_message(ecode, msg, sizeof msg);
+			return errf(err, errlen, path, "pre_tokenizer regex at offset %zu: %s",
+				    (size_t)eoff, (const char *)msg);
+		}
+		im->jit[k] = pcre2_jit_compile(im->re[k], PCRE2_JIT_COMPLETE) == 0;
 	}
-	im->jit = pcre2_jit_compile(im->re, PCRE2_JIT_COMPLETE) == 0;
-	im->md = pcre2_match_data_create_from_pattern(im->re, NULL);
+	im->md = pcre2_match_data_create_from_pattern(im->re[1], NULL);
 	return 0;
 }
 
@@ -860,8 +913,9 @@ void tokenizer_free(struct tokenizer *tok)
 	free(im->added);
 	if (im->md)
 		pcre2_match_data_free(im->md);
-	if (im->re)
-		pcre2_code_free(im->re);
+	for (int k = 0; k < 2; k++)
+		if (im->re[k])
+			pcre2_code_free(im->re[k]);
 	free(im->cache);
 	buf_free(&im->cache_keys);
 	free(im->cache_ids);
@@ -1074,6 +1128,24 @@ static void encode_piece(struct tokenizer_impl *im, const char *s, size_t len, s
 	im->cache_n++;
 }
 
+/* 1 if s[0..n) holds a letter or number that the system PCRE2 does not know as one
+ * (lib/unicode_tables.h); all of them take 3 or 4 bytes. */
+static int has_extra_letter(const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t c;
+		size_t l;
+		if (u[i] < 0xE0 || !(l = utf8_dec(u + i, n - i, &c)))
+			continue;
+		i += l - 1;
+		if (c >= unicode_extra_ranges[0][0] &&
+		    in_ranges(unicode_extra_ranges, ARRAY_LEN(unicode_extra_ranges), c))
+			return 1;
+	}
+	return 0;
+}
+
 /* Normalize, pre-tokenize and BPE one stretch of text without added tokens. */
 static int encode_text(struct tokenizer_impl *im, const char *s, size_t len, struct ids *out)
 {
@@ -1085,11 +1157,13 @@ static int encode_text(struct tokenizer_impl *im, const char *s, size_t len, str
 	}
 	size_t pos = 0;
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(im->md);
+	int k = has_extra_letter(s, len);
+	pcre2_code *re = im->re[k];
 	while (pos < len) {
-		int rc = im->jit ? pcre2_jit_match(im->re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL)
-				 : PCRE2_ERROR_JIT_BADOPTION;
+		int rc = im->jit[k] ? pcre2_jit_match(re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL)
+				    : PCRE2_ERROR_JIT_BADOPTION;
 		if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)   /* no JIT, or its stack ran out */
-			rc = pcre2_match(im->re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL);
+			rc = pcre2_match(re, (PCRE2_SPTR)s, len, pos, 0, im->md, NULL);
 		if (rc == PCRE2_ERROR_NOMATCH) {
 			encode_piece(im, s + pos, len - pos, out);
 			break;

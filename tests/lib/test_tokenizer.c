@@ -88,6 +88,59 @@ static void check_error(const char *dir, const char *name, const char *json, con
 	free(p);
 }
 
+/* A tokenizer.json with the 256 byte-level tokens, no merges, and a Split pre-tokenizer with
+ * the regex re (JSON-escaped). */
+static char *bytelevel_json(const char *re)
+{
+	struct buf b;
+	buf_init(&b);
+	buf_adds(&b, "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+	for (int c = 0, n = 0; c < 256; c++) {
+		int self = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+		buf_addf(&b, "%s\"\\u%04x\": %d", c ? ", " : "", self ? c : 256 + n++, c);
+	}
+	buf_addf(&b, "}}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+		     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"Isolated\"},"
+		     " {\"type\": \"ByteLevel\", \"use_regex\": false}]}}", re);
+	return b.p;
+}
+
+/* The regex may use \p{L}, \p{N} and \s, which follow the reference's Unicode version here;
+ * other Unicode-dependent escapes would not, and are refused. */
+static void test_pattern_check(const char *dir)
+{
+	static const char *const ok[] = { "\\\\pL+|\\\\pN|\\\\P{L}+| ?[^\\\\s\\\\p{L}\\\\p{N}]+",
+					  "\\\\p{L}|\\\\PN|\\\\\\\\p{Lu}|\\\\Q\\\\w\\\\E|[\\\\b]" };
+	for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
+		char *json = bytelevel_json(ok[i]), *p = xasprintf("%s/re-ok.json", dir);
+		write_file(p, json, strlen(json));
+		struct tokenizer t;
+		char err[512] = "";
+		int r = tokenizer_load(&t, p, err, sizeof err);
+		char *what = xasprintf("load takes the regex %s", ok[i]);
+		if (!CHECK(r == 0, what))
+			printf("#   %s\n", err);
+		else
+			tokenizer_free(&t);
+		free(what);
+		free(p);
+		free(json);
+	}
+	static const char *const bad[][2] = {
+		{ "re-lu", "\\\\p{Lu}+" },
+		{ "re-script", "\\\\p{Han}" },
+		{ "re-negated-in-class", "[^\\\\P{L}x]" },
+		{ "re-word", "\\\\w+" },
+		{ "re-digit", "[\\\\d,]" },
+		{ "re-posix", "[[:alpha:]]+" },
+	};
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+		char *json = bytelevel_json(bad[i][1]);
+		check_error(dir, bad[i][0], json, "pre_tokenizer: the regex uses");
+		free(json);
+	}
+}
+
 static void test_errors(const char *dir)
 {
 	struct tokenizer t;
@@ -360,6 +413,47 @@ static void test_api(struct tokenizer *tok)
 	free(ids);
 }
 
+/* The regex's \p{L} and \p{N} are those of Unicode 16.0, the version of HF tokenizers' regex
+ * engine (Oniguruma 6.9.10 in tokenizers 0.23), not the system PCRE2's 14.0. Expected ids
+ * from tokenizers 0.23.2 (the npm package's Rust binary) on the Qwen3 tokenizer.json: a
+ * letter keeps "'s" a contraction token (594); a non-letter takes the "'" into its piece. */
+static void check_ids(struct tokenizer *tok, const char *s, const int *want, size_t nwant,
+		      const char *what)
+{
+	int *ids;
+	size_t n;
+	int ok = tokenizer_encode(tok, s, strlen(s), &ids, &n) == 0 && n == nwant &&
+		 !memcmp(ids, want, nwant * sizeof *want);
+	CHECK(ok, what);
+	if (!ok) {
+		printf("#   got:");
+		for (size_t i = 0; i < n; i++)
+			printf(" %d", ids[i]);
+		printf("\n");
+	}
+	free(ids);
+}
+
+static void test_unicode_version(struct tokenizer *tok)
+{
+	/* U+31350 (CJK extension H, 15.0), U+2EBF0 (CJK extension I, 15.1), U+10D4A (Garay
+	 * letter, 16.0) followed by 's */
+	static const int letters[] = { 172, 109, 235, 238, 594, 220, 172, 106, 107, 108, 594, 220,
+				       123934, 113, 232, 594 };
+	check_ids(tok, "\xf0\xb1\x8d\x90's \xf0\xae\xaf\xb0's \xf0\x90\xb5\x8a's", letters,
+		  ARRAY_LEN(letters), "letters of Unicode 15.0-16.0 are \\p{L} (as in HF tokenizers)");
+	/* U+10D40 (Garay digit zero, 16.0) and U+1D2C0 (Kaktovik numeral zero, 15.0): each a
+	 * \p{N} piece of its own, the space before the numeral too */
+	static const int numbers[] = { 123934, 113, 222, 594, 220, 56252, 233, 222, 11 };
+	check_ids(tok, "\xf0\x90\xb5\x80's \xf0\x9d\x8b\x80,", numbers, ARRAY_LEN(numbers),
+		  "numbers of Unicode 15.0-16.0 are \\p{N} (as in HF tokenizers)");
+	/* U+323B0 (CJK extension J) is a letter only from Unicode 17.0: not one to HF tokenizers
+	 * 0.23 (transformers.js on a Unicode 17 engine takes it as one) */
+	static const int newer[] = { 172, 110, 236, 108, 6, 82 };
+	check_ids(tok, "\xf0\xb2\x8e\xb0's", newer, ARRAY_LEN(newer),
+		  "a letter of Unicode 17.0 is not \\p{L} (HF tokenizers 0.23 is on 16.0)");
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -380,6 +474,7 @@ int main(int argc, char **argv)
 	out = xasprintf("%s/tests/out/tokenizer", root);
 	mkdir(out, 0777);
 	test_errors(out);
+	test_pattern_check(out);
 	test_fuzz_regressions(out);
 
 	char *npm = xasprintf("%s/build/npm", root);
@@ -411,6 +506,7 @@ int main(int argc, char **argv)
 		return test_done();
 	}
 	test_api(&tok);
+	test_unicode_version(&tok);
 	test_long_word(&tok);
 	test_nfc(&tok, out);
 
