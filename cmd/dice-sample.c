@@ -784,8 +784,9 @@ int main(int argc, char **argv)
 		case OPT_KERNELBENCH: kb_arg = optarg; break;
 		case 'L':
 			kbench_ranges_free(&levels);
-			if (kbench_ranges_parse(&levels, optarg) < 0)
-				bad_arg("level", optarg, "e.g. 1 or 1-2");
+			if (kbench_levels_parse(&levels, optarg) < 0)
+				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2, "
+				           "levels 0 to %d)", optarg, KBENCH_MAX_LEVEL);
 			level_arg = optarg;
 			break;
 		case OPT_PROBLEMS:

@@ -320,9 +320,9 @@ int main(int argc, char **argv)
 		case 'L':
 			kbench_ranges_free(&levels);
 			level_arg = optarg;
-			if (kbench_ranges_parse(&levels, optarg) < 0)
-				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2)",
-				           optarg);
+			if (kbench_levels_parse(&levels, optarg) < 0)
+				die_status(EXIT_STATUS_USAGE, "bad --level '%s' (want e.g. 1 or 1-2, "
+				           "levels 0 to %d)", optarg, KBENCH_MAX_LEVEL);
 			break;
 		case 'p':
 			kbench_ranges_free(&problems);

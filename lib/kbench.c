@@ -261,7 +261,7 @@ json_t *kbench_problem_record(const struct kbench_problem *p)
 	return o;
 }
 
-int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
+static int ranges_parse(struct kbench_ranges *rs, const char *s, long max)
 {
 	char *copy = xstrdup(s), *next, *tok, *dash;
 	long a, b;
@@ -273,8 +273,8 @@ int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
 		dash = strchr(tok, '-');
 		if (dash)
 			*dash = '\0';
-		if (parse_long(tok, 0, 1000000, &a) < 0 ||
-		    (dash && parse_long(dash + 1, 0, 1000000, &b) < 0) || (dash && b < a)) {
+		if (parse_long(tok, 0, max, &a) < 0 ||
+		    (dash && parse_long(dash + 1, 0, max, &b) < 0) || (dash && b < a)) {
 			free(copy);
 			kbench_ranges_free(rs);
 			return -1;
@@ -288,6 +288,16 @@ int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
 	}
 	free(copy);
 	return rs->n ? 0 : -1;
+}
+
+int kbench_ranges_parse(struct kbench_ranges *rs, const char *s)
+{
+	return ranges_parse(rs, s, 1000000);
+}
+
+int kbench_levels_parse(struct kbench_ranges *rs, const char *s)
+{
+	return ranges_parse(rs, s, KBENCH_MAX_LEVEL);
 }
 
 int kbench_ranges_has(const struct kbench_ranges *rs, long v)

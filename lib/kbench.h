@@ -67,6 +67,9 @@ struct kbench_ranges {
 	size_t n;
 };
 int kbench_ranges_parse(struct kbench_ranges *rs, const char *s);   /* 0 or -1 */
+/* kbench_ranges_parse for levels: a number past KBENCH_MAX_LEVEL, which no problem path or
+ * record level has, is refused too (-L 1,100 would judge level 1 alone) */
+int kbench_levels_parse(struct kbench_ranges *rs, const char *s);
 int kbench_ranges_has(const struct kbench_ranges *rs, long v);      /* empty set: all */
 void kbench_ranges_free(struct kbench_ranges *rs);
 

@@ -44,6 +44,10 @@ static void test_ranges(void)
 	      kbench_ranges_parse(&rs, ",1") < 0 && kbench_ranges_parse(&rs, "") < 0,
 	      "ranges: empty items refused");
 	CHECK(kbench_ranges_has(NULL, 42), "ranges: none means all");
+	CHECK(kbench_levels_parse(&rs, "0-99") == 0, "levels: 0 to 99");
+	kbench_ranges_free(&rs);
+	CHECK(kbench_levels_parse(&rs, "1,100") < 0 && kbench_levels_parse(&rs, "1-100") < 0,
+	      "levels: past KBENCH_MAX_LEVEL refused");
 }
 
 /* the selection --list and dice-sample --kernelbench share: levels and numbers, tree order */
