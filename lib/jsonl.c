@@ -505,6 +505,13 @@ const char *json_get_str(const json_t *o, const char *key)
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+json_t *json_get_set(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_null(v) ? NULL : v;
+}
+
 int json_level_value(const json_t *v, long lo, long hi, int *out)
 {
 	const char *s = json_string_value(v);

@@ -87,6 +87,8 @@ json_t *json_load_file_bom(const char *path, size_t flags, json_error_t *err);
 
 /* Small typed getters; NULL/defaults when the field is missing or of another type. */
 const char *json_get_str(const json_t *o, const char *key);
+/* The value of key, NULL when it is missing or null (a null field counts as absent) */
+json_t *json_get_set(const json_t *o, const char *key);
 /* v as one line of compact JSON (no newline), its reals as the writer prints them (see
  * above); a new string. For what a user reads that is not a record: logs, statistics. */
 char *jsonl_dumps(const json_t *v);

@@ -35,12 +35,12 @@ static double now(void)
 
 int rl_task_level(const json_t *rec, int *level)
 {
-	const json_t *v = json_object_get(rec, "level");
+	const json_t *v = json_get_set(rec, "level");       /* null: absent */
 	const json_t *c = json_object_get(rec, "cuke");
 
 	*level = INT_MAX;
 	if (!v && json_is_object(c))
-		v = json_object_get(c, "level");
+		v = json_get_set(c, "level");
 	if (!v)
 		return 1;
 	/* 2, 2.0 as a float-minded writer puts it, "2", "level2" as KernelBench's folders */
@@ -93,14 +93,14 @@ void rl_tasks_free(struct rl_tasks *ts)
 
 int rl_task_infill(const json_t *rec)
 {
-	return !json_object_get(rec, "ref") ||
+	return !json_get_set(rec, "ref") ||
 	       (json_is_string(json_object_get(rec, "prefix")) &&
 	        json_is_string(json_object_get(rec, "suffix")));
 }
 
 const char *rl_task_infill_bad(const json_t *rec)
 {
-	const json_t *p = json_object_get(rec, "prefix"), *s = json_object_get(rec, "suffix");
+	const json_t *p = json_get_set(rec, "prefix"), *s = json_get_set(rec, "suffix");
 
 	if (rl_task_infill(rec) || (!p && !s))
 		return NULL;
@@ -142,7 +142,7 @@ static int task_prompt(struct rl_runner *r, const json_t *rec, int infill, int *
 		json_object_del(c, "prefix");
 		json_object_del(c, "suffix");
 	}
-	r->sr->infill = infill && json_object_get(c, "ref") != NULL;
+	r->sr->infill = infill && json_get_set(c, "ref") != NULL;
 	rc = sample_rec_prompt(r->sr, c, ids, n, err, errlen);
 	r->sr->infill = save;
 	json_decref(c);

@@ -78,7 +78,8 @@ void rl_tasks_free(struct rl_tasks *ts);
 struct rl_runner;
 int rl_task_prompt_len(struct rl_runner *r, const json_t *rec, int infill, char *err,
                        size_t errlen);
-/* 1 when rec carries an infilling task (prefix and suffix), or has no `ref` at all */
+/* 1 when rec carries an infilling task (prefix and suffix), or has no `ref` at all (null
+ * counts as absent, here and in the functions below) */
 int rl_task_infill(const json_t *rec);
 /* Why rec, with a `ref` and a prefix or a suffix, is no infilling task ("prefix without
  * suffix", "suffix is not a string", ...); NULL when it is one, or has neither. */

@@ -63,9 +63,7 @@ static char *response_text(const char *resp, int think)
 /* a field there and not null: null counts as absent, in the choice of a record's form too */
 static int present(const json_t *rec, const char *key)
 {
-	const json_t *v = json_object_get(rec, key);
-
-	return v && !json_is_null(v);
+	return json_get_set(rec, key) != NULL;
 }
 
 /* A record of form ("messages", or token ids: "prompt_ids" or "response_ids") with a text
