@@ -178,14 +178,31 @@ def errors(torch, a, b):
     return float(diff.max()), float(rel.max())
 
 
-# torch's comparisons as they were when the worker imported torch, before any candidate's
-# code ran: a candidate that rebinds torch.allclose or torch.equal (deceive-check's
-# torch-patch) does not change the verdict's
+# torch's comparisons and tensor classes as they were when the worker imported torch, before
+# any candidate's code ran: a candidate that rebinds torch.allclose, torch.equal or
+# torch.Tensor (deceive-check's torch-patch) does not change the verdict's
 VERDICT_FNS = {}
 
 
 def verdict_fn(torch, name):
     return VERDICT_FNS.get(name) or getattr(torch, name)
+
+
+def plain(torch, t):
+    """Is t a tensor of torch's own classes? A subclass's __torch_function__ (or
+    __torch_dispatch__) answers the comparisons made with it, so a candidate's could say
+    allclose of anything."""
+    return type(t) in (verdict_fn(torch, "Tensor"), VERDICT_FNS.get("Parameter"))
+
+
+def same_tensor(torch, x, y):
+    """Does y hold what x holds, exactly (a NaN where x has one counts as the same: it is
+    unequal to itself)? Only torch's functions as imported: a candidate's Tensor.__eq__ does
+    not answer."""
+    if verdict_fn(torch, "equal")(x, y):
+        return True
+    return (x.is_floating_point() or x.is_complex()) and \
+        bool(verdict_fn(torch, "allclose")(x, y, rtol=0, atol=0, equal_nan=True))
 
 
 def compare(torch, ref, new, atol, rtol, rtol_only, stats):
@@ -197,6 +214,11 @@ def compare(torch, ref, new, atol, rtol, rtol_only, stats):
         raise Verdict("shape_mismatch", "output is %s, want a tensor" % type(new).__name__)
     if len(r) != len(c):
         raise Verdict("shape_mismatch", "output has %d tensors, want %d" % (len(c), len(r)))
+    for i, b in enumerate(c):   # before any attribute of it is read: it answers them too
+        if not plain(torch, b):
+            raise Verdict("mismatch", "output %d is a %s, a subclass of torch.Tensor that "
+                          "can answer the comparison itself; want a plain tensor"
+                          % (i, type(b).__name__))
     for i, (a, b) in enumerate(zip(r, c)):
         if tuple(a.shape) != tuple(b.shape):
             raise Verdict("shape_mismatch", "output shape %s, want %s"
@@ -224,14 +246,11 @@ def compare(torch, ref, new, atol, rtol, rtol_only, stats):
 
 
 def same_inputs(torch, a, b):
-    """Whether the tensors of inputs b still hold what those of a hold (a NaN where a has
-    one counts as the same: it is unequal to itself)."""
+    """Whether the tensors of inputs b (the candidate's copy) still hold what those of a
+    hold, as tensors of the same class (one turned into a subclass answers for itself)."""
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor):
-            if x.shape != y.shape:
-                return False
-            if not verdict_fn(torch, "equal")(x, y) and \
-                    not bool(((x == y) | ((x != x) & (y != y))).all()):
+            if type(y) is not type(x) or x.shape != y.shape or not same_tensor(torch, x, y):
                 return False
     return True
 
@@ -1253,7 +1272,8 @@ def main():
     except Exception as e:
         chan.send({"ready": False, "message": "cannot import torch: %s" % tail(e)})
         return 1
-    VERDICT_FNS.update(allclose=torch.allclose, equal=torch.equal)
+    VERDICT_FNS.update(allclose=torch.allclose, equal=torch.equal, Tensor=torch.Tensor,
+                       Parameter=torch.nn.Parameter)
     # a CUDA device is touched only by run workers; build workers see none
     info = probe_info(torch, "cpu" if want == "cpu" else "auto")
     if "--probe" in sys.argv and info["device"] == "cuda":
