@@ -300,7 +300,8 @@ static void test_long_word(struct tokenizer *tok)
 
 /* NFC against Python's unicodedata (the source of lib/nfc_tables.h): random lines of
  * combining marks (some in runs of 40, past the insertion-sort limit), Hangul jamo,
- * precomposed and singleton characters; decode(encode(x)) is the NFC form of x. */
+ * precomposed and singleton characters, all of Unicode 9.0, whose NFC no later version
+ * changes; decode(encode(x)) is the NFC form of x. */
 static void test_nfc(struct tokenizer *tok, const char *dir)
 {
 	static const unsigned pool[] = {
@@ -454,6 +455,34 @@ static void test_unicode_version(struct tokenizer *tok)
 		  "a letter of Unicode 17.0 is not \\p{L} (HF tokenizers 0.23 is on 16.0)");
 }
 
+/* NFC is that of Unicode 9.0, as in HF tokenizers (unicode-normalization-alignments 0.1.12),
+ * not Python's or the JavaScript engine's: a combining mark assigned later is a starter there,
+ * so it is not reordered within a run of marks and blocks the composition of what follows;
+ * and later composites are not formed. Expected ids from tokenizers 0.23.2 (the npm
+ * package's Rust binary) on the Qwen3 tokenizer.json; transformers.js gives others. */
+static void test_nfc_version(struct tokenizer *tok)
+{
+	/* a U+0301 U+1DF6 (11.0) U+0316 -> U+00E1 U+1DF6 U+0316 (14.0: U+0316 before U+1DF6) */
+	static const int mark11[] = { 1953, 157, 115, 114, 136, 244 };
+	check_ids(tok, "a\xcc\x81\xe1\xb7\xb6\xcc\x96", mark11, ARRAY_LEN(mark11),
+		  "NFC: a mark of Unicode 11.0 in a run of marks is not reordered");
+	/* x U+0308 U+0898 (14.0) U+0323 -> U+1E8D U+0898 U+0323 */
+	static const int mark14[] = { 150603, 156, 95, 246, 136, 96 };
+	check_ids(tok, "x\xcc\x88\xe0\xa2\x98\xcc\xa3", mark14, ARRAY_LEN(mark14),
+		  "NFC: a mark of Unicode 14.0 in a run of marks is not reordered");
+	/* a U+07FD (11.0) U+0301 stays: U+07FD is a starter, U+0301 does not reach the a */
+	static const int blocked[] = { 64, 155, 121, 53839 };
+	check_ids(tok, "a\xdf\xbd\xcc\x81", blocked, ARRAY_LEN(blocked),
+		  "NFC: a mark of Unicode 11.0 blocks a later composition");
+	/* U+11935 U+11930 (Dives Akuru, 13.0) stay two: no U+11938 */
+	static const int pair13[] = { 128240, 97, 113, 128240, 97, 108 };
+	check_ids(tok, "\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0", pair13, ARRAY_LEN(pair13),
+		  "NFC: a composition of Unicode 13.0 is not made");
+	/* Unicode 9.0's own: o U+0302 U+0323 -> U+1ED9 */
+	static const int old[] = { 37678 };
+	check_ids(tok, "o\xcc\x82\xcc\xa3", old, ARRAY_LEN(old), "NFC: o U+0302 U+0323 is U+1ED9");
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -507,6 +536,7 @@ int main(int argc, char **argv)
 	}
 	test_api(&tok);
 	test_unicode_version(&tok);
+	test_nfc_version(&tok);
 	test_long_word(&tok);
 	test_nfc(&tok, out);
 
