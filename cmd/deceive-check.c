@@ -179,18 +179,17 @@ static void on_bad(struct jsonl_reader *r, void *arg)
 	json_decref(rec);
 }
 
-/* The --ref file's one stream (a plain, compressed or archived file, as every input is read),
- * its byte-order mark skipped; a second member of an archive is an error */
+/* The --ref file's one stream (a plain, compressed or archived file, as every input is read,
+ * its text as Python reads it); a second member of an archive is an error */
 static int ref_file(const char *name, const char *data, size_t len, void *arg)
 {
 	struct state *st = arg;
-	size_t bom = utf8_bom(data, len);
 
 	if (st->ref) {
 		warn_msg("%s: a second file in the --ref archive (the reference is one file)", name);
 		return -1;
 	}
-	st->ref = xstrndup(data + bom, len - bom);
+	st->ref = xstrndup(data, len);
 	return 0;
 }
 
@@ -200,12 +199,11 @@ static int py_file(const char *name, const char *data, size_t len, void *arg)
 	struct buf b;
 	json_t *rec;
 	int bad;
-	size_t bom = utf8_bom(data, len);       /* a mark opening the file is no source */
 
 	if (output_gone(st))
 		return 1;
 	buf_init(&b);
-	utf8_repair(&b, data + bom, len - bom);
+	utf8_repair(&b, data, len);
 	rec = json_object();
 	json_object_set_new(rec, "id", json_string(name));
 	json_object_set_new(rec, "kernel", json_stringn(b.p, b.len));
@@ -293,7 +291,7 @@ int main(int argc, char **argv)
 			usage_error();
 		}
 	}
-	if (ref_path && input_each_file(ref_path, ref_file, &st) != 0)
+	if (ref_path && input_each_py(ref_path, ref_file, &st) != 0)
 		exit(EXIT_STATUS_BAD);          /* said already */
 	if (ref_path && !st.ref)                /* an empty archive */
 		st.ref = xstrdup("");
@@ -312,7 +310,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < n && !output_gone(&st); i++) {
 		if (input_is_py(ops[i])) {
-			if (input_each_file(ops[i], py_file, &st) != 0)
+			if (input_each_py(ops[i], py_file, &st) != 0)
 				ret = 1;
 		} else {
 			ret |= jsonl_each(ops + i, 1, on_record, on_bad, &st);

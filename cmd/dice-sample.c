@@ -502,7 +502,8 @@ struct front_state {
 	int ret;
 };
 
-/* --encode: the ids of a whole file, added tokens recognised, as one JSON array */
+/* --encode: the ids of a whole file's text (no byte-order mark), added tokens recognised, as one
+ * JSON array */
 static int front_encode(const char *name, const char *data, size_t len, void *arg)
 {
 	struct front_state *f = arg;
@@ -678,7 +679,7 @@ static int run_front(enum front mode, const char *model_dir, const char *templat
 		else if (mode == FRONT_DECODE)
 			r = input_each_file(ops_v[i], front_decode, &f);
 		else if (input_is_py(ops_v[i]))
-			r = input_each_file(ops_v[i], front_dry_py, &f);
+			r = input_each_py(ops_v[i], front_dry_py, &f);
 		else
 			r = jsonl_each(ops_v + i, 1, front_dry_record, front_dry_bad, &f);
 		if (r)
@@ -931,7 +932,7 @@ int main(int argc, char **argv)
 		input_set_idle(on_idle, &st);
 	for (int i = 0; i < nops && !output_dead(&st); i++) {
 		if (input_is_py(ops_v[i])) {
-			if (input_each_file(ops_v[i], on_py, &st) != 0)
+			if (input_each_py(ops_v[i], on_py, &st) != 0)
 				st.ret = 1;
 		} else if (jsonl_each(ops_v + i, 1, on_record, on_bad, &st)) {
 			st.ret = 1;

@@ -297,9 +297,10 @@ const char *input_error(const struct input *in)
 	return strerror(errno ? errno : EIO);
 }
 
-int input_each_file(const char *path,
-                    int (*fn)(const char *name, const char *data, size_t len, void *arg),
-                    void *arg)
+/* input_each_file and input_each_py: each stream's text (util_text), with py its line endings LF */
+static int each_stream(const char *path, int py,
+                       int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                       void *arg)
 {
 	struct input in;
 	size_t len;
@@ -314,7 +315,8 @@ int input_each_file(const char *path,
 			ret = -1;
 			break;
 		}
-		ret = fn(in.name, data, len, arg);
+		const char *text = util_text(data, &len, py);
+		ret = fn(in.name, text, len, arg);
 		free(data);
 		if (ret)
 			break;
@@ -323,6 +325,20 @@ int input_each_file(const char *path,
 		ret = -1;
 	input_close(&in);
 	return ret;
+}
+
+int input_each_file(const char *path,
+                    int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                    void *arg)
+{
+	return each_stream(path, 0, fn, arg);
+}
+
+int input_each_py(const char *path,
+                  int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                  void *arg)
+{
+	return each_stream(path, 1, fn, arg);
 }
 
 int input_is_py(const char *path)

@@ -60,11 +60,17 @@ void input_close(struct input *in);
 const char *input_error(const struct input *in);
 
 /* Callback form for whole-file users: calls fn(name, data, len, arg) for every stream of the
- * operand, with data NUL-terminated; stops at the first nonzero return and passes it back.
- * Returns -1 on an open/read error (already reported). */
+ * operand, with data NUL-terminated and a UTF-8 byte-order mark at the stream's start left
+ * out (as jsonl's reader leaves it out of the first line); stops at the first nonzero return
+ * and passes it back. Returns -1 on an open/read error (already reported). */
 int input_each_file(const char *path,
                     int (*fn)(const char *name, const char *data, size_t len, void *arg),
                     void *arg);
+/* The same for Python source (a .py operand, a KernelBench problem, a reference): each
+ * stream's text as Python reads it, CR LF and lone CR line endings made LF (util_text). */
+int input_each_py(const char *path,
+                  int (*fn)(const char *name, const char *data, size_t len, void *arg),
+                  void *arg);
 
 /* 1 when path names a .py file, plain or compressed (.py.gz, .py.xz, .py.zst, .py.bz2, which
  * input_open reads as the file's text): an operand of Python source, not of records. */

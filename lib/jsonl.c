@@ -487,14 +487,14 @@ int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, voi
 
 json_t *json_load_file_bom(const char *path, size_t flags, json_error_t *err)
 {
-	size_t len, k;
+	size_t len;
 	char *text = util_read_file(path, &len);
 	json_t *v;
 
 	if (!text)
 		return json_load_file(path, flags, err);    /* jansson's message for the failure */
-	k = utf8_bom(text, len);
-	v = json_loadb(text + k, len - k, flags, err);
+	const char *t = util_text(text, &len, 0);
+	v = json_loadb(t, len, flags, err);
 	free(text);
 	return v;
 }

@@ -98,23 +98,16 @@ static int archive_cb(const char *name, const char *data, size_t len, void *arg)
 
 static struct finder *walk_finder;
 
+/* a problem file of a tree on disk, read as a problem in an archive is (input_each_py) */
 static int walk_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-	size_t len;
-	char *data;
-
 	(void)st;
 	if (flag != FTW_F || ftw->level > 8)
 		return 0;
 	int level, num;
 	if (parse_path_at(path, &level, &num, NULL) < 0)
 		return 0;
-	if (!(data = util_read_file(path, &len))) {
-		warn_msg("cannot read '%s':", path);
-		return 0;
-	}
-	finder_add(walk_finder, path, data, len);
-	free(data);
+	input_each_py(path, archive_cb, walk_finder);   /* one that cannot be read: said */
 	return 0;
 }
 
@@ -144,7 +137,7 @@ int kbench_tree_load(struct kbench_tree *t, const char *path)
 		walk_finder = &fd;
 		nftw(path, walk_cb, 16, FTW_PHYS);
 		walk_finder = NULL;
-	} else if (input_each_file(path, archive_cb, &fd) < 0) {
+	} else if (input_each_py(path, archive_cb, &fd) < 0) {
 		return -1;
 	}
 	/* the level folders' parent that holds the most problems */

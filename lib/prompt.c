@@ -80,6 +80,19 @@ static int line_at(const char *s, size_t off)
 	return line;
 }
 
+/* A template's or an included file's text, as a .py reference's is read (util_text): no
+ * byte-order mark, LF line endings. NULL with errno set where it cannot be read. */
+static char *read_text(const char *path, size_t *len)
+{
+	char *data = util_read_file(path, len), *t;
+
+	if (data) {
+		t = util_text(data, len, 1);
+		memmove(data, t, *len + 1);
+	}
+	return data;
+}
+
 /* Insert the file named by inc[0..n) relative to dir. */
 static int do_include(struct prompt_template *t, const char *dir, const char *inc, size_t n,
                       int line, char *err, size_t errlen)
@@ -87,7 +100,7 @@ static int do_include(struct prompt_template *t, const char *dir, const char *in
 	char *name = xstrndup(inc, n);
 	char *path = name[0] == '/' ? xstrdup(name) : xasprintf("%s/%s", dir, name);
 	size_t len;
-	char *data = util_read_file(path, &len);
+	char *data = read_text(path, &len);
 
 	if (!data) {
 		errmsg_set(err, errlen, "%s:%d: cannot include '%s': %s", t->path, line, path,
@@ -189,7 +202,7 @@ struct prompt_template *prompt_load(const char *name, char *err, size_t errlen)
 		path = xasprintf("%s/prompts/%s.txt", util_sharedir(), name);
 	else
 		path = xstrdup(name);
-	data = util_read_file(path, &len);
+	data = read_text(path, &len);
 	if (!data) {
 		if (is_builtin_name(name))
 			errmsg_set(err, errlen, "no built-in template '%s' (%s: %s): set DICE_SHARE to "

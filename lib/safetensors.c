@@ -14,6 +14,7 @@
 
 #include "atomfile.h"
 #include "errmsg.h"
+#include "jsonl.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -314,7 +315,7 @@ static int shard_index(const struct safetensors *st, const char *path)
 static int open_index(struct safetensors *st, const char *path, char *err, size_t errlen)
 {
 	json_error_t jerr;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *map, *v;
+	json_t *root = json_load_file_bom(path, JSON_REJECT_DUPLICATES, &jerr), *map, *v;
 	char *dir = xstrdup(path), *slash = strrchr(dir, '/');
 	const char *key;
 	int rc = -1;

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <pcre2.h>
 
+#include "jsonl.h"
 #include "nfc_tables.h"
 #include "unicode_tables.h"
 
@@ -626,7 +627,7 @@ static int config_token(json_t *cfg, const char *key, struct tokenizer *tok)
 static void load_config(struct tokenizer *tok, const char *path)
 {
 	json_error_t je;
-	json_t *cfg = json_load_file(path, 0, &je);
+	json_t *cfg = json_load_file_bom(path, 0, &je);
 	if (!cfg)
 		return;   /* optional file */
 	tok->eos_id = config_token(cfg, "eos_token", tok);
@@ -868,7 +869,7 @@ int tokenizer_load(struct tokenizer *tok, const char *dir_or_file, char *err, si
 	tokenizer_paths(dir_or_file, path);
 	char *json_path = path[0], *cfg_path = path[1];
 	json_error_t je;
-	json_t *root = json_load_file(json_path, 0, &je);
+	json_t *root = json_load_file_bom(json_path, 0, &je);
 	int ret = 0;
 	if (!root) {
 		if (je.line < 0)

@@ -484,6 +484,28 @@ size_t utf8_bom(const char *s, size_t n)
 	return n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;
 }
 
+char *util_text(char *data, size_t *len, int lf)
+{
+	size_t bom = utf8_bom(data, *len), n = *len - bom, i, o;
+	char *s = data + bom;
+
+	*len = n;
+	if (!lf || !memchr(s, '\r', n))
+		return s;
+	for (i = o = 0; i < n; i++) {
+		if (s[i] == '\r') {
+			s[o++] = '\n';
+			i += i + 1 < n && s[i + 1] == '\n';
+		} else {
+			s[o++] = s[i];
+		}
+	}
+	if (o < n)
+		s[o] = '\0';
+	*len = o;
+	return s;
+}
+
 int utf8_valid(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;

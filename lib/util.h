@@ -125,6 +125,12 @@ size_t utf8_repair(struct buf *out, const char *s, size_t n);
 /* 3 when s[0..n) starts with a UTF-8 byte-order mark (EF BB BF), else 0: the bytes a reader
  * skips at the start of a stream or file (editors on Windows save one). */
 size_t utf8_bom(const char *s, size_t n);
+/* The text of a whole file or stream data[0..*len) (read by util_read_file, util_read_all):
+ * a UTF-8 byte-order mark opening it left out and, with lf, each line ending a CR LF or a
+ * lone CR (Windows and old Mac editors) made one LF, as Python reads a .py file, so the text
+ * is that of the same file saved with LF endings. In place: returns where the text starts
+ * (data or data + 3) and sets *len to its length; NUL-terminated when data was. */
+char *util_text(char *data, size_t *len, int lf);
 
 /* fflush + ferror + fclose; returns 0, or -1 after a message naming `name` (none where
  * util_write_failed said the stream's write error was reported already). */

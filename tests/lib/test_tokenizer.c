@@ -164,6 +164,44 @@ static void test_errors(const char *dir)
 		    "bad id");
 }
 
+/* tokenizer.json and tokenizer_config.json saved with a UTF-8 byte-order mark (an editor on
+ * Windows) load as without one: the mark is skipped, as at the start of every input */
+static void test_bom(const char *dir)
+{
+	static const char mark[] = "\xEF\xBB\xBF";
+	char *d = xasprintf("%s/bom", dir), *p;
+	struct buf b;
+	struct tokenizer t;
+	char err[512] = "";
+
+	mkdir(d, 0777);
+	buf_init(&b);
+	size_t len;
+	p = xasprintf("%s/tests/dice-sample/data/tokenizer.json", root);   /* a small one */
+	char *json = util_read_file(p, &len);
+	free(p);
+	buf_adds(&b, mark);
+	if (json)
+		buf_add(&b, json, len);
+	free(json);
+	p = xasprintf("%s/tokenizer.json", d);
+	write_file(p, b.p, b.len);
+	free(p);
+	buf_reset(&b);
+	buf_addf(&b, "%s{\"eos_token\": \"<|im_end|>\"}", mark);
+	p = xasprintf("%s/tokenizer_config.json", d);
+	write_file(p, b.p, b.len);
+	free(p);
+	int r = tokenizer_load(&t, d, err, sizeof err);
+	CHECK(r == 0 && t.eos_id == 258, "tokenizer.json and tokenizer_config.json with a byte-order mark");
+	if (r)
+		printf("#   %s\n", err);
+	else
+		tokenizer_free(&t);
+	buf_free(&b);
+	free(d);
+}
+
 /* Inputs that crashed tests/fuzz/fuzz_tokenizer.c (first byte odd: a tokenizer.json) must
  * now load or fail cleanly. */
 static void test_fuzz_regressions(const char *dir)
@@ -504,6 +542,7 @@ int main(int argc, char **argv)
 	mkdir(out, 0777);
 	test_errors(out);
 	test_pattern_check(out);
+	test_bom(out);
 	test_fuzz_regressions(out);
 
 	char *npm = xasprintf("%s/build/npm", root);
