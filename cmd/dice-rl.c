@@ -177,7 +177,7 @@ static int on_task(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct reader *rd = arg;
 	char *where = xasprintf("%s:%zu", r->name, r->lineno);
-	rl_tasks_add(rd->ts, rec, where);
+	rl_tasks_add(rd->ts, rec, r->line, r->len, where);
 	free(where);
 	return 0;
 }

@@ -127,7 +127,10 @@ static _Noreturn void bad_arg(const char *opt, const char *arg, const char *want
 
 /* one sample to draw: a record (or a .py file) and its sample number */
 struct job {
-	json_t *rec;                 /* owned */
+	json_t *rec;                 /* owned; shared by a record's samples, never changed */
+	char *line;                  /* the input line rec was read from (len bytes), owned;
+	                              * NULL for a record built here (.py, --kernelbench) */
+	size_t len;
 	char *where;                 /* "file:line" or the .py path */
 	int text;                    /* 1: print the kernel / completion, not a record */
 	int k;                       /* its sample number, 0 .. --samples - 1 */
@@ -207,19 +210,24 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		free(kernel);
 		free(name);
 	} else {
-		json_t *rec = j->rec;
+		/* the input line's bytes, with this sample's fields set (lib/jsonl.h) */
+		struct jsonl_field f[3];
+		size_t nf = 0;
 		if (j->bad_line) {
 			st->ret = 1;            /* reported as it was read */
 		} else if (!r) {
-			json_object_set_new(rec, "sample", json_pack("{s:s}", "error", j->err));
+			f[nf++] = (struct jsonl_field){ "sample", json_pack("{s:s}", "error", j->err) };
 			st->ret = 1;            /* reported as it was queued */
 		} else {
-			sample_rec_set_text(rec, text);         /* this sample's, never the input's */
-			json_object_set_new(rec, "sample",
-			                    sample_rec_object(r, &st->o, j->seed, j->n, st->trace,
-			                                      st->device, st->dtype));
+			sample_rec_text_fields(text, f);        /* this sample's, never the input's */
+			nf = 2;
+			f[nf++] = (struct jsonl_field){ "sample",
+			        sample_rec_object(r, &st->o, j->seed, j->n, st->trace, st->device,
+			                          st->dtype) };
 		}
-		jsonl_write(&st->w, rec);
+		jsonl_write_fields(&st->w, j->line, j->len, j->rec, f, nf);
+		for (size_t i = 0; i < nf; i++)
+			json_decref(f[i].val);
 	}
 	free(text);
 }
@@ -227,7 +235,7 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 static void job_free(struct job *j)
 {
 	json_decref(j->rec);
-	free(j->where), free(j->ids), free(j->err);
+	free(j->line), free(j->where), free(j->ids), free(j->err);
 }
 
 /* decode every queued job and write them in order: in runs of fewer than --batch where
@@ -276,7 +284,9 @@ static struct job *job_add(struct state *st)
 	return j;
 }
 
-static void queue(struct state *st, json_t *rec, const char *where, int text)
+/* rec's samples (it is taken), line the input line it was read from (NULL: none) */
+static void queue(struct state *st, json_t *rec, const char *line, size_t len,
+                  const char *where, int text)
 {
 	char err[512];
 	int *ids = NULL, n = 0, ok;
@@ -295,7 +305,12 @@ static void queue(struct state *st, json_t *rec, const char *where, int text)
 	}
 	for (int k = 0; k < st->samples; k++) {
 		struct job *j = job_add(st);
-		j->rec = k + 1 < st->samples ? json_deep_copy(rec) : json_incref(rec);
+		j->rec = json_incref(rec);
+		if (line) {
+			j->line = xmalloc(len + 1);
+			memcpy(j->line, line, len + 1);
+			j->len = len;
+		}
 		j->where = xstrdup(where);
 		j->text = text;
 		j->k = k;
@@ -338,23 +353,28 @@ static int on_idle(int fd, void *arg)
 	return output_dead(st) ? -1 : 0;
 }
 
-/* a record to sample (an input line's, or a --kernelbench problem's); -1: stop reading */
-static int queue_record(json_t *rec, const char *where, void *arg)
+/* a record to sample (an input line's, or a --kernelbench problem's, line NULL); -1: stop
+ * reading */
+static int queue_record(struct state *st, json_t *rec, const char *line, size_t len,
+                        const char *where)
 {
-	struct state *st = arg;
-
 	if (output_dead(st)) {
 		json_decref(rec);
 		return -1;
 	}
-	queue(st, rec, where, 0);
+	queue(st, rec, line, len, where, 0);
 	return 0;
+}
+
+static int on_problem(json_t *rec, const char *where, void *arg)
+{
+	return queue_record(arg, rec, NULL, 0, where);
 }
 
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	char *where = xasprintf("%s:%zu", r->name, r->lineno);
-	int ret = queue_record(rec, where, arg);
+	int ret = queue_record(arg, rec, r->line, r->len, where);
 	free(where);
 	return ret;
 }
@@ -408,7 +428,7 @@ static int on_py(const char *name, const char *data, size_t len, void *arg)
 	if (output_dead(st))
 		return -1;
 	if (py_usable(name, data, len))
-		queue(st, sample_rec_from_py(name, data, len), name, 1);
+		queue(st, sample_rec_from_py(name, data, len), NULL, 0, name, 1);
 	else
 		st->ret = 1;
 	return 0;
@@ -582,34 +602,40 @@ static int front_decode(const char *name, const char *data, size_t len, void *ar
 	return 0;
 }
 
-/* --dry-run: the record with the prompt text and ids it would be sampled from */
-static void front_dry(struct front_state *f, json_t *rec, const char *where)
+/* --dry-run: the record (read from line, NULL: built here) with the prompt text and ids it
+ * would be sampled from; rec is taken */
+static void front_dry(struct front_state *f, json_t *rec, const char *line, size_t len,
+                      const char *where)
 {
 	char err[512], *text;
 	int *ids, n;
+	struct jsonl_field fl[2];
+	size_t nf = 0;
 
 	if (sample_rec_prompt_text(&f->sr, rec, &text, &ids, &n, err, sizeof err) < 0) {
 		warn_msg("%s: %s", where, err);
-		json_object_set_new(rec, "sample", json_pack("{s:s}", "error", err));
+		fl[nf++] = (struct jsonl_field){ "sample", json_pack("{s:s}", "error", err) };
 		f->ret = 1;
 	} else {
 		json_t *a = json_array();
 		for (int i = 0; i < n; i++)
 			json_array_append_new(a, json_integer(ids[i]));
 		if (text && !json_object_get(rec, "prompt"))   /* a given prompt stays as it was */
-			json_object_set_new(rec, "prompt", json_string(text));
-		json_object_set_new(rec, "prompt_ids", a);
+			fl[nf++] = (struct jsonl_field){ "prompt", json_string(text) };
+		fl[nf++] = (struct jsonl_field){ "prompt_ids", a };
 		free(text);
 		free(ids);
 	}
-	jsonl_write(&f->w, rec);
+	jsonl_write_fields(&f->w, line, len, rec, fl, nf);
+	for (size_t i = 0; i < nf; i++)
+		json_decref(fl[i].val);
 	json_decref(rec);
 }
 
 static int front_dry_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	char *where = xasprintf("%s:%zu", r->name, r->lineno);
-	front_dry(arg, rec, where);
+	front_dry(arg, rec, r->line, r->len, where);
 	free(where);
 	return 0;
 }
@@ -625,7 +651,7 @@ static void front_dry_bad(struct jsonl_reader *r, void *arg)
 
 static int front_dry_kb(json_t *rec, const char *where, void *arg)
 {
-	front_dry(arg, rec, where);
+	front_dry(arg, rec, NULL, 0, where);
 	return 0;
 }
 
@@ -634,7 +660,7 @@ static int front_dry_py(const char *name, const char *data, size_t len, void *ar
 	struct front_state *f = arg;
 
 	if (py_usable(name, data, len))
-		front_dry(f, sample_rec_from_py(name, data, len), name);
+		front_dry(f, sample_rec_from_py(name, data, len), NULL, 0, name);
 	else
 		f->ret = 1;
 	return 0;
@@ -927,7 +953,7 @@ int main(int argc, char **argv)
 		npy += input_is_py(ops_v[i]);
 	st.headers = !st.jsonl && (long)npy * st.samples > 1;
 	if (kb.path)            /* no operands then (kb_select) */
-		kb_each(&kb, queue_record, &st);
+		kb_each(&kb, on_problem, &st);
 	if (unbuffered)
 		input_set_idle(on_idle, &st);
 	for (int i = 0; i < nops && !output_dead(&st); i++) {

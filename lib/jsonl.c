@@ -290,14 +290,22 @@ static void shorten_reals(struct buf *b, size_t from)
 	buf_free(&o);
 }
 
+/* v as the writer prints it, appended to b */
+static void dump_value(struct buf *b, const json_t *v, size_t flags)
+{
+	size_t from = b->len;
+
+	json_dump_callback(v, dump_cb, b, flags);
+	shorten_reals(b, from);
+}
+
 char *jsonl_dumps(const json_t *v)
 {
 	struct buf b;
 	char *s;
 
 	buf_init(&b);
-	json_dump_callback(v, dump_cb, &b, JSON_COMPACT | JSON_ENCODE_ANY);
-	shorten_reals(&b, 0);
+	dump_value(&b, v, JSON_COMPACT | JSON_ENCODE_ANY);
 	s = buf_detach(&b, NULL);
 	buf_free(&b);                   /* buf_detach re-inits b */
 	return s;
@@ -318,8 +326,7 @@ int jsonl_log(FILE *fp, const char *name, const json_t *v)
 int jsonl_write(struct jsonl_writer *w, json_t *rec)
 {
 	buf_reset(&w->b);
-	json_dump_callback(rec, dump_cb, &w->b, JSON_COMPACT);
-	shorten_reals(&w->b, 0);
+	dump_value(&w->b, rec, JSON_COMPACT);
 	return flush_buf(w);
 }
 
@@ -356,10 +363,20 @@ static const char *value_end(const char *p, const char *e)
 	return depth ? NULL : p;
 }
 
-/* The line's object with its members named key left out, their bytes and the others' as
- * they were: "{" then the kept members joined by ",", into b (no closing brace). Returns
- * the number of members kept, or -1 where the line is not an object as expected. */
-static int members_without(struct buf *b, const char *line, size_t n, const char *key)
+/* 1 when name is the key of one of the n fields */
+static int is_field(const char *name, const struct jsonl_field *f, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(name, f[i].key))
+			return 1;
+	return 0;
+}
+
+/* The line's object with the members named by the fields left out, their bytes and the
+ * others' as they were: "{" then the kept members joined by ",", into b (no closing brace).
+ * Returns the number of members kept, or -1 where the line is not an object as expected. */
+static int members_without(struct buf *b, const char *line, size_t n,
+                           const struct jsonl_field *f, size_t nf)
 {
 	const char *p = line, *e = line + n;
 	int kept = 0;
@@ -387,7 +404,7 @@ static int members_without(struct buf *b, const char *line, size_t n, const char
 		if (!ve || v >= e)
 			return -1;
 		json_t *name = json_loadb(k, (size_t)(ke - k), JSON_DECODE_ANY, NULL);
-		int drop = name && json_is_string(name) && !strcmp(json_string_value(name), key);
+		int drop = name && json_is_string(name) && is_field(json_string_value(name), f, nf);
 		json_decref(name);
 		if (!drop) {
 			if (kept++)
@@ -398,39 +415,65 @@ static int members_without(struct buf *b, const char *line, size_t n, const char
 	}
 }
 
-int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json_t *rec,
+void jsonl_splice(struct buf *b, const char *line, size_t len, const json_t *rec,
+                  const struct jsonl_field *f, size_t nf)
+{
+	size_t n = len, start = b->len;
+	int kept = -1, old = 0;
+
+	while (line && n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+		n--;
+	for (size_t i = 0; i < nf; i++)
+		old |= json_object_get(rec, f[i].key) != NULL;
+	if (line && n && line[n - 1] == '}') {
+		if (!old) {
+			buf_add(b, line, n - 1);
+			kept = (int)json_object_size(rec);
+		} else if ((kept = members_without(b, line, n, f, nf)) < 0) {
+			b->len = start;         /* the old members out, the others' bytes kept */
+			b->p[start] = '\0';
+		}
+	}
+	if (kept < 0) {                 /* no line to keep: the record re-serialised */
+		json_t *c = json_copy((json_t *)rec);
+		for (size_t i = 0; i < nf; i++) {
+			if (f[i].val)
+				json_object_set(c, f[i].key, f[i].val);
+			else
+				json_object_del(c, f[i].key);
+		}
+		dump_value(b, c, JSON_COMPACT);
+		json_decref(c);
+		return;
+	}
+	for (size_t i = 0; i < nf; i++) {
+		if (!f[i].val)
+			continue;
+		if (kept++)
+			buf_addc(b, ',');
+		json_t *k = json_string(f[i].key);
+		json_dump_callback(k, dump_cb, b, JSON_ENCODE_ANY);
+		json_decref(k);
+		buf_addc(b, ':');
+		dump_value(b, f[i].val, JSON_COMPACT | JSON_ENCODE_ANY);
+	}
+	buf_addc(b, '}');
+}
+
+int jsonl_write_fields(struct jsonl_writer *w, const char *line, size_t len, const json_t *rec,
+                       const struct jsonl_field *f, size_t nf)
+{
+	buf_reset(&w->b);
+	jsonl_splice(&w->b, line, len, rec, f, nf);
+	return flush_buf(w);
+}
+
+int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, const json_t *rec,
                       const char *key, json_t *val)
 {
-	size_t n = len;
-	int kept;
+	struct jsonl_field f = { key, val };
 
-	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
-		n--;
-	if (!line || !n || line[n - 1] != '}') {
-		json_object_set(rec, key, val);
-		return jsonl_write(w, rec);
-	}
-	buf_reset(&w->b);
-	if (json_object_get(rec, key)) {        /* the old member out, the others' bytes kept */
-		if ((kept = members_without(&w->b, line, n, key)) < 0) {
-			json_object_set(rec, key, val);
-			return jsonl_write(w, rec);
-		}
-	} else {
-		buf_add(&w->b, line, n - 1);
-		kept = (int)json_object_size(rec);
-	}
-	if (kept)
-		buf_addc(&w->b, ',');
-	json_t *k = json_string(key);
-	json_dump_callback(k, dump_cb, &w->b, JSON_ENCODE_ANY);
-	json_decref(k);
-	buf_addc(&w->b, ':');
-	size_t from = w->b.len;
-	json_dump_callback(val, dump_cb, &w->b, JSON_COMPACT | JSON_ENCODE_ANY);
-	shorten_reals(&w->b, from);
-	buf_addc(&w->b, '}');
-	return flush_buf(w);
+	return jsonl_write_fields(w, line, len, rec, &f, 1);
 }
 
 int jsonl_each(char **operands, int n, jsonl_record_fn fn, jsonl_bad_fn bad, void *arg)

@@ -7,12 +7,14 @@
  * in r->line and the reason in r->err, and reading goes on with the next line; it is never a
  * crash and never silently dropped (jsonl_report_bad prints "prog: file:line: reason").
  *
- * Writer: one compact object per line. jsonl_write_added() is the pass-through path used by
- * every program that adds its own object to a record: the original line is written back
- * byte for byte with ,"key":value spliced before its closing brace, so unknown fields, key
- * order and number spellings survive exactly. If the record already has `key`, the old
- * member is cut out of the line, the others' bytes kept, and the new one added last (the
- * record is re-serialised only where that cannot be done).
+ * Writer: one compact object per line. jsonl_write_added() and jsonl_write_fields() are the
+ * pass-through path used by every program that adds its own fields to a record: the
+ * original line is written back byte for byte with ,"key":value spliced before its closing
+ * brace, so unknown fields, key order and number spellings (an integer past int64, which
+ * the reader takes as a double) survive exactly. A field the record already has is cut out
+ * of the line, the others' bytes kept, and the new one added last; a field with no value is
+ * only cut out. The record is re-serialised only where there is no line (a record built
+ * here) or it cannot be done.
  *
  * What the writer prints itself (the record in jsonl_write, the added value) has each real
  * at the fewest digits that read back to the same double: 0.9 is 0.9, not jansson's
@@ -70,7 +72,21 @@ struct jsonl_writer {
 void jsonl_writer_init(struct jsonl_writer *w, FILE *fp, const char *name, int unbuffered);
 void jsonl_writer_free(struct jsonl_writer *w);
 int jsonl_write(struct jsonl_writer *w, json_t *rec);
-int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, json_t *rec,
+
+/* One field a program sets on a record it passes through. */
+struct jsonl_field {
+	const char *key;
+	json_t *val;        /* borrowed; NULL: the record's member of that name is removed */
+};
+
+/* The record rec (parsed from line, len bytes; line NULL: built here, no line) with the
+ * fields set, in order, appended to b without a newline. rec is not changed. */
+void jsonl_splice(struct buf *b, const char *line, size_t len, const json_t *rec,
+                  const struct jsonl_field *f, size_t nf);
+int jsonl_write_fields(struct jsonl_writer *w, const char *line, size_t len, const json_t *rec,
+                       const struct jsonl_field *f, size_t nf);
+/* jsonl_write_fields with the one field key: val */
+int jsonl_write_added(struct jsonl_writer *w, const char *line, size_t len, const json_t *rec,
                       const char *key, json_t *val);
 
 /* Drive a whole program's input: every operand (none means "-") is opened with the input

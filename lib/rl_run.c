@@ -47,8 +47,11 @@ int rl_task_level(const json_t *rec, int *level)
 	return json_level_value(v, INT_MIN, INT_MAX - 1, level) == 0 ? 0 : -1;
 }
 
-void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where)
+void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *line, size_t len,
+                  const char *where)
 {
+	char *copy = NULL;
+
 	if (ts->n == ts->cap) {
 		ts->cap = ts->cap ? 2 * ts->cap : 64;
 		ts->t = xrealloc(ts->t, ts->cap * sizeof *ts->t);
@@ -56,7 +59,12 @@ void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where)
 	int level;
 
 	rl_task_level(rec, &level);
-	ts->t[ts->n++] = (struct rl_task){ rec, xstrdup(where), level };
+	if (line) {
+		copy = xmalloc(len + 1);
+		memcpy(copy, line, len);
+		copy[len] = '\0';
+	}
+	ts->t[ts->n++] = (struct rl_task){ rec, copy, len, xstrdup(where), level };
 }
 
 static int cmp_level(const void *a, const void *b)
@@ -85,6 +93,7 @@ void rl_tasks_free(struct rl_tasks *ts)
 {
 	for (size_t i = 0; i < ts->n; i++) {
 		json_decref(ts->t[i].rec);
+		free(ts->t[i].line);
 		free(ts->t[i].where);
 	}
 	free(ts->t);
@@ -403,12 +412,9 @@ fail:
 	return -1;
 }
 
-/* queue one record (a line) for the program */
-static void co_send(struct coproc *c, const json_t *rec)
+/* queue one record for the program: line, its text with the newline (taken) */
+static void co_send(struct coproc *c, char *line)
 {
-	char *text = jsonl_dumps(rec);
-	char *line = xasprintf("%s\n", text ? text : "{}");
-	free(text);
 	pthread_mutex_lock(&c->mu);
 	if (c->qn == c->qcap) {
 		c->qcap = c->qcap ? 2 * c->qcap : 256;
@@ -614,24 +620,35 @@ static int co_rewards(struct rl_runner *r, struct coproc *c, int n, int status, 
 	return 0;
 }
 
-/* the reward record of response k: the task record plus what was sampled */
-static json_t *response_record(struct rl_runner *r, const struct sampler_opts *o,
-                               struct rl_task *const *tasks, int group, int step, int k,
-                               const struct sampler_result *res)
+/* the reward record of response k, a line with its newline (new string): the task line's
+ * bytes plus what was sampled */
+static char *response_record(struct rl_runner *r, const struct sampler_opts *o,
+                             struct rl_task *const *tasks, int group, int step, int k,
+                             const struct sampler_result *res)
 {
-	json_t *rec = json_deep_copy(tasks[k / group]->rec), *ids = json_array();
+	const struct rl_task *t = tasks[k / group];
+	json_t *ids = json_array();
 	char *text = sample_rec_text(r->sr, res->ids, res->n, o->mask_id);
+	struct jsonl_field f[4];
+	struct buf b;
 
 	for (int j = 0; j < res->n; j++)
 		json_array_append_new(ids, json_integer(res->ids[j]));
 	/* completion and kernel this response's: a task's kernel (a data set's solution, which
 	 * infilling tasks carry) would be what kbench-eval scores */
-	sample_rec_set_text(rec, text ? text : "");
-	json_object_set_new(rec, "response_ids", ids);
-	json_object_set_new(rec, "rl", json_pack("{s:i, s:i, s:i}", "step", step, "task",
-	                                         k / group, "sample", k % group));
+	sample_rec_text_fields(text ? text : "", f);
+	f[2] = (struct jsonl_field){ "response_ids", ids };
+	f[3] = (struct jsonl_field){ "rl", json_pack("{s:i, s:i, s:i}", "step", step, "task",
+	                                             k / group, "sample", k % group) };
+	buf_init(&b);
+	jsonl_splice(&b, t->line, t->len, t->rec, f, 4);
+	buf_addc(&b, '\n');
+	for (int i = 0; i < 4; i++)
+		json_decref(f[i].val);
 	free(text);
-	return rec;
+	char *line = buf_detach(&b, NULL);
+	buf_free(&b);                   /* buf_detach re-inits b */
+	return line;
 }
 
 struct feed {
@@ -658,11 +675,9 @@ static void feed_groups(struct feed *f, int all)
 			if (!f->res[k0 + g].ids)
 				return;
 		for (int g = 0; g < f->group; g++) {
-			json_t *rec = response_record(f->r, f->o, f->tasks, f->group, f->step, k0 + g,
-			                              &f->res[k0 + g]);
-			co_send(f->c, rec);
+			co_send(f->c, response_record(f->r, f->o, f->tasks, f->group, f->step, k0 + g,
+			                              &f->res[k0 + g]));
 			f->tokens += f->res[k0 + g].n;
-			json_decref(rec);
 		}
 	}
 }

@@ -8,8 +8,9 @@
  *
  * Reward protocol: the step's responses are written as JSONL records (the task record plus
  * "completion" (text; "" without a tokenizer), "kernel" (its code block; absent when none:
- * never the task's own, see sample_rec_set_text), "response_ids" and "rl": {"step", "task",
- * "sample"}) to the standard input of `sh -c CMD`, which writes one JSON record per input
+ * never the task's own, see sample_rec_text_fields), "response_ids" and "rl": {"step", "task",
+ * "sample"}; the task line's own bytes for its other fields, lib/jsonl's jsonl_splice, so
+ * that an id past int64 or a number's spelling comes back as it was) to the standard input of `sh -c CMD`, which writes one JSON record per input
  * record, in order, on its standard output. The reward of a record is its number "reward"
  * when present, else 1 when eval.correct is true (kbench-eval's output), else 0; with robust,
  * a record with eval.deceptive or deceive.deceptive true gets 0 (and is counted). A record
@@ -62,6 +63,9 @@
 
 struct rl_task {
 	json_t *rec;                 /* owned */
+	char *line;                  /* the input line rec was read from (len bytes), owned:
+	                              * the reward records pass its bytes through */
+	size_t len;
 	char *where;                 /* "file:line" */
 	int level;                   /* `level` or `cuke.level`; INT_MAX when absent or bad */
 };
@@ -71,7 +75,9 @@ struct rl_tasks {
 	size_t n, cap;
 };
 
-void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *where);   /* takes rec */
+/* takes rec, read from line (len bytes, copied; NULL: none, rec re-serialised) */
+void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *line, size_t len,
+                  const char *where);
 void rl_tasks_sort_level(struct rl_tasks *ts);                             /* stable */
 void rl_tasks_free(struct rl_tasks *ts);
 /* Length in tokens of the prompt of rec in a stage (infill: 1), or -1 with a message in err. */

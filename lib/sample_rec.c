@@ -274,18 +274,12 @@ char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mas
 	return text;
 }
 
-void sample_rec_set_text(json_t *rec, const char *text)
+void sample_rec_text_fields(const char *text, struct jsonl_field f[2])
 {
 	char *kernel = text ? extract_code(text, strlen(text)) : NULL;
 
-	if (text)
-		json_object_set_new(rec, "completion", json_string(text));
-	else
-		json_object_del(rec, "completion");
-	if (kernel)
-		json_object_set_new(rec, "kernel", json_string(kernel));
-	else
-		json_object_del(rec, "kernel");
+	f[0] = (struct jsonl_field){ "completion", text ? json_string(text) : NULL };
+	f[1] = (struct jsonl_field){ "kernel", kernel ? json_string(kernel) : NULL };
 	free(kernel);
 }
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "jsonl.h"
 #include "prompt.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -69,11 +70,12 @@ int sample_rec_prompt_text(struct sample_rec *s, const json_t *rec, char **text,
  * when there is no tokenizer. New string. */
 char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mask_id);
 
-/* Make rec's completion text and its kernel the first code block of text (lib/extract.h),
- * each removed where there is none (text NULL: no tokenizer): a sampled record carries this
+/* The fields a sample sets on its record (lib/jsonl.h, jsonl_write_fields): f[0] completion,
+ * text, and f[1] kernel, the first code block of text (lib/extract.h), each with no value
+ * (removed) where there is none (text NULL: no tokenizer): a sampled record carries this
  * sample's, never a completion or kernel it came with, which kbench-eval (kernel before
- * completion) would evaluate as the model's. */
-void sample_rec_set_text(json_t *rec, const char *text);
+ * completion) would evaluate as the model's. The values are new references. */
+void sample_rec_text_fields(const char *text, struct jsonl_field f[2]);
 
 /* The `sample` object: ids, tokens, prompt_tokens, forwards, steps, ms, seed, stopped,
  * settings (decoding, block, steps, threshold, temperature, top_k, top_p, max_tokens, stop,

@@ -130,6 +130,50 @@ static void test_writer(void)
 	free(mem);
 }
 
+/* jsonl_splice / jsonl_write_fields: several fields set at once (dice-sample's completion,
+ * kernel and sample; dice-rl's reward records), one removed, the line's bytes kept (an id
+ * past int64 too, which the reader holds as a double); with no line, the record with them
+ * applied, rec itself unchanged */
+static void test_fields(void)
+{
+	const char *line = "{\"kernel\":\"old\", \"id\" : 18446744073709551615,\"w\":1.50,"
+	                   "\"completion\":\"c\" }";
+	struct jsonl_reader r;
+	json_t *rec, *c = json_string("new");
+	struct jsonl_field f[3] = { { "completion", c }, { "kernel", NULL }, { "n", NULL } };
+	struct buf b;
+	FILE *in = fmemopen((void *)line, strlen(line), "r");
+
+	f[2].val = json_integer(3);
+	jsonl_reader_init(&r, in, "mem");
+	CHECK(jsonl_read(&r, &rec) == JSONL_RECORD, "fields: read a record with an id past int64");
+	buf_init(&b);
+	jsonl_splice(&b, r.line, r.len, rec, f, 3);
+	CHECK_STR(b.p, "{\"id\" : 18446744073709551615,\"w\":1.50,\"completion\":\"new\","
+	          "\"n\":3}", "fields: old ones cut, one removed, two added, the id's bytes kept");
+	buf_reset(&b);
+	const char *plain = "{\"id\":18446744073709551615,\"w\":1.50}";
+	json_t *prec = json_pack("{s:f,s:f}", "id", 18446744073709551615.0, "w", 1.5);
+	jsonl_splice(&b, plain, strlen(plain), prec, f + 1, 2);
+	json_decref(prec);
+	CHECK_STR(b.p, "{\"id\":18446744073709551615,\"w\":1.50,\"n\":3}",
+	          "fields: none of them there, the line kept whole");
+	buf_reset(&b);
+	json_t *built = json_pack("{s:s,s:s,s:i}", "kernel", "k", "id", "x", "n", 1);
+	jsonl_splice(&b, NULL, 0, built, f, 3);
+	CHECK_STR(b.p, "{\"id\":\"x\",\"n\":3,\"completion\":\"new\"}",
+	          "fields: no line, the record re-serialised with them");
+	CHECK(json_object_size(built) == 3 && json_object_get(built, "kernel"),
+	      "fields: the record itself unchanged");
+	json_decref(built);
+	buf_free(&b);
+	json_decref(rec);
+	json_decref(c);
+	json_decref(f[2].val);
+	fclose(in);
+	jsonl_reader_free(&r);
+}
+
 /* The bytes jsonl_write prints for rec, or, with key, the bytes jsonl_write_added prints
  * for line with key:val added (line NULL: its whole-record path); a string to free. */
 static char *written(const char *line, json_t *rec, const char *key, json_t *val)
@@ -565,6 +609,7 @@ int main(void)
 	test_util();
 	test_messages();
 	test_writer();
+	test_fields();
 	test_reals();
 	test_reals_random();
 	test_dumps();
