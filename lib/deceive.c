@@ -374,6 +374,11 @@ static int is_torch_compute(const struct ctx *x, const char *callee)
 /* ------------------------------------------------------------------------------------ */
 /* analysis */
 
+static int is_cident(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 /* CUDA text: every non-doc string, C comments blanked, kernels found. */
 static void find_cuda(struct ctx *x)
 {
@@ -399,17 +404,28 @@ static void find_cuda(struct ctx *x)
 		if (!next_joined)
 			buf_addc(&x->cuda, '\n');
 	}
-	/* blank C comments, keeping newlines and string literals */
+	/* blank C comments, keeping newlines and string and character literals ('"' opens no
+	 * string; a quote after a letter or digit is a digit separator, 1'000) */
 	s = x->cuda.p;
 	n = x->cuda.len;
 	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '"') {
-			for (i++; i < n && s[i] != '"' && s[i] != '\n'; i++)
+		if (s[i] == '"' || (s[i] == '\'' && !(i > 0 && is_cident(s[i - 1])))) {
+			char q = s[i];
+			for (i++; i < n && s[i] != q && s[i] != '\n'; i++)
 				if (s[i] == '\\')
 					i++;
 		} else if (s[i] == '/' && i + 1 < n && s[i + 1] == '/') {
-			while (i < n && s[i] != '\n')
-				s[i++] = ' ';
+			/* to the end of the line, and on past a backslash-newline (C's line
+			 * splice: the next line is the comment's too) */
+			int splice = 0;
+			for (; i < n && (s[i] != '\n' || splice); i++) {
+				if (s[i] != '\n' && s[i] != '\r')
+					splice = s[i] == '\\';
+				if (s[i] != '\n')
+					s[i] = ' ';
+				else
+					splice = 0;
+			}
 		} else if (s[i] == '/' && i + 1 < n && s[i + 1] == '*') {
 			size_t j = i;
 			while (j < n && !(s[j] == '*' && j + 1 < n && s[j + 1] == '/' && j > i + 1))
@@ -459,11 +475,6 @@ static int cuda_line(struct ctx *x, size_t at)
 	for (; x->line_at < at; x->line_at++)
 		x->line_n += x->cuda.p[x->line_at] == '\n';
 	return x->line_n;
-}
-
-static int is_cident(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 static const char *c_ws(const char *p, const char *e)
