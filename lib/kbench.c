@@ -1040,13 +1040,16 @@ static void set_log(struct kbench_engine *e, json_t *ev, const char *log)
 	buf_free(&b);
 }
 
-/* x to four significant digits (a speedup: 0.00004 stays one, as worker.py writes it) */
-static double round_sig4(double x)
+void kbench_eval_set_speedup(json_t *ev, double ratio)
 {
 	char s[32];
+	double speedup;
 
-	snprintf(s, sizeof s, "%.4g", x);
-	return strtod(s, NULL);
+	snprintf(s, sizeof s, "%.4g", ratio);   /* as worker.py writes it */
+	speedup = strtod(s, NULL);
+	json_object_set_new(ev, "speedup", json_real(speedup));
+	json_object_set_new(ev, "excessive_speedup",
+	                    json_boolean(speedup > KBENCH_EXCESSIVE_SPEEDUP));
 }
 
 /* Order the eval object's fields, add what the C side knows. */
@@ -1056,13 +1059,19 @@ static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, 
 		"max_abs_err", "max_rel_err", "ref_ms", "kernel_ms", "speedup", "excessive_speedup" };
 	json_t *ev = json_object(), *v;
 	const char *k;
-	double ref = 0, ker = 0;
+	double ref = 0, ker = 0, s;
 
-	for (size_t i = 0; i < ARRAY_LEN(order); i++)
-		if ((v = json_object_get(raw, order[i])))
+	for (size_t i = 0; i < ARRAY_LEN(order); i++) {
+		if (!strcmp(order[i], "excessive_speedup")) {   /* decided here, not by the worker */
+			if (json_get_num(ev, "speedup", &s))
+				kbench_eval_set_speedup(ev, s);
+		} else if ((v = json_object_get(raw, order[i]))) {
 			json_object_set(ev, order[i], v);
+		}
+	}
 	json_object_foreach(raw, k, v)
-		if (!json_object_get(ev, k) && strcmp(k, "build_s") && strcmp(k, "deferred"))
+		if (!json_object_get(ev, k) && strcmp(k, "build_s") && strcmp(k, "deferred") &&
+		    strcmp(k, "excessive_speedup"))
 			json_object_set(ev, k, v);
 	if (!json_object_get(ev, "error"))
 		json_object_set_new(ev, "error", json_null());
@@ -1076,8 +1085,7 @@ static json_t *finalize(struct kbench_engine *e, struct entry *en, json_t *raw, 
 		json_t *b = file ? json_object_get(json_object_get(e->cfg.baseline, lv), file) : NULL;
 		if (json_get_num(b, "mean", &ref) && ref > 0) {
 			json_object_set_new(ev, "ref_ms", json_real(ref));
-			json_object_set_new(ev, "speedup", json_real(round_sig4(ref / ker)));
-			json_object_set_new(ev, "excessive_speedup", json_boolean(ref / ker > 10));
+			kbench_eval_set_speedup(ev, ref / ker);
 			json_object_set_new(ev, "baseline", json_true());
 		} else if (file) {
 			warn_msg("%s: --baseline has no mean time > 0 for %s/%s: no speedup", en->where,

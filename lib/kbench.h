@@ -164,6 +164,15 @@ const char *kbench_engine_torch(const struct kbench_engine *e);
  * record's speedup is no measurement (a hand-edited or corrupted record). */
 #define KBENCH_MAX_SPEEDUP 1e6
 extern const double kbench_fast_p[KBENCH_NFAST];    /* 0, 0.5, 0.8, 1, 1.5, 2 */
+/* A speedup over this is eval.excessive_speedup */
+#define KBENCH_EXCESSIVE_SPEEDUP 10
+
+/* Set eval's speedup from ratio (reference / kernel time): "speedup" the ratio at four
+ * significant digits (0.00004 stays one; a speedup so written is kept as it is), and
+ * "excessive_speedup" true when that written speedup is over KBENCH_EXCESSIVE_SPEEDUP. The
+ * one rule for both the worker's speedup and --baseline's: a ratio of 10.0003 is speedup 10,
+ * not excessive, and a record never says otherwise of its own speedup. */
+void kbench_eval_set_speedup(json_t *ev, double ratio);
 
 struct kbench_tally_entry {
 	int level;

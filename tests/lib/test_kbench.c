@@ -117,6 +117,38 @@ static void test_metrics(void)
 	kbench_tally_free(&t);
 }
 
+/* excessive_speedup, one rule for the worker's speedup and --baseline's: the written speedup
+ * (four significant digits) over 10; --baseline tested the unrounded ratio, so a ratio of
+ * 10.0003 was speedup 10 with the flag set, and false on the worker's side */
+static void test_excessive(void)
+{
+	static const struct { double ratio, speedup; int excessive; } c[] = {
+		{ 10.0003, 10, 0 }, { 9.99996, 10, 0 }, { 10, 10, 0 }, { 10.004, 10, 0 },
+		{ 10.006, 10.01, 1 }, { 10.01, 10.01, 1 }, { 1000.4, 1000, 1 }, { 0.5, 0.5, 0 },
+		{ 0.00004, 0.00004, 0 },
+	};
+	char what[96];
+
+	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+		json_t *ev = json_object();
+		kbench_eval_set_speedup(ev, c[i].ratio);
+		snprintf(what, sizeof what, "set_speedup: ratio %g is speedup %g, excessive %s",
+		         c[i].ratio, c[i].speedup, c[i].excessive ? "true" : "false");
+		CHECK(json_real_value(json_object_get(ev, "speedup")) == c[i].speedup &&
+		      json_is_boolean(json_object_get(ev, "excessive_speedup")) &&
+		      json_boolean_value(json_object_get(ev, "excessive_speedup")) == c[i].excessive,
+		      what);
+		/* the worker's path: its written speedup is the ratio; the same verdict */
+		kbench_eval_set_speedup(ev, json_real_value(json_object_get(ev, "speedup")));
+		snprintf(what, sizeof what, "set_speedup: a written speedup %g stays, excessive %s",
+		         c[i].speedup, c[i].excessive ? "true" : "false");
+		CHECK(json_real_value(json_object_get(ev, "speedup")) == c[i].speedup &&
+		      json_boolean_value(json_object_get(ev, "excessive_speedup")) == c[i].excessive,
+		      what);
+		json_decref(ev);
+	}
+}
+
 static void test_pool(void)
 {
 	char *argv[] = { "/bin/sh", "-c",
@@ -278,6 +310,7 @@ int main(void)
 	test_ranges();
 	test_select();
 	test_metrics();
+	test_excessive();
 	test_pool();
 	test_pool_narrow();
 	test_sweep_keep();
