@@ -179,20 +179,6 @@ static void on_bad(struct jsonl_reader *r, void *arg)
 	json_decref(rec);
 }
 
-/* The --ref file's one stream (a plain, compressed or archived file, as every input is read,
- * its text as Python reads it); a second member of an archive is an error */
-static int ref_file(const char *name, const char *data, size_t len, void *arg)
-{
-	struct state *st = arg;
-
-	if (st->ref) {
-		warn_msg("%s: a second file in the --ref archive (the reference is one file)", name);
-		return -1;
-	}
-	st->ref = xstrndup(data, len);
-	return 0;
-}
-
 static int py_file(const char *name, const char *data, size_t len, void *arg)
 {
 	struct state *st = arg;
@@ -282,19 +268,10 @@ int main(int argc, char **argv)
 			cli_output_not_input(outs[i], &ref_path, 1);
 	}
 	cli_outputs_distinct(2, outs_opt, outs);
-	if (ref_path && !strcmp(ref_path, "-")) {       /* stdin: then not the records' too */
-		int stdin_op = optind == argc;
-		for (int i = optind; i < argc; i++)
-			stdin_op |= !strcmp(argv[i], "-");
-		if (stdin_op) {
-			warn_msg("--ref - reads standard input, which the records come from too");
-			usage_error();
-		}
-	}
-	if (ref_path && input_each_py(ref_path, ref_file, &st) != 0)
+	if (ref_path && input_stdin_twice("--ref", ref_path, argv + optind, argc - optind))
+		usage_error();
+	if (ref_path && !(st.ref = input_one_file(ref_path, "--ref", 1, NULL, NULL)))
 		exit(EXIT_STATUS_BAD);          /* said already */
-	if (ref_path && !st.ref)                /* an empty archive */
-		st.ref = xstrdup("");
 	out = cli_open_out(output);
 	if (rejects)
 		rej = cli_open_out(rejects);

@@ -341,6 +341,62 @@ int input_each_py(const char *path,
 	return each_stream(path, 1, fn, arg);
 }
 
+struct one_file {
+	const char *opt;
+	char *text, *name;
+	size_t len;
+};
+
+static int one_stream(const char *name, const char *data, size_t len, void *arg)
+{
+	struct one_file *o = arg;
+
+	if (o->text) {
+		warn_msg("%s: a second file in the %s archive (%s reads one file)", name, o->opt,
+		         o->opt);
+		return -1;
+	}
+	o->text = xstrndup(data, len);
+	o->len = len;
+	o->name = xstrdup(name);
+	return 0;
+}
+
+char *input_one_file(const char *path, const char *opt, int py, size_t *len, char **name)
+{
+	struct one_file o = { .opt = opt };
+
+	if (each_stream(path, py, one_stream, &o) != 0) {
+		free(o.text);
+		free(o.name);
+		return NULL;
+	}
+	if (!o.text) {          /* an empty archive */
+		o.text = xstrdup("");
+		o.name = xstrdup(strcmp(path, "-") ? path : "<stdin>");
+	}
+	if (len)
+		*len = o.len;
+	if (name)
+		*name = o.name;
+	else
+		free(o.name);
+	return o.text;
+}
+
+int input_stdin_twice(const char *opt, const char *path, char *const *ops, int n)
+{
+	int records = n == 0;
+
+	if (strcmp(path, "-"))
+		return 0;
+	for (int i = 0; i < n; i++)
+		records |= !strcmp(ops[i], "-");
+	if (records)
+		warn_msg("%s - reads standard input, which the records come from too", opt);
+	return records;
+}
+
 int input_is_py(const char *path)
 {
 	static const char *const ends[] = { ".py", ".py.gz", ".py.xz", ".py.zst", ".py.bz2" };

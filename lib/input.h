@@ -72,6 +72,20 @@ int input_each_py(const char *path,
                   int (*fn)(const char *name, const char *data, size_t len, void *arg),
                   void *arg);
 
+/* The one file of an operand that an option names (deceive-check --ref, kbench-eval
+ * --baseline), read as input_each_file (py: input_each_py) reads each stream: plain,
+ * compressed, or an archive of that one file (an empty archive reads as an empty file).
+ * Returns its text, a new NUL-terminated string, and, each where not NULL, its length in
+ * *len and in *name the name to give its lines (a new string: "path", "<stdin>" or
+ * "path:member"); NULL after a message: the operand cannot be opened or read, or the archive
+ * has a second file ("OPT reads one file", opt being the option's name: "--ref"). */
+char *input_one_file(const char *path, const char *opt, int py, size_t *len, char **name);
+
+/* 1 after "prog: OPT - reads standard input, which the records come from too" where path,
+ * the operand of option opt, is "-" and so are the records: no operands (ops[0..n)), or one
+ * "-"; then the caller's usage error. Else 0. */
+int input_stdin_twice(const char *opt, const char *path, char *const *ops, int n);
+
 /* 1 when path names a .py file, plain or compressed (.py.gz, .py.xz, .py.zst, .py.bz2, which
  * input_open reads as the file's text): an operand of Python source, not of records. */
 int input_is_py(const char *path);
