@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "deceive.h"
@@ -285,6 +284,26 @@ static char *default_cache(void)
 	return xstrdup("/tmp/dice-kbench-cache");
 }
 
+/* --baseline FILE, read as every input is (input_one_file): a JSON object, else exit 1 */
+static json_t *load_baseline(const char *path)
+{
+	json_error_t err;
+	size_t len;
+	char *name, *text = input_one_file(path, "--baseline", 0, &len, &name);
+	json_t *base;
+
+	if (!text)
+		exit(EXIT_STATUS_BAD);  /* said already */
+	if (!(base = json_loadb(text, len, 0, &err)))
+		die("%s:%d: %s", name, err.line, err.text);
+	if (!json_is_object(base))
+		die("%s: not a KernelBench baseline (want {\"level1\": {\"19_ReLU.py\": "
+		    "{\"mean\": ms, ...}}})", name);
+	free(text);
+	free(name);
+	return base;
+}
+
 int main(int argc, char **argv)
 {
 	struct kbench_config cfg = {
@@ -298,7 +317,8 @@ int main(int argc, char **argv)
 	struct kbench_tree tree = { 0 };
 	struct run r = { 0 };
 	unsigned char given[OPT_NO_LEAN + 1] = { 0 };   /* the options given, by code */
-	const char *kb = getenv("KERNELBENCH"), *output = NULL, *baseline = NULL;
+	const char *kb = getenv("KERNELBENCH"), *output = NULL;
+	char *baseline = NULL;
 	const char *level_arg = NULL, *problems_arg = NULL;
 	char *cache = NULL;
 	int c, list = 0, report = 0, json = 0, unbuffered = 0, have_tree = 0;
@@ -435,6 +455,8 @@ int main(int argc, char **argv)
 		warn_msg("--list needs a KernelBench tree (--kernelbench or $KERNELBENCH)");
 		usage();
 	}
+	if (baseline && input_stdin_twice("--baseline", baseline, argv + optind, argc - optind))
+		usage();
 	if (kb && *kb) {
 		if (kbench_tree_load(&tree, kb) < 0)
 			exit(EXIT_STATUS_BAD);  /* the library said why, in one line */
@@ -442,6 +464,10 @@ int main(int argc, char **argv)
 	}
 	if (!list)              /* --list reads no input, stdin included */
 		cli_output_not_input(output, argv + optind, argc - optind);
+	if (baseline) {         /* an input too: read before the output is opened */
+		cli_output_not_input(output, &baseline, 1);
+		cfg.baseline = load_baseline(baseline);
+	}
 	if (output && !(out = fopen(output, "w")))
 		die("cannot open '%s':", output);
 	jsonl_writer_init(&r.w, out, output ? output : "stdout", unbuffered);
@@ -479,21 +505,7 @@ int main(int argc, char **argv)
 			r.ret = 3;      /* a bad record's 1 wins, as when evaluating */
 		free(rows);
 	} else {
-		json_t *base = NULL;
 		struct sigaction sa = { .sa_handler = on_signal };
-		if (baseline) {
-			json_error_t err;
-			struct stat st;
-			if (stat(baseline, &st))
-				die("cannot open '%s':", baseline);
-			if (S_ISDIR(st.st_mode))
-				die("cannot read '%s': it is a directory", baseline);
-			if (!(base = json_load_file_bom(baseline, 0, &err)))
-				die("%s:%d: %s", baseline, err.line, err.text);
-			if (!json_is_object(base))
-				die("%s: not a KernelBench baseline (want {\"level1\": {\"19_ReLU.py\": "
-				    "{\"mean\": ms, ...}}})", baseline);
-		}
 		if (r.robust) {
 			const char *bad = NULL;
 			if (!(cfg.robust = deceive_checker_new(NULL, &bad)))
@@ -501,7 +513,6 @@ int main(int argc, char **argv)
 				    bad ? bad : "");
 		}
 		cfg.cache_dir = cache ? cache : (cache = default_cache());
-		cfg.baseline = base;
 		cfg.tree = have_tree ? &tree : NULL;
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
@@ -528,7 +539,7 @@ int main(int argc, char **argv)
 		}
 		if (cfg.robust)
 			deceive_checker_free(cfg.robust);
-		json_decref(base);
+		json_decref(cfg.baseline);
 	}
 	if (r.w.failed)
 		r.ret = EXIT_STATUS_BAD;
