@@ -228,8 +228,7 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
                  char *err, size_t errlen)
 {
 	json_error_t jerr;
-	size_t bom = utf8_bom(text, len);     /* a byte-order mark an editor saved */
-	json_t *root = json_loadb(text + bom, len - bom, 0, &jerr), *v;
+	json_t *root = json_loadb(text, len, 0, &jerr), *v;
 	int rc = -1;
 
 	config_defaults(c);
@@ -318,7 +317,8 @@ int config_load(struct model_config *c, const char *path, char *err, size_t errl
 		errmsg_set(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return -1;
 	}
-	rc = config_parse(c, text, len, path, err, errlen);
+	const char *t = util_text(text, &len, 0);       /* a byte-order mark an editor saved */
+	rc = config_parse(c, t, len, path, err, errlen);
 	free(text);
 	return rc;
 }

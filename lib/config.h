@@ -30,9 +30,10 @@
 
 /* SDAR defaults; the required sizes are 0 (invalid) until set. */
 void config_defaults(struct model_config *c);
-/* Parse config.json at path into c (defaults first, then validation). 0 or -1. */
+/* Parse config.json at path into c (defaults first, then validation), the file read as
+ * util_text reads one (a UTF-8 byte-order mark at its start skipped). 0 or -1. */
 int config_load(struct model_config *c, const char *path, char *err, size_t errlen);
-/* The same from a JSON text; name is used in messages. */
+/* The same from a JSON text (no byte-order mark); name is used in messages. */
 int config_parse(struct model_config *c, const char *text, size_t len, const char *name,
                  char *err, size_t errlen);
 int config_validate(const struct model_config *c, const char *name, char *err, size_t errlen);
