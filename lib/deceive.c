@@ -379,35 +379,10 @@ static int is_cident(char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-/* CUDA text: every non-doc string, C comments blanked, kernels found. */
-static void find_cuda(struct ctx *x)
+/* Blank the C comments of s[0..n), keeping newlines and string and character literals
+ * ('"' opens no string; a quote after a letter or digit is a digit separator, 1'000) */
+static void c_blank_comments(char *s, size_t n)
 {
-	struct pysrc *p = &x->p;
-	char *s;
-	size_t n;
-
-	x->cuda_at = xmalloc((p->nstr + 1) * sizeof(*x->cuda_at));
-	x->cuda_str = xmalloc((p->nstr + 1) * sizeof(*x->cuda_str));
-	x->line_str = -1;
-	for (size_t i = 0; i < p->nstr; i++) {
-		x->cuda_at[i] = (size_t)-1;
-		if (p->str[i].flags & PYSRC_STR_DOC)
-			continue;
-		x->cuda_at[i] = x->cuda.len;
-		x->cuda_str[x->ncuda_str++] = (int)i;
-		buf_add(&x->cuda, p->str[i].text, p->str[i].len);
-		/* implicit runs and + joins concatenate directly */
-		int t = p->str[i].tok;
-		int next_joined = (size_t)t + 1 < p->ntok && p->tok[t + 1].kind == PYSRC_TOK_STRING;
-		if ((size_t)t + 2 < p->ntok && tok_is(p, t + 1, "+") && p->tok[t + 2].kind == PYSRC_TOK_STRING)
-			next_joined = 1;
-		if (!next_joined)
-			buf_addc(&x->cuda, '\n');
-	}
-	/* blank C comments, keeping newlines and string and character literals ('"' opens no
-	 * string; a quote after a letter or digit is a digit separator, 1'000) */
-	s = x->cuda.p;
-	n = x->cuda.len;
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] == '"' || (s[i] == '\'' && !(i > 0 && is_cident(s[i - 1])))) {
 			char q = s[i];
@@ -437,6 +412,39 @@ static void find_cuda(struct ctx *x)
 			i--;
 		}
 	}
+}
+
+/* CUDA text: every non-doc string, C comments blanked. A comment is blanked within its own
+ * string (or run of joined strings): a comment opener in a glob or a path elsewhere in the
+ * file opens no comment over the CUDA source after it. */
+static void find_cuda(struct ctx *x)
+{
+	struct pysrc *p = &x->p;
+	size_t from = 0;
+
+	x->cuda_at = xmalloc((p->nstr + 1) * sizeof(*x->cuda_at));
+	x->cuda_str = xmalloc((p->nstr + 1) * sizeof(*x->cuda_str));
+	x->line_str = -1;
+	for (size_t i = 0; i < p->nstr; i++) {
+		x->cuda_at[i] = (size_t)-1;
+		if (p->str[i].flags & PYSRC_STR_DOC)
+			continue;
+		x->cuda_at[i] = x->cuda.len;
+		x->cuda_str[x->ncuda_str++] = (int)i;
+		buf_add(&x->cuda, p->str[i].text, p->str[i].len);
+		/* implicit runs and + joins concatenate directly */
+		int t = p->str[i].tok;
+		int next_joined = (size_t)t + 1 < p->ntok && p->tok[t + 1].kind == PYSRC_TOK_STRING;
+		if ((size_t)t + 2 < p->ntok && tok_is(p, t + 1, "+") && p->tok[t + 2].kind == PYSRC_TOK_STRING)
+			next_joined = 1;
+		if (!next_joined) {
+			c_blank_comments(x->cuda.p + from, x->cuda.len - from);
+			buf_addc(&x->cuda, '\n');
+			from = x->cuda.len;
+		}
+	}
+	if (from < x->cuda.len)
+		c_blank_comments(x->cuda.p + from, x->cuda.len - from);
 }
 
 /* The index into cuda_str of the string literal that offset `at` of the CUDA text comes
