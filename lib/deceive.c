@@ -159,6 +159,8 @@ struct ctx {
 	struct shapes shapes;           /* known once shapes_done */
 	int shapes_done;
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
+	struct smap launchers;          /* C function name -> 1 + the kernel it launches (itself
+	                                 * or through a call), 0 none, -2 being looked at */
 	struct deceive_result *out;
 	size_t cap;
 };
@@ -2010,9 +2012,45 @@ static int py_resolve(const struct cond_env *env, const char *name, size_t n, co
 
 /* ---- C++ wrappers that hand back PyTorch's result before their kernel runs ---- */
 
-/* The first launch of a kernel in [body, end): where its name is, and the kernel */
-static const char *first_launch(const struct ctx *x, const char *body, const char *end,
-                                const struct kernel **k)
+static const char *c_keywords[] = { "if", "for", "while", "switch", "return", "sizeof", "catch",
+	"do", "else", "case", "new", "delete", "throw", "decltype", "alignof", "static_assert", NULL };
+
+static const char *first_launch(struct ctx *x, const char *body, const char *end,
+                                const struct kernel **k, int depth);
+
+/* Is the identifier [w, p), called, a function the CUDA text defines that launches a
+ * kernel (itself, or through such a call in turn, 16 deep at most)? *k its kernel. Each
+ * function is looked at once (x->launchers); one being looked at launches nothing. */
+static int calls_launcher(struct ctx *x, const char *w, const char *p, const struct kernel **k,
+                          int depth)
+{
+	const char *a, *b, *body, *fend, *before = w;
+
+	while (before > x->cuda.p && strchr(" \t\r\n", before[-1]))
+		before--;
+	if (before > x->cuda.p && (before[-1] == '.' || before[-1] == ':' || before[-1] == '>'))
+		return 0;       /* a method, a namespace's function (torch::relu), a template's */
+	int *v = smap_get(&x->launchers, w, (size_t)(p - w), 1);
+	if (*v == -1) {         /* not looked at yet */
+		char *name = xstrndup(w, (size_t)(p - w));
+		*v = -2;
+		int hit = depth < 16 && !in_list(name, c_keywords) &&
+		          c_definition(x, name, &a, &b, &body, &fend) &&
+		          first_launch(x, body, fend, k, depth + 1);
+		free(name);
+		/* the map may have grown meanwhile */
+		*smap_get(&x->launchers, w, (size_t)(p - w), 0) = hit ? 1 + (int)(*k - x->kern) : 0;
+		return hit;
+	}
+	if (*v > 0)
+		*k = &x->kern[*v - 1];
+	return *v > 0;
+}
+
+/* The first launch of a kernel in [body, end): where its name is, and the kernel; a call of
+ * a local function that launches one (launch_relu(x, y)) is a launch there */
+static const char *first_launch(struct ctx *x, const char *body, const char *end,
+                                const struct kernel **k, int depth)
 {
 	for (const char *p = body; p < end; p++) {
 		if (!is_cident(*p) || is_cident(p[-1]))
@@ -2020,7 +2058,14 @@ static const char *first_launch(const struct ctx *x, const char *body, const cha
 		const char *w = p, *next;
 		while (p < end && is_cident(*p))
 			p++;
-		if ((*k = kernel_named(x, w, (size_t)(p - w))) != NULL && c_launch(p, end, &next))
+		const struct kernel *kn = kernel_named(x, w, (size_t)(p - w));
+		int launch = c_launch(p, end, &next) != NULL;
+		if (kn && launch) {
+			*k = kn;
+			return w;
+		}
+		/* name(...) or name<T>(...) */
+		if (!kn && next < end && *next == '(' && calls_launcher(x, w, p, k, depth))
 			return w;
 		p--;
 	}
@@ -2150,7 +2195,7 @@ static void cpp_early_returns(struct ctx *x, int rule)
 		struct cond_env env = { cpp_resolve, x, NULL, NULL, -1, 0, 0, { 0 }, { 0 }, { 0 } };
 
 		if (!c_definition(x, x->exports.v[i], &a, &b, &body, &end) ||
-		    !(launch = first_launch(x, body, end, &k)))
+		    !(launch = first_launch(x, body, end, &k, 0)))
 			continue;
 		env.body = body;
 		env_cpp_inputs(x, &env, x->exports.v[i], a, b);
@@ -2920,6 +2965,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	names_free(&x.imp);
 	free(x.reach);
 	free(x.calls_kernel);
+	smap_free(&x.launchers);
 	free(x.dead);
 	names_free(&x.exports);
 	names_free(&x.modules);
