@@ -12,6 +12,7 @@
 #include "atomfile.h"
 #include "config.h"
 #include "errmsg.h"
+#include "jsonl.h"
 #include "util.h"
 
 /* transformers' Qwen3Config defaults (4.5x and 5) where ours once differed */
@@ -75,9 +76,9 @@ void config_defaults(struct model_config *c)
 static int get_int(json_t *root, const char *key, int *out, int required, const char *name,
                    char *err, size_t errlen)
 {
-	json_t *v = json_object_get(root, key);
+	json_t *v = json_get_set(root, key);         /* null: absent */
 
-	if (!v || json_is_null(v)) {
+	if (!v) {
 		if (!required)
 			return 0;
 		errmsg_set(err, errlen, "%s: missing '%s'", name, key);
@@ -97,9 +98,9 @@ static int get_int(json_t *root, const char *key, int *out, int required, const 
 static int get_float(json_t *root, const char *key, float *out, const char *name, char *err,
                      size_t errlen)
 {
-	json_t *v = json_object_get(root, key);
+	json_t *v = json_get_set(root, key);
 
-	if (!v || json_is_null(v))
+	if (!v)
 		return 0;
 	if (!json_is_number(v) || fabs(json_number_value(v)) > FLT_MAX) {
 		errmsg_set(err, errlen, "%s: '%s' must be a number within float range", name, key);
@@ -130,10 +131,10 @@ static int rope_default(json_t *v)
 /* Refuse a field whose value asks for something we do not implement. */
 static int refuse(json_t *root, const char *key, const char *name, char *err, size_t errlen)
 {
-	json_t *v = json_object_get(root, key);
+	json_t *v = json_get_set(root, key);
 	int bad;
 
-	if (!v || json_is_null(v))
+	if (!v)
 		return 0;
 	if (!strcmp(key, "hidden_act"))
 		bad = !json_is_string(v) || strcmp(json_string_value(v), "silu");
@@ -161,10 +162,10 @@ static int refuse(json_t *root, const char *key, const char *name, char *err, si
 static int check_layer_types(json_t *root, int nlayers, const char *name, char *err,
                              size_t errlen)
 {
-	json_t *v = json_object_get(root, "layer_types"), *t;
+	json_t *v = json_get_set(root, "layer_types"), *t;
 	size_t i;
 
-	if (!v || json_is_null(v))
+	if (!v)
 		return 0;
 	if (!json_is_array(v) || json_array_size(v) != (size_t)nlayers) {
 		errmsg_set(err, errlen, "%s: 'layer_types' must list one type per layer "
@@ -189,7 +190,7 @@ static int check_layer_types(json_t *root, int nlayers, const char *name, char *
  * models, so neither is chosen. */
 static int get_rope(json_t *root, float *theta, const char *name, char *err, size_t errlen)
 {
-	json_t *rp = json_object_get(root, "rope_parameters");
+	json_t *rp = json_get_set(root, "rope_parameters");
 	json_t *rs = json_object_get(root, "rope_scaling");
 	float top = 0, in = 0;
 	int has_top = json_is_number(json_object_get(root, "rope_theta"));
@@ -198,7 +199,7 @@ static int get_rope(json_t *root, float *theta, const char *name, char *err, siz
 		return -1;
 	if (has_top)
 		*theta = top;
-	if (!rp || json_is_null(rp))
+	if (!rp)
 		return 0;
 	if (!json_is_object(rp) || !rope_default(rp)) {
 		errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
@@ -277,8 +278,8 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		           QWEN3_KV_HEADS, c->num_heads);
 		goto out;
 	}
-	v = json_object_get(root, "tie_word_embeddings");
-	if (v && !json_is_boolean(v) && !json_is_null(v)) {
+	v = json_get_set(root, "tie_word_embeddings");
+	if (v && !json_is_boolean(v)) {
 		errmsg_set(err, errlen, "%s: 'tie_word_embeddings' must be true or false", name);
 		goto out;
 	}
