@@ -77,10 +77,10 @@ static int check_record(struct state *st, json_t *rec, const char *line, size_t 
 {
 	struct jsonl_writer *w = &st->w;
 	const char *from, *ref = json_get_str(rec, "ref");
-	json_t *ref_v = json_object_get(rec, "ref");
+	json_t *ref_v = json_get_set(rec, "ref");
 	/* a `ref` of another type than a string (a null one is absent) is the record's error, as
 	 * for `kernel`: checking without it would miss the rules that compare with it */
-	int ref_bad = ref_v && !json_is_null(ref_v) && !json_is_string(ref_v);
+	int ref_bad = ref_v && !json_is_string(ref_v);
 	char *kernel = ref_bad ? NULL : extract_record_kernel(rec, st->field, &from);
 	struct deceive_result res;
 	json_t *obj;

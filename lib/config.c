@@ -284,10 +284,10 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		goto out;
 	}
 	c->tie_word_embeddings = v && json_is_true(v);
-	v = json_object_get(root, "torch_dtype");
+	v = json_get_set(root, "torch_dtype");
 	if (!v)
-		v = json_object_get(root, "dtype");
-	if (v && !json_is_null(v) &&
+		v = json_get_set(root, "dtype");
+	if (v &&
 	    (!json_is_string(v) || config_dtype_parse(json_string_value(v), &c->dtype) < 0)) {
 		errmsg_set(err, errlen, "%s: torch_dtype '%s' not supported (bfloat16, float16, "
 		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");

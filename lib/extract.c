@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "extract.h"
+#include "jsonl.h"
 #include "util.h"
 
 static int is_space(char c)
@@ -77,8 +78,8 @@ char *extract_record_kernel(const json_t *rec, const char *field, const char **f
 			return extract_code(json_string_value(v), json_string_length(v));
 		return xstrndup(json_string_value(v), json_string_length(v));
 	}
-	v = json_object_get(rec, "kernel");
-	if (v && !json_is_null(v)) {
+	v = json_get_set(rec, "kernel");
+	if (v) {
 		if (from)
 			*from = "kernel";
 		return json_is_string(v) ? xstrndup(json_string_value(v), json_string_length(v))

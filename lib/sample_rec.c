@@ -146,15 +146,15 @@ static int field_types(const json_t *rec, char *err, size_t errlen)
 	const json_t *v;
 
 	for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
-		if ((v = json_object_get(rec, strs[i])) && !json_is_string(v) && !json_is_null(v)) {
+		if ((v = json_get_set(rec, strs[i])) && !json_is_string(v)) {
 			snprintf(err, errlen, "%s is not a string", strs[i]);
 			return -1;
 		}
-	if ((v = json_object_get(rec, "prompt_ids")) && !json_is_array(v) && !json_is_null(v)) {
+	if ((v = json_get_set(rec, "prompt_ids")) && !json_is_array(v)) {
 		snprintf(err, errlen, "prompt_ids is not an array of token ids");
 		return -1;
 	}
-	if ((v = json_object_get(rec, "messages")) && !json_is_array(v) && !json_is_null(v)) {
+	if ((v = json_get_set(rec, "messages")) && !json_is_array(v)) {
 		snprintf(err, errlen, "messages is not an array of {role, content}");
 		return -1;
 	}

@@ -656,17 +656,17 @@ static int load_json(struct tokenizer *tok, json_t *root, const char *path, char
 		return errf(err, errlen, path, "subword prefix/suffix is not supported");
 	im->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
 
-	json_t *norm = json_object_get(root, "normalizer");
-	if (norm && !json_is_null(norm)) {
+	json_t *norm = json_get_set(root, "normalizer");
+	if (norm) {
 		const char *nt = json_string_value(json_object_get(norm, "type"));
 		if (!nt || strcmp(nt, "NFC"))
 			return errf(err, errlen, path, "normalizer %s is not supported (only NFC)",
 				    nt ? nt : "?");
 		im->nfc = 1;
 	}
-	json_t *dec = json_object_get(root, "decoder");
+	json_t *dec = json_get_set(root, "decoder");
 	const char *dt = json_string_value(json_object_get(dec, "type"));
-	if (dec && !json_is_null(dec) && (!dt || strcmp(dt, "ByteLevel")))
+	if (dec && (!dt || strcmp(dt, "ByteLevel")))
 		return errf(err, errlen, path, "decoder %s is not supported (only ByteLevel)",
 			    dt ? dt : "?");
 

@@ -77,6 +77,8 @@ static void test_config(void)
 	      c.block_size == 8 && !strcmp(c.model_type, "qwen3"), "explicit fields, eos list");
 	CHECK(parse(&c, "{" BASE ",\"dtype\":\"float16\"}") == 0 && c.dtype == DICE_F16,
 	      "newer 'dtype' key");
+	CHECK(parse(&c, "{" BASE ",\"torch_dtype\":null,\"dtype\":\"float16\"}") == 0 &&
+	      c.dtype == DICE_F16, "a null torch_dtype is absent: 'dtype' is read");
 	CHECK(parse(&c, "{" BASE ",\"rope_parameters\":{\"rope_theta\":5000.0,"
 	            "\"rope_type\":\"default\"},\"pad_token_id\":null}") == 0 &&
 	      c.rope_theta == 5000.0f && c.pad_token_id == -1, "transformers 5 rope_parameters");
