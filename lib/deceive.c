@@ -466,8 +466,9 @@ static size_t cuda_string_at(const struct ctx *x, size_t at)
 }
 
 /* The source line of offset `at` of the CUDA text: its string literal's line, plus the
- * newlines before it in a triple-quoted literal. Lookups in increasing order reuse the last
- * count, so walking many kernels of one literal stays linear. */
+ * newlines before it in a triple-quoted literal, never past the literal's last line (a `\n`
+ * escape is a newline of the text but not of the source). Lookups in increasing order reuse
+ * the last count, so walking many kernels of one literal stays linear. */
 static int cuda_line(struct ctx *x, size_t at)
 {
 	const struct pysrc *p = &x->p;
@@ -484,7 +485,7 @@ static int cuda_line(struct ctx *x, size_t at)
 	}
 	for (; x->line_at < at; x->line_at++)
 		x->line_n += x->cuda.p[x->line_at] == '\n';
-	return x->line_n;
+	return x->line_n < p->str[best].end_line ? x->line_n : p->str[best].end_line;
 }
 
 static const char *c_ws(const char *p, const char *e)

@@ -170,6 +170,18 @@ static void test_api(void)
 	deceive_check(c, "", 0, NULL, 0, &res);
 	CHECK(res.deceptive && has_rule(&res, "no-cuda-kernel"), "empty source: no kernel");
 	deceive_result_free(&res);
+	/* `\n` escapes in a triple-quoted literal are newlines of the CUDA text, not of the
+	 * file: a finding's line stays inside the literal (it was past the file's end) */
+	static const char esc[] = "import torch\n"
+		"from torch.utils.cpp_extension import load_inline\n"
+		"src = \"\"\"\\n\\n\\n\\n\\n\\n\n__global__ void k(float *x) { }\n\"\"\"\n"
+		"ext = load_inline(name=\"e\", cpp_sources=\"\", cuda_sources=src, functions=[\"f\"])\n";
+	deceive_check(c, esc, sizeof esc - 1, NULL, 0, &res);
+	ok = has_rule(&res, "no-cuda-kernel");
+	for (size_t i = 0; i < res.n; i++)
+		ok &= res.findings[i].line >= 1 && res.findings[i].line <= 6;
+	CHECK(ok, "escaped newlines: every finding on a line of the file");
+	deceive_result_free(&res);
 	free(src);
 	deceive_checker_free(c);
 }
