@@ -65,7 +65,7 @@ done
 echo "\$ echo '{\"prompt\": \"relu\"}' | dice-sample -m ckpt --device cpu --preset eval   # and the others"
 sed 's/, "response".*/}/' sft.jsonl | dice-sample -m "$tmp/ckpt" --device cpu --preset eval \
 	--max-tokens 40 2>/dev/null |
-	sed 's/^{"prompt":\("[^"]*"\).*"completion":\("[^"]*"\).*"forwards":\([0-9]*\).*/  \1 -> \2  (\3 forwards)/'
+	sed 's/^{"prompt": *\("[^"]*"\).*"completion":\("[^"]*"\).*"forwards":\([0-9]*\).*/  \1 -> \2  (\3 forwards)/'
 
 echo
 echo "== the loop closed: problem -> dice-sample -> deceive-check -> kbench-eval -> report"
