@@ -378,8 +378,11 @@ int main(int argc, char **argv)
 	}
 	if (!model_dir && !resume)
 		model_dir = util_env("DICE_MODEL", NULL);
-	if (!out || (!model_dir && !resume))
-		usage(EXIT_STATUS_USAGE);
+	if (!out)
+		die_status(EXIT_STATUS_USAGE, "-o OUT_DIR is required (where the checkpoints and "
+		           "rl_state.json go)");
+	if (!model_dir && !resume)
+		die_status(EXIT_STATUS_USAGE, "-m MODEL_DIR (or DICE_MODEL) is required, or --resume");
 	/* -o is written at the end: one that cannot be is said now, not after the training */
 	if (checkpoint_dir_writable(out, err, sizeof err) < 0)
 		die("%s", err);

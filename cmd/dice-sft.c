@@ -287,7 +287,7 @@ int main(int argc, char **argv)
 			           argv[optind]);
 	}
 	if (!out && !(dump && model_dir))
-		usage(EXIT_STATUS_USAGE);
+		die_status(EXIT_STATUS_USAGE, "-o OUT_DIR is required (where the checkpoint goes)");
 	/* -o is written at the end: one that cannot be is said now, not after the training */
 	if (!dump && checkpoint_dir_writable(out, err, sizeof err) < 0)
 		die("%s", err);
