@@ -1506,6 +1506,11 @@ static const char *resolve(struct kbench_engine *e, struct entry *en)
 		if (!(p = kbench_tree_find_num(e->cfg.tree, level, (int)num)))
 			return e->cfg.tree ? "unknown problem" : "no `ref` and no --kernelbench tree";
 	} else if (!ref) {
+		/* a field there but of the wrong type is named, not taken for a missing one */
+		if (json_get_set(rec, "ref"))
+			return "`ref` is not a string";
+		if (json_get_set(rec, "problem"))
+			return "`problem` is not a string or a number";
 		return "no `problem` and no `ref`";
 	}
 	if (p) {
