@@ -247,16 +247,29 @@ long cli_long(const char *opt, const char *s, long min, long max)
 	return v;
 }
 
+/* x as %g spells it, or with the fewer digits past %g's 6 that read back as x: a bound
+ * said rounded (0.999999999 as 1) would seem to hold values that are refused */
+static const char *bound_str(char *b, size_t n, double x)
+{
+	for (int p = 6; p <= 17; p++) {
+		snprintf(b, n, "%.*g", p, x);
+		if (strtod(b, NULL) == x)
+			break;
+	}
+	return b;
+}
+
 double cli_double(const char *opt, const char *s, double min, double max)
 {
 	double v;
+	char lo[32], hi[32];
 
 	if (parse_double(s, min, max, &v) < 0) {
 		if (max >= 1e300)
 			die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a finite number of at least "
-			           "%g)", opt, s, min);     /* inf, 1e400: numbers too, but no value */
-		die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number from %g to %g)", opt, s,
-		           min, max);
+			           "%s)", opt, s, bound_str(lo, sizeof lo, min));  /* inf, 1e400: no value */
+		die_status(EXIT_STATUS_USAGE, "bad %s '%s' (want a number from %s to %s)", opt, s,
+		           bound_str(lo, sizeof lo, min), bound_str(hi, sizeof hi, max));
 	}
 	return v;
 }
