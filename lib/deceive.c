@@ -495,6 +495,13 @@ static const char *c_ws(const char *p, const char *e)
 	return p;
 }
 
+static const char *c_trim_end(const char *s, const char *e)
+{
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r' || e[-1] == '\\'))
+		e--;
+	return e;
+}
+
 /* p at '(' or '{': its matching closer, or e */
 static const char *c_close(const char *p, const char *e)
 {
@@ -1278,6 +1285,53 @@ static int c_definition(const struct ctx *x, const char *name, const char **a, c
 	return 0;
 }
 
+/* After a name at q: a lambda stored in it, `= [captures](params) specifiers { body }`? 1 with
+ * *a, *b its parameter list's parens (both NULL when it has none), *body, *end its braces */
+static int c_lambda_after(const char *q, const char *e, const char **a, const char **b,
+                          const char **body, const char **end)
+{
+	q = c_ws(q, e);
+	if (q >= e || *q != '=' || (q + 1 < e && q[1] == '='))
+		return 0;
+	q = c_ws(q + 1, e);
+	if (q >= e || *q != '[' || !(q = memchr(q, ']', (size_t)(e - q))))
+		return 0;
+	q = c_ws(q + 1, e);
+	*a = *b = NULL;
+	if (q < e && *q == '(') {
+		*a = q;
+		*b = c_close(q, e);
+		q = *b + (*b < e);
+	}
+	while (q < e && *q != '{' && *q != ';' && *q != '=' && *q != '(')
+		q++;            /* mutable, noexcept, -> type */
+	if (q >= e || *q != '{')
+		return 0;
+	*body = q;
+	*end = c_close(q, e);
+	return *end < e;
+}
+
+/* The definition of `name` in the CUDA text: a function's (c_definition), or a lambda stored
+ * in it (auto launch = [&](int n) {...}; *a and *b NULL when it has no parameter list) */
+static int c_callable(const struct ctx *x, const char *name, const char **a, const char **b,
+                      const char **body, const char **end)
+{
+	const char *s = x->cuda.p, *e = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	if (c_definition(x, name, a, b, body, end))
+		return 1;
+	while ((q = memmem(q, (size_t)(e - q), name, n)) != NULL) {
+		const char *p = q;
+		q += n;
+		if (!((p > s && is_cident(p[-1])) || (q < e && is_cident(*q))) &&
+		    c_lambda_after(q, e, a, b, body, end))
+			return 1;
+	}
+	return 0;
+}
+
 /* The items of a list (a, b) -> [a+1, b) cut at the commas outside brackets (and outside
  * template arguments, name<...>): up to max of them into st/en; returns the count */
 static int c_items(const char *a, const char *b, const char **st, const char **en, int max)
@@ -1424,7 +1478,90 @@ struct writes {
 	const char *ret;        /* just after the last `return` of the body's level, or NULL */
 };
 
+static int calls_launcher(struct ctx *x, const char *w, const char *p, const struct kernel **k,
+                          int depth);
+static void body_writes_in(struct ctx *x, const char *body, const char *end, struct writes *o,
+                           int depth, int *budget);
+
+static void writes_add(struct writes *o, const char *v, size_t n)
+{
+	if (o->count < 16) {
+		o->v[o->count] = v;
+		o->n[o->count++] = n;
+	}
+}
+
+/* The name a parameter declaration [s, e) declares (`const torch::Tensor& out = {}`: out):
+ * its end, and its start in *ns; NULL when it declares none */
+static const char *c_param_name(const char *s, const char *e, const char **ns)
+{
+	const char *eq = memchr(s, '=', (size_t)(e - s));
+	const char *ne = c_trim_end(s, eq ? eq : e);
+
+	for (*ns = ne; *ns > s && is_cident((*ns)[-1]); (*ns)--)
+		;
+	return *ns < ne ? ne : NULL;
+}
+
+/* The call [w, p)(...) of a function (or a lambda) of the CUDA text that launches a kernel,
+ * its '(' at open, in the body [body, end]: what that launch writes, as the caller names it
+ * (the arguments passed for the parameters it writes, the name the call's result is stored
+ * in, and what it writes that is no parameter: a capture, a global), into o; every argument
+ * when what it writes is not known */
+static void call_writes(struct ctx *x, const char *body, const char *w, const char *p,
+                        const char *open, const char *end, struct writes *o, int depth, int *budget)
+{
+	const char *a, *b, *fb, *fe, *st[32], *en[32], *pst[32], *pen[32], *v, *t;
+	const struct kernel *k;
+	struct writes h;
+	size_t vn;
+
+	char *name = xstrndup(w, (size_t)(p - w));
+	int hit = depth < 16 && (*budget)-- > 0 && calls_launcher(x, w, p, &k, 0) &&
+	          c_callable(x, name, &a, &b, &fb, &fe);
+	free(name);
+	if (!hit)
+		return;
+	body_writes_in(x, fb, fe, &h, depth + 1, budget);
+	o->launches++;
+	o->kname = k->name;
+	int n = c_items(open, c_close(open, end), st, en, 32), np = a ? c_items(a, b, pst, pen, 32) : 0;
+	/* y = launch(x): y */
+	for (t = w; t > body && strchr(" \t\r\n", t[-1]); t--)
+		;
+	if (t - body > 1 && t[-1] == '=' && !strchr("=!<>+-*/%&|^", t[-2])) {
+		const char *te = c_trim_end(body, t - 1), *ts = te;
+		while (ts > body && is_cident(ts[-1]))
+			ts--;
+		if (ts < te)
+			writes_add(o, ts, (size_t)(te - ts));
+	}
+	if (!h.count)
+		for (int i = 0; i < n; i++)
+			if (c_arg_var(st[i], en[i], &v, &vn) == 0)
+				writes_add(o, v, vn);
+	for (int i = 0; i < h.count; i++) {
+		int j = 0;
+		for (const char *ns, *ne; j < np; j++)
+			if ((ne = c_param_name(pst[j], pen[j], &ns)) && (size_t)(ne - ns) == h.n[i] &&
+			    !memcmp(ns, h.v[i], h.n[i]))
+				break;
+		if (j == np)
+			writes_add(o, h.v[i], h.n[i]);
+		else if (j < n && c_arg_var(st[j], en[j], &v, &vn) == 0)
+			writes_add(o, v, vn);
+	}
+}
+
 static void body_writes(struct ctx *x, const char *body, const char *end, struct writes *o)
+{
+	int budget = 64;
+
+	body_writes_in(x, body, end, o, 0, &budget);
+}
+
+static void body_writes_in(struct ctx *x, const char *body, const char *end, struct writes *o,
+                           int depth, int *budget)
 {
 	int d = 0;
 
@@ -1442,8 +1579,10 @@ static void body_writes(struct ctx *x, const char *body, const char *end, struct
 		if (d == 1 && p - w == 6 && !memcmp(w, "return", 6))
 			o->ret = p;
 		const struct kernel *k = kernel_named(x, w, (size_t)(p - w));
-		const char *q, *next;
-		if (!k || !(q = c_launch(p, end, &next)) || !(q = memmem(q, (size_t)(end - q), ">>>", 3))) {
+		const char *next, *q = c_launch(p, end, &next);
+		if (!k && !q && next < end && *next == '(')
+			call_writes(x, body, w, p, next, end, o, depth, budget);
+		if (!k || !q || !(q = memmem(q, (size_t)(end - q), ">>>", 3))) {
 			p--;
 			continue;
 		}
@@ -1502,13 +1641,6 @@ static int tv_not(int v)
 static int tv_and(int a, int b)
 {
 	return a == TV_FALSE || b == TV_FALSE ? TV_FALSE : a == TV_TRUE && b == TV_TRUE ? TV_TRUE : TV_UNKNOWN;
-}
-
-static const char *c_trim_end(const char *s, const char *e)
-{
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r' || e[-1] == '\\'))
-		e--;
-	return e;
 }
 
 /* Is [s, e) the word w? */
@@ -1953,11 +2085,8 @@ static void env_cpp_inputs(struct ctx *x, struct cond_env *env, const char *name
 			for (int k = 0; k < x->shapes.n; k++) {
 				if (x->shapes.ndim[k] < 0 || !tok_is(p, s0, x->shapes.name[k]))
 					continue;
-				const char *eq = memchr(st[j], '=', (size_t)(en[j] - st[j]));
-				const char *ne = c_trim_end(st[j], eq ? eq : en[j]), *ns = ne;
-				while (ns > st[j] && is_cident(ns[-1]))
-					ns--;
-				if (ns < ne) {
+				const char *ns, *ne = c_param_name(st[j], en[j], &ns);
+				if (ne) {
 					env->pname[env->np] = ns;
 					env->plen[env->np] = (size_t)(ne - ns);
 					env->pidx[env->np++] = k;
@@ -2036,7 +2165,7 @@ static int calls_launcher(struct ctx *x, const char *w, const char *p, const str
 		char *name = xstrndup(w, (size_t)(p - w));
 		*v = -2;
 		int hit = depth < 16 && !in_list(name, c_keywords) &&
-		          c_definition(x, name, &a, &b, &body, &fend) &&
+		          c_callable(x, name, &a, &b, &body, &fend) &&
 		          first_launch(x, body, fend, k, depth + 1);
 		free(name);
 		/* the map may have grown meanwhile */
@@ -2059,6 +2188,11 @@ static const char *first_launch(struct ctx *x, const char *body, const char *end
 		const char *w = p, *next;
 		while (p < end && is_cident(*p))
 			p++;
+		const char *la, *lb, *lbody, *lend;
+		if (c_lambda_after(p, end, &la, &lb, &lbody, &lend)) {
+			p = lend;       /* a lambda stored in a name launches where it is called */
+			continue;
+		}
 		const struct kernel *kn = kernel_named(x, w, (size_t)(p - w));
 		int launch = c_launch(p, end, &next) != NULL;
 		if (kn && launch) {
