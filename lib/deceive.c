@@ -123,6 +123,8 @@ struct shapes {
 	char name[MAX_INPUTS][64];
 	int ndim[MAX_INPUTS];           /* -1: no tensor of a known shape */
 	long dim[MAX_INPUTS][MAX_DIMS];
+	int dtype[MAX_INPUTS];          /* index in dtypes[], -1 not known */
+	int contiguous[MAX_INPUTS];     /* 1: known contiguous */
 };
 
 struct ctx {
@@ -158,6 +160,7 @@ struct ctx {
 	int dead_kernel_line;           /* the return that cuts off forward's kernel call, or 0 */
 	struct shapes shapes;           /* known once shapes_done */
 	int shapes_done;
+	int ref_default_dtype;          /* the reference sets torch's default dtype */
 	unsigned char *calls_kernel;    /* per block: calls the extension (directly or not) */
 	struct smap launchers;          /* C function name -> 1 + the kernel it launches (itself
 	                                 * or through a call), 0 none, -2 being looked at */
@@ -1736,6 +1739,50 @@ static int cmp_find(const char *s, const char *e, const char **at)
 	return -1;
 }
 
+/* Tensor dtypes by their Python names (torch.float32, torch.half) and their C++ ones
+ * (at::kFloat, torch::kFloat32, c10::ScalarType::Float) */
+static const struct {
+	const char *py[2], *cpp[3];
+} dtypes[] = {
+	{ { "float32", "float" }, { "kFloat", "kFloat32", "Float" } },
+	{ { "float16", "half" }, { "kHalf", "kFloat16", "Half" } },
+	{ { "bfloat16", NULL }, { "kBFloat16", "BFloat16", NULL } },
+	{ { "float64", "double" }, { "kDouble", "kFloat64", "Double" } },
+	{ { "int64", "long" }, { "kLong", "kInt64", "Long" } },
+	{ { "int32", "int" }, { "kInt", "kInt32", "Int" } },
+	{ { "int16", "short" }, { "kShort", "kInt16", "Short" } },
+	{ { "int8", NULL }, { "kChar", "kInt8", "Char" } },
+	{ { "uint8", NULL }, { "kByte", "kUInt8", "Byte" } },
+	{ { "bool", NULL }, { "kBool", "Bool", NULL } },
+};
+enum { DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16, DTYPE_FLOAT64, DTYPE_INT64, DTYPE_INT32,
+       NDTYPES = sizeof dtypes / sizeof dtypes[0] };
+
+/* The dtype [s, e) names: torch.float16 (Python), at::kHalf, torch::kFloat32,
+ * c10::ScalarType::Float, a bare kFloat (C++); its index in dtypes[], else -1 */
+static int dtype_named(const char *s, const char *e)
+{
+	const char *w;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	for (w = e; w > s && is_cident(w[-1]); w--)
+		;
+	int py = w - s == 6 && !memcmp(s, "torch.", 6);
+	if (w == e || (!py && w > s && !c_ends(s, w, "::")) || (w == s && *w != 'k'))
+		return -1;
+	for (const char *p = s; !py && p < w; p++)
+		if (!is_cident(*p) && *p != ':')
+			return -1;
+	for (int i = 0; i < NDTYPES; i++)
+		for (int j = 0; j < 3; j++) {
+			const char *n = py ? (j < 2 ? dtypes[i].py[j] : NULL) : dtypes[i].cpp[j];
+			if (n && c_word_is(w, e, n))
+				return i;
+		}
+	return -1;
+}
+
 /* The input of a known shape that [s, e) names, or -1 */
 static int shape_of(const struct cond_env *env, const char *s, const char *e)
 {
@@ -1835,6 +1882,21 @@ static int size_cmp(int k, long c, long exact)
 	}
 }
 
+/* The dtype of the input [s, e) asks for, x.scalar_type(), x.dtype(), x.dtype (Python): its
+ * index in dtypes[] when the input's is known, else -1 */
+static int dtype_of(const struct cond_env *env, const char *s, const char *e)
+{
+	static const char *const ends_[] = { ".scalar_type()", ".dtype()", ".dtype", NULL };
+	int in;
+
+	s = c_ws(s, e);
+	e = c_trim_end(s, e);
+	for (int k = 0; ends_[k]; k++)
+		if (c_ends(s, e, ends_[k]) && (in = shape_of(env, s, e - strlen(ends_[k]))) >= 0)
+			return env->x->shapes.dtype[in];
+	return -1;
+}
+
 static int cond_atom(const struct cond_env *env, const char *s, const char *e, int depth)
 {
 	static const int flip[6] = { 1, 0, 2, 3, 5, 4 };
@@ -1851,12 +1913,18 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 		return c ? TV_TRUE : TV_FALSE;
 	if ((k = cmp_find(s, e, &op)) >= 0) {
 		const char *r = op + strlen(cmp_ops[k]);
+		int dt, t;
 		if (c_int(r, e, &c) && size_expr(env, s, op, depth, &exact))
 			return size_cmp(k, c, exact);
 		if (c_int(s, op, &c) && size_expr(env, r, e, depth, &exact))
 			return size_cmp(flip[k], c, exact);
+		if ((k == 2 || k == 3) && (((dt = dtype_named(r, e)) >= 0 && (t = dtype_of(env, s, op)) >= 0) ||
+		                           ((dt = dtype_named(s, op)) >= 0 && (t = dtype_of(env, r, e)) >= 0)))
+			return (t == dt) == (k == 2) ? TV_TRUE : TV_FALSE;
 		return TV_UNKNOWN;
 	}
+	if (c_ends(s, e, ".is_contiguous()") && (k = shape_of(env, s, e - strlen(".is_contiguous()"))) >= 0)
+		return env->x->shapes.contiguous[k] ? TV_TRUE : TV_UNKNOWN;
 	if (size_expr(env, s, e, depth, &exact))
 		return exact == 0 ? TV_FALSE : TV_TRUE;         /* a size as a truth value */
 	if (c_ends(s, e, ".is_cuda") || c_ends(s, e, ".is_cuda()") || c_ends(s, e, ".defined()"))
@@ -1968,14 +2036,84 @@ static int ref_items(const struct pysrc *r, int a, int b, int *st, int *en, int 
 	return -1;
 }
 
+/* The dtype the reference's tokens [a, b) name (torch.float16, torch.half), else -1 */
+static int ref_dtype(const struct pysrc *r, int a, int b)
+{
+	if (b - a != 3 || !tok_is(r, a, "torch") || !tok_is(r, a + 1, "."))
+		return -1;
+	return dtype_named(r->src + r->tok[a].start, r->src + r->tok[b - 1].end);
+}
+
+/* What the tokens [k, b) after a maker's call do to its tensor: a chain of .cuda(), .to(...),
+ * .half(), .contiguous() and such (*dtype, *contiguous changed, as the reference's own
+ * conversions change them), and scalar arithmetic (* 2 - 1); 0, or -1 for anything else
+ * (.t(), a subscript, .view(...)): the shape is not known then */
+static int ref_chain(const struct pysrc *r, int k, int b, int *dtype, int *contiguous)
+{
+	static const char *const keep[] = { "cuda", "cpu", "detach", "clone", "requires_grad_",
+		"contiguous", "to", NULL };
+	static const char *const casts[] = { "float", "half", "bfloat16", "double", "long", "int",
+		NULL };
+	static const int cast_dtype[] = { DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16,
+		DTYPE_FLOAT64, DTYPE_INT64, DTYPE_INT32 };
+
+	while (k < b) {
+		if ((tok_is(r, k, "*") || tok_is(r, k, "+") || tok_is(r, k, "-") || tok_is(r, k, "/")) &&
+		    k + 1 < b && (r->tok[k + 1].kind == PYSRC_TOK_NUMBER || r->tok[k + 1].kind == PYSRC_TOK_NAME)) {
+			k += 2;
+			continue;
+		}
+		if (!tok_is(r, k, ".") || k + 2 >= b || r->tok[k + 1].kind != PYSRC_TOK_NAME ||
+		    !tok_is(r, k + 2, "("))
+			return -1;
+		char *m = xstrndup(r->src + r->tok[k + 1].start, r->tok[k + 1].end - r->tok[k + 1].start);
+		int c = -1, d = 0, open = k + 2, close = open;
+		for (int i = 0; casts[i]; i++)
+			if (!strcmp(m, casts[i]))
+				c = i;
+		int known = in_list(m, (const char **)keep) || c >= 0, to = !strcmp(m, "to");
+		if (!strcmp(m, "contiguous"))
+			*contiguous = 1;
+		free(m);
+		if (!known)
+			return -1;
+		for (; close < b; close++)
+			if ((d += tok_is(r, close, "(") - tok_is(r, close, ")")) == 0)
+				break;
+		if (close >= b)
+			return -1;
+		if (c >= 0)
+			*dtype = cast_dtype[c];
+		/* .to(torch.float16), .to("cuda"), .to(device=dev, dtype=torch.half) */
+		for (int i = open + 1, from = i; to && i <= close; i++) {
+			if (i < close && !tok_is(r, i, ","))
+				continue;
+			int v = from + 2 < i && tok_is(r, from + 1, "=") ? from + 2 : from, t;
+			if ((t = ref_dtype(r, v, i)) >= 0)
+				*dtype = t;
+			else if (!(i - v == 1 && (r->tok[v].kind == PYSRC_TOK_STRING ||
+			                          (r->tok[v].kind == PYSRC_TOK_NAME &&
+			                           memmem(r->src + r->tok[v].start, r->tok[v].end - r->tok[v].start, "dev", 3)))))
+				*dtype = -1;    /* .to(other): another tensor's dtype */
+			from = i + 1;
+		}
+		k = close + 1;
+	}
+	return 0;
+}
+
 /* The shape of the input the tokens [a, b) of get_inputs (block g) make:
- * torch.randn(16, dim), torch.rand((m, n)), torch.randint(0, 9, (m,)), through a local of g */
-static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim)
+ * torch.randn(16, dim), torch.rand((m, n)), torch.randint(0, 9, (m,)), through a local of g;
+ * its dtype and whether it is contiguous into *dtype, *contiguous */
+static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim, int *dtype, int *contiguous)
 {
 	const struct pysrc *r = &x->r;
 	static const char *const makers[] = { "randn", "rand", "zeros", "ones", "empty", "full",
 		"randint", NULL };
 	int st[MAX_DIMS], en[MAX_DIMS], n = 0, s0, s1;
+
+	*dtype = -1;
+	*contiguous = 0;
 
 	if (b - a == 1 && r->tok[a].kind == PYSRC_TOK_NAME)
 		for (size_t i = 0; i < r->nassign; i++)
@@ -2007,6 +2145,16 @@ static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim)
 		for (int k = 0; k < n; k++)
 			if (ref_int(x, st[k], en[k], &dim[k], 0) < 0)
 				return -1;
+		/* torch's default dtype, unless the reference sets another */
+		*dtype = randint ? DTYPE_INT64 : x->ref_default_dtype ? -1 : DTYPE_FLOAT32;
+		*contiguous = 1;
+		if (pysrc_call_arg(r, c, "dtype", -1, &s0, &s1) == 0)
+			*dtype = ref_dtype(r, s0, s1);
+		if (ref_chain(r, c->tok_close + 1, b, dtype, contiguous) < 0) {
+			*dtype = -1;
+			*contiguous = 0;
+			return -1;
+		}
 		return n;
 	}
 	return -1;
@@ -2023,6 +2171,10 @@ static void ref_shapes(struct ctx *x)
 	if (x->shapes_done)
 		return;
 	x->shapes_done = 1;
+	for (size_t i = 0; x->has_ref && i < r->ncall; i++)
+		if (!strcmp(last_part(r->call[i].callee), "set_default_dtype") ||
+		    !strcmp(last_part(r->call[i].callee), "set_default_tensor_type"))
+			x->ref_default_dtype = 1;
 	if (!x->has_ref || x->forward < 0 ||
 	    (g = pysrc_find_block(r, "get_inputs", PYSRC_DEF, -1)) < 0)
 		return;
@@ -2045,7 +2197,7 @@ static void ref_shapes(struct ctx *x)
 		if (i > 0 || len != 4 || memcmp(ps, "self", 4)) {
 			int k = sh->n++;
 			snprintf(sh->name[k], sizeof sh->name[k], "%.*s", (int)(len < 63 ? len : 63), ps);
-			sh->ndim[k] = ref_shape(x, g, st[k], en[k], sh->dim[k]);
+			sh->ndim[k] = ref_shape(x, g, st[k], en[k], sh->dim[k], &sh->dtype[k], &sh->contiguous[k]);
 		}
 		for (; *ps && !(*ps == ',' && d == 0); ps++)
 			d += (*ps == '(' || *ps == '[') - (*ps == ')' || *ps == ']');
