@@ -171,6 +171,9 @@ static size_t skip_nested_string(struct scanner *sc, size_t i)
 	i += triple ? 3 : 1;
 	while (i < sc->n) {
 		if (s[i] == '\\') {
+			/* a backslash as the source's last byte escapes nothing */
+			if (i + 1 < sc->n && s[i + 1] == '\n')
+				sc->line++, sc->line_start = i + 2;
 			i += 2;
 			continue;
 		}
@@ -182,7 +185,7 @@ static size_t skip_nested_string(struct scanner *sc, size_t i)
 			return i;
 		i++;
 	}
-	return i;
+	return i < sc->n ? i : sc->n;
 }
 
 /* An f-string replacement field starting at s[i] == '{'; copies it verbatim to text and

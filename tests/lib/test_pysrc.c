@@ -205,6 +205,17 @@ static void test_misc(void)
 	pysrc_scan(&p, "def f(:\n  ((( '''\n", 18);
 	CHECK(p.nblock == 1, "broken source still scans");
 	pysrc_free(&p);
+
+	/* a string in an f-string field: a backslash as the source's last byte is not read past
+	 * (the field took one byte after the source); a backslash-newline is a line */
+	pysrc_scan(&p, "x = f\"{'\\", 9);
+	CHECK(p.nstr == 1 && p.str[0].len == 3 && !memcmp(p.str[0].text, "{'\\", 3),
+	      "f-string field ending in a backslash at the end of the source");
+	pysrc_free(&p);
+	s = "x = f\"\"\"{'a\\\nb'}\"\"\"\ny = 1\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.ntok > 3 && p.tok[p.ntok - 3].line == 3, "backslash-newline in an f-string field");
+	pysrc_free(&p);
 }
 
 int main(void)
