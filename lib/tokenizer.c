@@ -562,7 +562,8 @@ static char *pattern_unicode(const char *re, int extended, const char **why)
 			p++;
 		} else if (p[0] == '\\' && (p[1] == 'p' || p[1] == 'P')) {
 			const char *name = p + 2, *end = p + 3;   /* \pL: one letter */
-			if (*name == '{')
+			int braced = *name == '{';                  /* \p{L}: *end its '}' */
+			if (braced)
 				end = strchr(++name, '}');
 			if (!*name || !end) {   /* a bad escape: PCRE2 reports it */
 				buf_adds(&b, p);
@@ -581,11 +582,11 @@ static char *pattern_unicode(const char *re, int extended, const char **why)
 				return NULL;
 			}
 			if (!extended)
-				buf_add(&b, p, (size_t)(end + (*end == '}') - p));
+				buf_add(&b, p, (size_t)(end + braced - p));
 			else
 				buf_addf(&b, in_class ? "\\p{%c}%s" : p[1] == 'P' ? "[^\\p{%c}%s]" :
 					 "[\\p{%c}%s]", *name, extra);
-			p = *end == '}' ? end : end - 1;
+			p = end + braced - 1;   /* a '}' after \pL is the pattern's own */
 		} else if (p[0] == '\\' && p[1] && (strchr("wWdDX", p[1]) ||
 						    (!in_class && (p[1] == 'b' || p[1] == 'B')))) {
 			*why = "the regex uses \\w, \\d, \\b or \\X (not supported: their Unicode "

@@ -88,22 +88,34 @@ static void check_error(const char *dir, const char *name, const char *json, con
 	free(p);
 }
 
-/* A tokenizer.json with the 256 byte-level tokens, no merges, and a Split pre-tokenizer with
- * the regex re (JSON-escaped). */
-static char *bytelevel_json(const char *re)
+/* A tokenizer.json with the 256 byte-level tokens (id: the byte), the merges (JSON strings,
+ * "" for none) and their tokens (ids from 256 on, JSON members), and a Split pre-tokenizer
+ * with the regex re (JSON-escaped). */
+static char *bytelevel_merges_json(const char *re, const char *merges, const char *tokens)
 {
 	struct buf b;
 	buf_init(&b);
-	buf_adds(&b, "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+	buf_addf(&b, "{\"model\": {\"type\": \"BPE\", \"merges\": [%s], \"vocab\": {", merges);
 	for (int c = 0, n = 0; c < 256; c++) {
 		int self = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
 		buf_addf(&b, "%s\"\\u%04x\": %d", c ? ", " : "", self ? c : 256 + n++, c);
 	}
+	if (*tokens)
+		buf_addf(&b, ", %s", tokens);
 	buf_addf(&b, "}}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
 		     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"Isolated\"},"
 		     " {\"type\": \"ByteLevel\", \"use_regex\": false}]}}", re);
 	return b.p;
 }
+
+/* The same with no merges */
+static char *bytelevel_json(const char *re)
+{
+	return bytelevel_merges_json(re, "", "");
+}
+
+static void check_ids(struct tokenizer *tok, const char *s, const int *want, size_t nwant,
+		      const char *what);
 
 /* The regex may use \p{L}, \p{N} and \s, which follow the reference's Unicode version here;
  * other Unicode-dependent escapes would not, and are refused. */
@@ -123,6 +135,28 @@ static void test_pattern_check(const char *dir)
 		else
 			tokenizer_free(&t);
 		free(what);
+		free(p);
+		free(json);
+	}
+	/* \pL (one letter, no braces) followed by a '}' of the pattern: the '}' is kept in the
+	 * regex that has unicode_tables.h's letters too (it was taken for the escape's closing
+	 * brace there, so "\pL}" matched a letter alone in text holding such a letter). The merge
+	 * of U+31350's last byte (0x90, byte-level U+0132) with '}' shows the piece: one with
+	 * \pL} the pattern's, two without the '}' */
+	{
+		char *json = bytelevel_merges_json("\\\\pL}", "\"\\u0132 }\"",
+						   "\"\\u0132}\": 256");
+		char *p = xasprintf("%s/re-brace.json", dir), err[512] = "";
+		struct tokenizer t;
+		write_file(p, json, strlen(json));
+		if (!CHECK(tokenizer_load(&t, p, err, sizeof err) == 0, "load takes the regex \\pL}")) {
+			printf("#   %s\n", err);
+		} else {
+			static const int want[] = { 0xF0, 0xB1, 0x8D, 256 };
+			check_ids(&t, "\xf0\xb1\x8d\x90}", want, ARRAY_LEN(want),
+				  "\\pL} keeps its '}' for a letter of Unicode 15.0 (U+31350 then '}')");
+			tokenizer_free(&t);
+		}
 		free(p);
 		free(json);
 	}
