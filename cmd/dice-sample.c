@@ -216,6 +216,9 @@ static void write_job(struct state *st, struct job *j, struct sampler_result *r)
 		if (j->bad_line) {
 			st->ret = 1;            /* reported as it was read */
 		} else if (!r) {
+			/* no sample: no completion or kernel either, never the input's */
+			sample_rec_text_fields(NULL, f);
+			nf = 2;
 			f[nf++] = (struct jsonl_field){ "sample", json_pack("{s:s}", "error", j->err) };
 			st->ret = 1;            /* reported as it was queued */
 		} else {

@@ -72,7 +72,8 @@ char *sample_rec_text(const struct sample_rec *s, const int *ids, int n, int mas
 
 /* The fields a sample sets on its record (lib/jsonl.h, jsonl_write_fields): f[0] completion,
  * text, and f[1] kernel, the first code block of text (lib/extract.h), each with no value
- * (removed) where there is none (text NULL: no tokenizer): a sampled record carries this
+ * (removed) where there is none (text NULL: no tokenizer, or no sample: a record's
+ * sample.error): a sampled record, or one that could not be sampled, carries this
  * sample's, never a completion or kernel it came with, which kbench-eval (kernel before
  * completion) would evaluate as the model's. The values are new references. */
 void sample_rec_text_fields(const char *text, struct jsonl_field f[2]);
