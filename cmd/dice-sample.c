@@ -623,7 +623,8 @@ static void front_dry(struct front_state *f, json_t *rec, const char *line, size
 		json_t *a = json_array();
 		for (int i = 0; i < n; i++)
 			json_array_append_new(a, json_integer(ids[i]));
-		if (text && !json_object_get(rec, "prompt"))   /* a given prompt stays as it was */
+		/* a given prompt stays as it was; a null one is none (json_get_set) */
+		if (text && !json_get_set(rec, "prompt"))
 			fl[nf++] = (struct jsonl_field){ "prompt", json_string(text) };
 		fl[nf++] = (struct jsonl_field){ "prompt_ids", a };
 		free(text);
