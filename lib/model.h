@@ -25,7 +25,7 @@ struct model_config {
 	int head_dim;                /* HD  (head_dim, default 128) */
 	int intermediate_size;       /* I */
 	int max_position_embeddings;
-	float rope_theta;            /* 1e6 */
+	float rope_theta;            /* default 10000 (Qwen3Config); Qwen3 and SDAR checkpoints 1e6 */
 	float rms_norm_eps;          /* 1e-6 */
 	int tie_word_embeddings;     /* SDAR: 0 (separate lm_head) */
 	int block_size;              /* config "block_size", default 4 */
