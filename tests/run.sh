@@ -74,6 +74,16 @@ if [ $gpu -eq 1 ]; then
 	exit
 fi
 
+# run.sh does not build: a binary older than the library or its source tests old code, so
+# say so (make check builds them first)
+for t in "$root"/bin/* "$root"/tests/bin/test_*; do
+	[ -x "$t" ] && [ -f "$root/lib/libdice.a" ] || continue
+	src="$root/tests/lib/$(basename "$t").c"
+	if [ "$t" -ot "$root/lib/libdice.a" ] || { [ -f "$src" ] && [ "$t" -ot "$src" ]; }; then
+		echo "run.sh: warning: ${t#$root/} is older than what it is built from: run make first" >&2
+	fi
+done
+
 for t in "$root"/tests/bin/test_*; do
 	[ -x "$t" ] || continue
 	case "$t" in *"$filter"*) ;; *) continue ;; esac
