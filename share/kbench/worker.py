@@ -19,6 +19,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 
@@ -280,23 +281,108 @@ def poison(torch, cuda, outs):
         del junk
 
 
+# CPU timing: how long a thread may go on after forward returned (one it started still
+# alive, one of the candidate's still running) before that is the candidate's verdict
+THREAD_BOUND_S = 2.0
+
+
+def tasks():
+    """{thread id: its state letter in /proc (b"R" running)} of this process ({} where /proc
+    cannot be read); a thread gone between the listing and the reading is left out."""
+    try:
+        names = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    out = {}
+    for t in names:
+        try:
+            fd = os.open("/proc/self/task/%s/stat" % t, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            st = os.read(fd, 512)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        i = st.rfind(b")")      # the name, in parentheses, may hold anything
+        if i > 0:
+            out[int(t)] = st[i + 2:i + 3]
+    return out
+
+
+def own_threads(torch):
+    """The worker's threads before any candidate's code runs, torch's intra-op pool among
+    them (started here by an element-wise op big enough to be split and a matrix product, for
+    BLAS's): threads that spin for a while after each op, which CPU timing neither waits
+    for nor counts."""
+    with torch.no_grad():
+        torch.ones(1 << 18).add_(1)
+        a = torch.ones(256, 256)
+        a @ a
+    return set(tasks())
+
+
 class Timer:
-    def __init__(self, torch, cuda, flush_l2):
+    def __init__(self, torch, cuda, flush_l2, own=()):
         self.torch = torch
         self.cuda = cuda
         self.flush = None
+        self.own = set(own)
         if cuda and flush_l2:
             # larger than any current L2 (H100: 50 MB, H200: 60 MB)
             self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def cpu_call(self, fn, inputs):
+        """CPU: one call of fn, timed (ms) until the work it left to threads is done too."""
+        before = tasks()
+        t0 = time.perf_counter()
+        fn(*inputs)
+        t1 = time.perf_counter()
+        return (self.settle(before, t1) - t0) * 1e3
+
+    def settle(self, before, t1):
+        """When the work a call that returned at t1 left behind was done: every thread the
+        call started has ended, and no other thread but torch's own (self.own) and the
+        caller is running (state R; a thread seen idle twice, a sleep apart, is taken as
+        idle: one woken by the call is running by the second look). t1 when there was no
+        such work: the look is not timed. A thread still there THREAD_BOUND_S after t1
+        raises Verdict."""
+        mine = self.own | {threading.get_native_id()}
+        idle = 0
+        end = t1
+        while True:
+            ts = tasks()
+            now = time.perf_counter()
+            if not set(ts) - mine:
+                return end      # only torch's threads and the caller: nothing to wait for
+            new = [t for t in ts if t not in mine and t not in before]
+            busy = [t for t in ts if t not in mine and ts[t] == b"R"]
+            if not new and not busy:
+                idle += 1
+                if idle == 2:
+                    return end
+            else:
+                idle = 0
+                end = now
+                if now - t1 > THREAD_BOUND_S:
+                    t = (new or busy)[0]
+                    raise Verdict("runtime_error", "timing: thread %d %s %g s after forward "
+                                  "returned" % (t, "that forward started is still alive"
+                                                if new else "of the candidate's is still running",
+                                                THREAD_BOUND_S))
+            time.sleep(1e-4)
 
     def measure(self, fn, inputs, warmup, trials):
         torch = self.torch
         times = []
         with torch.no_grad():
             for _ in range(warmup):
-                fn(*inputs)
                 if self.cuda:
+                    fn(*inputs)
                     torch.cuda.synchronize()
+                else:
+                    self.cpu_call(fn, inputs)
             for _ in range(trials):
                 if self.flush is not None:
                     self.flush.zero_()
@@ -313,9 +399,7 @@ class Timer:
                     end.synchronize()
                     times.append(start.elapsed_time(end))
                 else:
-                    t0 = time.perf_counter()
-                    fn(*inputs)
-                    times.append((time.perf_counter() - t0) * 1e3)
+                    times.append(self.cpu_call(fn, inputs))
         return times
 
 
@@ -1135,6 +1219,7 @@ def do_run(torch, job, ev, info):
     except BaseException as e:  # SystemExit too: the reference's failure, not the candidate's
         raise ref_failed("reference", e)
 
+    own = () if cuda else own_threads(torch)
     ns = load_candidate(torch, job["kernel"], ev)
     progress("compiled")
     ModelNew = ns.get("ModelNew")
@@ -1203,11 +1288,14 @@ def do_run(torch, job, ev, info):
 
     if perf <= 0:
         return
-    timer = Timer(torch, cuda, bool(job.get("flush_l2", False)))
+    timer = Timer(torch, cuda, bool(job.get("flush_l2", False)), own)
     set_seed(torch, seed, cuda)
     inputs = to_device(torch, get_inputs(), dev)
     try:
         kt = stats_of(timer.measure(new, clone_all(torch, inputs), warm, perf))
+    except Verdict:     # a thread that outlives the call
+        ev["correct"] = False
+        raise
     except Exception as e:
         traceback.print_exc()
         ev["correct"] = False
