@@ -421,6 +421,8 @@ struct kbench_engine {
 	size_t nmk;
 	double mk_end;         /* once the input is closed and every record done: makers not
 	                        * started by then are dropped, busy ones stopped then */
+	unsigned long long *nan_refs;   /* hashes of the references whose output held NaN: said */
+	size_t nnan;
 	unsigned long long nonce_ctr, nonce_seed;   /* nonces the candidate cannot guess */
 	struct entry *out;     /* handed back by the last kbench_engine_next */
 };
@@ -947,6 +949,7 @@ int kbench_engine_free(struct kbench_engine *e)
 	for (size_t i = 0; i < e->nmk; i++)
 		json_decref(e->mk[i].req);
 	free(e->mk);
+	free(e->nan_refs);
 	entry_free(e->out);
 	free(e->q);
 	free(e->w);
@@ -1173,6 +1176,22 @@ static void settle_maker(struct kbench_engine *e, struct worker *w)
 	worker_stop(e, w, 1);
 }
 
+/* The reference's output held NaN in a correctness trial (the worker's ref_nan): no candidate
+ * of it can match (allclose takes no NaN for equal, as in KernelBench), which is said once a
+ * reference a run. */
+static void warn_ref_nan(struct kbench_engine *e, const struct entry *en)
+{
+	unsigned long long h = util_hash64(en->ref, strlen(en->ref));
+
+	for (size_t i = 0; i < e->nnan; i++)
+		if (e->nan_refs[i] == h)
+			return;
+	e->nan_refs = xrealloc(e->nan_refs, (e->nnan + 1) * sizeof *e->nan_refs);
+	e->nan_refs[e->nnan++] = h;
+	warn_msg("%s: the reference's output has NaN: no candidate can match it (eval.ref_nan)",
+	         en->problem ? en->problem : en->where);
+}
+
 /* A worker replied, died, or ran out of time: settle its entry. */
 static void settle(struct kbench_engine *e, struct worker *w, const char *kind, const char *msg)
 {
@@ -1220,6 +1239,8 @@ static void settle(struct kbench_engine *e, struct worker *w, const char *kind, 
 		if (!strcmp(get_kind(raw), "compile_error"))
 			cache_store(en, json_get_str(raw, "message"), log);
 	}
+	if (json_is_true(json_object_get(raw, "ref_nan")))
+		warn_ref_nan(e, en);
 	/* the reference itself failed: the record is bad, and said to be, as an unknown
 	 * problem is (before finalize, which takes raw) */
 	int bad = !strcmp(get_kind(raw), "ref_error");

@@ -1263,6 +1263,9 @@ def do_run(torch, job, ev, info):
         if flat is None:    # no output to judge a candidate by
             raise Verdict("ref_error", "reference output is %s, not a tensor or a tuple of "
                           "tensors" % type(ref_out).__name__)
+        if not ev.get("ref_nan") and any((t.is_floating_point() or t.is_complex()) and
+                                         bool(t.isnan().any()) for t in flat):
+            ev["ref_nan"] = True    # no candidate can match it: kbench-eval says so
         poison(torch, cuda, flat)
         try:
             with torch.no_grad():
