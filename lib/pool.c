@@ -87,6 +87,10 @@ static int enter_netns(void)
 	return r;
 }
 
+/* The file system type of a bind mount or a propagation change, which the kernel ignores:
+ * a string rather than NULL, which valgrind (3.19 and older) takes for a bad pointer */
+#define NO_FSTYPE "none"
+
 /* Of the mount at root (with AT_RECURSIVE in flags, of every mount under it too), all
  * read-only but the paths keep[0..n), each bound onto itself first and then made writable
  * again: seal_fs's and pool_narrow's (narrow_mounts) one way. 0; a positive errno where
@@ -99,7 +103,7 @@ static int ro_but(const char *root, unsigned int flags, const char *const *keep,
 	struct mount_attr wr = { .attr_clr = MOUNT_ATTR_RDONLY };
 
 	for (int i = 0; i < n; i++)
-		if (mount(keep[i], keep[i], NULL, MS_BIND | MS_REC, NULL) < 0)
+		if (mount(keep[i], keep[i], NO_FSTYPE, MS_BIND | MS_REC, NULL) < 0)
 			return errno;
 	if (syscall(SYS_mount_setattr, AT_FDCWD, root, flags, &ro, sizeof ro) < 0)
 		return errno;
@@ -131,7 +135,7 @@ static int seal_fs(const char *dir, const char *const *rw)
 	keep[n++] = dir;
 	for (int i = 0; rw && rw[i] && n < 64; i++)
 		keep[n++] = rw[i];
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+	if (mount(NULL, "/", NO_FSTYPE, MS_REC | MS_PRIVATE, NULL) < 0)
 		return -1;
 	r = ro_but("/", AT_RECURSIVE, keep, n, &bad);
 	if (r < 0) {    /* a worker that cannot write them is of no use */
@@ -291,7 +295,7 @@ static void split_pidns(const int *fds, int n, int ctl, int ack)
 	}
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	close(sp[0]);
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	if (mount(NULL, "/", NO_FSTYPE, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		_exit(0);               /* no 'p': the relay is the worker */
 	if (write(sp[1], "p", 1) != 1 || pipe2(chld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
