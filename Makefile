@@ -99,7 +99,7 @@ tests/bin/gpu_%: tests/gpu/test_%.cu tests/gpu/gpu_test.h tests/gpu/gt_model.h t
 # deps: install on a fresh Debian what the build and the tests need; skips what is there.
 # gcc and g++ (the build; torch's C++ extensions in kbench-eval's CPU mode), make, procps
 # (ps, in the tests) are not in a minimal Debian 12 (a container's).
-DEPS_APT = gcc g++ make procps libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq python3-dev ninja-build
+DEPS_APT = gcc g++ make procps libjansson-dev libarchive-dev libpcre2-dev pkg-config mandoc zstd xz-utils bzip2 zip jq python3-dev ninja-build valgrind
 deps:
 	@sh tests/deps.sh $(DEPS_APT)
 	@$(MAKE) --no-print-directory deps-npm
