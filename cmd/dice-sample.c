@@ -746,6 +746,7 @@ int main(int argc, char **argv)
 	unsigned char given[OPT_PROBLEMS + 1] = { 0 };   /* the options given, by code */
 
 	util_set_progname(argv[0]);
+	input_set_tree_option("--kernelbench");   /* a tree given as an operand: say so */
 	sampler_opts_default(&st.o);
 	set = st.o;
 	st.samples = 1;

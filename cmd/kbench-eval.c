@@ -327,6 +327,7 @@ int main(int argc, char **argv)
 	FILE *out = stdout;
 
 	util_set_progname(argv[0]);
+	input_set_tree_option("--kernelbench");   /* a tree given as an operand: say so */
 	cfg.device = util_env("DICE_DEVICE", cfg.device);
 	cfg.python = util_env("DICE_PYTHON", NULL);
 	v = sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,5 +1,7 @@
 /* input: operands as byte streams: plain files and stdin directly, compressed files and
  * archives through libarchive (filters: all; formats: tar, zip, 7z, cpio, raw). See input.h. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -118,6 +120,61 @@ static void wrap_idle(struct input *in)
 		BUG("fopencookie failed");
 }
 
+static const char *tree_opt;    /* the program's option that reads a KernelBench tree */
+
+void input_set_tree_option(const char *opt)
+{
+	tree_opt = opt;
+}
+
+/* 1 where dir holds a file named *.py */
+static int has_py(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int yes = 0;
+
+	if (!d)
+		return 0;
+	while (!yes && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		yes = n > 3 && !strcmp(de->d_name + n - 3, ".py");
+	}
+	closedir(d);
+	return yes;
+}
+
+/* 1 where dir looks like a KernelBench tree: levelN/ folders of .py files in it, or, with
+ * depth 1, in one of its folders (a checkout holds its tree in KernelBench/) */
+static int looks_like_tree(const char *dir, int depth)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int yes = 0;
+
+	if (!d)
+		return 0;
+	while (!yes && (de = readdir(d))) {
+		const char *s = de->d_name;
+		struct stat st;
+		if (s[0] == '.')
+			continue;
+		char *sub = xasprintf("%s/%s", dir, s);
+		if (!stat(sub, &st) && S_ISDIR(st.st_mode)) {
+			size_t i = 5;
+			while (isdigit((unsigned char)s[i]))
+				i++;
+			if (!strncmp(s, "level", 5) && i > 5 && !s[i])
+				yes = has_py(sub);
+			else if (depth > 0)
+				yes = looks_like_tree(sub, depth - 1);
+		}
+		free(sub);
+	}
+	closedir(d);
+	return yes;
+}
+
 int input_open(struct input *in, const char *path)
 {
 	int c;
@@ -132,7 +189,11 @@ int input_open(struct input *in, const char *path)
 		struct stat st;
 		if (!(in->raw = fopen(path, "rb")) ||
 		    (!fstat(fileno(in->raw), &st) && S_ISDIR(st.st_mode) && (errno = EISDIR))) {
-			warn_msg("cannot open '%s':", path);   /* a directory: "Is a directory" */
+			if (errno == EISDIR && tree_opt && looks_like_tree(path, 1))
+				warn_msg("cannot open '%s': %s (a KernelBench tree? use %s DIR)", path,
+				         strerror(EISDIR), tree_opt);
+			else
+				warn_msg("cannot open '%s':", path);   /* a directory: "Is a directory" */
 			if (in->raw)
 				fclose(in->raw);
 			free(in->name);
@@ -365,8 +426,13 @@ static int one_stream(const char *name, const char *data, size_t len, void *arg)
 char *input_one_file(const char *path, const char *opt, int py, size_t *len, char **name)
 {
 	struct one_file o = { .opt = opt };
+	const char *topt = tree_opt;
+	int r;
 
-	if (each_stream(path, py, one_stream, &o) != 0) {
+	tree_opt = NULL;        /* an option's file, not an operand: no hint */
+	r = each_stream(path, py, one_stream, &o);
+	tree_opt = topt;
+	if (r != 0) {
 		free(o.text);
 		free(o.name);
 		return NULL;

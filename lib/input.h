@@ -51,6 +51,12 @@ struct input {
 };
 
 void input_set_idle(int (*fn)(int fd, void *arg), void *arg);
+/* opt: the program's option that reads a KernelBench tree ("--kernelbench"), NULL (the
+ * default) where it has none. With one, a directory operand that looks like a KernelBench
+ * tree (levelN/ folders of .py files, in it or in one of its folders) is refused with a hint
+ * naming the option; any other directory, and an option's file (input_one_file), with only
+ * "Is a directory". */
+void input_set_tree_option(const char *opt);
 int input_open(struct input *in, const char *path);
 int input_next(struct input *in);
 void input_close(struct input *in);
