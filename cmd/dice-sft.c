@@ -358,9 +358,13 @@ int main(int argc, char **argv)
 		         data.n, data.tokens, data.dropped, max_len, seed);
 
 	struct sft_train st;
+	if (!data.n && data.dropped)
+		die("no training samples: all %zu longer than --max-len %ld", data.dropped, max_len);
+	if (!data.n)
+		die("no training samples");
 	if (sft_train_init(&st, &m, &data, &oo, warmup, seed, (size_t)batch_tokens,
 	                   (int)grad_accum, (int)epochs, max_steps, recompute) < 0)
-		die("cannot start training");
+		exit(EXIT_STATUS_BAD);          /* said why: a backend that cannot train */
 	if (resume && sft_train_resume(&st, out, err, sizeof err) < 0)
 		die("%s", err);
 	if (dt == DICE_BF16 && sft_train_set_bf16(&st) < 0)
