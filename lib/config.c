@@ -18,6 +18,7 @@
 /* transformers' Qwen3Config defaults (4.5x and 5) where ours once differed */
 #define QWEN3_KV_HEADS 32
 #define QWEN3_HEAD_DIM 128
+#define QWEN3_ROPE_THETA 10000.0f
 
 static const char *const dtype_names[] = {
 	[DICE_F32] = "float32",
@@ -62,7 +63,7 @@ void config_defaults(struct model_config *c)
 {
 	memset(c, 0, sizeof *c);
 	c->max_position_embeddings = 32768;
-	c->rope_theta = 10000.0f;
+	c->rope_theta = QWEN3_ROPE_THETA;
 	c->rms_norm_eps = 1e-6f;
 	c->tie_word_embeddings = 0;
 	c->block_size = 4;
@@ -138,10 +139,6 @@ static int refuse(json_t *root, const char *key, const char *name, char *err, si
 		return 0;
 	if (!strcmp(key, "hidden_act"))
 		bad = !json_is_string(v) || strcmp(json_string_value(v), "silu");
-	else if (!strcmp(key, "rope_scaling"))    /* {} or {"rope_type": "default"} */
-		bad = !json_is_object(v) || !rope_default(v) ||
-		      json_object_size(v) > (json_object_get(v, "rope_type") ? 1u : 0u) +
-		                             (json_object_get(v, "type") ? 1u : 0u);
 	else if (!strcmp(key, "partial_rotary_factor"))   /* RoPE over part of a head */
 		bad = !json_is_number(v) || json_number_value(v) != 1.0;
 	else if (!strcmp(key, "quantization_config"))     /* weights we cannot read */
@@ -184,14 +181,19 @@ static int check_layer_types(json_t *root, int nlayers, const char *name, char *
 	return 0;
 }
 
-/* rope_theta: top level (transformers 4) or in rope_parameters (transformers 5, which takes
- * a top-level one only where rope_parameters has none); absent from both: 10000, the
- * default of both versions. Both given and different: the versions would build different
- * models, so neither is chosen. */
+/* RoPE as transformers 4 and 5 read it. The dict, rope_scaling (4) or rope_parameters (5,
+ * which takes a rope_scaling given in its place), must ask for plain RoPE; its other members
+ * but rope_theta and partial_rotary_factor change nothing there (transformers warns of them
+ * and computes default RoPE without them), so they are ignored here too. rope_theta: top
+ * level (4) or in the dict (5, which takes a top-level one only where the dict has none);
+ * absent from both: 10000, the default of both versions. Where the versions would build
+ * different models (a rope_theta in the dict that is not the one 4 reads), neither is
+ * chosen. */
 static int get_rope(json_t *root, float *theta, const char *name, char *err, size_t errlen)
 {
 	json_t *rp = json_get_set(root, "rope_parameters");
-	json_t *rs = json_object_get(root, "rope_scaling");
+	json_t *rs = json_get_set(root, "rope_scaling");
+	const char *key = rp ? "rope_parameters" : "rope_scaling";
 	float top = 0, in = 0;
 	int has_top = json_is_number(json_object_get(root, "rope_theta"));
 
@@ -199,22 +201,34 @@ static int get_rope(json_t *root, float *theta, const char *name, char *err, siz
 		return -1;
 	if (has_top)
 		*theta = top;
-	if (!rp)
-		return 0;
-	if (!json_is_object(rp) || !rope_default(rp)) {
-		errmsg_set(err, errlen, "%s: 'rope_parameters': only rope_type \"default\" is "
-		           "supported", name);
-		return -1;
-	}
-	if (json_is_object(rs) && json_object_size(rs)) {   /* transformers 5 would take it */
+	if (json_is_object(rs) && !json_object_size(rs))
+		rs = NULL;                              /* {}: none */
+	if (rp && rs) {                         /* transformers 5 would take rope_scaling */
 		errmsg_set(err, errlen, "%s: both 'rope_scaling' and 'rope_parameters' given", name);
 		return -1;
 	}
-	if (refuse(rp, "partial_rotary_factor", name, err, errlen) ||
-	    get_float(rp, "rope_theta", &in, name, err, errlen))
-		return -1;
-	if (!json_is_number(json_object_get(rp, "rope_theta")))
+	json_t *d = rp ? rp : rs;
+	if (!d)
 		return 0;
+	if (!json_is_object(d) || !rope_default(d)) {
+		char *s = json_dumps(d, JSON_ENCODE_ANY | JSON_COMPACT);
+		errmsg_set(err, errlen, "%s: '%s': %.200s is not supported (only rope_type "
+		           "\"default\")", name, key, s ? s : "?");
+		free(s);
+		return -1;
+	}
+	if (refuse(d, "partial_rotary_factor", name, err, errlen) ||
+	    get_float(d, "rope_theta", &in, name, err, errlen))
+		return -1;
+	if (!json_is_number(json_object_get(d, "rope_theta")))
+		return 0;
+	if (rs && in != (has_top ? top : QWEN3_ROPE_THETA)) {
+		errmsg_set(err, errlen, "%s: 'rope_scaling' rope_theta %g: transformers 4 ignores "
+		           "it for %s %g, 5 reads it", name, (double)in,
+		           has_top ? "'rope_theta'" : "the default", has_top ? (double)top :
+		           (double)QWEN3_ROPE_THETA);
+		return -1;
+	}
 	if (has_top && in != top) {
 		errmsg_set(err, errlen, "%s: 'rope_theta' %g and 'rope_parameters' rope_theta %g "
 		           "differ (transformers 4 reads the first, 5 the second)", name,
@@ -256,7 +270,14 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 	    get_int(root, "intermediate_size", &c->intermediate_size, 1, name, err, errlen))
 		goto out;
 	/* transformers' Qwen3Config: num_key_value_heads absent is 32, null is
-	 * num_attention_heads; head_dim absent is 128 (not hidden_size / num_attention_heads) */
+	 * num_attention_heads; head_dim absent is 128 (not hidden_size / num_attention_heads),
+	 * null no model: 5 refuses it (an int field), 4 keeps None and its attention cannot be
+	 * built (only its RoPE would fall back to hidden_size / num_attention_heads) */
+	if (json_is_null(json_object_get(root, "head_dim"))) {
+		errmsg_set(err, errlen, "%s: 'head_dim' is null: transformers builds no model from "
+		           "it (give it, or leave it out for %d)", name, QWEN3_HEAD_DIM);
+		goto out;
+	}
 	v = json_object_get(root, "num_key_value_heads");
 	c->num_kv_heads = !v ? QWEN3_KV_HEADS : c->num_heads;
 	c->head_dim = QWEN3_HEAD_DIM;
@@ -293,8 +314,7 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");
 		goto out;
 	}
-	if (refuse(root, "rope_scaling", name, err, errlen) ||
-	    refuse(root, "partial_rotary_factor", name, err, errlen) ||
+	if (refuse(root, "partial_rotary_factor", name, err, errlen) ||
 	    refuse(root, "attention_bias", name, err, errlen) ||
 	    refuse(root, "hidden_act", name, err, errlen) ||
 	    refuse(root, "use_sliding_window", name, err, errlen) ||

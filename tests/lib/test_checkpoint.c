@@ -58,9 +58,13 @@ static void test_config(void)
 	      "defaults are transformers' Qwen3Config's: head_dim 128 (not C/NH), NKV 32, "
 	      "theta 10000, eps 1e-6, untied; ours: block 4, bf16");
 	CHECK(parse(&c, "{" BARE ",\"num_attention_heads\":8,\"num_key_value_heads\":null,"
-	            "\"head_dim\":null,\"tie_word_embeddings\":null}") == 0 &&
+	            "\"tie_word_embeddings\":null}") == 0 &&
 	      c.num_kv_heads == 8 && c.head_dim == 128 && !c.tie_word_embeddings,
-	      "num_key_value_heads null is num_attention_heads; head_dim, tie null are absent");
+	      "num_key_value_heads null is num_attention_heads; tie null is absent");
+	expect_cfg_error("head_dim null (transformers 5 refuses it, 4 cannot build the attention)",
+	                 "{" BASE ",\"head_dim\":null}",
+	                 "'head_dim' is null: transformers builds no model from it (give it, or "
+	                 "leave it out for 128)");
 	expect_cfg_error("NKV absent, 32 not dividing NH", "{" BARE ",\"num_attention_heads\":4}",
 	                 "'num_key_value_heads' missing (transformers then takes 32, not a divisor "
 	                 "of num_attention_heads 4)");
@@ -131,8 +135,29 @@ static void test_config(void)
 	      "partial_rotary_factor 1, rope_scaling {}");
 	CHECK(parse(&c, "{" BASE ",\"rope_scaling\":{\"rope_type\":\"default\"}}") == 0,
 	      "rope_scaling of rope_type default");
-	expect_cfg_error("rope_scaling default with a factor", "{" BASE ",\"rope_scaling\":"
-	                 "{\"type\":\"default\",\"factor\":2}}", "'rope_scaling'");
+	/* default RoPE ignores the dict's other members, in rope_scaling as in rope_parameters
+	 * (transformers warns of them and leaves them out) */
+	CHECK(parse(&c, "{" BASE ",\"rope_theta\":5e5,\"rope_scaling\":{\"type\":\"default\","
+	            "\"factor\":2}}") == 0 && c.rope_theta == 5e5f,
+	      "rope_scaling default with a factor: the factor ignored");
+	CHECK(parse(&c, "{" BASE ",\"rope_parameters\":{\"rope_type\":\"default\",\"factor\":2,"
+	            "\"rope_theta\":5e5}}") == 0 && c.rope_theta == 5e5f,
+	      "rope_parameters default with a factor: the same");
+	CHECK(parse(&c, "{" BASE ",\"rope_theta\":5e5,\"rope_scaling\":{\"rope_type\":"
+	            "\"default\",\"rope_theta\":5e5}}") == 0 && c.rope_theta == 5e5f,
+	      "rope_scaling's rope_theta, the top-level one");
+	expect_cfg_error("rope_scaling's rope_theta, not the one transformers 4 reads",
+	                 "{" BASE ",\"rope_scaling\":{\"rope_type\":\"default\","
+	                 "\"rope_theta\":1e6}}", "'rope_scaling' rope_theta 1e+06: transformers 4 "
+	                 "ignores it for the default 10000, 5 reads it");
+	expect_cfg_error("partial RoPE in rope_scaling", "{" BASE ",\"rope_scaling\":"
+	                 "{\"rope_type\":\"default\",\"partial_rotary_factor\":0.5}}",
+	                 "'partial_rotary_factor': 0.5 is not supported");
+	expect_cfg_error("rope_scaling linear", "{" BASE ",\"rope_scaling\":{\"rope_type\":"
+	                 "\"linear\",\"factor\":2}}", "'rope_scaling': {\"rope_type\":\"linear\","
+	                 "\"factor\":2} is not supported (only rope_type \"default\")");
+	expect_cfg_error("rope_scaling not an object", "{" BASE ",\"rope_scaling\":\"default\"}",
+	                 "'rope_scaling': \"default\" is not supported");
 	expect_cfg_error("rope_scaling beside rope_parameters", "{" BASE ",\"rope_scaling\":"
 	                 "{\"rope_type\":\"default\"},\"rope_parameters\":{\"rope_theta\":1e6}}",
 	                 "both 'rope_scaling' and 'rope_parameters'");
