@@ -78,10 +78,24 @@ def rope(x, pos, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
+def dice_dims(cfg):
+    """(head_dim, num_key_value_heads, rope_theta) of a config.json as lib/config.c reads them:
+    transformers' Qwen3Config defaults where absent (head_dim 128, not hidden_size /
+    num_attention_heads; 32 key/value heads, null: one per attention head; rope_theta 10000),
+    a rope_theta in rope_parameters or rope_scaling taken over the top-level one."""
+    hd, nkv, theta = cfg.get("head_dim"), cfg.get("num_key_value_heads", 32), cfg.get("rope_theta")
+    for key in ("rope_parameters", "rope_scaling"):
+        d = cfg.get(key)
+        if isinstance(d, dict) and d.get("rope_theta") is not None:
+            theta = d["rope_theta"]
+    return (128 if hd is None else hd, cfg["num_attention_heads"] if nkv is None else nkv,
+            10000.0 if theta is None else theta)
+
+
 def native_logits(p, cfg, ids, pos, mask):
-    C, NH, NKV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    HD = cfg.get("head_dim") or C // NH
-    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 1e6)
+    C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
+    HD, NKV, theta = dice_dims(cfg)
+    eps = cfg.get("rms_norm_eps", 1e-6)
     N = ids.numel()
     x = p["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
@@ -107,18 +121,17 @@ def qwen3_config(cfg, max_positions=0):
     """transformers' Qwen3Config for a dice config.json (bench/sft-ref.py uses it too)."""
     import inspect
     from transformers import Qwen3Config
+    head_dim, nkv, theta = dice_dims(cfg)
     kw = dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
               intermediate_size=cfg["intermediate_size"],
               num_hidden_layers=cfg["num_hidden_layers"],
               num_attention_heads=cfg["num_attention_heads"],
-              num_key_value_heads=cfg["num_key_value_heads"],
-              head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+              num_key_value_heads=nkv, head_dim=head_dim,
               rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
               max_position_embeddings=max(cfg.get("max_position_embeddings", 32768),
                                           max_positions),
               tie_word_embeddings=cfg.get("tie_word_embeddings", False),
               attention_bias=False, use_sliding_window=False, hidden_act="silu")
-    theta = cfg.get("rope_theta", 1e6)
     if "rope_parameters" in inspect.signature(Qwen3Config.__init__).parameters:
         kw["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
     else:
