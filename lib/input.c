@@ -127,26 +127,10 @@ void input_set_tree_option(const char *opt)
 	tree_opt = opt;
 }
 
-/* 1 where dir holds a file named *.py */
-static int has_py(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int yes = 0;
-
-	if (!d)
-		return 0;
-	while (!yes && (de = readdir(d))) {
-		size_t n = strlen(de->d_name);
-		yes = n > 3 && !strcmp(de->d_name + n - 3, ".py");
-	}
-	closedir(d);
-	return yes;
-}
-
-/* 1 where dir looks like a KernelBench tree: levelN/ folders of .py files in it, or, with
- * depth 1, in one of its folders (a checkout holds its tree in KernelBench/) */
-static int looks_like_tree(const char *dir, int depth)
+/* 1 where dir looks like a KernelBench tree: a levelN/ folder with a .py file in it, in dir
+ * or, with depth 1, in one of its folders (a checkout holds its tree in KernelBench/).
+ * in_level: dir is such a folder, which a .py file in it answers for. */
+static int looks_like_tree(const char *dir, int depth, int in_level)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -156,19 +140,21 @@ static int looks_like_tree(const char *dir, int depth)
 		return 0;
 	while (!yes && (de = readdir(d))) {
 		const char *s = de->d_name;
-		struct stat st;
-		if (s[0] == '.')
+		size_t n = strlen(s), i = 5;
+		if (in_level) {
+			yes = n > 3 && !strcmp(s + n - 3, ".py");
+			continue;
+		}
+		int level = !strncmp(s, "level", 5);
+		while (level && isdigit((unsigned char)s[i]))
+			i++;
+		level = level && i > 5 && !s[i];
+		if (s[0] == '.' || (!level && depth <= 0))
 			continue;
 		char *sub = xasprintf("%s/%s", dir, s);
-		if (!stat(sub, &st) && S_ISDIR(st.st_mode)) {
-			size_t i = 5;
-			while (isdigit((unsigned char)s[i]))
-				i++;
-			if (!strncmp(s, "level", 5) && i > 5 && !s[i])
-				yes = has_py(sub);
-			else if (depth > 0)
-				yes = looks_like_tree(sub, depth - 1);
-		}
+		struct stat st;
+		if (!stat(sub, &st) && S_ISDIR(st.st_mode))
+			yes = looks_like_tree(sub, depth - 1, level);
 		free(sub);
 	}
 	closedir(d);
@@ -189,7 +175,7 @@ int input_open(struct input *in, const char *path)
 		struct stat st;
 		if (!(in->raw = fopen(path, "rb")) ||
 		    (!fstat(fileno(in->raw), &st) && S_ISDIR(st.st_mode) && (errno = EISDIR))) {
-			if (errno == EISDIR && tree_opt && looks_like_tree(path, 1))
+			if (errno == EISDIR && tree_opt && looks_like_tree(path, 1, 0))
 				warn_msg("cannot open '%s': %s (a KernelBench tree? use %s DIR)", path,
 				         strerror(EISDIR), tree_opt);
 			else
