@@ -422,17 +422,21 @@ static void c_blank_comments(char *s, size_t n)
 /* CUDA text: every non-doc string, C comments blanked. A comment is blanked within its own
  * string (or run of joined strings): a comment opener in a glob or a path elsewhere in the
  * file opens no comment over the CUDA source after it. */
+static int find_flows(struct ctx *x, unsigned char *flows);
+
 static void find_cuda(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
 	size_t from = 0;
+	unsigned char *flows = xcalloc(p->nstr + 1, 1);
+	int narrow = find_flows(x, flows);
 
 	x->cuda_at = xmalloc((p->nstr + 1) * sizeof(*x->cuda_at));
 	x->cuda_str = xmalloc((p->nstr + 1) * sizeof(*x->cuda_str));
 	x->line_str = -1;
 	for (size_t i = 0; i < p->nstr; i++) {
 		x->cuda_at[i] = (size_t)-1;
-		if (p->str[i].flags & PYSRC_STR_DOC)
+		if ((p->str[i].flags & PYSRC_STR_DOC) || (narrow && !flows[i]))
 			continue;
 		x->cuda_at[i] = x->cuda.len;
 		x->cuda_str[x->ncuda_str++] = (int)i;
@@ -450,6 +454,7 @@ static void find_cuda(struct ctx *x)
 	}
 	if (from < x->cuda.len)
 		c_blank_comments(x->cuda.p + from, x->cuda.len - from);
+	free(flows);
 }
 
 /* The index into cuda_str of the string literal that offset `at` of the CUDA text comes
@@ -722,21 +727,210 @@ static int assign_holding(const struct pysrc *p, int t)
 	return -1;
 }
 
+/* The calls that build an extension (before the CUDA text, which is their sources') */
+static void find_build_calls(struct ctx *x)
+{
+	struct pysrc *p = &x->p;
+
+	x->build = xmalloc((p->ncall + 1) * sizeof(*x->build));
+	x->has_cpp_extension = memmem(p->clean, p->len, "cpp_extension", 13) != NULL;
+	for (size_t i = 0; i < p->ncall; i++)
+		if (is_build_callee(x->canon[i]) && (strcmp(x->canon[i], "load") || x->has_cpp_extension))
+			x->build[x->nbuild++] = (int)i;
+}
+
+/* ---- which string literals flow into the builds' sources ---- */
+
+/* A walk from the sources arguments of the builds back to the string literals they are made
+ * of: through names (every assignment to the name, augmented ones and subscripts included,
+ * and what .append, .extend or .insert adds to it), +, lists, tuples, join, format and
+ * f-strings' fields. ok drops to 0 where the flow is not understood (a name never assigned,
+ * a parameter or loop variable, a call of anything but a string method, a file read). */
+struct flow {
+	struct ctx *x;
+	unsigned char *str;             /* per string literal: flows into a build */
+	unsigned char *assign_seen;     /* per assignment: walked */
+	struct names names;             /* names walked */
+	int ok;
+};
+
+static void flow_tokens(struct flow *f, int a, int b, int depth);
+
+/* Is the name a parameter of some def or bound by for, as, := or a lambda? */
+static int flow_bound_elsewhere(const struct pysrc *p, const char *name, size_t n)
+{
+	for (size_t i = 0; i < p->ntok; i++) {
+		const struct pysrc_tok *t = &p->tok[i];
+		if (t->kind != PYSRC_TOK_NAME || t->end - t->start != n || memcmp(p->src + t->start, name, n))
+			continue;
+		int b = pysrc_block_at(p, (int)i);
+		if ((b >= 0 && p->block[b].kind == PYSRC_DEF && (int)i < p->block[b].tok_body) ||
+		    tok_is(p, (int)i - 1, "for") || tok_is(p, (int)i - 1, "as") || tok_is(p, (int)i + 1, ":=") ||
+		    tok_is(p, (int)i - 1, "lambda"))
+			return 1;
+	}
+	return 0;
+}
+
+static void flow_name(struct flow *f, const char *name, size_t n, int depth)
+{
+	const struct pysrc *p = &f->x->p;
+	int found = 0;
+
+	if (!names_add(&f->names, name, n))
+		return;
+	if (depth > 16 || flow_bound_elsewhere(p, name, n)) {
+		f->ok = 0;
+		return;
+	}
+	for (size_t i = 0; i < p->nassign && f->ok; i++) {
+		const char *t = p->assign[i].target;
+		if (strncmp(t, name, n) || (t[n] && strcmp(t + n, "[]")))
+			continue;
+		found = 1;
+		if (!f->assign_seen[i]) {
+			f->assign_seen[i] = 1;
+			flow_tokens(f, p->assign[i].tok_value, p->assign[i].tok_end, depth + 1);
+		}
+	}
+	for (size_t i = 0; i < p->ncall && f->ok; i++) {
+		const char *c = p->call[i].callee;
+		if (!strncmp(c, name, n) && c[n] == '.' &&
+		    in_list(c + n + 1, (const char *[]){ "append", "extend", "insert", NULL }))
+			flow_tokens(f, p->call[i].tok_open + 1, p->call[i].tok_close, depth + 1);
+	}
+	if (!found)
+		f->ok = 0;
+}
+
+/* The names in an f-string's replacement fields ({name}, {a + b}; {{ is a brace) */
+static void flow_fstring(struct flow *f, const struct pysrc_string *st, int depth)
+{
+	const char *s = f->x->p.src, *e = s + st->end, *q = s + st->start;
+
+	while (q < e && *q != '"' && *q != '\'')
+		q++;
+	for (; q < e && f->ok; q++) {
+		if (*q != '{')
+			continue;
+		if (q + 1 < e && q[1] == '{') {
+			q++;
+			continue;
+		}
+		int d = 0;
+		for (q++; q < e && f->ok; q++) {
+			if (*q == '{' || *q == '(' || *q == '[')
+				d++;
+			else if ((*q == '}' || *q == ')' || *q == ']') && d-- == 0)
+				break;
+			else if (d == 0 && (*q == ':' || *q == '!'))
+				break;  /* the conversion and format spec */
+			else if (*q == '"' || *q == '\'')
+				f->ok = 0;
+			else if (is_cident(*q) && !(*q >= '0' && *q <= '9') && q[-1] != '.') {
+				const char *a = q;
+				while (q + 1 < e && is_cident(q[1]))
+					q++;
+				if (c_ws(q + 1, e) < e && *c_ws(q + 1, e) == '(')
+					f->ok = 0;
+				else
+					flow_name(f, a, (size_t)(q + 1 - a), depth + 1);
+			}
+		}
+		while (q < e && *q != '}')
+			q++;
+	}
+}
+
+static void flow_tokens(struct flow *f, int a, int b, int depth)
+{
+	static const char *words[] = { "True", "False", "None", "if", "else", "and", "or", "not", NULL };
+	static const char *calls[] = { "str", "dedent", "textwrap.dedent", "inspect.cleandoc", "list",
+	                               "tuple", "dict", NULL };
+	static const char *methods[] = { "join", "format", "replace", "strip", "lstrip", "rstrip",
+	                                 "format_map", "removeprefix", "removesuffix", "encode",
+	                                 "decode", "upper", "lower", NULL };
+	const struct pysrc *p = &f->x->p;
+	struct buf name;
+
+	buf_init(&name);
+	for (int k = a; k < b && f->ok; k++) {
+		const struct pysrc_tok *t = &p->tok[k];
+		if (t->kind == PYSRC_TOK_STRING) {
+			f->str[t->str] = 1;
+			if (p->str[t->str].flags & PYSRC_STR_FSTRING)
+				flow_fstring(f, &p->str[t->str], depth);
+			continue;
+		}
+		if (t->kind != PYSRC_TOK_NAME || tok_is(p, k - 1, "."))
+			continue;       /* the attribute of a string: "\n".join(...) */
+		if (tok_is(p, k + 1, "=") && !tok_is(p, k - 1, "lambda"))
+			continue;       /* a keyword argument's name */
+		int n = dotted(p, k, b, &name);
+		buf_addc(&name, '\0');
+		if (in_list(name.p, words)) {
+			k = n - 1;
+			continue;
+		}
+		if (tok_is(p, n, "(")) {
+			const char *m = strrchr(name.p, '.');
+			if (in_list(name.p, calls)) {
+			} else if (m && in_list(m + 1, methods)) {
+				flow_name(f, name.p, (size_t)(m - name.p), depth);
+			} else {
+				f->ok = 0;
+			}
+		} else {
+			flow_name(f, name.p, name.len - 1, depth);
+		}
+		k = n - 1;
+	}
+	buf_free(&name);
+}
+
+/* The string literals the builds' sources are made of, into flows[] (per string): 1, or 0
+ * when some build's sources are not followed (cpp_extension.load's files, a source made by
+ * a call) and every string literal counts. */
+static int find_flows(struct ctx *x, unsigned char *flows)
+{
+	const struct pysrc *p = &x->p;
+	struct flow f = { x, flows, xcalloc(p->nassign + 1, 1), { 0 }, 1 };
+
+	for (size_t i = 0; i < x->nbuild && f.ok; i++) {
+		const struct pysrc_call *c = &p->call[x->build[i]];
+		const char *last = last_part(c->callee);
+		int a, b;
+		for (int k = c->tok_open + 1; k < c->tok_close; k++)
+			if ((tok_is(p, k, "*") || tok_is(p, k, "**")) &&
+			    (tok_is(p, k - 1, "(") || tok_is(p, k - 1, ",")))
+				f.ok = 0;
+		if (!strcmp(last, "load_inline")) {
+			if (pysrc_call_arg(p, c, "cpp_sources", 1, &a, &b) == 0)
+				flow_tokens(&f, a, b, 0);
+			if (pysrc_call_arg(p, c, "cuda_sources", 2, &a, &b) == 0)
+				flow_tokens(&f, a, b, 0);
+		} else if (!strcmp(last, "RawKernel") || !strcmp(last, "RawModule")) {
+			if (pysrc_call_arg(p, c, "code", 0, &a, &b) == 0)
+				flow_tokens(&f, a, b, 0);
+			else
+				f.ok = 0;
+		} else {
+			f.ok = 0;
+		}
+	}
+	free(f.assign_seen);
+	names_free(&f.names);
+	return x->nbuild > 0 && f.ok;
+}
+
 static void find_builds(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
 	size_t ms, me;
 
-	x->build = xmalloc((p->ncall + 1) * sizeof(*x->build));
-	x->has_cpp_extension = memmem(p->clean, p->len, "cpp_extension", 13) != NULL;
-	for (size_t i = 0; i < p->ncall; i++) {
-		const struct pysrc_call *c = &p->call[i];
+	for (size_t j = 0; j < x->nbuild; j++) {
+		const struct pysrc_call *c = &p->call[x->build[j]];
 		int a, b;
-		if (!is_build_callee(x->canon[i]))
-			continue;
-		if (!strcmp(x->canon[i], "load") && !x->has_cpp_extension)
-			continue;
-		x->build[x->nbuild++] = (int)i;
 		if (!strcmp(last_part(c->callee), "load_inline") &&
 		    pysrc_call_arg(p, c, "functions", -1, &a, &b) == 0)
 			strings_of(x, a, b, &x->exports, 0);
@@ -3224,9 +3418,10 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 		x.has_ref = 1;
 	}
 	buf_init(&x.cuda);
+	canonical_names(&x);
+	find_build_calls(&x);
 	find_cuda(&x);
 	find_kernels(&x);
-	canonical_names(&x);
 	find_builds(&x);
 	find_aliases(&x);
 	find_model(&x);
