@@ -1876,10 +1876,10 @@ static int c_int(const char *s, const char *e, long *v)
 }
 
 /* The first operator of [s, e) outside brackets and string literals: the symbol sym, or the
- * word word when it is not NULL; *len its length */
+ * word word when it is not NULL (either may be NULL); *len its length */
 static const char *cond_op(const char *s, const char *e, const char *sym, const char *word, size_t *len)
 {
-	size_t sl = strlen(sym), wl = word ? strlen(word) : 0;
+	size_t sl = sym ? strlen(sym) : 0, wl = word ? strlen(word) : 0;
 	int d = 0;
 
 	for (const char *p = s; p < e; p++) {
@@ -1893,7 +1893,7 @@ static const char *cond_op(const char *s, const char *e, const char *sym, const 
 			d++;
 		} else if (*p == ')' || *p == ']' || *p == '}') {
 			d--;
-		} else if (d == 0 && (size_t)(e - p) >= sl && !memcmp(p, sym, sl)) {
+		} else if (d == 0 && sl && (size_t)(e - p) >= sl && !memcmp(p, sym, sl)) {
 			*len = sl;
 			return p;
 		} else if (d == 0 && wl && (size_t)(e - p) > wl && !memcmp(p, word, wl) &&
@@ -2091,6 +2091,50 @@ static int dtype_of(const struct cond_env *env, const char *s, const char *e)
 	return -1;
 }
 
+/* Python's identity and membership tests of an input's dtype: x.dtype is torch.float32,
+ * x.dtype is not torch.half, x.dtype in (torch.float16, torch.bfloat16), x.dtype not in [...];
+ * TV_UNKNOWN for any other is or in, or a dtype not known */
+static int dtype_test(const struct cond_env *env, const char *s, const char *e)
+{
+	const char *op, *l, *r, *st[NDTYPES + 1], *en[NDTYPES + 1];
+	size_t n;
+	int t, neg = 0, in = 0, k;
+
+	if ((op = cond_op(s, e, NULL, "is", &n)) != NULL) {
+		r = c_ws(op + n, e);
+		if (e - r > 3 && !memcmp(r, "not", 3) && !is_cident(r[3]))
+			neg = 1, r += 3;
+	} else if ((op = cond_op(s, e, NULL, "in", &n)) != NULL) {
+		in = 1;
+		r = op + n;
+	} else {
+		return TV_UNKNOWN;
+	}
+	l = c_trim_end(s, op);
+	if (in && l - s > 3 && c_ends(s, l, "not") && !is_cident(l[-4]))
+		neg = 1, l = c_trim_end(s, l - 3);
+	if ((t = dtype_of(env, s, l)) < 0)
+		return TV_UNKNOWN;
+	if (!in) {
+		if ((k = dtype_named(r, e)) < 0)
+			return TV_UNKNOWN;
+		return (k == t) != neg ? TV_TRUE : TV_FALSE;
+	}
+	r = c_ws(r, e);
+	e = c_trim_end(r, e);
+	if (r >= e || !strchr("([{", *r) || c_close(r, e) != e - 1)
+		return TV_UNKNOWN;
+	int m = c_items(r, e - 1, st, en, NDTYPES + 1), member = 0;
+	for (int i = 0; i < m; i++) {
+		if (c_ws(st[i], en[i]) == en[i])
+			continue;       /* after a trailing comma */
+		if ((k = dtype_named(st[i], en[i])) < 0)
+			return TV_UNKNOWN;
+		member |= k == t;
+	}
+	return member != neg ? TV_TRUE : TV_FALSE;
+}
+
 static int cond_atom(const struct cond_env *env, const char *s, const char *e, int depth)
 {
 	static const int flip[6] = { 1, 0, 2, 3, 5, 4 };
@@ -2117,6 +2161,8 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 			return (t == dt) == (k == 2) ? TV_TRUE : TV_FALSE;
 		return TV_UNKNOWN;
 	}
+	if ((k = dtype_test(env, s, e)) != TV_UNKNOWN)
+		return k;
 	if (c_ends(s, e, ".is_contiguous()") && (k = shape_of(env, s, e - strlen(".is_contiguous()"))) >= 0)
 		return env->x->shapes.contiguous[k] ? TV_TRUE : TV_UNKNOWN;
 	if (size_expr(env, s, e, depth, &exact))
