@@ -1988,9 +1988,10 @@ static int shape_of(const struct cond_env *env, const char *s, const char *e)
 	return -1;
 }
 
-/* Is [s, e) a size of a tensor (at least 1 for every evaluated input): x.numel(), x.size(0),
- * x.shape[1], x.sizes()[0], x.dim(), x.ndim, len(x.shape), or a local set to one? *exact is
- * its value when x is an input of a known shape, else -1. */
+/* Is [s, e) a size of a tensor: 1 for one that is at least 1 for every evaluated input
+ * (x.numel(), x.size(0), x.shape[1], x.sizes()[0]), 2 for a number of dimensions, at least
+ * 0 (x.dim(), x.ndim, len(x.shape): torch.tensor(3.0) has none), or a local set to one;
+ * else 0. *exact is its value when x is an input of a known shape, else -1. */
 static int size_expr(const struct cond_env *env, const char *s, const char *e, int depth, long *exact)
 {
 	static const char *const ends_[] = { ".numel()", ".nelement()", ".dim()", ".ndimension()",
@@ -2015,7 +2016,7 @@ static int size_expr(const struct cond_env *env, const char *s, const char *e, i
 				numel *= sh->dim[in][j];
 			*exact = k < 2 ? numel : sh->ndim[in];  /* numel(), nelement(); else dims */
 		}
-		return 1;
+		return k < 2 ? 1 : 2;
 	}
 	if (e[-1] == ')' || e[-1] == ']') {     /* x.size(0), x.shape[1], len(x.shape) */
 		char close = e[-1], open = close == ')' ? '(' : '[';
@@ -2035,7 +2036,7 @@ static int size_expr(const struct cond_env *env, const char *s, const char *e, i
 					t = e - 1 - strlen(of[k]);
 			if (t && (in = shape_of(env, o + 1, t)) >= 0)
 				*exact = sh->ndim[in];
-			return t != NULL;
+			return t ? 2 : 0;
 		}
 		if (!c_int(o + 1, e - 1, &v))
 			return 0;
@@ -2055,24 +2056,25 @@ static int size_expr(const struct cond_env *env, const char *s, const char *e, i
 	for (const char *p = s; p < e; p++)
 		if (!is_cident(*p))
 			return 0;
-	return env->resolve && env->resolve(env, s, (size_t)(e - s), &vs, &ve) == 0 &&
-	       size_expr(env, vs, ve, depth + 1, exact);
+	if (!env->resolve || env->resolve(env, s, (size_t)(e - s), &vs, &ve) != 0)
+		return 0;
+	return size_expr(env, vs, ve, depth + 1, exact);
 }
 
-/* size k c (k indexes cmp_ops), for a size of value exact, or of at least 1 when exact < 0 */
-static int size_cmp(int k, long c, long exact)
+/* size k c (k indexes cmp_ops), for a size of value exact, or of at least min when exact < 0 */
+static int size_cmp(int k, long c, long exact, long min)
 {
 	if (exact >= 0) {
 		int r[6] = { exact >= c, exact <= c, exact == c, exact != c, exact > c, exact < c };
 		return r[k] ? TV_TRUE : TV_FALSE;
 	}
 	switch (k) {
-	case 0: return c <= 1 ? TV_TRUE : TV_UNKNOWN;           /* >= */
-	case 1: return c < 1 ? TV_FALSE : TV_UNKNOWN;           /* <= */
-	case 2: return c < 1 ? TV_FALSE : TV_UNKNOWN;           /* == */
-	case 3: return c < 1 ? TV_TRUE : TV_UNKNOWN;            /* != */
-	case 4: return c < 1 ? TV_TRUE : TV_UNKNOWN;            /* > */
-	default: return c <= 1 ? TV_FALSE : TV_UNKNOWN;         /* < */
+	case 0: return c <= min ? TV_TRUE : TV_UNKNOWN;         /* >= */
+	case 1: return c < min ? TV_FALSE : TV_UNKNOWN;         /* <= */
+	case 2: return c < min ? TV_FALSE : TV_UNKNOWN;         /* == */
+	case 3: return c < min ? TV_TRUE : TV_UNKNOWN;          /* != */
+	case 4: return c < min ? TV_TRUE : TV_UNKNOWN;          /* > */
+	default: return c <= min ? TV_FALSE : TV_UNKNOWN;       /* < */
 	}
 }
 
@@ -2140,7 +2142,7 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 	static const int flip[6] = { 1, 0, 2, 3, 5, 4 };
 	const char *op;
 	long c, exact;
-	int k;
+	int k, sz;
 
 	if (c_word_is(s, e, "true") || c_word_is(s, e, "True"))
 		return TV_TRUE;
@@ -2152,10 +2154,10 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 	if ((k = cmp_find(s, e, &op)) >= 0) {
 		const char *r = op + strlen(cmp_ops[k]);
 		int dt, t;
-		if (c_int(r, e, &c) && size_expr(env, s, op, depth, &exact))
-			return size_cmp(k, c, exact);
-		if (c_int(s, op, &c) && size_expr(env, r, e, depth, &exact))
-			return size_cmp(flip[k], c, exact);
+		if (c_int(r, e, &c) && (sz = size_expr(env, s, op, depth, &exact)) != 0)
+			return size_cmp(k, c, exact, sz == 1);
+		if (c_int(s, op, &c) && (sz = size_expr(env, r, e, depth, &exact)) != 0)
+			return size_cmp(flip[k], c, exact, sz == 1);
 		if ((k == 2 || k == 3) && (((dt = dtype_named(r, e)) >= 0 && (t = dtype_of(env, s, op)) >= 0) ||
 		                           ((dt = dtype_named(s, op)) >= 0 && (t = dtype_of(env, r, e)) >= 0)))
 			return (t == dt) == (k == 2) ? TV_TRUE : TV_FALSE;
@@ -2165,8 +2167,8 @@ static int cond_atom(const struct cond_env *env, const char *s, const char *e, i
 		return k;
 	if (c_ends(s, e, ".is_contiguous()") && (k = shape_of(env, s, e - strlen(".is_contiguous()"))) >= 0)
 		return env->x->shapes.contiguous[k] ? TV_TRUE : TV_UNKNOWN;
-	if (size_expr(env, s, e, depth, &exact))
-		return exact == 0 ? TV_FALSE : TV_TRUE;         /* a size as a truth value */
+	if ((sz = size_expr(env, s, e, depth, &exact)) != 0)      /* a size as a truth value */
+		return exact == 0 ? TV_FALSE : exact > 0 || sz == 1 ? TV_TRUE : TV_UNKNOWN;
 	if (c_ends(s, e, ".is_cuda") || c_ends(s, e, ".is_cuda()") || c_ends(s, e, ".defined()"))
 		return TV_TRUE;
 	if (c_ends(s, e, ".is_cpu") || c_ends(s, e, ".is_cpu()"))
@@ -2367,12 +2369,25 @@ static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim, int *d
 		const struct pysrc_call *c = &r->call[i];
 		if (c->tok_open < a || c->tok_open >= b)
 			continue;
-		if (!in_list(last_part(c->callee), (const char **)makers))
+		int scalar = !strcmp(c->callee, "torch.tensor");
+		if (!scalar && !in_list(last_part(c->callee), (const char **)makers))
 			return -1;
 		int randint = !strcmp(last_part(c->callee), "randint");
-		if (pysrc_call_arg(r, c, "size", randint ? 2 : 0, &s0, &s1) < 0)
+		if (pysrc_call_arg(r, c, scalar ? "data" : "size", randint ? 2 : 0, &s0, &s1) < 0)
 			return -1;
-		if (tok_is(r, s0, "(") || tok_is(r, s0, "[")) {
+		if (scalar) {   /* torch.tensor(3.0): no dimensions; an integer makes int64 */
+			s0 += tok_is(r, s0, "-");
+			if (s1 - s0 != 1 || r->tok[s0].kind != PYSRC_TOK_NUMBER)
+				return -1;
+			const char *v = r->src + r->tok[s0].start, *ve = r->src + r->tok[s0].end;
+			n = 0;
+			randint = ve - v > 1 && v[0] == '0' && strchr("xXoObB", v[1]);
+			if (!randint && (memchr(v, 'j', (size_t)(ve - v)) || memchr(v, 'J', (size_t)(ve - v))))
+				return -1;      /* 2j: complex */
+			if (!randint)
+				randint = !memchr(v, '.', (size_t)(ve - v)) && !memchr(v, 'e', (size_t)(ve - v)) &&
+				          !memchr(v, 'E', (size_t)(ve - v));
+		} else if (tok_is(r, s0, "(") || tok_is(r, s0, "[")) {
 			n = ref_items(r, s0, s1, st, en, MAX_DIMS);
 		} else if (randint || !strcmp(last_part(c->callee), "full")) {
 			return -1;
