@@ -1483,7 +1483,8 @@ static int c_definition(const struct ctx *x, const char *name, const char **a, c
 }
 
 /* After a name at q: a lambda stored in it, `= [captures](params) specifiers { body }`? 1 with
- * *a, *b its parameter list's parens (both NULL when it has none), *body, *end its braces */
+ * *a, *b its parameter list's parens (both NULL when it has none), *body, *end its braces.
+ * One invoked where it is written, `= [&] {...}();`, stores its result: no lambda. */
 static int c_lambda_after(const char *q, const char *e, const char **a, const char **b,
                           const char **body, const char **end)
 {
@@ -1506,7 +1507,7 @@ static int c_lambda_after(const char *q, const char *e, const char **a, const ch
 		return 0;
 	*body = q;
 	*end = c_close(q, e);
-	return *end < e;
+	return *end < e && (q = c_ws(*end + 1, e)) < e && *q != '(';
 }
 
 /* The definition of `name` in the CUDA text: a function's (c_definition), or a lambda stored
@@ -2608,6 +2609,12 @@ static const char *first_launch(struct ctx *x, const char *body, const char *end
 		}
 		/* name(...) or name<T>(...) */
 		if (!kn && next < end && *next == '(' && calls_launcher(x, w, p, k, depth))
+			return w;
+		/* a function or a stored lambda passed by name, which runs where it is passed to:
+		 * AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "relu", body) */
+		const char *before = c_trim_end(body, w);
+		if (!kn && next < end && (*next == ',' || *next == ')') && before > body &&
+		    (before[-1] == ',' || before[-1] == '(') && calls_launcher(x, w, p, k, depth))
 			return w;
 		p--;
 	}
