@@ -1501,14 +1501,33 @@ static int json_level(const json_t *rec, int *level)
 	return json_level_value(json_object_get(rec, "level"), 0, KBENCH_MAX_LEVEL, level);
 }
 
+/* The problem number of a record: `problem`, else `problem_id`, when a number. 1 with *num
+ * for a whole number from 0 to 1000000 (a problem file's); -1 with *key naming the field
+ * for another number (19.5, -1, 1e300: no problem's); 0 when neither is a number. */
+static int record_problem_num(const json_t *rec, int *num, const char **key)
+{
+	static const char *const keys[] = { "problem", "problem_id" };
+	double x;
+
+	for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+		if (!json_get_num(rec, keys[i], &x))
+			continue;
+		*key = keys[i];
+		if (!(x == floor(x) && x >= 0 && x <= 1000000))
+			return -1;
+		*num = (int)x;
+		return 1;
+	}
+	return 0;
+}
+
 /* Resolve the problem of a record: `ref`, `problem` path, or `level` + number. */
 static const char *resolve(struct kbench_engine *e, struct entry *en)
 {
 	const json_t *rec = en->rec;
 	const struct kbench_problem *p = NULL;
-	const char *prob = json_get_str(rec, "problem"), *ref = json_get_str(rec, "ref");
-	double num;
-	int level = -1;
+	const char *prob = json_get_str(rec, "problem"), *ref = json_get_str(rec, "ref"), *key;
+	int level = -1, num, has_num = prob ? 0 : record_problem_num(rec, &num, &key);
 
 	json_level(rec, &level);
 	if (prob) {
@@ -1520,11 +1539,14 @@ static const char *resolve(struct kbench_engine *e, struct entry *en)
 			if (!p)
 				return e->cfg.tree ? "unknown problem" : "no `ref` and no --kernelbench tree";
 		}
-	} else if ((json_get_num(rec, "problem", &num) || json_get_num(rec, "problem_id", &num)) &&
-	           !ref) {
+	} else if (has_num && !ref) {
+		if (has_num < 0)
+			return !strcmp(key, "problem") ? "`problem` is not a problem number (a whole "
+			       "number from 0 to 1000000)" : "`problem_id` is not a problem number (a "
+			       "whole number from 0 to 1000000)";
 		if (level < 0)
 			return "a problem number needs a `level`";
-		if (!(p = kbench_tree_find_num(e->cfg.tree, level, (int)num)))
+		if (!(p = kbench_tree_find_num(e->cfg.tree, level, num)))
 			return e->cfg.tree ? "unknown problem" : "no `ref` and no --kernelbench tree";
 	} else if (!ref) {
 		/* a field there but of the wrong type is named, not taken for a missing one */
@@ -1775,8 +1797,9 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 {
 	const json_t *ev = json_object_get(rec, "eval");
 	const char *prob = json_get_str(rec, "problem"), *id = json_get_str(rec, "id"), *at;
-	int level = -1, lv, nm, correct;
-	double sp = 0, num;
+	const char *numkey;
+	int level = -1, lv, nm, num, correct;
+	double sp = 0;
 	char key[64];
 
 	if (!json_is_object(ev)) {
@@ -1789,8 +1812,8 @@ int kbench_tally_record(struct kbench_tally *t, const json_t *rec, int robust, c
 		prob = at;
 		level = lv;
 	}
-	if (!prob && (json_get_num(rec, "problem", &num) || json_get_num(rec, "problem_id", &num))) {
-		snprintf(key, sizeof key, "level%d/%d", level, (int)num);
+	if (!prob && record_problem_num(rec, &num, &numkey) > 0) {
+		snprintf(key, sizeof key, "level%d/%d", level, num);
 		prob = key;
 	}
 	if (!prob)

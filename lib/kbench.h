@@ -208,7 +208,7 @@ void kbench_tally_add(struct kbench_tally *t, int level, const char *key, int co
                       double speedup);
 /* Add an evaluated record: level and key from the "levelN/NUM" in `problem` (its level over
  * `level`, as the evaluation finds the problem in a tree), else `level` with `problem`
- * (a number) or `id`; correct from eval
+ * (a whole number from 0 to 1000000; another number is none) or `id`; correct from eval
  * (and, when robust, not deceptive by eval.deceptive or deceive.deceptive). 0, or -1 with
  * *why set (t->why, or a constant) when the record has no eval object (not counted), no
  * problem (counted in t->unplaced), or an eval field of the wrong type or out of range

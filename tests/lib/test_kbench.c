@@ -117,6 +117,40 @@ static void test_metrics(void)
 	kbench_tally_free(&t);
 }
 
+/* a record's problem number is a problem file's, a whole number from 0 to 1000000: 19.5 was
+ * counted as problem 19, and 1e300 as whatever the cast to int gave (undefined behaviour,
+ * found by fuzz_kbench); such a record is counted under its id, as one with no number */
+static void test_tally_problem_num(void)
+{
+	static const struct { const char *rec; int ok; const char *key; } c[] = {
+		{ "{\"problem\": 19, \"level\": 1}", 1, "level1/19" },
+		{ "{\"problem_id\": 7, \"level\": 2, \"id\": \"x\"}", 1, "level2/7" },
+		{ "{\"problem\": 19.5, \"level\": 1}", 0, NULL },
+		{ "{\"problem\": 1e300, \"level\": 1}", 0, NULL },
+		{ "{\"problem\": -1, \"level\": 1}", 0, NULL },
+		{ "{\"problem\": 1000001, \"level\": 1, \"id\": \"y\"}", 1, "y" },
+		{ "{\"problem_id\": 2.5, \"level\": 1, \"id\": \"z\"}", 1, "z" },
+	};
+	char what[128];
+
+	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+		struct kbench_tally t;
+		const char *why = NULL;
+		json_t *rec = json_loads(c[i].rec, 0, NULL);
+		int r;
+
+		json_object_set_new(rec, "eval", json_pack("{s:b}", "correct", 1));
+		kbench_tally_init(&t);
+		r = kbench_tally_record(&t, rec, 0, &why);
+		snprintf(what, sizeof what, "tally: %s is %s", c[i].rec,
+		         c[i].key ? c[i].key : "unplaced");
+		CHECK(c[i].ok ? r == 0 && t.n == 1 && !strcmp(t.e[0].key, c[i].key)
+		              : r < 0 && t.n == 0 && t.unplaced == 1, what);
+		kbench_tally_free(&t);
+		json_decref(rec);
+	}
+}
+
 /* excessive_speedup, one rule for the worker's speedup and --baseline's: the written speedup
  * (four significant digits) over 10; --baseline tested the unrounded ratio, so a ratio of
  * 10.0003 was speedup 10 with the flag set, and false on the worker's side */
@@ -310,6 +344,7 @@ int main(void)
 	test_ranges();
 	test_select();
 	test_metrics();
+	test_tally_problem_num();
 	test_excessive();
 	test_pool();
 	test_pool_narrow();
