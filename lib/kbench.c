@@ -138,6 +138,13 @@ int kbench_tree_load(struct kbench_tree *t, const char *path)
 		nftw(path, walk_cb, 16, FTW_PHYS);
 		walk_finder = NULL;
 	} else if (input_each_py(path, archive_cb, &fd) < 0) {
+		/* the problems of the members read before the error go too */
+		for (i = 0; i < fd.n; i++) {
+			free(fd.f[i].prefix);
+			free(fd.f[i].pr.path);
+			free(fd.f[i].pr.src);
+		}
+		free(fd.f);
 		return -1;
 	}
 	/* the level folders' parent that holds the most problems */
