@@ -177,12 +177,13 @@ static size_t skip_nested_string(struct scanner *sc, size_t i)
 			i += 2;
 			continue;
 		}
-		if (s[i] == '\n')
+		if (s[i] == '\n') {
+			if (!triple)
+				return i;       /* left open: the newline is the field's to count */
 			sc->line++, sc->line_start = i + 1;
+		}
 		if (s[i] == q && (!triple || (i + 2 < sc->n && s[i + 1] == q && s[i + 2] == q)))
 			return i + (triple ? 3 : 1);
-		if (!triple && s[i] == '\n')
-			return i;
 		i++;
 	}
 	return i < sc->n ? i : sc->n;

@@ -216,6 +216,18 @@ static void test_misc(void)
 	pysrc_scan(&p, s, strlen(s));
 	CHECK(p.ntok > 3 && p.tok[p.ntok - 3].line == 3, "backslash-newline in an f-string field");
 	pysrc_free(&p);
+	/* a string in an f-string field left open at the end of its line: that newline is one
+	 * line, not two (the lines after it were one too far, and deceive-check gave a finding
+	 * the line after the source's last; found by fuzz_deceive) */
+	s = "f\"{\"\nRawKernel(\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.ntok == 5 && p.tok[2].line == 2 && p.str[0].end_line == 1 && p.nlines_phys == 3,
+	      "an open string in an f-string field ends at its line's newline");
+	pysrc_free(&p);
+	s = "x = f\"\"\"{'a\n}\"\"\"\ny = 1\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.ntok > 3 && p.tok[p.ntok - 3].line == 3, "... in a triple-quoted f-string too");
+	pysrc_free(&p);
 }
 
 int main(void)
