@@ -145,11 +145,18 @@ static int field_types(const json_t *rec, char *err, size_t errlen)
 	static const char *const strs[] = { "ref", "prompt", "prefix", "suffix", "system" };
 	const json_t *v;
 
-	for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+	for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
 		if ((v = json_get_set(rec, strs[i])) && !json_is_string(v)) {
 			snprintf(err, errlen, "%s is not a string", strs[i]);
 			return -1;
 		}
+		/* a NUL byte (from a .py file: JSON text cannot hold one) would end the text
+		 * early in the prompt; it is not Python source either */
+		if (v && strlen(json_string_value(v)) != json_string_length(v)) {
+			snprintf(err, errlen, "%s holds a NUL byte", strs[i]);
+			return -1;
+		}
+	}
 	if ((v = json_get_set(rec, "prompt_ids")) && !json_is_array(v)) {
 		snprintf(err, errlen, "prompt_ids is not an array of token ids");
 		return -1;
