@@ -1319,11 +1319,16 @@ static int in_code(const struct ctx *x, size_t at)
 	return memchr(x->cuda.p + a, ';', b - a) || memchr(x->cuda.p + a, '{', b - a);
 }
 
+static int c_lambda_after(const char *q, const char *e, const char **a, const char **b,
+                          const char **body, const char **end);
+static int c_lambda_runs(const char *w, size_t n, const char *lend, const char *e);
+
 /* Is the kernel `name` launched in the CUDA text: named before <<< (template arguments
  * allowed, name<float><<<...>>>), or taken as a value in code (cudaLaunchKernel((void *)name,
  * ...), a function pointer)? A name followed by '(' is its declaration (host code cannot call
  * a kernel); one inside a C string or character literal, or in a Python string that is no
- * code (load_inline's name="relu_kernel"), is no use. */
+ * code (load_inline's name="relu_kernel"), is no use; nor is a launch in a lambda stored
+ * in a name that never runs (c_lambda_runs). */
 static int kernel_launched(const struct ctx *x, const char *name)
 {
 	const char *s = x->cuda.p, *e = s + x->cuda.len;
@@ -1338,9 +1343,14 @@ static int kernel_launched(const struct ctx *x, const char *name)
 		}
 		if (!is_cident(*p) || (p > s && is_cident(p[-1])))
 			continue;
-		const char *a = p;
+		const char *a = p, *la, *lb, *lbody, *lend;
 		while (p < e && is_cident(*p))
 			p++;
+		if (c_lambda_after(p, e, &la, &lb, &lbody, &lend) &&
+		    !c_lambda_runs(a, (size_t)(p - a), lend, e)) {
+			p = lend;       /* a stored lambda that never runs launches nothing */
+			continue;
+		}
 		if ((size_t)(p - a) != n || memcmp(a, name, n)) {
 			p--;
 			continue;
@@ -1380,7 +1390,7 @@ static void rule_no_cuda_kernel(struct ctx *x)
 	for (size_t i = 0; i < x->nkern; i++)
 		if (kernel_launched(x, x->kern[i].name))
 			return;
-	add(x, 0, x->kern[0].line, "no __global__ kernel is ever launched (%s has no <<<...>>> launch): "
+	add(x, 0, x->kern[0].line, "no __global__ kernel is ever launched (%s has no <<<...>>> launch that runs): "
 	    "the extension's functions compute without it", x->kern[0].name);
 }
 
@@ -1508,6 +1518,39 @@ static int c_lambda_after(const char *q, const char *e, const char **a, const ch
 	*body = q;
 	*end = c_close(q, e);
 	return *end < e && (q = c_ws(*end + 1, e)) < e && *q != '(';
+}
+
+/* Is the name at w, followed by next, passed by name as an argument in the text from s:
+ * between '(' or ',' and ',' or ')' (AT_DISPATCH_FLOATING_TYPES(t, "relu", body))? */
+static int c_passed_by_name(const char *s, const char *w, const char *next, const char *e)
+{
+	const char *before = c_trim_end(s, w);
+
+	return next < e && (*next == ',' || *next == ')') && before > s &&
+	       (before[-1] == ',' || before[-1] == '(');
+}
+
+/* Does the lambda stored in the name [w, w + n), its body ending at lend, run: is the name
+ * called (launch(256)) or passed by name (AT_DISPATCH_FLOATING_TYPES(t, "k", body)) in the
+ * rest of the block it is written in? A lambda only written, or named otherwise
+ * ((void)launch;), launches nothing. */
+static int c_lambda_runs(const char *w, size_t n, const char *lend, const char *e)
+{
+	int d = 0;
+
+	for (const char *p = lend + 1; p < e; p++) {
+		if (*p == '{')
+			d++;
+		else if (*p == '}' && --d < 0)
+			break;
+		if ((size_t)(e - p) < n || is_cident(p[-1]) || memcmp(p, w, n) ||
+		    (p + n < e && is_cident(p[n])))
+			continue;
+		const char *q = c_ws(p + n, e);
+		if ((q < e && *q == '(') || c_passed_by_name(lend, p, q, e))
+			return 1;
+	}
+	return 0;
 }
 
 /* The definition of `name` in the CUDA text: a function's (c_definition), or a lambda stored
@@ -2612,9 +2655,7 @@ static const char *first_launch(struct ctx *x, const char *body, const char *end
 			return w;
 		/* a function or a stored lambda passed by name, which runs where it is passed to:
 		 * AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "relu", body) */
-		const char *before = c_trim_end(body, w);
-		if (!kn && next < end && (*next == ',' || *next == ')') && before > body &&
-		    (before[-1] == ',' || before[-1] == '(') && calls_launcher(x, w, p, k, depth))
+		if (!kn && c_passed_by_name(body, w, next, end) && calls_launcher(x, w, p, k, depth))
 			return w;
 		p--;
 	}
