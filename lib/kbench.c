@@ -71,6 +71,17 @@ struct finder {
 	const char *root;      /* directory walks: strip this from names */
 };
 
+/* the entries found and what they hold (a problem moved out leaves NULLs) */
+static void finder_free(struct finder *fd)
+{
+	for (size_t i = 0; i < fd->n; i++) {
+		free(fd->f[i].prefix);
+		free(fd->f[i].pr.path);
+		free(fd->f[i].pr.src);
+	}
+	free(fd->f);
+}
+
 static void finder_add(struct finder *fd, const char *name, const char *data, size_t len)
 {
 	int level, num;
@@ -138,13 +149,7 @@ int kbench_tree_load(struct kbench_tree *t, const char *path)
 		nftw(path, walk_cb, 16, FTW_PHYS);
 		walk_finder = NULL;
 	} else if (input_each_py(path, archive_cb, &fd) < 0) {
-		/* the problems of the members read before the error go too */
-		for (i = 0; i < fd.n; i++) {
-			free(fd.f[i].prefix);
-			free(fd.f[i].pr.path);
-			free(fd.f[i].pr.src);
-		}
-		free(fd.f);
+		finder_free(&fd);   /* the problems of the members read before the error go too */
 		return -1;
 	}
 	/* the level folders' parent that holds the most problems */
@@ -159,7 +164,7 @@ int kbench_tree_load(struct kbench_tree *t, const char *path)
 	}
 	if (!bestn) {
 		warn_msg("%s: no KernelBench problems (levelN/<num>_<Name>.py) found", path);
-		free(fd.f);
+		finder_free(&fd);
 		return -1;
 	}
 	t->p = xcalloc(bestn, sizeof *t->p);
@@ -170,14 +175,7 @@ int kbench_tree_load(struct kbench_tree *t, const char *path)
 			fd.f[i].pr.path = fd.f[i].pr.src = NULL;
 		}
 	}
-	for (i = 0; i < fd.n; i++) {
-		if (i != best)
-			free(fd.f[i].prefix);
-		free(fd.f[i].pr.path);
-		free(fd.f[i].pr.src);
-	}
-	free(fd.f[best].prefix);
-	free(fd.f);
+	finder_free(&fd);
 	qsort(t->p, t->n, sizeof *t->p, problem_cmp);
 	for (i = 1, j = 1; i < t->n; i++) {
 		if (t->p[i].level == t->p[j - 1].level && t->p[i].num == t->p[j - 1].num) {
