@@ -281,7 +281,7 @@ def poison(torch, cuda, outs):
         del junk
 
 
-# CPU timing: how long a thread may go on after forward returned (one it started still
+# Timing: how long a thread may go on after forward returned (one it started still
 # alive, one of the candidate's still running) before that is the candidate's verdict
 THREAD_BOUND_S = 2.0
 
@@ -341,6 +341,30 @@ class Timer:
         t1 = time.perf_counter()
         return (self.settle(before, t1) - t0) * 1e3
 
+    def cuda_call(self, fn, inputs):
+        """CUDA: one call of fn, timed (ms) between two events, the device synchronised
+        before the end one (so work moved to a side stream is timed too), and again after
+        any work the call left to threads (settle), looked for once the end event is
+        queued: the look costs a call that left none nothing."""
+        torch = self.torch
+        torch.cuda.synchronize()
+        before = tasks()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*inputs)
+        torch.cuda.synchronize()
+        end.record()
+        t1 = time.perf_counter()
+        if self.settle(before, t1) > t1:
+            # a thread the call started, or one of the candidate's, went on working: what
+            # it queued is done by this synchronisation, and the call ends here
+            torch.cuda.synchronize()
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
     def settle(self, before, t1):
         """When the work a call that returned at t1 left behind was done: every thread the
         call started has ended, and no other thread but torch's own (self.own) and the
@@ -387,17 +411,7 @@ class Timer:
                 if self.flush is not None:
                     self.flush.zero_()
                 if self.cuda:
-                    torch.cuda.synchronize()
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn(*inputs)
-                    # every stream's work is done before the end event is recorded, so work
-                    # moved to a side stream is timed too
-                    torch.cuda.synchronize()
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
+                    times.append(self.cuda_call(fn, inputs))
                 else:
                     times.append(self.cpu_call(fn, inputs))
         return times
@@ -1219,7 +1233,7 @@ def do_run(torch, job, ev, info):
     except BaseException as e:  # SystemExit too: the reference's failure, not the candidate's
         raise ref_failed("reference", e)
 
-    own = () if cuda else own_threads(torch)
+    own = own_threads(torch)
     ns = load_candidate(torch, job["kernel"], ev)
     progress("compiled")
     ModelNew = ns.get("ModelNew")

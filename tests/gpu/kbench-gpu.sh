@@ -1,7 +1,7 @@
 #!/bin/sh
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
-# timing trick, input mutation, uninitialised output; lean builds, their fallback to the
+# and thread timing tricks, input mutation, uninitialised output; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -44,6 +44,7 @@ cat "$out/env.txt" | sed 's/^/# /'
 # the candidates, in an order that puts correct ones after the illegal memory access
 "$py" "$mk" level1/1_ReLU.py cuda/relu_cuda_ok.py cuda/relu_cuda_wrong.py \
 	cuda/relu_cuda_illegal.py cuda/relu_cuda_ok.py relu_ok.py cuda/relu_cuda_sidestream.py \
+	cuda/relu_cuda_thread.py \
 	cuda/relu_cuda_mutate.py cuda/relu_cuda_uninit.py relu_segv.py relu_hang.py \
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
 	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
@@ -138,6 +139,8 @@ check 'relu_cuda_ok#2' 'ev["correct"] and ev["cached"]' "correct after the illeg
 check relu_ok 'ev["correct"]' "pure PyTorch candidate correct on CUDA"
 check relu_cuda_sidestream 'ev["correct"] and not ev["excessive_speedup"] and ev["speedup"] < 1' \
 	"side-stream kernel timed honestly (speedup < 1)"
+check relu_cuda_thread 'ev["correct"] and ev["kernel_ms"] >= 5 and ev["speedup"] < 1' \
+	"work a thread queues after the end event timed (kernel_ms >= 5)"
 check relu_cuda_mutate 'ev["error"] == "mismatch" and ev.get("inputs_mutated")' "input mutation caught"
 check relu_cuda_uninit 'ev["error"] == "mismatch"' "uninitialised output caught"
 check relu_segv 'ev["error"] == "crash"' "segfault: crash"
