@@ -25,7 +25,7 @@ const struct deceive_rule_info deceive_rules[] = {
 	{ "kernel-not-bound", DECEIVE_DECEPTIVE,
 	  "an extension is built but its module is never stored or used" },
 	{ "kernel-not-called", DECEIVE_DECEPTIVE,
-	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or drops its result, or the function returns before its launch" },
+	  "ModelNew.forward (and what it calls) never calls a function the extension exports, or only ones that launch no kernel, or drops its result, or the function returns before its launch" },
 	{ "torch-fallback", DECEIVE_DECEPTIVE,
 	  "a try/except, an if on failure, or an if that every evaluated input takes one way (in forward or before a C++ launch) that falls back to PyTorch computation" },
 	{ "inherits-reference", DECEIVE_DECEPTIVE,
@@ -1319,6 +1319,142 @@ static int in_code(const struct ctx *x, size_t at)
 	return memchr(x->cuda.p + a, ';', b - a) || memchr(x->cuda.p + a, '{', b - a);
 }
 
+static const char *c_keywords[] = { "if", "for", "while", "switch", "return", "sizeof", "catch",
+	"do", "else", "case", "new", "delete", "throw", "decltype", "alignof", "static_assert", NULL };
+
+/* ---- which functions of the CUDA text can run ---- */
+
+/* A function defined in the CUDA text: its name, its extent from the name to its body's
+ * closing brace, and whether it can run */
+struct cfn {
+	const char *name, *end;
+	size_t n;
+	int live;
+};
+
+enum { MAX_CFNS = 256 };
+
+struct cfns {
+	struct cfn f[MAX_CFNS];
+	size_t n;
+	int known;              /* 0: not worked out (too many, an export not defined here) */
+};
+
+/* The functions defined in [s, e), in order: a body '{' right after the ')' of a parameter
+ * list that follows a name (no keyword). Their bodies are not searched for more; braces
+ * of anything else (a namespace, a struct, extern "C", a lambda) are. 0 past MAX_CFNS. */
+static int c_functions(const char *s, const char *e, struct cfns *fs)
+{
+	fs->n = 0;
+	for (const char *p = s; p < e; p++) {
+		if (*p == '"' || *p == '\'') {
+			char q = *p;
+			for (p++; p < e && *p != q && *p != '\n'; p++)
+				p += *p == '\\';
+			continue;
+		}
+		if (*p != '{')
+			continue;
+		const char *c = c_trim_end(s, p), *o;
+		int d = 0;
+		if (c <= s || c[-1] != ')')
+			continue;
+		for (o = c - 1; o > s; o--)
+			if (*o == ')')
+				d++;
+			else if (*o == '(' && --d == 0)
+				break;
+		if (o <= s)
+			continue;
+		const char *ne = c_trim_end(s, o), *nb = ne;
+		while (nb > s && is_cident(nb[-1]))
+			nb--;
+		char *name = xstrndup(nb, (size_t)(ne - nb));
+		int fn = nb < ne && !(*nb >= '0' && *nb <= '9') && !in_list(name, c_keywords);
+		free(name);
+		if (!fn)
+			continue;
+		if (fs->n == MAX_CFNS)
+			return 0;
+		struct cfn *f = &fs->f[fs->n++];
+		f->name = nb;
+		f->n = (size_t)(ne - nb);
+		f->end = c_close(p, e);
+		f->live = 0;
+		p = f->end;
+	}
+	return 1;
+}
+
+/* The function whose extent holds p, or NULL */
+static struct cfn *cfn_at(struct cfns *fs, const char *p)
+{
+	size_t lo = 0, hi = fs->n;
+
+	while (lo < hi) {       /* the first function that ends at or after p */
+		size_t mid = (lo + hi) / 2;
+		if (fs->f[mid].end < p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < fs->n && fs->f[lo].name <= p ? &fs->f[lo] : NULL;
+}
+
+/* Is the name at q (n bytes), outside any function, a declaration, `T name(...);`? */
+static int c_declares(const char *s, const char *e, const char *q, size_t n)
+{
+	const char *b = c_trim_end(s, q), *a = c_ws(q + n, e);
+
+	if (b <= s || !(is_cident(b[-1]) || strchr("*&>", b[-1])) || a >= e || *a != '(')
+		return 0;
+	a = c_ws(c_close(a, e) + 1, e);
+	return a < e && *a == ';';
+}
+
+/* Which functions of the CUDA text can run, from the roots: those named in roots (all the
+ * exports, or a few), and macros' bodies (PYBIND11_MODULE(...) {...}, all capitals) when
+ * macros is set. A function runs when a root or a running function names it, or when code
+ * outside every function names it (a pointer to it, not its declaration). fs->known is 0
+ * when this is not worked out: no exports, one not defined here, too many functions. */
+static void cfns_live(const struct ctx *x, const struct names *roots, int macros, struct cfns *fs)
+{
+	const char *s = x->cuda.p, *e = s + x->cuda.len;
+
+	fs->known = roots->n > 0 && c_functions(s, e, fs);
+	for (size_t i = 0; i < roots->n && fs->known; i++) {
+		size_t j = 0, n = strlen(roots->v[i]);
+		for (; j < fs->n; j++)
+			if (fs->f[j].n == n && !memcmp(fs->f[j].name, roots->v[i], n))
+				break;
+		fs->known = j < fs->n;
+	}
+	if (!fs->known)
+		return;
+	for (size_t j = 0; j < fs->n; j++) {
+		struct cfn *f = &fs->f[j];
+		int caps = 1;
+		for (size_t k = 0; k < f->n; k++)
+			caps &= !(f->name[k] >= 'a' && f->name[k] <= 'z');
+		f->live = names_has(roots, f->name, f->n) || (macros && caps);
+	}
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (size_t j = 0; j < fs->n; j++) {
+			struct cfn *f = &fs->f[j];
+			for (const char *q = s; !f->live && (q = memmem(q, (size_t)(e - q), f->name, f->n)) != NULL;
+			     q++) {
+				if ((q > s && is_cident(q[-1])) || (q + f->n < e && is_cident(q[f->n])) ||
+				    (q >= f->name && q <= f->end))
+					continue;
+				struct cfn *in = cfn_at(fs, q);
+				if (in ? in->live : !c_declares(s, e, q, f->n))
+					f->live = changed = 1;
+			}
+		}
+	}
+}
+
 static int c_lambda_after(const char *q, const char *e, const char **a, const char **b,
                           const char **body, const char **end);
 static int c_lambda_runs(const char *w, size_t n, const char *lend, const char *e);
@@ -1328,8 +1464,10 @@ static int c_lambda_runs(const char *w, size_t n, const char *lend, const char *
  * ...), a function pointer)? A name followed by '(' is its declaration (host code cannot call
  * a kernel); one inside a C string or character literal, or in a Python string that is no
  * code (load_inline's name="relu_kernel"), is no use; nor is a launch in a lambda stored
- * in a name that never runs (c_lambda_runs). */
-static int kernel_launched(const struct ctx *x, const char *name)
+ * in a name that never runs (c_lambda_runs), nor one in a function that never runs (fs,
+ * when known: *dead is then the first such function, else NULL). */
+static int kernel_launched(const struct ctx *x, const char *name, struct cfns *fs,
+                           const struct cfn **dead)
 {
 	const char *s = x->cuda.p, *e = s + x->cuda.len;
 	size_t n = strlen(name);
@@ -1356,8 +1494,13 @@ static int kernel_launched(const struct ctx *x, const char *name)
 			continue;
 		}
 		const char *q;
-		if (c_launch(p, e, &q) || ((q >= e || *q != '(') && in_code(x, (size_t)(a - s))))
-			return 1;
+		if (c_launch(p, e, &q) || ((q >= e || *q != '(') && in_code(x, (size_t)(a - s)))) {
+			const struct cfn *in = fs->known ? cfn_at(fs, a) : NULL;
+			if (!in || in->live)
+				return 1;
+			if (!*dead)
+				*dead = in;
+		}
 		p--;
 	}
 	return 0;
@@ -1387,11 +1530,22 @@ static void rule_no_cuda_kernel(struct ctx *x)
 	}
 	if (python_launches(x))
 		return;
-	for (size_t i = 0; i < x->nkern; i++)
-		if (kernel_launched(x, x->kern[i].name))
+	struct cfns fs;
+	const struct cfn *dead = NULL, *dead0 = NULL;
+	cfns_live(x, &x->exports, 1, &fs);
+	for (size_t i = 0; i < x->nkern; i++) {
+		if (kernel_launched(x, x->kern[i].name, &fs, &dead))
 			return;
-	add(x, 0, x->kern[0].line, "no __global__ kernel is ever launched (%s has no <<<...>>> launch that runs): "
-	    "the extension's functions compute without it", x->kern[0].name);
+		if (i == 0)
+			dead0 = dead;
+	}
+	if (dead0)
+		add(x, 0, x->kern[0].line, "no __global__ kernel is ever launched (%s is launched only in %.*s, "
+		    "which no exported function calls): the extension's functions compute without it",
+		    x->kern[0].name, (int)dead0->n, dead0->name);
+	else
+		add(x, 0, x->kern[0].line, "no __global__ kernel is ever launched (%s has no <<<...>>> launch that "
+		    "runs): the extension's functions compute without it", x->kern[0].name);
 }
 
 /* Does the reference's Model.forward add anywhere? (an add kernel may then do that part) */
@@ -1819,6 +1973,12 @@ static void body_writes_in(struct ctx *x, const char *body, const char *end, str
 			p++;
 		if (d == 1 && p - w == 6 && !memcmp(w, "return", 6))
 			o->ret = p;
+		const char *la, *lb, *lbody, *lend;
+		if (c_lambda_after(p, end, &la, &lb, &lbody, &lend) &&
+		    !c_lambda_runs(w, (size_t)(p - w), lend, end)) {
+			p = lend;       /* a stored lambda that never runs launches nothing */
+			continue;
+		}
 		const struct kernel *k = kernel_named(x, w, (size_t)(p - w));
 		const char *next, *q = c_launch(p, end, &next);
 		if (!k && !q && next < end && *next == '(')
@@ -2593,9 +2753,6 @@ static int py_resolve(const struct cond_env *env, const char *name, size_t n, co
 
 /* ---- C++ wrappers that hand back PyTorch's result before their kernel runs ---- */
 
-static const char *c_keywords[] = { "if", "for", "while", "switch", "return", "sizeof", "catch",
-	"do", "else", "case", "new", "delete", "throw", "decltype", "alignof", "static_assert", NULL };
-
 static const char *first_launch(struct ctx *x, const char *body, const char *end,
                                 const struct kernel **k, int depth);
 
@@ -2967,6 +3124,85 @@ static void kernel_called_for_show(struct ctx *x)
 		add(x, 3, line, "ModelNew.forward calls the kernel but throws its result away");
 }
 
+/* Does ModelNew.forward call one of the exported functions in `only` (directly, through
+ * helpers, aliases, layers)? The model's walk again with only those as the exports. */
+static int forward_calls(struct ctx *x, const struct names *only)
+{
+	struct names exports = x->exports, alias = x->alias;
+	unsigned char *reach = x->reach, *calls = x->calls_kernel;
+	int *dead = x->dead, dead_line = x->dead_kernel_line, hit;
+
+	memset(&x->exports, 0, sizeof x->exports);
+	memset(&x->alias, 0, sizeof x->alias);
+	for (size_t i = 0; i < only->n; i++)
+		names_add(&x->exports, only->v[i], strlen(only->v[i]));
+	find_aliases(x);
+	find_model(x);
+	hit = x->forward >= 0 && x->calls_kernel[x->forward];
+	names_free(&x->exports);
+	names_free(&x->alias);
+	free(x->reach);
+	free(x->calls_kernel);
+	free(x->dead);
+	x->exports = exports;
+	x->alias = alias;
+	x->reach = reach;
+	x->calls_kernel = calls;
+	x->dead = dead;
+	x->dead_kernel_line = dead_line;
+	return hit;
+}
+
+/* forward calls the extension, but only exported functions that launch no kernel (their
+ * definitions here, and the functions they call, hold no launch that runs), while another
+ * exported function launches one: its line (forward's), else 0; *none one it calls,
+ * *launcher one that launches, *kname its kernel */
+static int forward_misses_launcher(struct ctx *x, const char **none, const char **launcher,
+                                   const char **kname)
+{
+	struct names launching = { 0 }, idle = { 0 };
+	struct cfns fs;
+	const struct cfn *dead;
+	int line = 0;
+
+	*none = *launcher = NULL;
+	if (x->exports.n < 2)
+		return 0;
+	for (size_t i = 0; i < x->exports.n; i++) {
+		struct names one = { 0 };
+		size_t k = 0;
+		names_add(&one, x->exports.v[i], strlen(x->exports.v[i]));
+		cfns_live(x, &one, 0, &fs);
+		names_free(&one);
+		for (dead = NULL; fs.known && k < x->nkern && !kernel_launched(x, x->kern[k].name, &fs, &dead); k++)
+			;
+		if (!fs.known || k < x->nkern) {
+			names_add(&launching, x->exports.v[i], strlen(x->exports.v[i]));
+			if (!*launcher && fs.known) {
+				*launcher = x->exports.v[i];
+				*kname = x->kern[k].name;
+			}
+		} else {
+			names_add(&idle, x->exports.v[i], strlen(x->exports.v[i]));
+		}
+	}
+	if (*launcher && idle.n && !forward_calls(x, &launching)) {
+		line = x->p.block[x->forward].line;
+		for (size_t i = 0; i < idle.n && !*none; i++) {
+			struct names one = { 0 };
+			names_add(&one, idle.v[i], strlen(idle.v[i]));
+			if (forward_calls(x, &one))
+				for (size_t j = 0; j < x->exports.n && !*none; j++)
+					if (!strcmp(x->exports.v[j], idle.v[i]))
+						*none = x->exports.v[j];
+			names_free(&one);
+		}
+	}
+	names_free(&launching);
+	names_free(&idle);
+	return line;
+}
+
 static void rule_kernel_not_called(struct ctx *x)
 {
 	if (x->nbuild == 0)
@@ -2986,6 +3222,14 @@ static void rule_kernel_not_called(struct ctx *x)
 		    x->exports.n ? x->exports.v[0] : "");
 		return;
 	}
+	const char *none, *launcher, *kname;
+	int line = forward_misses_launcher(x, &none, &launcher, &kname);
+	if (line && none)
+		add(x, 3, line, "ModelNew.forward calls %s, which launches no kernel, and never %s, the exported "
+		    "function that launches %s", none, launcher, kname);
+	else if (line)
+		add(x, 3, line, "ModelNew.forward never calls %s, the exported function that launches %s: what it "
+		    "calls of the extension launches no kernel", launcher, kname);
 	kernel_called_for_show(x);
 	for (size_t i = 0; i < x->exports.n; i++) {
 		const char *k = NULL;
