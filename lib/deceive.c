@@ -137,9 +137,6 @@ struct ctx {
 	size_t *cuda_at;                /* per string: its offset in cuda, or (size_t)-1 */
 	int *cuda_str;                  /* the strings in the CUDA text, in order */
 	size_t ncuda_str;
-	int line_str;                   /* cuda_line's cache: string, offset, line there */
-	size_t line_at;
-	int line_n;
 	int has_cpp_extension;          /* the source names cpp_extension */
 	int nper[16];                   /* findings per rule (capped) */
 	struct names imp;               /* names bound by imports ... */
@@ -433,7 +430,6 @@ static void find_cuda(struct ctx *x)
 
 	x->cuda_at = xmalloc((p->nstr + 1) * sizeof(*x->cuda_at));
 	x->cuda_str = xmalloc((p->nstr + 1) * sizeof(*x->cuda_str));
-	x->line_str = -1;
 	for (size_t i = 0; i < p->nstr; i++) {
 		x->cuda_at[i] = (size_t)-1;
 		if ((p->str[i].flags & PYSRC_STR_DOC) || (narrow && !flows[i]))
@@ -473,27 +469,15 @@ static size_t cuda_string_at(const struct ctx *x, size_t at)
 	return lo;
 }
 
-/* The source line of offset `at` of the CUDA text: its string literal's line, plus the
- * newlines before it in a triple-quoted literal, never past the literal's last line (a `\n`
- * escape is a newline of the text but not of the source). Lookups in increasing order reuse
- * the last count, so walking many kernels of one literal stays linear. */
+/* The source line of offset `at` of the CUDA text: in its string literal, the line the
+ * byte decoded there was written on (a `\n` escape is a newline of the text but not of the
+ * source) */
 static int cuda_line(struct ctx *x, size_t at)
 {
-	const struct pysrc *p = &x->p;
-
 	if (x->ncuda_str == 0 || x->cuda_at[x->cuda_str[0]] > at)
 		return 1;
 	int best = x->cuda_str[cuda_string_at(x, at)];
-	if (!(p->str[best].flags & PYSRC_STR_TRIPLE))
-		return p->str[best].line;
-	if (x->line_str != best || x->line_at > at) {
-		x->line_str = best;
-		x->line_at = x->cuda_at[best];
-		x->line_n = p->str[best].line;
-	}
-	for (; x->line_at < at; x->line_at++)
-		x->line_n += x->cuda.p[x->line_at] == '\n';
-	return x->line_n < p->str[best].end_line ? x->line_n : p->str[best].end_line;
+	return pysrc_string_line(&x->p.str[best], at - x->cuda_at[best]);
 }
 
 static const char *c_ws(const char *p, const char *e)

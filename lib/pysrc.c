@@ -83,7 +83,19 @@ struct scanner {
 	int line_open;          /* a logical line has tokens */
 	int last_indent;
 	struct buf text;        /* decoded string contents */
+	size_t *nl;             /* the string's source newlines: decoded offsets after them */
+	size_t nnl, capnl;
+	size_t field_from;      /* the f-string field being copied: its first source offset */
 };
+
+/* A source newline in the string being scanned; the decoded text from offset at on is on
+ * the next line */
+static void str_newline(struct scanner *sc, size_t at)
+{
+	sc->line++;
+	GROW(sc->nl, sc->nnl, sc->capnl);
+	sc->nl[sc->nnl++] = at;
+}
 
 static int add_tok(struct scanner *sc, int kind, size_t start, size_t end, int line)
 {
@@ -172,15 +184,18 @@ static size_t skip_nested_string(struct scanner *sc, size_t i)
 	while (i < sc->n) {
 		if (s[i] == '\\') {
 			/* a backslash as the source's last byte escapes nothing */
-			if (i + 1 < sc->n && s[i + 1] == '\n')
-				sc->line++, sc->line_start = i + 2;
+			if (i + 1 < sc->n && s[i + 1] == '\n') {
+				str_newline(sc, sc->text.len + (i + 2 - sc->field_from));
+				sc->line_start = i + 2;
+			}
 			i += 2;
 			continue;
 		}
 		if (s[i] == '\n') {
 			if (!triple)
 				return i;       /* left open: the newline is the field's to count */
-			sc->line++, sc->line_start = i + 1;
+			str_newline(sc, sc->text.len + (i + 1 - sc->field_from));
+			sc->line_start = i + 1;
 		}
 		if (s[i] == q && (!triple || (i + 2 < sc->n && s[i + 1] == q && s[i + 2] == q)))
 			return i + (triple ? 3 : 1);
@@ -197,6 +212,7 @@ static size_t scan_field(struct scanner *sc, size_t i, int triple)
 	size_t from = i;
 	int d = 0;
 
+	sc->field_from = from;
 	while (i < sc->n) {
 		char c = s[i];
 		if (c == '{' || c == '(' || c == '[') {
@@ -212,7 +228,8 @@ static size_t scan_field(struct scanner *sc, size_t i, int triple)
 		} else if (c == '\n') {
 			if (!triple && d <= 1)
 				break;
-			sc->line++, sc->line_start = i + 1;
+			str_newline(sc, sc->text.len + (i + 1 - from));
+			sc->line_start = i + 1;
 		}
 		i++;
 	}
@@ -236,6 +253,7 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 		flags |= PYSRC_STR_TRIPLE;
 	i += triple ? 3 : 1;
 	buf_reset(&sc->text);
+	sc->nnl = 0;
 	while (i < sc->n) {
 		unsigned char c = (unsigned char)s[i];
 		if (c == (unsigned char)q && (!triple || (i + 2 < sc->n && s[i + 1] == q && s[i + 2] == q))) {
@@ -246,9 +264,9 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 		if (c == '\n') {
 			if (!triple)
 				break;
-			sc->line++;
-			sc->line_start = i + 1;
 			buf_addc(&sc->text, '\n');
+			str_newline(sc, sc->text.len);
+			sc->line_start = i + 1;
 			i++;
 			continue;
 		}
@@ -275,8 +293,10 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 		if (flags & PYSRC_STR_RAW) {
 			/* raw: the backslash stays, and it protects the next byte (a quote) */
 			buf_add(&sc->text, s + i, 2);
-			if (s[i + 1] == '\n')
-				sc->line++, sc->line_start = i + 2;
+			if (s[i + 1] == '\n') {
+				str_newline(sc, sc->text.len);
+				sc->line_start = i + 2;
+			}
 			i += 2;
 			continue;
 		}
@@ -284,7 +304,7 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 		i += 2;
 		switch (c) {
 		case '\n':
-			sc->line++;
+			str_newline(sc, sc->text.len);
 			sc->line_start = i;
 			break;
 		case 'n': buf_addc(&sc->text, '\n'); break;
@@ -348,6 +368,12 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 	st->text = xmalloc(sc->text.len + 1);
 	memcpy(st->text, sc->text.p, sc->text.len);
 	st->text[sc->text.len] = '\0';
+	st->nnl = sc->nnl;
+	st->nl = NULL;
+	if (sc->nnl) {
+		st->nl = xmalloc(sc->nnl * sizeof(*st->nl));
+		memcpy(st->nl, sc->nl, sc->nnl * sizeof(*st->nl));
+	}
 	p->tok[t].str = (int)p->nstr++;
 	sc->i = i;
 }
@@ -867,6 +893,7 @@ int pysrc_scan(struct pysrc *p, const char *src, size_t len)
 	scan(&sc);
 	buf_free(&sc.text);
 	free(sc.stack);
+	free(sc.nl);
 	find_blocks(p);
 	mark_token_blocks(p);
 	find_calls(p);
@@ -874,10 +901,26 @@ int pysrc_scan(struct pysrc *p, const char *src, size_t len)
 	return 0;
 }
 
+int pysrc_string_line(const struct pysrc_string *st, size_t off)
+{
+	size_t lo = 0, hi = st->nnl;
+
+	while (lo < hi) {       /* the newlines whose next line starts at or before off */
+		size_t mid = (lo + hi) / 2;
+		if (st->nl[mid] <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return st->line + (int)lo;
+}
+
 void pysrc_free(struct pysrc *p)
 {
-	for (size_t i = 0; i < p->nstr; i++)
+	for (size_t i = 0; i < p->nstr; i++) {
 		free(p->str[i].text);
+		free(p->str[i].nl);
+	}
 	for (size_t i = 0; i < p->nblock; i++) {
 		free(p->block[i].name);
 		free(p->block[i].bases);

@@ -96,6 +96,9 @@ struct pysrc_string {
 	int tok;                /* its token index */
 	char *text;             /* decoded contents, NUL-terminated (len bytes; may hold NULs) */
 	size_t len;
+	size_t *nl;             /* per source newline in the literal (a `\n` escape is none):
+	                         * the offset in text where the next line starts */
+	size_t nnl;
 };
 
 enum pysrc_block_kind {
@@ -164,6 +167,8 @@ struct pysrc {
 int pysrc_scan(struct pysrc *p, const char *src, size_t len);
 void pysrc_free(struct pysrc *p);
 
+/* The source line of offset off of a string's decoded text */
+int pysrc_string_line(const struct pysrc_string *st, size_t off);
 /* Text of token i (not NUL-terminated): p->src + tok.start, length tok.end - tok.start. */
 int pysrc_tok_is(const struct pysrc *p, int i, const char *text);
 /* Innermost class/def containing token i, or -1 (p->tok[i].block). */
