@@ -508,6 +508,17 @@ static const char *c_close(const char *p, const char *e)
 	return e;
 }
 
+/* p at a C string's or character literal's quote: its closing quote (or the end of its
+ * line, or e) */
+static const char *c_skip_quoted(const char *p, const char *e)
+{
+	char q = *p;
+
+	for (p++; p < e && *p != q && *p != '\n'; p++)
+		p += *p == '\\';
+	return p;
+}
+
 static void find_kernels(struct ctx *x)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *g = s;
@@ -1332,9 +1343,7 @@ static int c_functions(const char *s, const char *e, struct cfns *fs)
 	fs->n = 0;
 	for (const char *p = s; p < e; p++) {
 		if (*p == '"' || *p == '\'') {
-			char q = *p;
-			for (p++; p < e && *p != q && *p != '\n'; p++)
-				p += *p == '\\';
+			p = c_skip_quoted(p, e);
 			continue;
 		}
 		if (*p != '{')
@@ -1458,9 +1467,7 @@ static int kernel_launched(const struct ctx *x, const char *name, struct cfns *f
 
 	for (const char *p = s; p < e; p++) {
 		if (*p == '"' || *p == '\'') {
-			char q = *p;
-			for (p++; p < e && *p != q && *p != '\n'; p++)
-				p += *p == '\\';
+			p = c_skip_quoted(p, e);
 			continue;
 		}
 		if (!is_cident(*p) || (p > s && is_cident(p[-1])))
@@ -2922,9 +2929,7 @@ static int cpp_guard(const struct cond_env *env, const char *body, const char *s
 	*guarded = 0;
 	for (const char *p = body + 1; p < s; p++) {
 		if (*p == '"' || *p == '\'') {
-			char q = *p;
-			for (p++; p < s && *p != q && *p != '\n'; p++)
-				p += *p == '\\';
+			p = c_skip_quoted(p, s);
 			continue;
 		}
 		if (*p == '}') {
