@@ -2457,6 +2457,21 @@ static int cond_value(const struct cond_env *env, const char *s, const char *e, 
 
 /* An integer of the reference in tokens [a, b): a literal, a module constant, or a chain of
  * them joined by * (or by +): 0 and *v, else -1 */
+/* The module-level assignment `name = ...` of the reference that sets the name token k last,
+ * or -1 */
+static int ref_global(const struct pysrc *r, int k)
+{
+	const struct pysrc_tok *t = &r->tok[k];
+	int found = -1;
+
+	for (size_t i = 0; i < r->nassign; i++)
+		if (r->assign[i].block < 0 && r->assign[i].op == '=' &&
+		    strlen(r->assign[i].target) == t->end - t->start &&
+		    !memcmp(r->assign[i].target, r->src + t->start, t->end - t->start))
+			found = (int)i;
+	return found;
+}
+
 static int ref_int(const struct ctx *x, int a, int b, long *v, int depth)
 {
 	const struct pysrc *r = &x->r;
@@ -2478,12 +2493,7 @@ static int ref_int(const struct ctx *x, int a, int b, long *v, int depth)
 			if (c_int(r->src + t->start, r->src + t->end, &n) == 0 || n < 0)
 				return -1;
 		} else if (t->kind == PYSRC_TOK_NAME) {
-			int found = -1;
-			for (size_t i = 0; i < r->nassign; i++)
-				if (r->assign[i].block < 0 && r->assign[i].op == '=' &&
-				    strlen(r->assign[i].target) == t->end - t->start &&
-				    !memcmp(r->assign[i].target, r->src + t->start, t->end - t->start))
-					found = (int)i;
+			int found = ref_global(r, k);
 			if (found < 0 || ref_int(x, r->assign[found].tok_value, r->assign[found].tok_end, &n,
 			                         depth + 1) < 0)
 				return -1;
@@ -2534,11 +2544,60 @@ static int ref_dtype(const struct pysrc *r, int a, int b)
 	return dtype_named(r->src + r->tok[a].start, r->src + r->tok[b - 1].end);
 }
 
+/* Is the reference's token k a Python number: a literal, or a name set to one (-1.5) at module
+ * level? 1 for a float, 0 for an integer, -1 for anything else (a tensor, a complex number) */
+static int ref_scalar(const struct pysrc *r, int k, int depth)
+{
+	const struct pysrc_tok *t = &r->tok[k];
+	const char *v = r->src + t->start;
+	size_t n = t->end - t->start;
+	int g;
+
+	if (t->kind == PYSRC_TOK_NAME) {
+		if (depth > 4 || (g = ref_global(r, k)) < 0)
+			return -1;
+		k = r->assign[g].tok_value + tok_is(r, r->assign[g].tok_value, "-");
+		return r->assign[g].tok_end - k == 1 ? ref_scalar(r, k, depth + 1) : -1;
+	}
+	if (t->kind != PYSRC_TOK_NUMBER || memchr(v, 'j', n) || memchr(v, 'J', n))
+		return -1;
+	if (n > 1 && v[0] == '0' && strchr("xXoObB", v[1]))
+		return 0;       /* 0x1e: an integer */
+	return memchr(v, '.', n) || memchr(v, 'e', n) || memchr(v, 'E', n);
+}
+
+/* Scalar arithmetic on an input of dtype *dtype, the operator at the reference's token op
+ * and the number at k (ref_scalar): an integer or boolean tensor divided, or combined with
+ * a float, is of torch's default dtype fdefault (-1: not known); a boolean one with an
+ * integer, int64. 0, or -1 where the other operand is no number (a tensor: its shape and
+ * dtype would broadcast into the input's). */
+static int ref_arith(const struct pysrc *r, int op, int k, int *dtype, int fdefault)
+{
+	int f = ref_scalar(r, k, 0);
+
+	if (f < 0)
+		return -1;
+	if (*dtype < 0 || *dtype == DTYPE_FLOAT32 || *dtype == DTYPE_FLOAT16 ||
+	    *dtype == DTYPE_BFLOAT16 || *dtype == DTYPE_FLOAT64)
+		return 0;
+	if (f || tok_is(r, op, "/"))
+		*dtype = fdefault;
+	else if (!strcmp(dtypes[*dtype].py[0], "bool"))
+		*dtype = DTYPE_INT64;
+	return 0;
+}
+
+static int ref_arith_op(const struct pysrc *r, int k)
+{
+	return tok_is(r, k, "*") || tok_is(r, k, "+") || tok_is(r, k, "-") || tok_is(r, k, "/");
+}
+
 /* What the tokens [k, b) after a maker's call do to its tensor: a chain of .cuda(), .to(...),
  * .half(), .contiguous() and such (*dtype, *contiguous changed, as the reference's own
- * conversions change them), and scalar arithmetic (* 2 - 1); 0, or -1 for anything else
- * (.t(), a subscript, .view(...)): the shape is not known then */
-static int ref_chain(const struct pysrc *r, int k, int b, int *dtype, int *contiguous)
+ * conversions change them), and scalar arithmetic (* 2 - 1, ref_arith); 0, or -1 for
+ * anything else (.t(), a subscript, .view(...), arithmetic with a tensor): the shape is not
+ * known then */
+static int ref_chain(const struct pysrc *r, int k, int b, int *dtype, int *contiguous, int fdefault)
 {
 	static const char *const keep[] = { "cuda", "cpu", "detach", "clone", "requires_grad_",
 		"contiguous", "to", NULL };
@@ -2548,8 +2607,9 @@ static int ref_chain(const struct pysrc *r, int k, int b, int *dtype, int *conti
 		DTYPE_FLOAT64, DTYPE_INT64, DTYPE_INT32 };
 
 	while (k < b) {
-		if ((tok_is(r, k, "*") || tok_is(r, k, "+") || tok_is(r, k, "-") || tok_is(r, k, "/")) &&
-		    k + 1 < b && (r->tok[k + 1].kind == PYSRC_TOK_NUMBER || r->tok[k + 1].kind == PYSRC_TOK_NAME)) {
+		if (ref_arith_op(r, k) && k + 1 < b) {
+			if (ref_arith(r, k, k + 1, dtype, fdefault) < 0)
+				return -1;
 			k += 2;
 			continue;
 		}
@@ -2625,16 +2685,10 @@ static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim, int *d
 			return -1;
 		if (scalar) {   /* torch.tensor(3.0): no dimensions; an integer makes int64 */
 			s0 += tok_is(r, s0, "-");
-			if (s1 - s0 != 1 || r->tok[s0].kind != PYSRC_TOK_NUMBER)
+			if (s1 - s0 != 1 || (randint = ref_scalar(r, s0, 0)) < 0)
 				return -1;
-			const char *v = r->src + r->tok[s0].start, *ve = r->src + r->tok[s0].end;
+			randint = !randint;
 			n = 0;
-			randint = ve - v > 1 && v[0] == '0' && strchr("xXoObB", v[1]);
-			if (!randint && (memchr(v, 'j', (size_t)(ve - v)) || memchr(v, 'J', (size_t)(ve - v))))
-				return -1;      /* 2j: complex */
-			if (!randint)
-				randint = !memchr(v, '.', (size_t)(ve - v)) && !memchr(v, 'e', (size_t)(ve - v)) &&
-				          !memchr(v, 'E', (size_t)(ve - v));
 		} else if (tok_is(r, s0, "(") || tok_is(r, s0, "[")) {
 			n = ref_items(r, s0, s1, st, en, MAX_DIMS);
 		} else if (randint || !strcmp(last_part(c->callee), "full")) {
@@ -2649,11 +2703,19 @@ static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim, int *d
 			if (ref_int(x, st[k], en[k], &dim[k], 0) < 0)
 				return -1;
 		/* torch's default dtype, unless the reference sets another */
-		*dtype = randint ? DTYPE_INT64 : x->ref_default_dtype ? -1 : DTYPE_FLOAT32;
+		int fdefault = x->ref_default_dtype ? -1 : DTYPE_FLOAT32, first = c->tok_open - 1;
+		*dtype = randint ? DTYPE_INT64 : fdefault;
 		*contiguous = 1;
 		if (pysrc_call_arg(r, c, "dtype", -1, &s0, &s1) == 0)
 			*dtype = ref_dtype(r, s0, s1);
-		if (ref_chain(r, c->tok_close + 1, b, dtype, contiguous) < 0) {
+		/* scalar arithmetic before the maker too: 2 * torch.rand(n) - 1, -torch.randn(n) */
+		while (first - 2 >= a && tok_is(r, first - 1, ".") && r->tok[first - 2].kind == PYSRC_TOK_NAME)
+			first -= 2;
+		int k = a + (first > a && tok_is(r, a, "-"));
+		for (; k + 1 < first && ref_arith_op(r, k + 1); k += 2)
+			if (ref_arith(r, k + 1, k, dtype, fdefault) < 0)
+				break;
+		if (k != first || ref_chain(r, c->tok_close + 1, b, dtype, contiguous, fdefault) < 0) {
 			*dtype = -1;
 			*contiguous = 0;
 			return -1;
