@@ -2725,8 +2725,42 @@ static int ref_shape(const struct ctx *x, int g, int a, int b, long *dim, int *d
 	return -1;
 }
 
+/* An input that forward assigns to again keeps the reference's shape, dtype and layout only
+ * where the assignment keeps them (x = x.contiguous(), x = x.cuda(), x = x * 2, x += 1); one
+ * that casts it (x = x.half()) leaves its dtype unknown (a test before the cast sees the
+ * old, one after it the new); any other (x = x.view(-1), x = x.t(), a, x = ...) all three */
+static void forward_rebinds(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	struct shapes *sh = &x->shapes;
+	int fdefault = x->ref_default_dtype ? -1 : DTYPE_FLOAT32;
+
+	for (size_t i = 0; i < p->nassign; i++) {
+		const struct pysrc_assign *as = &p->assign[i];
+		int v = as->tok_value;
+		if (as->block < 0 || !pysrc_block_within(p, as->block, x->forward))
+			continue;
+		for (int k = 0; k < sh->n; k++) {
+			int dtype = sh->dtype[k], contiguous = sh->contiguous[k], keep;
+			if (strcmp(as->target, sh->name[k]))
+				continue;
+			if (as->op == '=')
+				keep = v < as->tok_end && tok_is(p, v, sh->name[k]) &&
+				       ref_chain(p, v + 1, as->tok_end, &dtype, &contiguous, fdefault) == 0;
+			else    /* in place: the dtype stays */
+				keep = as->tok_end - v == 1 && ref_scalar(p, v, 0) >= 0;
+			if (!keep) {
+				sh->ndim[k] = -1;
+				sh->contiguous[k] = 0;
+			}
+			if (!keep || dtype != sh->dtype[k])
+				sh->dtype[k] = -1;
+		}
+	}
+}
+
 /* x->shapes: forward's parameters, in order, with the shapes of the reference's inputs
- * (the evaluation calls the model with get_inputs()'s list) */
+ * (the evaluation calls the model with get_inputs()'s list), as forward_rebinds leaves them */
 static void ref_shapes(struct ctx *x)
 {
 	const struct pysrc *r = &x->r;
@@ -2768,6 +2802,7 @@ static void ref_shapes(struct ctx *x)
 			d += (*ps == '(' || *ps == '[') - (*ps == ')' || *ps == ']');
 		ps += *ps == ',';
 	}
+	forward_rebinds(x);
 }
 
 /* env's names of inputs: forward's parameters themselves */
