@@ -244,6 +244,7 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, 0, &jerr), *v;
+	const char *key;
 	int rc = -1;
 
 	config_defaults(c);
@@ -305,13 +306,18 @@ int config_parse(struct model_config *c, const char *text, size_t len, const cha
 		goto out;
 	}
 	c->tie_word_embeddings = v && json_is_true(v);
-	v = json_get_set(root, "torch_dtype");
+	key = "torch_dtype";    /* transformers 5 writes "dtype" */
+	v = json_get_set(root, key);
 	if (!v)
-		v = json_get_set(root, "dtype");
-	if (v &&
-	    (!json_is_string(v) || config_dtype_parse(json_string_value(v), &c->dtype) < 0)) {
-		errmsg_set(err, errlen, "%s: torch_dtype '%s' not supported (bfloat16, float16, "
-		           "float32)", name, json_is_string(v) ? json_string_value(v) : "?");
+		v = json_get_set(root, key = "dtype");
+	if (v && !json_is_string(v)) {
+		errmsg_set(err, errlen, "%s: '%s' must be a string (bfloat16, float16, float32)",
+		           name, key);
+		goto out;
+	}
+	if (v && config_dtype_parse(json_string_value(v), &c->dtype) < 0) {
+		errmsg_set(err, errlen, "%s: %s '%s' not supported (bfloat16, float16, float32)",
+		           name, key, json_string_value(v));
 		goto out;
 	}
 	if (refuse(root, "partial_rotary_factor", name, err, errlen) ||

@@ -109,6 +109,10 @@ static void test_config(void)
 	                 "'mask_token_id' 151669 outside the vocabulary");
 	expect_cfg_error("unknown torch_dtype", "{" BASE ",\"torch_dtype\":\"int8\"}",
 	                 "torch_dtype 'int8' not supported");
+	expect_cfg_error("unknown dtype, named as written", "{" BASE ",\"dtype\":\"int8\"}",
+	                 ": dtype 'int8' not supported");
+	expect_cfg_error("torch_dtype not a string", "{" BASE ",\"torch_dtype\":16}",
+	                 "'torch_dtype' must be a string");
 	/* RoPE as transformers 4 and 5 read it */
 	CHECK(parse(&c, "{" BASE ",\"rope_parameters\":{\"rope_type\":\"default\"}}") == 0 &&
 	      c.rope_theta == 10000.0f, "rope_parameters without rope_theta: 10000");
