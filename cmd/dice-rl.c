@@ -169,9 +169,68 @@ static int stages_parse(const char *spec, struct stage *st)
 
 /* ---------------------------------------------------------------- tasks */
 
+/* The tasks are checked as they are read, so that what is said of them comes out in the order
+ * of their lines, among what the reader says of the malformed ones */
 struct reader {
 	struct rl_tasks *ts;
+	int eval;                    /* -T's tasks */
+	const int *used;             /* the stage kinds to check them for */
+	int level;                   /* --order level */
+	long max_plen;               /* --max-prompt-len (0: none) */
+	struct rl_runner *r;
+	const struct sampler_opts *so;
+	size_t mem;                  /* what the KV caches may take */
+	size_t nlong[2], nbad[2];    /* skipped, by stage kind: too long, bad */
+	int bad;                     /* one was reported: exit status 1 */
 };
+
+/* What would drop t from a stage's list, or sort it last, unsaid: half an infilling task; a
+ * level that is no integer; a prompt that cannot be made, or whose KV cache (the prompt +
+ * --max-tokens) cannot fit in memory even alone (said once, for the first stage kind), or one
+ * over --max-prompt-len (said for each). Sets t->skip. */
+static void check_task(struct reader *rd, struct rl_task *t)
+{
+	const char *why = rd->used[1] ? rl_task_infill_bad(t->rec) : NULL;
+	char err[512];
+	int told = 0, lv;
+
+	if (!rd->eval && why) {
+		warn_msg("%s: %s: not an infilling task%s", t->where, why,
+		         rd->used[0] ? " (the end-to-end stage takes it)" : ": skipped");
+		rd->bad = 1;
+	}
+	if (!rd->eval && rd->level && rl_task_level(t->rec, &lv) < 0) {
+		warn_msg("%s: level is not an integer: sorted last", t->where);
+		rd->bad = 1;
+	}
+	for (int k = 0; k < 2; k++) {
+		if (!rd->used[k])
+			continue;
+		if (k && rd->eval && why) {
+			warn_msg("%s: %s: not an infilling task, no eval task of the infill stage",
+			         t->where, why);
+			rd->bad = 1;
+		}
+		if (k && !rl_task_infill(t->rec))
+			continue;
+		int len = rl_task_prompt_len(rd->r, t->rec, k, err, sizeof err);
+		if (len >= 0 && rd->max_plen && len > rd->max_plen) {
+			warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: skipped",
+			         t->where, k ? "infilling" : "end-to-end", len, rd->max_plen);
+			rd->nlong[k]++;
+			t->skip |= 1 << k;
+			continue;
+		}
+		if (len < 0 || sampler_fit_alone(rd->r->m, rd->so, len, rd->mem, err, sizeof err) < 0) {
+			if (!told)
+				warn_msg("%s: %s: %sskipped", t->where, err, rd->eval ? "eval task " : "");
+			told = 1;
+			rd->nbad[k]++;
+			rd->bad = 1;
+			t->skip |= 1 << k;
+		}
+	}
+}
 
 static int on_task(json_t *rec, struct jsonl_reader *r, void *arg)
 {
@@ -179,7 +238,20 @@ static int on_task(json_t *rec, struct jsonl_reader *r, void *arg)
 	char *where = xasprintf("%s:%zu", r->name, r->lineno);
 	rl_tasks_add(rd->ts, rec, r->line, r->len, where);
 	free(where);
+	check_task(rd, &rd->ts->t[rd->ts->n - 1]);
 	return 0;
+}
+
+/* The tasks of ts that a stage kind takes (infill: those with prefix and suffix) and did not
+ * leave out, in *n */
+static struct rl_task **task_list(struct rl_tasks *ts, int infill, size_t *n)
+{
+	struct rl_task **l = xcalloc(ts->n ? ts->n : 1, sizeof *l);
+	*n = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		if ((!infill || rl_task_infill(ts->t[i].rec)) && !(ts->t[i].skip & 1 << infill))
+			l[(*n)++] = &ts->t[i];
+	return l;
 }
 
 /* ---------------------------------------------------------------- state */
@@ -434,46 +506,9 @@ int main(int argc, char **argv)
 	if (!ops)
 		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build", device);
 
-	/* the tasks, split by stage */
-	struct rl_tasks all = { 0 };
-	struct reader rd = { &all };
-	if (jsonl_each(argv + optind, argc - optind, on_task, NULL, &rd))
-		ret = 1;
 	int used[2] = { 0, 0 };        /* the stage kinds with steps to run */
 	for (int i = 0; i < nst; i++)
 		used[st[i].infill] |= st[i].steps > 0;
-	/* what would drop a task from a stage's list, or sort it last, unsaid, said in file
-	 * order: half an infilling task; a level that is no integer */
-	for (size_t i = 0; i < all.n; i++) {
-		const char *why = used[1] ? rl_task_infill_bad(all.t[i].rec) : NULL;
-		int lv;
-		if (why) {
-			warn_msg("%s: %s: not an infilling task%s", all.t[i].where, why,
-			         used[0] ? " (the end-to-end stage takes it)" : ": skipped");
-			ret = 1;
-		}
-		if (!strcmp(order, "level") && rl_task_level(all.t[i].rec, &lv) < 0) {
-			warn_msg("%s: level is not an integer: sorted last", all.t[i].where);
-			ret = 1;
-		}
-	}
-	if (!strcmp(order, "level"))
-		rl_tasks_sort_level(&all);
-	struct rl_task **list[2] = { NULL, NULL };
-	size_t nlist[2] = { 0, 0 };
-	for (int k = 0; k < 2; k++) {
-		list[k] = xcalloc(all.n ? all.n : 1, sizeof *list[k]);
-		for (size_t i = 0; i < all.n; i++)
-			if (!k || rl_task_infill(all.t[i].rec))
-				list[k][nlist[k]++] = &all.t[i];
-	}
-	struct rl_tasks evt = { 0 };
-	if (eval_path) {
-		char *ops1[1] = { (char *)eval_path };
-		struct reader er = { &evt };
-		if (jsonl_each(ops1, 1, on_task, NULL, &er))
-			ret = 1;
-	}
 
 	/* the model (from -o when resuming), the tokenizer */
 	struct model m, mref;
@@ -549,83 +584,48 @@ int main(int argc, char **argv)
 	if (sampler_fit_alone(&m, &r.so, -1, mem, err, sizeof err) < 0)
 		die("%s\nhint: lower --max-tokens", err);
 
-	/* the prompt of each task, per stage kind (the prompts differ): a task whose prompt
-	 * cannot be made, or whose KV cache (its prompt + --max-tokens) cannot fit in memory
-	 * even alone, is reported (once) and skipped, as a bad one; one over --max-prompt-len
-	 * skipped */
-	size_t nlong, nlongk[2] = { 0, 0 }, nbadk[2] = { 0, 0 };   /* skipped: all, by kind */
-	char *told = xcalloc(all.n + evt.n + 1, 1);                /* bad ones reported */
-	for (int k = 0; k < 2; k++) {
-		size_t kept = 0;
-		for (size_t i = 0; used[k] && i < nlist[k]; i++) {
-			int len = rl_task_prompt_len(&r, list[k][i]->rec, k, err, sizeof err);
-			if (len >= 0 && max_plen && len > max_plen) {
-				warn_msg("%s: the %s prompt has %d tokens, over --max-prompt-len %ld: "
-				         "skipped", list[k][i]->where, k ? "infilling" : "end-to-end", len,
-				         max_plen);
-				nlongk[k]++;
-				continue;
-			}
-			if (len < 0 || sampler_fit_alone(&m, &r.so, len, mem, err, sizeof err) < 0) {
-				size_t ti = (size_t)(list[k][i] - all.t);
-				if (!told[ti])
-					warn_msg("%s: %s: skipped", list[k][i]->where, err);
-				told[ti] = 1;
-				nbadk[k]++;
-				ret = 1;
-				continue;
-			}
-			list[k][kept++] = list[k][i];
-		}
-		if (used[k])
-			nlist[k] = kept;
+	/* the tasks, then the eval tasks, each checked as it is read (check_task: for each stage
+	 * kind, as their prompts differ); the eval tasks with no length limit, and the infill
+	 * stage's only those of its kind, as its training list */
+	struct rl_tasks all = { 0 }, evt = { 0 };
+	struct reader rd = { &all, 0, used, !strcmp(order, "level"), max_plen, &r, &r.so, mem,
+	                     { 0, 0 }, { 0, 0 }, 0 };
+	if (jsonl_each(argv + optind, argc - optind, on_task, NULL, &rd) || rd.bad)
+		ret = 1;
+	int evused[2] = { eval_every && used[0], eval_every && used[1] };
+	struct reader er = { &evt, 1, evused, 0, 0, &r, &evo, mem, { 0, 0 }, { 0, 0 }, 0 };
+	if (eval_path) {
+		char *ops1[1] = { (char *)eval_path };
+		if (jsonl_each(ops1, 1, on_task, NULL, &er) || er.bad)
+			ret = 1;
 	}
-	nlong = nlongk[0] + nlongk[1];
+	if (rd.level)
+		rl_tasks_sort_level(&all);
+	struct rl_task **list[2], **evl[2];
+	size_t nlist[2], nevl[2], nlong = rd.nlong[0] + rd.nlong[1];
 	for (int k = 0; k < 2; k++) {
 		const char *what = k ? " infilling" : "";
+		list[k] = task_list(&all, k, &nlist[k]);
+		evl[k] = task_list(&evt, k, &nevl[k]);
+		if (!evused[k])
+			nevl[k] = 0;
 		if (!used[k] || nlist[k])
 			continue;
-		if (!nlongk[k] && !nbadk[k])
+		if (!rd.nlong[k] && !rd.nbad[k])
 			die("no%s tasks in the input%s", what,
 			    k ? " (records with prefix and suffix)" : "");
-		if (!nbadk[k])
-			die("no%s tasks left: all %zu over --max-prompt-len %ld", what, nlongk[k],
+		if (!rd.nbad[k])
+			die("no%s tasks left: all %zu over --max-prompt-len %ld", what, rd.nlong[k],
 			    max_plen);
-		if (!nlongk[k])
-			die("no%s tasks left: all %zu bad", what, nbadk[k]);
-		die("no%s tasks left: %zu bad, %zu over --max-prompt-len %ld", what, nbadk[k],
-		    nlongk[k], max_plen);
+		if (!rd.nlong[k])
+			die("no%s tasks left: all %zu bad", what, rd.nbad[k]);
+		die("no%s tasks left: %zu bad, %zu over --max-prompt-len %ld", what, rd.nbad[k],
+		    rd.nlong[k], max_plen);
 	}
-	/* the eval tasks, checked the same way for each stage kind (no length limit); the
-	 * infill stage's are its kind of task, as its training list is */
-	struct rl_task **evl[2] = { NULL, NULL };
-	size_t nevl[2] = { 0, 0 };
-	for (int k = 0; k < 2; k++) {
-		evl[k] = xcalloc(evt.n ? evt.n : 1, sizeof *evl[k]);
-		for (size_t i = 0; eval_every && used[k] && i < evt.n; i++) {
-			const char *why = k ? rl_task_infill_bad(evt.t[i].rec) : NULL;
-			if (why) {
-				warn_msg("%s: %s: not an infilling task, no eval task of the infill "
-				         "stage", evt.t[i].where, why);
-				ret = 1;
-			}
-			if (k && !rl_task_infill(evt.t[i].rec))
-				continue;
-			int len = rl_task_prompt_len(&r, evt.t[i].rec, k, err, sizeof err);
-			if (len < 0 || sampler_fit_alone(&m, &evo, len, mem, err, sizeof err) < 0) {
-				if (!told[all.n + i])
-					warn_msg("%s: %s: eval task skipped", evt.t[i].where, err);
-				told[all.n + i] = 1;
-				ret = 1;
-				continue;
-			}
-			evl[k][nevl[k]++] = &evt.t[i];
-		}
-		if (eval_every && used[k] && !nevl[k])
+	for (int k = 0; k < 2; k++)
+		if (evused[k] && !nevl[k])
 			warn_msg("no usable task in --eval-tasks '%s' for the %s stage: no eval_exec "
 			         "in its log lines", eval_path, k ? "infill" : "e2e");
-	}
-	free(told);
 
 	int si = 0, done = 0;
 	long step = 0;

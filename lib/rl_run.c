@@ -64,7 +64,7 @@ void rl_tasks_add(struct rl_tasks *ts, json_t *rec, const char *line, size_t len
 		memcpy(copy, line, len);
 		copy[len] = '\0';
 	}
-	ts->t[ts->n++] = (struct rl_task){ rec, copy, len, xstrdup(where), level };
+	ts->t[ts->n++] = (struct rl_task){ rec, copy, len, xstrdup(where), level, 0 };
 }
 
 static int cmp_level(const void *a, const void *b)

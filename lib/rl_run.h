@@ -68,6 +68,8 @@ struct rl_task {
 	size_t len;
 	char *where;                 /* "file:line" */
 	int level;                   /* `level` or `cuke.level`; INT_MAX when absent or bad */
+	int skip;                    /* the stage kinds that leave it out (bit 1 << infill);
+	                              * 0 from rl_tasks_add, the caller's checks set it */
 };
 
 struct rl_tasks {
