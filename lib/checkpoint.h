@@ -74,9 +74,10 @@ int checkpoint_write(const char *dir, const struct model_config *c,
                      const struct model_weights *w, int nshards, const char *tokenizer_dir,
                      char *err, size_t errlen);
 
-/* 0 when checkpoint_write can write dir: a directory it may write into, or a name it may
- * create in its parent directory; else -1 with a message naming dir in err. For programs
- * that write a checkpoint at the end of long work: check first, not after the work. */
+/* 0 when checkpoint_write can write dir: a directory it can write into, or a name it can
+ * create in its parent directory (tried: a file made in dir and removed, or dir made and
+ * removed); else -1 with a message naming dir in err. For programs that write a checkpoint
+ * at the end of long work: check first, not after the work. */
 int checkpoint_dir_writable(const char *dir, char *err, size_t errlen);
 
 /* The save a trainer's state names (dice-sft, dice-rl): checkpoint_write_save writes save
