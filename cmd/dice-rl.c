@@ -504,7 +504,7 @@ int main(int argc, char **argv)
 
 	const struct ops *ops = ops_get(device);
 	if (!ops)
-		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build", device);
+		die_status(EXIT_STATUS_USAGE, "no device '%s' %s", device, ops_missing(device));
 
 	int used[2] = { 0, 0 };        /* the stage kinds with steps to run */
 	for (int i = 0; i < nst; i++)

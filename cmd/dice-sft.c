@@ -317,8 +317,7 @@ int main(int argc, char **argv)
 
 	const struct ops *ops = ops_get(device);
 	if (!ops)
-		die_status(EXIT_STATUS_USAGE, "no device '%s' in this build (cpu%s)", device,
-		           ops_get("cuda") ? ", cuda" : "");
+		die_status(EXIT_STATUS_USAGE, "no device '%s' %s", device, ops_missing(device));
 	enum dice_dtype dt = DICE_F32;
 	if (dtype_name && config_dtype_arg(dtype_name, &dt) < 0)
 		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (fp32, bf16)", dtype_name);

@@ -411,5 +411,9 @@ extern const struct ops ops_cpu;
 
 /* The backend by name ("cpu" or "cuda"); NULL when it is not built in or no GPU is present. */
 const struct ops *ops_get(const char *name);
+/* Why ops_get(name) is NULL, to follow "no device 'NAME'" in a message: "in this build (cpu)"
+ * (", cuda" too where ops_get("cuda") is not NULL), or for "cuda" in a build with the CUDA
+ * backend, that it finds no GPU. */
+const char *ops_missing(const char *name);
 
 #endif

@@ -871,3 +871,12 @@ const struct ops *ops_get(const char *name)
 #endif
 	return NULL;
 }
+
+const char *ops_missing(const char *name)
+{
+#ifdef DICE_CUDA
+	if (!strcmp(name, "cuda"))
+		return "found: the CUDA backend of this build sees no GPU";
+#endif
+	return ops_get("cuda") ? "in this build (cpu, cuda)" : "in this build (cpu)";
+}
