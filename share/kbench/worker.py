@@ -315,15 +315,24 @@ def tasks(ids):
     return out
 
 
-def own_threads(torch):
+def own_threads(torch, cuda):
     """The worker's threads before any candidate's code runs, torch's intra-op pool among
     them (started here by an element-wise op big enough to be split and a matrix product, for
-    BLAS's): threads that spin for a while after each op, which CPU timing neither waits
-    for nor counts."""
+    BLAS's): threads that spin for a while after each op, which timing neither waits for nor
+    counts. On cuda the CUDA runtime's too, started here by its first work and timing event
+    where the reference made none (a model without parameters): its event handler, taken
+    for the candidate's, was seen running after a call and made that call 10 ms long."""
     with torch.no_grad():
         torch.ones(1 << 18).add_(1)
         a = torch.ones(256, 256)
         a @ a
+        if cuda:
+            a = a.cuda()
+            a @ a
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            e.synchronize()
+            torch.cuda.synchronize()
     return task_ids()
 
 
@@ -1247,7 +1256,7 @@ def do_run(torch, job, ev, info):
     except BaseException as e:  # SystemExit too: the reference's failure, not the candidate's
         raise ref_failed("reference", e)
 
-    own = own_threads(torch)
+    own = own_threads(torch, cuda)
     ns = load_candidate(torch, job["kernel"], ev)
     progress("compiled")
     ModelNew = ns.get("ModelNew")
