@@ -1,5 +1,6 @@
 /* sft_train: epochs, micro-batches, accumulation, optimizer steps, checkpoint + state save
  * and exact resume for dice-sft (lib/sft_train.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -204,19 +205,41 @@ int sft_train_save(struct sft_train *s, const char *out_dir, const char *tok_dir
 	return rc;
 }
 
-static int meta_u64(const struct safetensors *st, const char *key, uint64_t *out, char *err,
-                    size_t errlen)
+/* key as sft_train_save writes it: decimal digits alone, up to max (strtoull alone took
+ * "-1" for 2^64 - 1, and wrapped a number past it) */
+static int meta_u64(const struct safetensors *st, const char *key, uint64_t max, uint64_t *out,
+                    char *err, size_t errlen)
 {
 	const char *v = safetensors_meta(st, key);
 	char *end;
 
-	if (v) {
+	if (v && *v && strspn(v, "0123456789") == strlen(v)) {
+		errno = 0;
 		*out = strtoull(v, &end, 10);
-		if (end != v && !*end)
+		if (!errno && *out <= max)
 			return 0;
 	}
 	errmsg_set(err, errlen, "%s: no valid \"%s\" in __metadata__", st->path, key);
 	return -1;
+}
+
+/* noise_rng as sft_train_save writes it: four words of 1 to 16 hex digits parted by one
+ * space, nothing after them, not all zero (a generator that would only give zeros). 0 or -1 */
+static int meta_rng(const char *v, struct rng *r)
+{
+	uint64_t w[4];
+
+	for (int i = 0; v && i < 4; i++) {
+		size_t n = strspn(v, "0123456789abcdefABCDEF");
+		if (!n || n > 16 || (i < 3 ? v[n] != ' ' : v[n] != '\0'))
+			return -1;
+		w[i] = strtoull(v, NULL, 16);
+		v += n + (i < 3);
+	}
+	if (!v || !(w[0] | w[1] | w[2] | w[3]))
+		return -1;
+	memcpy(r->s, w, sizeof w);
+	return 0;
 }
 
 /* The options the state was written with (states before these were saved have none of the
@@ -233,7 +256,7 @@ static int resume_check_schedule(const struct sft_train *s, const struct safeten
 	uint64_t u;
 
 	if (safetensors_meta(st, "batch_tokens")) {
-		if (meta_u64(st, "batch_tokens", &u, err, errlen) < 0)
+		if (meta_u64(st, "batch_tokens", UINT64_MAX, &u, err, errlen) < 0)
 			return -1;
 		if (u != s->batch_tokens) {
 			errmsg_set(err, errlen, "%s: written with --batch-tokens %" PRIu64 ", now %zu "
@@ -268,7 +291,6 @@ int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t err
 	struct safetensors st;
 	char *path = xasprintf("%s/%s", dir, SFT_STATE_FILE);
 	uint64_t seed, epoch, batch, samples;
-	const char *rngs;
 	int rc = -1;
 
 	if (safetensors_open(&st, path, err, errlen) < 0) {
@@ -276,14 +298,14 @@ int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t err
 		return -1;
 	}
 	free(path);
-	if (optim_load(&s->op, &st, err, errlen) < 0 || meta_u64(&st, "seed", &seed, err, errlen) ||
-	    meta_u64(&st, "epoch", &epoch, err, errlen) ||
-	    meta_u64(&st, "batch", &batch, err, errlen) ||
-	    meta_u64(&st, "samples", &samples, err, errlen))
+	/* the epoch a step count can reach (optim_load takes steps up to 2^30) */
+	if (optim_load(&s->op, &st, err, errlen) < 0 ||
+	    meta_u64(&st, "seed", UINT64_MAX, &seed, err, errlen) ||
+	    meta_u64(&st, "epoch", 1u << 30, &epoch, err, errlen) ||
+	    meta_u64(&st, "batch", SIZE_MAX, &batch, err, errlen) ||
+	    meta_u64(&st, "samples", UINT64_MAX, &samples, err, errlen))
 		goto out;
-	rngs = safetensors_meta(&st, "noise_rng");
-	if (!rngs || sscanf(rngs, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, &s->noise.s[0],
-	                    &s->noise.s[1], &s->noise.s[2], &s->noise.s[3]) != 4) {
+	if (meta_rng(safetensors_meta(&st, "noise_rng"), &s->noise) < 0) {
 		errmsg_set(err, errlen, "%s: no valid \"noise_rng\" in __metadata__", st.path);
 		goto out;
 	}
@@ -298,6 +320,11 @@ int sft_train_resume(struct sft_train *s, const char *dir, char *err, size_t err
 		goto out;
 	s->epoch = (int)epoch;
 	plan_epoch(s, s->epoch);
+	if (batch > s->nbatch) {        /* the epoch's next micro-batch: at most its end */
+		errmsg_set(err, errlen, "%s: \"batch\" %" PRIu64 " is past the %zu micro-batches of "
+		           "epoch %d", st.path, batch, s->nbatch, s->epoch);
+		goto out;
+	}
 	s->batch = (size_t)batch;
 	rc = 0;
 out:

@@ -14,7 +14,10 @@
  * micro-batch of that epoch), "noise_rng" (4 words in hex), "samples", "total_steps",
  * "save" ("step N", also in the weights' metadata: lib/checkpoint.h, checkpoint_check_save).
  * sft_train_resume restores all of it, so on the CPU the losses continue bitwise; weights
- * from another save than the state's (a save cut short) are an error.
+ * from another save than the state's (a save cut short) are an error, and so is a state
+ * whose position or noise generator is not as written here (a number that is not decimal
+ * digits alone, an epoch past 2^30, a "batch" past the end of its epoch, a "noise_rng" that
+ * is not four words of 1 to 16 hex digits parted by a space, or is all zero).
  */
 /* Data parallelism (not written yet) drops in without a communication layer of our own:
  * rank r of W takes the micro-batches i with i % W == r of each step, and one NCCL

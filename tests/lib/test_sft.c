@@ -5,7 +5,8 @@
  * noisy rows of block b == the engine's decode step after a clean prefix; packed == separate;
  * recompute == stored activations (bitwise); a finite-difference check of the gradient
  * of every weight tensor of a tiny model; and the bf16 GEMM copies (model_train_set_bf16,
- * optim_link_bf16) on the CPU backend. */
+ * optim_link_bf16) on the CPU backend; a trainer state whose position or noise generator is
+ * not as sft_train_save writes it is refused by sft_train_resume. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,10 @@
 #include "model_bwd.h"
 #include "optim.h"
 #include "sft.h"
+#include "sft_train.h"
 #include "test.h"
 #include "util.h"
+#include "tmpdir.h"
 
 /* toy encoder: one token per byte (id = byte value) */
 static int enc_bytes(void *ctx, const char *text, size_t len, int **ids, size_t *n)
@@ -475,6 +478,92 @@ static void test_bf16_copies(void)
 	free(hmem), free(hw.layers);
 }
 
+/* tmpdir's trainer state with __metadata__ key set to val (the header rewritten, the tensor
+ * data kept) */
+static void state_set(const char *saved, size_t len, const char *key, const char *val)
+{
+	uint64_t hlen = 0;
+	char *path = tmpdir_path(SFT_STATE_FILE), *h, len8[8];
+	json_t *j;
+	FILE *f;
+
+	for (int i = 0; i < 8; i++)
+		hlen |= (uint64_t)(unsigned char)saved[i] << (8 * i);
+	j = json_loadb(saved + 8, (size_t)hlen, 0, NULL);
+	json_object_set_new(json_object_get(j, "__metadata__"), key, json_string(val));
+	h = json_dumps(j, JSON_COMPACT);
+	for (int i = 0; i < 8; i++)
+		len8[i] = (char)((uint64_t)strlen(h) >> (8 * i));
+	f = fopen(path, "wb");
+	fwrite(len8, 1, 8, f);
+	fwrite(h, 1, strlen(h), f);
+	fwrite(saved + 8 + hlen, 1, len - 8 - (size_t)hlen, f);
+	fclose(f);
+	free(h);
+	free(path);
+	json_decref(j);
+}
+
+/* a state whose position or noise generator is not what sft_train_save writes is an error
+ * (found by tests/fuzz/fuzz_state.c): it was taken, and training went on elsewhere */
+static void test_resume_bad_state(void)
+{
+	struct model_config c;
+	struct model_weights w;
+	struct model m;
+	struct sft_data d;
+	struct sft_opts so = { .block = 4, .pad_id = 14, .max_len = 100, .vocab = 16 };
+	struct optim_opts oo;
+	struct sft_train st;
+	struct sft_step step;
+	char err[512], *path, *saved;
+	size_t len;
+	static const char *const bad[][3] = {
+		{ "batch", "99", "a batch past the epoch's micro-batches" },
+		{ "epoch", "-1", "a negative epoch" },
+		{ "epoch", "4294967296", "an epoch past 2^30" },
+		{ "seed", " 7", "a seed with a space before it" },
+		{ "noise_rng", "0 0 0 0", "an all-zero noise generator" },
+		{ "noise_rng", "1 2 3 4 5", "a noise_rng with a fifth word" },
+		{ "noise_rng", "1 2 3 0x4", "a noise_rng word that is not hex digits alone" },
+		{ "noise_rng", "1 2 3 11112222333344445", "a noise_rng word past 64 bits" },
+	};
+
+	CHECK(tmpdir_make("dice-test-sft") == 0, "scratch folder");
+	config_tiny(&c, 16);
+	c.num_layers = 1, c.hidden_size = 32, c.head_dim = 8, c.intermediate_size = 32;
+	float *mem = model_weights_random(&w, &c, 1);
+	model_init(&m, &c, &w, &ops_cpu, DICE_F32);
+	sft_data_init(&d);
+	for (int i = 0; i < 6; i++) {
+		int p[3] = { 1, 2, 3 + i }, r[3] = { 5 + i, 6, 7 };
+		sft_data_add_ids(&d, p, 3, r, 3, &so, err, sizeof err);
+	}
+	optim_defaults(&oo);
+	sft_train_init(&st, &m, &d, &oo, 0, 7, 16, 1, 3, 0, 0);
+	sft_train_step(&st, &step);
+	CHECK(sft_train_save(&st, tmpdir, NULL, err, sizeof err) == 0, "state saved");
+	path = tmpdir_path(SFT_STATE_FILE);
+	saved = util_read_file(path, &len);
+	state_set(saved, len, "batch", "1");
+	CHECK(sft_train_resume(&st, tmpdir, err, sizeof err) == 0 && st.batch == 1,
+	      "the state as written resumes");
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		state_set(saved, len, bad[i][0], bad[i][1]);
+		err[0] = '\0';
+		CHECK(sft_train_resume(&st, tmpdir, err, sizeof err) < 0 &&
+		      strstr(err, bad[i][0]), bad[i][2]);
+	}
+	free(saved);
+	free(path);
+	sft_train_free(&st);
+	sft_data_free(&d);
+	model_free(&m);
+	model_weights_free(&w);
+	free(mem);
+	tmpdir_remove();
+}
+
 int main(void)
 {
 	test_render();
@@ -486,5 +575,6 @@ int main(void)
 	test_model_grad(0);
 	test_model_grad(1);
 	test_bf16_copies();
+	test_resume_bad_state();
 	return test_done();
 }
