@@ -300,13 +300,13 @@ static void load_state(const char *out, const char *spec, struct stage *st, int 
 	json_error_t je;
 	json_t *j = json_load_file(path, 0, &je), *pos, *rs;
 	const char *fmt = NULL, *sp = NULL;
-	json_int_t jstep;
-	int ver = 0;
+	/* read at their full width: jansson's "i" casts to int, so 2^32 + 1 was read as 1 */
+	json_int_t jstep, ver, jsi, jdone;
 
 	if (!j)
 		die("%s: %s", path, je.text);
-	if (json_unpack(j, "{s:s, s:i, s:s, s:I, s:i, s:i, s:o, s:o}", "format", &fmt, "version",
-	                &ver, "stages", &sp, "step", &jstep, "stage", si, "stage_step", done,
+	if (json_unpack(j, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o}", "format", &fmt, "version",
+	                &ver, "stages", &sp, "step", &jstep, "stage", &jsi, "stage_step", &jdone,
 	                "pos", &pos, "rng", &rs) < 0 || strcmp(fmt, "dice-rl-state") || ver != 1)
 		die("%s: not a dice-rl state (format dice-rl-state version 1)", path);
 	struct stage was[MAX_STAGES];
@@ -318,10 +318,12 @@ static void load_state(const char *out, const char *spec, struct stage *st, int 
 		    sp, spec);
 	if (jstep < 0 || jstep > LONG_MAX / 2)
 		bad_state(path, "step");
-	if (*si < 0 || *si >= nst)
+	if (jsi < 0 || jsi >= nst)
 		bad_state(path, "stage");
-	if (*done < 0 || *done > jstep)
+	if (jdone < 0 || jdone > jstep || jdone > INT_MAX)
 		bad_state(path, "stage_step");
+	*si = (int)jsi;
+	*done = (int)jdone;
 	if (!json_is_array(pos) || (int)json_array_size(pos) != nst)
 		bad_state(path, "pos");
 	for (int i = 0; i < nst; i++) {
