@@ -187,7 +187,9 @@ int optim_load(struct optim *op, const struct safetensors *st, char *err, size_t
 
 	if (safetensors_check_format(st, OPTIM_FORMAT, OPTIM_FORMAT_VERSION, err, errlen) < 0)
 		return -1;
-	if (!step || parse_long(step, 0, 1L << 30, &s) < 0) {
+	/* decimal digits alone, as optim_save writes it ("+2" is no step of ours) */
+	if (!step || strspn(step, "0123456789") != strlen(step) ||
+	    parse_long(step, 0, 1L << 30, &s) < 0) {
 		snprintf(err, errlen, "%s: no valid \"step\" in __metadata__", st->path);
 		return -1;
 	}

@@ -92,7 +92,8 @@ double optim_step(struct optim *op, float *lr_out);
 /* Write the state (atomically) with nmeta extra (key, value) pairs. 0, or -1 with err. */
 int optim_save(const struct optim *op, const char *path, const char *const *meta, size_t nmeta,
                char *err, size_t errlen);
-/* Load moments and step from an opened state file (format checked). 0, or -1 with err. */
+/* Load moments and step from an opened state file (format checked; the step decimal digits
+ * alone, at most 2^30). 0, or -1 with err. */
 int optim_load(struct optim *op, const struct safetensors *st, char *err, size_t errlen);
 
 #endif

@@ -523,6 +523,7 @@ static void test_resume_bad_state(void)
 		{ "epoch", "-1", "a negative epoch" },
 		{ "epoch", "4294967296", "an epoch past 2^30" },
 		{ "seed", " 7", "a seed with a space before it" },
+		{ "step", "+1", "a step with a sign" },
 		{ "noise_rng", "0 0 0 0", "an all-zero noise generator" },
 		{ "noise_rng", "1 2 3 4 5", "a noise_rng with a fifth word" },
 		{ "noise_rng", "1 2 3 0x4", "a noise_rng word that is not hex digits alone" },
