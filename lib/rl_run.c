@@ -78,7 +78,9 @@ static int cmp_level(const void *a, const void *b)
 void rl_tasks_sort_level(struct rl_tasks *ts)
 {
 	/* stable: ties keep file order, carried by a temporary index in where's place */
-	char **w = xmalloc((ts->n ? ts->n : 1) * sizeof *w);
+	if (ts->n < 2)          /* no tasks: ts->t is NULL, which qsort must not be given */
+		return;
+	char **w = xmalloc(ts->n * sizeof *w);
 	for (size_t i = 0; i < ts->n; i++) {
 		w[i] = ts->t[i].where;
 		ts->t[i].where = (char *)(uintptr_t)(i + 1);
