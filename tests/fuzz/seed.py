@@ -87,3 +87,46 @@ elif target == "deceive":
     for n in sorted(os.listdir(d)):
         if n.endswith(".py"):
             put(n, rd(os.path.join("tests", "fixtures", "deceive", n), "rb"))
+elif target == "sft":       # an options byte, then SFT records of every form
+    sft = [json.dumps(r) for r in (
+        {"prompt": "add a and b", "response": "out = a + b"},
+        {"prompt": "p", "response": "<think>\nhm\n</think>\n\nok", "system": "be brief"},
+        {"messages": [{"role": "system", "content": "be brief"},
+                      {"role": "user", "content": "relu"},
+                      {"role": "assistant", "content": "</think>\n\nmax(x, 0)"},
+                      {"role": "user", "content": "again"},
+                      {"role": "assistant", "content": "max(x, 0)"}]},
+        {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]},
+        {"prompt_ids": [], "response_ids": [7], "messages": None},
+        {"messages": None, "prompt": "x\u00e9\u0301", "response": "y", "system": ""},
+        {"prompt": "k", "response": "r" * 70})]
+    sft += [l for l in rd("tests/dice-sft/data/train.jsonl").split("\n") if l][:2]
+    for i, l in enumerate(sft):
+        put("seed%d" % i, bytes([(i * 37) & 0xff]) + l.encode() + b"\n")
+    put("seedall", bytes([0x41]) + "\n".join(sft).encode() + b"\n")
+elif target == "rl":        # task records: levels, infilling tasks, prompts
+    tl = [l for l in rd("tests/dice-rl/data/tasks.jsonl").split("\n") if l]
+    more = [json.dumps(r) for r in (
+        {"id": "a", "ref": "x = 1\n", "prefix": "p", "suffix": "s", "level": "level2"},
+        {"id": "b", "ref": "y = 2\n", "prefix": "p", "level": 2.0},
+        {"id": "c", "ref": "z\n", "suffix": 5, "cuke": {"level": "3"}},
+        {"id": "d", "prompt": "hi", "level": None, "cuke": {"level": -1}},
+        {"id": "e", "messages": [{"role": "user", "content": "u"}], "level": "x"},
+        {"id": "f", "prompt_ids": [1, 2], "ref": "r", "prefix": None, "suffix": "s"},
+        {"id": "g", "ref": "   ", "level": 2147483646})]
+    put("tasks", "\n".join(tl) + "\n")
+    put("mixed", "\n".join(more + tl[:3]) + "\nnot json\n")
+    for i, l in enumerate(more):
+        put("seed%d" % i, l + "\n" + lines[i] + "\n")
+elif target == "state":     # patches of the saved trainer state's header (fuzz_state.c)
+    patches = [{}, {"__metadata__": {"epoch": "1", "batch": "2"}},
+               {"__metadata__": {"noise_rng": "1 2 3 4"}},
+               {"__metadata__": {"step": "5", "save": "step 5"}},
+               {"__metadata__": {"batch_tokens": "32", "lr": "0.5", "schedule": "cosine"}},
+               {"__metadata__": {"seed": None, "dice_format_version": "2"}},
+               {"exp_avg.model.norm.weight": {"dtype": "F32", "shape": [32],
+                                              "data_offsets": [0, 128]}},
+               {"exp_avg_sq.lm_head.weight": None}]
+    for i, p in enumerate(patches):
+        put("seed%d" % i, json.dumps(p))
+    put("raw", "[\"__metadata__\"]")
