@@ -33,6 +33,8 @@
 #include "tokenizer.h"
 #include "util.h"
 
+#include "fuzz_qwen.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -41,14 +43,9 @@ static int have_qwen;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *tk = getenv("DICE_TOKENIZER");
-	char err[512];
-
 	(void)argc, (void)argv;
 	setenv("DICE_SHARE", "share", 0);    /* run.sh runs from the source tree */
-	have_qwen = tokenizer_load(&qwen, tk ? tk : "build/qwen3", err, sizeof err) == 0;
-	if (!have_qwen)
-		fprintf(stderr, "fuzz_rl: %s; text prompts are refused\n", err);
+	have_qwen = fuzz_qwen_load(&qwen, "fuzz_rl", "text prompts are refused");
 	return 0;
 }
 

@@ -31,6 +31,8 @@
 #include "tokenizer.h"
 #include "util.h"
 
+#include "fuzz_qwen.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,13 +41,8 @@ static int have_qwen;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *tk = getenv("DICE_TOKENIZER");
-	char err[512];
-
 	(void)argc, (void)argv;
-	have_qwen = tokenizer_load(&qwen, tk ? tk : "build/qwen3", err, sizeof err) == 0;
-	if (!have_qwen)
-		fprintf(stderr, "fuzz_sft: %s; text records are refused\n", err);
+	have_qwen = fuzz_qwen_load(&qwen, "fuzz_sft", "text records are refused");
 	return 0;
 }
 
