@@ -116,9 +116,15 @@ static _Noreturn void usage(int status)
 	cli_usage(status, "dice-rl -m MODEL_DIR -o OUT_DIR [options] [task-file ...]", usage_text);
 }
 
-static volatile sig_atomic_t stop, stop_sig;     /* stop: also set by --dump-batch */
+/* Before training starts (loading, reading the tasks, which may block on a pipe or a fifo) a
+ * signal ends the program at once, 128 + sig, with one line: nothing has been saved. From
+ * then on it ends the run after the step under way (finished, or undone), saved, and the
+ * exit status is 128 + sig all the same (as dice-sft's). */
+static volatile sig_atomic_t stop, stop_sig, training;  /* stop: also set by --dump-batch */
 static void on_signal(int sig)
 {
+	if (!training)
+		util_signal_exit(sig, "interrupted before training");
 	stop_sig = sig;
 	stop = 1;
 }
@@ -406,6 +412,8 @@ int main(int argc, char **argv)
 	char err[512];
 
 	util_set_progname(argv[0]);
+	signal(SIGINT, on_signal);      /* see on_signal */
+	signal(SIGTERM, on_signal);
 	optim_defaults(&oo);
 	oo.lr = 1e-6f;
 	while ((opt = cli_getopt(argc, argv, shortopts, longopts)) != -1) {
@@ -642,8 +650,7 @@ int main(int argc, char **argv)
 	int log_bad = 0;
 	if (log_path && !(logf = fopen(log_path, resume ? "a" : "w")))
 		die("cannot open '%s':", log_path);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	training = 1;
 	const char *copy_tok = checkpoint_has_tokenizer(tok_dir) ? tok_dir : NULL;
 
 	int last_si = si, last_done = done;

@@ -108,12 +108,8 @@ static _Noreturn void usage(int status)
 static volatile sig_atomic_t stop, training;
 static void on_signal(int sig)
 {
-	static const char msg[] = "dice-sft: interrupted before training\n";
-	if (!training) {
-		ssize_t w = write(2, msg, sizeof msg - 1);
-		(void)w;
-		_exit(128 + sig);
-	}
+	if (!training)
+		util_signal_exit(sig, "interrupted before training");
 	stop = sig;
 }
 

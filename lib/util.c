@@ -23,6 +23,18 @@ void util_set_progname(const char *path)
 	argv0 = s ? s + 1 : path;
 }
 
+_Noreturn void util_signal_exit(int sig, const char *why)
+{
+	const char *part[3] = { argv0, ": ", why };
+	for (int i = 0; i < 3; i++) {
+		ssize_t w = write(2, part[i], strlen(part[i]));
+		(void)w;
+	}
+	ssize_t w = write(2, "\n", 1);
+	(void)w;
+	_exit(128 + sig);
+}
+
 /* Every line of the message gets the program's name, a "hint: ..." line after an error too,
  * so that in a pipeline each line says which program wrote it. */
 void vwarn_msg(const char *fmt, va_list ap)
