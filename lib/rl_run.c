@@ -156,6 +156,13 @@ static int task_prompt(struct rl_runner *r, const json_t *rec, int infill, int *
 	r->sr->infill = infill && json_get_set(c, "ref") != NULL;
 	rc = sample_rec_prompt(r->sr, c, ids, n, err, errlen);
 	r->sr->infill = save;
+	if (rc == 0 && *n == 0) {       /* nothing to answer (dice-sample takes it: a free run) */
+		snprintf(err, errlen, "%s", json_is_array(json_object_get(c, "prompt_ids")) ?
+		         "prompt_ids is empty" : "the prompt is empty");
+		free(*ids);
+		*ids = NULL;
+		rc = -1;
+	}
 	json_decref(c);
 	return rc;
 }
