@@ -129,24 +129,37 @@ static int tok_encode(void *ctx, const char *text, size_t len, int **ids, size_t
 	return tokenizer_encode(ctx, text, len, ids, n);
 }
 
+/* The tokenizer of tok_dir into rd; -1 with why in err */
+static int reader_tokenizer(struct reader *rd, char *err, size_t errlen)
+{
+	if (tokenizer_load(&rd->tok, rd->tok_dir, err, errlen) < 0)
+		return -1;
+	rd->tok_state = 1;
+	rd->o->encode = tok_encode;
+	rd->o->encode_ctx = &rd->tok;
+	return 0;
+}
+
 static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct reader *rd = arg;
 	char err[256];
-	int rc;
+	int rc, text = sft_record_is_text(rec);
 
-	if (!rd->tok_state && sft_record_is_text(rec)) {     /* loaded for the first one */
+	/* the model directory's tokenizer, loaded for the first text record: where there is
+	 * none, each such record says so (one line each), and where one does not load, why,
+	 * once, before */
+	if (!rd->tok_state && text) {
 		rd->tok_state = -1;
-		if (tokenizer_load(&rd->tok, rd->tok_dir, err, sizeof err) < 0) {
+		if (checkpoint_has_tokenizer(rd->tok_dir) && reader_tokenizer(rd, err, sizeof err) < 0)
 			warn_msg("%s", err);
-		} else {
-			rd->tok_state = 1;
-			rd->o->encode = tok_encode;
-			rd->o->encode_ctx = &rd->tok;
-		}
 	}
 	rc = sft_data_add(rd->d, rec, rd->o, err, sizeof err);
 	json_decref(rec);
+	if (rc < 0 && text && rd->tok_state < 0)
+		snprintf(err, sizeof err, "text record but no tokenizer (%s '%s'; -t DIR gives one)",
+		         checkpoint_has_tokenizer(rd->tok_dir) ? "none loaded from" : "none in",
+		         rd->tok_dir);
 	if (rc < 0) {
 		warn_msg("%s:%zu: %s", r->name, r->lineno, err);
 		rd->bad = 1;
@@ -314,6 +327,14 @@ int main(int argc, char **argv)
 	const struct ops *ops = ops_get(device);
 	if (!ops)
 		die_status(EXIT_STATUS_USAGE, "no device '%s' %s", device, ops_missing(device));
+	/* a tokenizer named with -t is loaded now, as dice-rl's: one that is not there, or
+	 * does not load, stops the run before anything is read */
+	struct sft_opts so = { .think = think };
+	struct reader rd = { .o = &so, .tok_dir = tok_dir };
+	if (tok_dir && !checkpoint_has_tokenizer(tok_dir))
+		die("--tokenizer '%s': no tokenizer files there (tokenizer.json, ...)", tok_dir);
+	if (tok_dir && reader_tokenizer(&rd, err, sizeof err) < 0)
+		die("%s", err);
 	enum dice_dtype dt = DICE_F32;
 	if (dtype_name && config_dtype_arg(dtype_name, &dt) < 0)
 		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (fp32, bf16)", dtype_name);
@@ -333,16 +354,17 @@ int main(int argc, char **argv)
 		die("%s: cannot set up the model", load_dir);
 	checkpoint_close(&ck);
 	if (!tok_dir)
-		tok_dir = model_dir ? model_dir : out;
+		tok_dir = rd.tok_dir = model_dir ? model_dir : out;
 
 	/* the data */
 	struct sft_data data;
 	const struct model_config *c = &m.cfg;
-	struct sft_opts so = { .block = c->block_size, .max_len = (int)max_len, .think = think,
-	                       .vocab = c->vocab_size,
-	                       .pad_id = c->pad_token_id >= 0 ? c->pad_token_id :
-	                                 c->eos_token_id >= 0 ? c->eos_token_id : 151643 };
-	struct reader rd = { .d = &data, .o = &so, .tok_dir = tok_dir };
+	so.block = c->block_size;
+	so.max_len = (int)max_len;
+	so.vocab = c->vocab_size;
+	so.pad_id = c->pad_token_id >= 0 ? c->pad_token_id :
+	            c->eos_token_id >= 0 ? c->eos_token_id : 151643;
+	rd.d = &data;
 	sft_data_init(&data);
 	if (jsonl_each(argv + optind, argc - optind, on_record, NULL, &rd))
 		ret = 1;
