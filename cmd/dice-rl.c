@@ -4,6 +4,7 @@
  * + beta * k3 KL), over tasks in file order (or sorted by level), tasks_per_step at a time.
  * The step is lib/rl_run.c, the objective lib/rl.c; this file holds options and the loop. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -385,6 +386,26 @@ static char *kbench_cmd(long trials, int robust, const char *extra)
 	return cmd;
 }
 
+/* An option's input file that cannot be opened stops the run now, not after the training
+ * (a task operand that cannot is said and left out). O_NONBLOCK: a fifo is not waited on
+ * (nor read: its writer's lines are read later). */
+static void check_readable(const char *opt, const char *path)
+{
+	struct stat sb;
+	int fd;
+
+	if (!strcmp(path, "-"))
+		return;
+	if ((fd = open(path, O_RDONLY | O_NONBLOCK)) < 0)
+		die("cannot open %s '%s':", opt, path);
+	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		close(fd);
+		errno = EISDIR;
+		die("cannot open %s '%s':", opt, path);
+	}
+	close(fd);
+}
+
 static void load_model(struct model *m, const char *dir, const struct ops *ops)
 {
 	struct checkpoint ck;
@@ -486,6 +507,8 @@ int main(int argc, char **argv)
 		die_status(EXIT_STATUS_USAGE, "--eval-every needs --eval-tasks FILE");
 	if (eval_path && !eval_every)
 		warn_msg("--eval-tasks '%s' unused without --eval-every N", eval_path);
+	if (eval_every)
+		check_readable("--eval-tasks", eval_path);
 	if (strcmp(reward, "kbench") && strncmp(reward, "kbench:", 7) && strncmp(reward, "cmd:", 4))
 		die_status(EXIT_STATUS_USAGE, "bad --reward '%s' (kbench[:ARGS] or cmd:PROGRAM)",
 		           reward);
