@@ -449,7 +449,11 @@ int checkpoint_dir_writable(const char *dir, char *err, size_t errlen)
 		}
 		if (fd >= 0)
 			return 0;
-		errmsg_set(err, errlen, "cannot write into '%s': %s", dir, strerror(e));
+		if (e == ENOTDIR)       /* a file */
+			errmsg_set(err, errlen, "cannot write into '%s': %s", dir, strerror(e));
+		else    /* the trial file's errno (in /proc: ENOENT) */
+			errmsg_set(err, errlen, "cannot create a file in '%s': %s", dir,
+			           strerror(e));
 		return -1;
 	}
 	if (errno == ENOENT && mkdir(dir, 0755) == 0) {
