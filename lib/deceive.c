@@ -1807,8 +1807,41 @@ static int c_mentions(const char *p, const char *e, const char *w, size_t n)
 	return 0;
 }
 
+/* Calls that give a view of a tensor or a pointer into its storage (y.view(-1),
+ * y.data_ptr<float>(), at::narrow(y, 0, 0, n)), casts, and what only reads a size: a
+ * value made of nothing else shares the tensor's storage. contiguous() is the same tensor
+ * when it already is, a copy otherwise: not known, taken for a view (no finding); a copy
+ * (clone(), to(), an allocation) is none. */
+static const char *c_view_calls[] = { "data_ptr", "mutable_data_ptr", "data", "view", "view_as",
+	"reshape", "reshape_as", "flatten", "unflatten", "narrow", "select", "slice", "squeeze",
+	"unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "as_strided", "contiguous",
+	"detach", "diagonal", "unfold", "alias", "movedim", "accessor", "packed_accessor32",
+	"packed_accessor64", "generic_packed_accessor", NULL };
+static const char *c_view_neutral[] = { "static_cast", "reinterpret_cast", "const_cast", NULL };
+static const char *c_size_calls[] = { "size", "numel", "stride", "dim", "sizes", "strides", NULL };
+
+/* After a name at p: past the calls of c_view_calls chained on it (.view(-1).t()), at the
+ * first thing that is none */
+static const char *c_view_chain(const char *p, const char *e)
+{
+	for (p = c_ws(p, e); p < e && *p == '.';) {
+		const char *w = c_ws(p + 1, e), *we = w, *next;
+		while (we < e && is_cident(*we))
+			we++;
+		char *name = xstrndup(w, (size_t)(we - w));
+		int view = in_list(name, c_view_calls);
+		free(name);
+		c_launch(we, e, &next);
+		if (!view || next >= e || *next != '(')
+			break;
+		p = c_ws(c_close(next, e) + 1, e);
+	}
+	return p;
+}
+
 /* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
- * own parameters (`return out;`)? 1 with the name in *v, *vn */
+ * own parameters, or a view of one (`return out;`, `return out.view_as(x);`)? 1 with the
+ * name in *v, *vn */
 static int returns_param(const char *a, const char *b, const char *body, const char *close,
                          const char **v, size_t *vn)
 {
@@ -1821,7 +1854,7 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 		const char *n = c_ws(r + 6, close), *ne = n;
 		while (ne < close && is_cident(*ne))
 			ne++;
-		const char *semi = c_ws(ne, close);
+		const char *semi = c_view_chain(ne, close);
 		if (ne == n || semi >= close || *semi != ';')
 			continue;
 		/* a parameter: its name ends it (before a default's '=') */
@@ -1850,7 +1883,8 @@ static const struct kernel *kernel_named(const struct ctx *x, const char *p, siz
 	return NULL;
 }
 
-/* Bit i set when parameter i of kernel k is a pointer to non-const data: what it writes. */
+/* Bit i set when parameter i of kernel k is a pointer to non-const data, or a tensor accessor
+ * of non-const data: what it writes. */
 static unsigned kernel_writes(const struct ctx *x, const struct kernel *k)
 {
 	const char *e = x->cuda.p + x->cuda.len, *p = x->cuda.p + k->at;
@@ -1865,8 +1899,11 @@ static unsigned kernel_writes(const struct ctx *x, const struct kernel *k)
 	int n = c_items(p, c_close(p, e), st, en, 32);
 	for (int i = 0; i < n; i++) {
 		const char *star = memchr(st[i], '*', (size_t)(en[i] - st[i]));
+		const char *acc = memmem(st[i], (size_t)(en[i] - st[i]), "Accessor", 8);
 		if (star && !c_mentions(st[i], star, "const", 5))
 			bits |= 1u << i;
+		else if (acc && !c_mentions(st[i], acc, "const", 5))
+			bits |= 1u << i;        /* a PackedTensorAccessor32<float, 1> it writes through */
 	}
 	return bits;
 }
@@ -1909,9 +1946,11 @@ static const char *c_alloc[] = { "empty", "empty_like", "zeros", "zeros_like", "
  * their pointers to non-const data, and the tensor a local pointer among them was taken
  * from (float *py = y.data_ptr<float>()); also the body's last return of its own level and
  * a kernel launched. */
+enum { MAX_WRITES = 32 };
+
 struct writes {
-	const char *v[16];
-	size_t n[16];
+	const char *v[MAX_WRITES];
+	size_t n[MAX_WRITES];
 	int count, launches;
 	const char *kname;      /* a kernel launched */
 	const char *ret;        /* just after the last `return` of the body's level, or NULL */
@@ -1924,9 +1963,103 @@ static void body_writes_in(struct ctx *x, const char *body, const char *end, str
 
 static void writes_add(struct writes *o, const char *v, size_t n)
 {
-	if (o->count < 16) {
+	if (o->count < MAX_WRITES) {
 		o->v[o->count] = v;
 		o->n[o->count++] = n;
+	}
+}
+
+/* Is the value [s, e) (after an '=') a view of, or a pointer into, one variable: the
+ * variable's name into *v, *n when it is (auto yv = y.view(-1); float *p = y.data_ptr<float>()
+ * + off; float *q = p; auto &r = y), else -1 */
+static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
+{
+	int view = 0, size = 0;
+
+	s = c_ws(s, e);
+	if (s >= e || *s == '[' || *s == '{')
+		return -1;      /* a lambda, a braced list */
+	for (const char *p = s; p < e; p++) {
+		if (*p == '"' || *p == '\'') {
+			p = c_skip_quoted(p, e);
+			continue;
+		}
+		if (!is_cident(*p) || (p > s && is_cident(p[-1])))
+			continue;
+		const char *w = p;
+		while (p < e && is_cident(*p))
+			p++;
+		const char *next, *q = c_ws(p, e);
+		p--;
+		if (q < e && *q == '<' && c_launch(q, e, &next) == NULL)
+			q = next;       /* template arguments: data_ptr<float>() */
+		if (q >= e || *q != '(' || (*w >= '0' && *w <= '9'))
+			continue;
+		char *name = xstrndup(w, (size_t)(p + 1 - w));
+		int k = in_list(name, c_view_calls) ? 1 : in_list(name, c_size_calls) ? 2 :
+		        in_list(name, c_view_neutral) ? 3 : 0;
+		free(name);
+		if (!k)
+			return -1;
+		view |= k == 1;
+		size |= k == 2;
+	}
+	return (view || !size) ? c_arg_var(s, e, v, n) : -1;
+}
+
+/* The writes o add the variables that share storage with one of them, set in the body
+ * [body, end] (its views, the tensor a pointer or a view among them was taken from), until
+ * no more are found. */
+static void c_alias_closure(const char *body, const char *end, struct writes *o)
+{
+	const char *lv[64], *bv[64];
+	size_t ln[64], bn[64];
+	int np = 0;
+
+	/* the assignments name = view-of(base) of the body */
+	for (const char *p = body; p < end && np < 64; p++) {
+		if (*p == '"' || *p == '\'') {
+			p = c_skip_quoted(p, end);
+			continue;
+		}
+		if (*p != '=' || p[1] == '=' || strchr("=!<>+-*/%&|^", p[-1]))
+			continue;
+		const char *te = c_trim_end(body, p), *ts = te, *r = p + 1;
+		while (ts > body && is_cident(ts[-1]))
+			ts--;
+		const char *before = c_trim_end(body, ts);
+		if (ts == te || (*ts >= '0' && *ts <= '9') || (before > body && (before[-1] == '.' ||
+		    (before[-1] == '>' && before - 1 > body && before[-2] == '-'))))
+			continue;
+		int d = 0;
+		for (; r < end && *r != ';'; r++)
+			if (*r == '(' || *r == '[' || *r == '{')
+				d++;
+			else if ((*r == ')' || *r == ']' || *r == '}') && --d < 0)
+				break;
+			else if (*r == ',' && d == 0)
+				break;
+		if (c_view_of(p + 1, r, &bv[np], &bn[np]) == 0) {
+			lv[np] = ts;
+			ln[np++] = (size_t)(te - ts);
+		}
+	}
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (int i = 0; i < np; i++) {
+			int l = 0, b = 0;
+			for (int j = 0; j < o->count; j++) {
+				l |= o->n[j] == ln[i] && !memcmp(o->v[j], lv[i], ln[i]);
+				b |= o->n[j] == bn[i] && !memcmp(o->v[j], bv[i], bn[i]);
+			}
+			if (l != b && o->count < MAX_WRITES) {
+				if (l)
+					writes_add(o, bv[i], bn[i]);
+				else
+					writes_add(o, lv[i], ln[i]);
+				changed = 1;
+			}
+		}
 	}
 }
 
@@ -2002,6 +2135,8 @@ static void body_writes(struct ctx *x, const char *body, const char *end, struct
 static void body_writes_in(struct ctx *x, const char *body, const char *end, struct writes *o,
                            int depth, int *budget)
 {
+	const char *v;
+	size_t vn;
 	int d = 0;
 
 	memset(o, 0, sizeof *o);
@@ -2040,22 +2175,11 @@ static void body_writes_in(struct ctx *x, const char *body, const char *end, str
 		int n = c_items(q, c_close(q, end), st, en, 32);
 		o->launches++;
 		o->kname = k->name;
-		for (int i = 0; i < n && o->count < 16; i++)
-			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &o->v[o->count], &o->n[o->count]) == 0)
-				o->count++;
+		for (int i = 0; i < n; i++)
+			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &v, &vn) == 0)
+				writes_add(o, v, vn);
 	}
-	/* a local pointer: what it was set from */
-	for (int i = 0, n0 = o->count; i < n0 && o->count < 16; i++)
-		for (const char *q = body; (q = memmem(q, (size_t)(end - q), o->v[i], o->n[i])) != NULL; q++) {
-			const char *eq = c_ws(q + o->n[i], end);
-			if ((q > body && is_cident(q[-1])) || eq >= end || *eq != '=' || eq[1] == '=')
-				continue;
-			const char *semi = memchr(eq, ';', (size_t)(end - eq));
-			if (semi && (c_mentions(eq, semi, "data_ptr", 8) || c_mentions(eq, semi, "data", 4)) &&
-			    c_arg_var(eq + 1, semi, &o->v[o->count], &o->n[o->count]) == 0)
-				o->count++;
-			break;
-		}
+	c_alias_closure(body, end, o);
 }
 
 /* ---- guards: what a condition does on the inputs the evaluation runs ---- */
