@@ -494,10 +494,10 @@ static const char *c_trim_end(const char *s, const char *e)
 	return e;
 }
 
-/* p at '(' or '{': its matching closer, or e */
+/* p at '(', '[' or '{': its matching closer, or e */
 static const char *c_close(const char *p, const char *e)
 {
-	char open = *p, close = open == '(' ? ')' : '}';
+	char open = *p, close = open == '(' ? ')' : open == '[' ? ']' : '}';
 	int d = 0;
 
 	for (; p < e; p++)
@@ -1335,9 +1335,48 @@ struct cfns {
 	int known;              /* 0: not worked out (too many, an export not defined here) */
 };
 
-/* The functions defined in [s, e), in order: a body '{' right after the ')' of a parameter
- * list that follows a name (no keyword). Their bodies are not searched for more; braces
- * of anything else (a namespace, a struct, extern "C", a lambda) are. 0 past MAX_CFNS. */
+/* After the ')' of a parameter list at b: the '{' of the function body that follows, past
+ * what may come between (const, noexcept, noexcept(...), override, final, mutable,
+ * throw(), & and &&, [[attributes]], __attribute__((...)), a trailing return type -> T),
+ * else NULL (a declaration, a call, anything else) */
+static const char *c_fn_body(const char *b, const char *e)
+{
+	static const char *specs[] = { "const", "volatile", "noexcept", "override", "final",
+		"mutable", "throw", "__attribute__", NULL };
+	const char *p = c_ws(b + 1, e);
+
+	while (p < e && *p != '{') {
+		if (*p == '&') {
+			p = c_ws(p + 1, e);
+		} else if (*p == '[' && p + 1 < e && p[1] == '[') {
+			p = c_ws(c_close(p, e) + 1, e);
+		} else if (*p == '-' && p + 1 < e && p[1] == '>') {
+			for (p += 2; p < e && !strchr("{};=", *p); p++)
+				if (*p == '(' && (p = c_close(p, e)) >= e)
+					return NULL;    /* -> decltype(a + b) */
+		} else if (is_cident(*p)) {
+			const char *w = p;
+			while (p < e && is_cident(*p))
+				p++;
+			char *word = xstrndup(w, (size_t)(p - w));
+			int spec = in_list(word, specs);
+			free(word);
+			if (!spec)
+				return NULL;
+			p = c_ws(p, e);
+			if (p < e && *p == '(')
+				p = c_ws(c_close(p, e) + 1, e);
+		} else {
+			return NULL;
+		}
+	}
+	return p < e ? p : NULL;
+}
+
+/* The functions defined in [s, e), in order: a body '{' after the ')' of a parameter list
+ * that follows a name (no keyword), and what may come between them (c_fn_body). Their
+ * bodies are not searched for more; braces of anything else (a namespace, a struct,
+ * extern "C", a lambda) are. 0 past MAX_CFNS. */
 static int c_functions(const char *s, const char *e, struct cfns *fs)
 {
 	fs->n = 0;
@@ -1348,24 +1387,24 @@ static int c_functions(const char *s, const char *e, struct cfns *fs)
 		}
 		if (*p != '{')
 			continue;
-		const char *c = c_trim_end(s, p), *o;
-		int d = 0;
-		if (c <= s || c[-1] != ')')
-			continue;
-		for (o = c - 1; o > s; o--)
-			if (*o == ')')
-				d++;
-			else if (*o == '(' && --d == 0)
-				break;
-		if (o <= s)
-			continue;
-		const char *ne = c_trim_end(s, o), *nb = ne;
-		while (nb > s && is_cident(nb[-1]))
-			nb--;
-		char *name = xstrndup(nb, (size_t)(ne - nb));
-		int fn = nb < ne && !(*nb >= '0' && *nb <= '9') && !in_list(name, c_keywords);
-		free(name);
-		if (!fn)
+		const char *st = p, *nb = NULL, *ne = NULL;
+		while (st > s && !strchr(";{}", st[-1]))
+			st--;   /* the declaration's start */
+		for (const char *o = st; o < p && !nb; o++) {
+			if (*o != '(')
+				continue;
+			const char *c = c_close(o, e);
+			if (c >= p || c_fn_body(c, e) != p)
+				continue;
+			ne = c_trim_end(s, o);
+			for (nb = ne; nb > s && is_cident(nb[-1]); nb--)
+				;
+			char *name = xstrndup(nb, (size_t)(ne - nb));
+			if (nb == ne || (*nb >= '0' && *nb <= '9') || in_list(name, c_keywords))
+				nb = NULL;
+			free(name);
+		}
+		if (!nb)
 			continue;
 		if (fs->n == MAX_CFNS)
 			return 0;
@@ -1664,8 +1703,9 @@ static void rule_kernel_not_bound(struct ctx *x)
 
 /* ---- C++ in the CUDA text: definitions, parameters, launches ---- */
 
-/* The definition of function `name` in the CUDA text, name(...) {...}: 1 with *a at its '(',
- * *b at the ')', *body at the '{' and *end at the '}', else 0 */
+/* The definition of function `name` in the CUDA text, name(...) {...} (specifiers between,
+ * c_fn_body): 1 with *a at its '(', *b at the ')', *body at the '{' and *end at the '}',
+ * else 0 */
 static int c_definition(const struct ctx *x, const char *name, const char **a, const char **b,
                         const char **body, const char **end)
 {
@@ -1681,8 +1721,7 @@ static int c_definition(const struct ctx *x, const char *name, const char **a, c
 		if (*a >= e || **a != '(')
 			continue;
 		*b = c_close(*a, e);
-		*body = c_ws(*b + 1, e);
-		if (*b < e && *body < e && **body == '{') {
+		if (*b < e && (*body = c_fn_body(*b, e)) != NULL) {
 			*end = c_close(*body, e);
 			return 1;
 		}
@@ -3284,7 +3323,7 @@ static int works_in_place(struct ctx *x, const char *name)
 }
 
 /* Does the exported function `name` return a value (its C++ declaration's type ends in
- * Tensor or >), rather than work in place (void, or a definition that returns the
+ * Tensor or >, or its trailing return type does: auto name(...) -> T), rather than work in place (void, or a definition that returns the
  * parameter its kernel writes)? 0 when unknown. */
 static int export_returns(struct ctx *x, const char *name)
 {
@@ -3305,6 +3344,19 @@ static int export_returns(struct ctx *x, const char *name)
 		const char *w = b;
 		while (w > s && is_cident(w[-1]))
 			w--;
+		if (b - w == 4 && !memcmp(w, "auto", 4)) {
+			/* auto name(...) -> T: the trailing return type */
+			const char *r = c_ws(c_close(a, end) + 1, end), *t;
+			while (r < end && (is_cident(*r) || *r == ' ' || *r == '&') && memcmp(r, "->", 2))
+				r++;    /* const, noexcept, & */
+			if (end - r < 2 || memcmp(r, "->", 2))
+				continue;
+			for (t = r + 2; t < end && !strchr("{;", *t); t++)
+				;
+			b = c_trim_end(r + 2, t);
+			for (w = b; w > r + 2 && is_cident(w[-1]); w--)
+				;
+		}
 		if (b - w == 4 && !memcmp(w, "void", 4))
 			return 0;
 		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
