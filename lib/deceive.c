@@ -1547,9 +1547,39 @@ static int python_launches(const struct ctx *x)
 	return 0;
 }
 
+/* The one assignment of the name token k: a plain `name = ...` at module level, and nothing
+ * else that binds or changes the name (another assignment, an augmented one or one to an
+ * item, a parameter, a loop variable, .append, .extend or .insert); else -1 */
+static int bound_once(const struct pysrc *p, int k)
+{
+	const struct pysrc_tok *t = &p->tok[k];
+	size_t n = t->end - t->start;
+	const char *name = p->src + t->start;
+	int found = -1;
+
+	if (flow_bound_elsewhere(p, name, n))
+		return -1;
+	for (size_t i = 0; i < p->nassign; i++) {
+		const char *tg = p->assign[i].target;
+		if (strncmp(tg, name, n) || (tg[n] && strcmp(tg + n, "[]")))
+			continue;
+		if (found >= 0 || tg[n] || p->assign[i].block >= 0 || p->assign[i].op != '=')
+			return -1;
+		found = (int)i;
+	}
+	for (size_t i = 0; i < p->ncall && found >= 0; i++) {
+		const char *c = p->call[i].callee;
+		if (!strncmp(c, name, n) && c[n] == '.' &&
+		    in_list(c + n + 1, (const char *[]){ "append", "extend", "insert", NULL }))
+			return -1;
+	}
+	return found;
+}
+
 /* Does every build read its sources from files the record neither holds nor writes:
- * cpp_extension.load(sources=[...]) of string literals only, each named by no other string
- * literal, and no call that opens or writes a file? *file the first file named. */
+ * cpp_extension.load(sources=[...]) of string literals only (written there, or bound once
+ * at module level to a name passed there), each named by no other string literal, and no
+ * call that opens or writes a file? *file the first file named. */
 static int sources_unseen(const struct ctx *x, const char **file, size_t *fn)
 {
 	static const char *writers[] = { "open", "write", "write_text", "write_bytes", "writelines",
@@ -1566,6 +1596,11 @@ static int sources_unseen(const struct ctx *x, const char **file, size_t *fn)
 		const char *last = last_part(x->canon[x->build[j]]);
 		if (strcmp(last, "load") || pysrc_call_arg(p, c, "sources", 1, &a, &b) != 0 || a >= b)
 			return 0;
+		int as = b == a + 1 && p->tok[a].kind == PYSRC_TOK_NAME ? bound_once(p, a) : -1;
+		if (as >= 0) {  /* files = ["relu.cu"]; load(sources=files) */
+			a = p->assign[as].tok_value;
+			b = p->assign[as].tok_end;
+		}
 		for (int k = a; k < b; k++) {
 			if (p->tok[k].kind != PYSRC_TOK_STRING) {
 				if (!tok_is(p, k, "[") && !tok_is(p, k, "]") && !tok_is(p, k, "(") &&
