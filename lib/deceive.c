@@ -1892,7 +1892,8 @@ static const char *c_view_calls[] = { "data_ptr", "mutable_data_ptr", "data", "v
 	"detach", "diagonal", "unfold", "alias", "movedim", "accessor", "packed_accessor32",
 	"packed_accessor64", "generic_packed_accessor", NULL };
 static const char *c_view_neutral[] = { "static_cast", "reinterpret_cast", "const_cast", NULL };
-static const char *c_size_calls[] = { "size", "numel", "stride", "dim", "sizes", "strides", NULL };
+static const char *c_size_calls[] = { "size", "numel", "stride", "dim", "sizes", "strides", "min",
+	"max", NULL };
 
 /* After a name at p: past the calls of c_view_calls chained on it (.view(-1).t()), at the
  * first thing that is none */
@@ -1911,41 +1912,6 @@ static const char *c_view_chain(const char *p, const char *e)
 		p = c_ws(c_close(next, e) + 1, e);
 	}
 	return p;
-}
-
-/* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
- * own parameters, or a view of one (`return out;`, `return out.view_as(x);`)? 1 with the
- * name in *v, *vn */
-static int returns_param(const char *a, const char *b, const char *body, const char *close,
-                         const char **v, size_t *vn)
-{
-	const char *st[32], *en[32];
-	int np = c_items(a, b, st, en, 32);
-
-	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
-		if (is_cident(r[-1]) || (r + 6 < close && is_cident(r[6])))
-			continue;
-		const char *n = c_ws(r + 6, close), *ne = n;
-		while (ne < close && is_cident(*ne))
-			ne++;
-		const char *semi = c_view_chain(ne, close);
-		if (ne == n || semi >= close || *semi != ';')
-			continue;
-		/* a parameter: its name ends it (before a default's '=') */
-		for (int i = 0; i < np; i++) {
-			const char *t = st[i], *eq = memchr(st[i], '=', (size_t)(en[i] - st[i]));
-			const char *te = eq ? eq : en[i];
-			while (te > t && !is_cident(te[-1]))
-				te--;
-			if (te - t >= ne - n && !memcmp(te - (ne - n), n, (size_t)(ne - n)) &&
-			    (te - (ne - n) == t || !is_cident(te[-(ne - n) - 1]))) {
-				*v = n;
-				*vn = (size_t)(ne - n);
-				return 1;
-			}
-		}
-	}
-	return 0;
 }
 
 /* the kernel named [p, p+n), or NULL */
@@ -2014,7 +1980,7 @@ static int c_arg_var(const char *p, const char *e, const char **v, size_t *n)
 }
 
 static const char *c_alloc[] = { "empty", "empty_like", "zeros", "zeros_like", "ones",
-	"ones_like", "full", "full_like", "empty_strided", "from_blob", NULL };
+	"ones_like", "full", "full_like", "empty_strided", "from_blob", "Tensor", NULL };
 
 /* What the kernels launched in a function body [body, end] write: the variables passed for
  * their pointers to non-const data, and the tensor a local pointer among them was taken
@@ -2077,6 +2043,9 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
 			return -1;
 		view |= k == 1;
 		size |= k == 2;
+		const char *dot = c_trim_end(s, w);
+		if (k == 1 && dot > s && (dot[-1] == '.' || (dot[-1] == '>' && dot - 1 > s && dot[-2] == '-')))
+			p = c_close(q, e);      /* a method's arguments: sizes, y.narrow(0, r, std::min(16, n)) */
 	}
 	return (view || !size) ? c_arg_var(s, e, v, n) : -1;
 }
@@ -2147,6 +2116,40 @@ static const char *c_param_name(const char *s, const char *e, const char **ns)
 	for (*ns = ne; *ns > s && is_cident((*ns)[-1]); (*ns)--)
 		;
 	return *ns < ne ? ne : NULL;
+}
+
+/* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
+ * own parameters, or a view of one (`return out;`, `return out.view_as(x);`, `auto o =
+ * out.view(-1); ... return o;`)? 1 with the parameter's name in *v, *vn */
+static int returns_param(const char *a, const char *b, const char *body, const char *close,
+                         const char **v, size_t *vn)
+{
+	const char *st[32], *en[32];
+	int np = c_items(a, b, st, en, 32);
+
+	for (const char *r = body; (r = memmem(r, (size_t)(close - r), "return", 6)) != NULL; r += 6) {
+		if (is_cident(r[-1]) || (r + 6 < close && is_cident(r[6])))
+			continue;
+		const char *n = c_ws(r + 6, close), *ne = n;
+		while (ne < close && is_cident(*ne))
+			ne++;
+		const char *semi = c_view_chain(ne, close);
+		if (ne == n || semi >= close || *semi != ';')
+			continue;
+		struct writes same = { 0 };
+		writes_add(&same, n, (size_t)(ne - n));
+		c_alias_closure(body, close, &same);
+		for (int k = 0; k < same.count; k++)
+			for (int i = 0; i < np; i++) {
+				const char *ps, *pe = c_param_name(st[i], en[i], &ps);
+				if (pe && (size_t)(pe - ps) == same.n[k] && !memcmp(ps, same.v[k], same.n[k])) {
+					*v = ps;
+					*vn = same.n[k];
+					return 1;
+				}
+			}
+	}
+	return 0;
 }
 
 /* The call [w, p)(...) of a function (or a lambda) of the CUDA text that launches a kernel,
