@@ -519,6 +519,26 @@ static const char *c_skip_quoted(const char *p, const char *e)
 	return p;
 }
 
+/* The scan of C text [s, e) at *p: an identifier starting there gives 1, its start in *w
+ * and *p moved to its end; a string or character literal, 0 with *p at its closing quote;
+ * anything else, 0 */
+static int c_ident(const char **p, const char *s, const char *e, const char **w)
+{
+	const char *q = *p;
+
+	if (*q == '"' || *q == '\'') {
+		*p = c_skip_quoted(q, e);
+		return 0;
+	}
+	if (!is_cident(*q) || (q > s && is_cident(q[-1])))
+		return 0;
+	*w = q;
+	while (q < e && is_cident(*q))
+		q++;
+	*p = q;
+	return 1;
+}
+
 static void find_kernels(struct ctx *x)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *g = s;
@@ -1505,15 +1525,9 @@ static int kernel_launched(const struct ctx *x, const char *name, struct cfns *f
 	size_t n = strlen(name);
 
 	for (const char *p = s; p < e; p++) {
-		if (*p == '"' || *p == '\'') {
-			p = c_skip_quoted(p, e);
+		const char *a, *la, *lb, *lbody, *lend;
+		if (!c_ident(&p, s, e, &a))
 			continue;
-		}
-		if (!is_cident(*p) || (p > s && is_cident(p[-1])))
-			continue;
-		const char *a = p, *la, *lb, *lbody, *lend;
-		while (p < e && is_cident(*p))
-			p++;
 		if (c_lambda_after(p, e, &la, &lb, &lbody, &lend) &&
 		    !c_lambda_runs(a, (size_t)(p - a), lend, e)) {
 			p = lend;       /* a stored lambda that never runs launches nothing */
@@ -2020,15 +2034,9 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
 	if (s >= e || *s == '[' || *s == '{')
 		return -1;      /* a lambda, a braced list */
 	for (const char *p = s; p < e; p++) {
-		if (*p == '"' || *p == '\'') {
-			p = c_skip_quoted(p, e);
+		const char *w;
+		if (!c_ident(&p, s, e, &w))
 			continue;
-		}
-		if (!is_cident(*p) || (p > s && is_cident(p[-1])))
-			continue;
-		const char *w = p;
-		while (p < e && is_cident(*p))
-			p++;
 		const char *next, *q = c_ws(p, e);
 		p--;
 		if (q < e && *q == '<' && c_launch(q, e, &next) == NULL)
