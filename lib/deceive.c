@@ -1899,7 +1899,7 @@ static int c_mentions(const char *p, const char *e, const char *w, size_t n)
  * y.data_ptr<float>(), at::narrow(y, 0, 0, n)), casts, and what only reads a size: a
  * value made of nothing else shares the tensor's storage. contiguous() is the same tensor
  * when it already is, a copy otherwise: not known, taken for a view (no finding); a copy
- * (clone(), to(), an allocation) is none. */
+ * (clone(), an allocation) is none; a cast, c_cast_copies. */
 static const char *c_view_calls[] = { "data_ptr", "mutable_data_ptr", "data", "view", "view_as",
 	"reshape", "reshape_as", "flatten", "unflatten", "narrow", "select", "slice", "squeeze",
 	"unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "as_strided", "contiguous",
@@ -2023,10 +2023,19 @@ static void writes_add(struct writes *o, const char *v, size_t n)
 	}
 }
 
+/* Casts: y.to(torch::kFloat), y.float(), y.type_as(x). The same tensor when it already has
+ * that dtype (and device), else a copy. */
+static const char *c_cast_calls[] = { "to", "type", "type_as", "toType", "float", "half",
+	"double", "bfloat16", NULL };
+
+static int c_cast_copies(const char *name, const char *open, const char *close, int dtype);
+static int ref_tensor_dtype(struct ctx *x);
+
 /* Is the value [s, e) (after an '=') a view of, or a pointer into, one variable: the
  * variable's name into *v, *n when it is (auto yv = y.view(-1); float *p = y.data_ptr<float>()
- * + off; float *q = p; auto &r = y), else -1 */
-static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
+ * + off; float *q = p; auto &r = y; a cast that need not copy, y.to(torch::kFloat) of a
+ * tensor of dtype `dtype`, -1 when not known), else -1 */
+static int c_view_of(const char *s, const char *e, const char **v, size_t *n, int dtype)
 {
 	int view = 0, size = 0;
 
@@ -2044,15 +2053,18 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
 		if (q >= e || *q != '(' || (*w >= '0' && *w <= '9'))
 			continue;
 		char *name = xstrndup(w, (size_t)(p + 1 - w));
+		const char *dot = c_trim_end(s, w);
+		int method = dot > s && (dot[-1] == '.' || (dot[-1] == '>' && dot - 1 > s && dot[-2] == '-'));
 		int k = in_list(name, c_view_calls) ? 1 : in_list(name, c_size_calls) ? 2 :
 		        in_list(name, c_view_neutral) ? 3 : 0;
+		if (!k && method && in_list(name, c_cast_calls) && !c_cast_copies(name, q, c_close(q, e), dtype))
+			k = 1;
 		free(name);
 		if (!k)
 			return -1;
 		view |= k == 1;
 		size |= k == 2;
-		const char *dot = c_trim_end(s, w);
-		if (k == 1 && dot > s && (dot[-1] == '.' || (dot[-1] == '>' && dot - 1 > s && dot[-2] == '-')))
+		if (k == 1 && method)
 			p = c_close(q, e);      /* a method's arguments: sizes, y.narrow(0, r, std::min(16, n)) */
 	}
 	return (view || !size) ? c_arg_var(s, e, v, n) : -1;
@@ -2061,7 +2073,7 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n)
 /* The writes o add the variables that share storage with one of them, set in the body
  * [body, end] (its views, the tensor a pointer or a view among them was taken from), until
  * no more are found. */
-static void c_alias_closure(const char *body, const char *end, struct writes *o)
+static void c_alias_closure(const char *body, const char *end, struct writes *o, int dtype)
 {
 	const char *lv[64], *bv[64];
 	size_t ln[64], bn[64];
@@ -2090,7 +2102,7 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o)
 				break;
 			else if (*r == ',' && d == 0)
 				break;
-		if (c_view_of(p + 1, r, &bv[np], &bn[np]) == 0) {
+		if (c_view_of(p + 1, r, &bv[np], &bn[np], dtype) == 0) {
 			lv[np] = ts;
 			ln[np++] = (size_t)(te - ts);
 		}
@@ -2130,7 +2142,7 @@ static const char *c_param_name(const char *s, const char *e, const char **ns)
  * own parameters, or a view of one (`return out;`, `return out.view_as(x);`, `auto o =
  * out.view(-1); ... return o;`)? 1 with the parameter's name in *v, *vn */
 static int returns_param(const char *a, const char *b, const char *body, const char *close,
-                         const char **v, size_t *vn)
+                         const char **v, size_t *vn, int dtype)
 {
 	const char *st[32], *en[32];
 	int np = c_items(a, b, st, en, 32);
@@ -2146,7 +2158,7 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 			continue;
 		struct writes same = { 0 };
 		writes_add(&same, n, (size_t)(ne - n));
-		c_alias_closure(body, close, &same);
+		c_alias_closure(body, close, &same, dtype);
 		for (int k = 0; k < same.count; k++)
 			for (int i = 0; i < np; i++) {
 				const char *ps, *pe = c_param_name(st[i], en[i], &ps);
@@ -2264,7 +2276,7 @@ static void body_writes_in(struct ctx *x, const char *body, const char *end, str
 			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &v, &vn) == 0)
 				writes_add(o, v, vn);
 	}
-	c_alias_closure(body, end, o);
+	c_alias_closure(body, end, o, ref_tensor_dtype(x));
 }
 
 /* ---- guards: what a condition does on the inputs the evaluation runs ---- */
@@ -2433,6 +2445,26 @@ static int dtype_named(const char *s, const char *e)
 		}
 	return -1;
 }
+
+/* Is the cast called name, its arguments [(, close], a copy of a tensor of dtype `dtype`
+ * (-1: not known)? Only when it asks for a copy (y.to(kFloat, false, true)) or a dtype
+ * known to differ from `dtype`; any other cast is taken for the same tensor (no finding). */
+static int c_cast_copies(const char *name, const char *open, const char *close, int dtype)
+{
+	static const char *const named[] = { "float", "half", "bfloat16", "double" };
+	const char *st[8], *en[8];
+	int n = c_items(open, close, st, en, 8), to = -1;
+
+	if (n >= 3 && c_word_is(c_ws(st[n - 1], en[n - 1]), c_trim_end(st[n - 1], en[n - 1]), "true"))
+		return 1;       /* copy = true */
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(name, named[i]))
+			to = i == 0 ? DTYPE_FLOAT32 : i == 1 ? DTYPE_FLOAT16 : i == 2 ? DTYPE_BFLOAT16 : DTYPE_FLOAT64;
+	if (to < 0 && n >= 1 && (!strcmp(name, "to") || !strcmp(name, "toType") || !strcmp(name, "type")))
+		to = dtype_named(st[0], en[0]);
+	return to >= 0 && dtype >= 0 && to != dtype;
+}
+
 
 /* The input of a known shape that [s, e) names, or -1 */
 static int shape_of(const struct cond_env *env, const char *s, const char *e)
@@ -3014,6 +3046,23 @@ static void ref_shapes(struct ctx *x)
 	forward_rebinds(x);
 }
 
+/* The dtype every tensor the reference's get_inputs() gives has, when it is known and the
+ * same for all of them (the dtype of what a kernel writes, taken for theirs), else -1 */
+static int ref_tensor_dtype(struct ctx *x)
+{
+	int d = -1;
+
+	ref_shapes(x);
+	for (int k = 0; k < x->shapes.n; k++) {
+		if (x->shapes.ndim[k] < 0)
+			continue;
+		if (x->shapes.dtype[k] < 0 || (d >= 0 && d != x->shapes.dtype[k]))
+			return -1;
+		d = x->shapes.dtype[k];
+	}
+	return x->ref_default_dtype ? -1 : d;
+}
+
 /* env's names of inputs: forward's parameters themselves */
 static void env_forward_inputs(struct ctx *x, struct cond_env *env)
 {
@@ -3359,7 +3408,7 @@ static int works_in_place(struct ctx *x, const char *name)
 	size_t vn;
 	struct writes w;
 
-	if (!c_definition(x, name, &a, &b, &body, &end) || !returns_param(a, b, body, end, &v, &vn))
+	if (!c_definition(x, name, &a, &b, &body, &end) || !returns_param(a, b, body, end, &v, &vn, ref_tensor_dtype(x)))
 		return 0;
 	body_writes(x, body, end, &w);
 	for (int i = 0; i < w.count; i++)
