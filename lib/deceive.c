@@ -3507,6 +3507,55 @@ static int call_discarded(const struct ctx *x, size_t i, int def_end)
 	return 1;
 }
 
+/* Does the call i of the exported function `name` pass, for a parameter its kernels write,
+ * a name of forward (or a view of one: y.view(-1)) that forward reads after the call (before
+ * def_end)? Then what the kernel wrote is kept, whatever the function returns
+ * (return out.clone(); return torch::Tensor();). */
+static int call_fills_arg(struct ctx *x, const char *name, size_t i, int def_end)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_call *c = &p->call[i];
+	const char *a, *b, *body, *end, *pst[32], *pen[32];
+	struct writes w;
+
+	if (!c_definition(x, name, &a, &b, &body, &end))
+		return 0;
+	body_writes(x, body, end, &w);
+	int np = c_items(a, b, pst, pen, 32), arg = 0, depth = p->tok[c->tok_open].depth + 1;
+	for (int k = c->tok_open + 1; k < c->tok_close; arg++) {
+		int s = k;      /* the argument [s, k) */
+		while (k < c->tok_close && !(p->tok[k].depth == depth && tok_is(p, k, ",")))
+			k++;
+		k++;
+		if (arg >= np || p->tok[s].kind != PYSRC_TOK_NAME || tok_is(p, s + 1, "="))
+			continue;
+		const char *ps, *pe = c_param_name(pst[arg], pen[arg], &ps);
+		int written = 0;
+		for (int j = 0; pe && j < w.count; j++)
+			written |= w.n[j] == (size_t)(pe - ps) && !memcmp(w.v[j], ps, w.n[j]);
+		/* the argument: a name, or a name and view calls on it */
+		int t = s + 1;
+		while (written && t + 2 < k && tok_is(p, t, ".") && tok_is(p, t + 2, "(") &&
+		       p->tok[t + 2].match > 0) {
+			char *m = xstrndup(p->src + p->tok[t + 1].start, p->tok[t + 1].end - p->tok[t + 1].start);
+			int view = in_list(m, c_view_calls);
+			free(m);
+			if (!view)
+				break;
+			t = p->tok[t + 2].match + 1;
+		}
+		if (!written || t != k - 1)
+			continue;
+		const char *v = p->src + p->tok[s].start;
+		size_t vn = p->tok[s].end - p->tok[s].start;
+		for (int r = c->tok_close + 1; r < def_end && r < (int)p->ntok; r++)
+			if (p->tok[r].kind == PYSRC_TOK_NAME && p->tok[r].end - p->tok[r].start == vn &&
+			    !memcmp(p->src + p->tok[r].start, v, vn) && !tok_is(p, r - 1, "."))
+				return 1;
+	}
+	return 0;
+}
+
 /* The kernel is called for show: every kernel call in forward is a direct call of an
  * exported function that returns a tensor, and every result is thrown away. */
 static void kernel_called_for_show(struct ctx *x)
@@ -3524,7 +3573,7 @@ static void kernel_called_for_show(struct ctx *x)
 		if (!call_is_kernel(x, i))
 			continue;
 		if (!names_has(&x->exports, last, strlen(last)) || !export_returns(x, last) ||
-		    !call_discarded(x, i, f->tok_end))
+		    !call_discarded(x, i, f->tok_end) || call_fills_arg(x, last, i, f->tok_end))
 			return;
 		direct++;
 		if (!line)
