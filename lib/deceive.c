@@ -3527,9 +3527,19 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int def_end
 		while (k < c->tok_close && !(p->tok[k].depth == depth && tok_is(p, k, ",")))
 			k++;
 		k++;
-		if (arg >= np || p->tok[s].kind != PYSRC_TOK_NAME || tok_is(p, s + 1, "="))
+		int at = arg;   /* the parameter: by position, or by name (out=y) */
+		if (p->tok[s].kind == PYSRC_TOK_NAME && tok_is(p, s + 1, "=")) {
+			for (at = 0; at < np; at++) {
+				const char *ns, *ne = c_param_name(pst[at], pen[at], &ns);
+				if (ne && ne - ns == (long)(p->tok[s].end - p->tok[s].start) &&
+				    !memcmp(ns, p->src + p->tok[s].start, (size_t)(ne - ns)))
+					break;
+			}
+			s += 2;
+		}
+		if (at >= np || s >= k - 1 || p->tok[s].kind != PYSRC_TOK_NAME)
 			continue;
-		const char *ps, *pe = c_param_name(pst[arg], pen[arg], &ps);
+		const char *ps, *pe = c_param_name(pst[at], pen[at], &ps);
 		int written = 0;
 		for (int j = 0; pe && j < w.count; j++)
 			written |= w.n[j] == (size_t)(pe - ps) && !memcmp(w.v[j], ps, w.n[j]);
