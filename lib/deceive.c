@@ -3508,10 +3508,12 @@ static int call_discarded(const struct ctx *x, size_t i, int def_end)
 }
 
 /* Does the call i of the exported function `name` pass, for a parameter its kernels write,
- * a name of forward (or a view of one: y.view(-1)) that forward reads after the call (before
- * def_end)? Then what the kernel wrote is kept, whatever the function returns
- * (return out.clone(); return torch::Tensor();). */
-static int call_fills_arg(struct ctx *x, const char *name, size_t i, int def_end)
+ * a name of forward (or a view of one: y.view(-1)) that forward reads after the call?
+ * Then what the kernel wrote is kept, whatever the function returns (return out.clone();
+ * return torch::Tensor();). last: each name's last token in forward [from, def_end), filled
+ * on first use. */
+static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, int def_end,
+                          struct smap *last)
 {
 	const struct pysrc *p = &x->p;
 	const struct pysrc_call *c = &p->call[i];
@@ -3556,12 +3558,13 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int def_end
 		}
 		if (!written || t != k - 1)
 			continue;
-		const char *v = p->src + p->tok[s].start;
-		size_t vn = p->tok[s].end - p->tok[s].start;
-		for (int r = c->tok_close + 1; r < def_end && r < (int)p->ntok; r++)
-			if (p->tok[r].kind == PYSRC_TOK_NAME && p->tok[r].end - p->tok[r].start == vn &&
-			    !memcmp(p->src + p->tok[r].start, v, vn) && !tok_is(p, r - 1, "."))
-				return 1;
+		if (!last->n)
+			for (int r = from; r < def_end && r < (int)p->ntok; r++)
+				if (p->tok[r].kind == PYSRC_TOK_NAME && !tok_is(p, r - 1, "."))
+					*smap_get(last, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1) = r;
+		int *at_last = smap_get(last, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start, 0);
+		if (at_last && *at_last > c->tok_close)
+			return 1;
 	}
 	return 0;
 }
@@ -3573,23 +3576,30 @@ static void kernel_called_for_show(struct ctx *x)
 	const struct pysrc *p = &x->p;
 	const struct pysrc_block *f = &p->block[x->forward];
 	int direct = 0, line = 0;
+	struct smap last = { 0 };
 
 	for (size_t i = first_call_at(p, f->tok_body); i < p->ncall && p->call[i].tok_open < f->tok_end; i++) {
-		const char *last = last_part(p->call[i].callee);
-		for (size_t d = 0; d < p->nblock; d++)
+		const char *fn = last_part(p->call[i].callee);
+		for (size_t d = 0; d < p->nblock && direct >= 0; d++)
 			if (p->block[d].kind == PYSRC_DEF && x->calls_kernel[d] && (int)d != x->forward &&
-			    !strcmp(p->block[d].name, last))
-				return;         /* through a helper: not judged here */
+			    !strcmp(p->block[d].name, fn))
+				direct = -1;    /* through a helper: not judged here */
+		if (direct < 0)
+			break;
 		if (!call_is_kernel(x, i))
 			continue;
-		if (!names_has(&x->exports, last, strlen(last)) || !export_returns(x, last) ||
-		    !call_discarded(x, i, f->tok_end) || call_fills_arg(x, last, i, f->tok_end))
-			return;
+		if (!names_has(&x->exports, fn, strlen(fn)) || !export_returns(x, fn) ||
+		    !call_discarded(x, i, f->tok_end) ||
+		    call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &last)) {
+			direct = -1;
+			break;
+		}
 		direct++;
 		if (!line)
 			line = p->call[i].line;
 	}
-	if (direct)
+	smap_free(&last);
+	if (direct > 0)
 		add(x, 3, line, "ModelNew.forward calls the kernel but throws its result away");
 }
 
