@@ -877,6 +877,8 @@ const char *ops_missing(const char *name)
 #ifdef DICE_CUDA
 	if (!strcmp(name, "cuda"))
 		return "found: the CUDA backend of this build sees no GPU";
+	return "in this build (cpu, cuda)";     /* with a GPU or without */
+#else
+	return "in this build (cpu)";
 #endif
-	return ops_get("cuda") ? "in this build (cpu, cuda)" : "in this build (cpu)";
 }
