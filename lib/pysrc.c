@@ -410,8 +410,10 @@ static void scan(struct scanner *sc)
 			sc->line++;
 			sc->i++;
 			sc->line_start = sc->i;
-		} else if (c == '\\' && i + 1 < sc->n && (s[i + 1] == '\n' || s[i + 1] == '\r')) {
-			sc->i += s[i + 1] == '\r' && i + 2 < sc->n && s[i + 2] == '\n' ? 3 : 2;
+		} else if (c == '\\' && i + 1 < sc->n && (s[i + 1] == '\n' || (s[i + 1] == '\r' &&
+		           i + 2 < sc->n && s[i + 2] == '\n'))) {
+			/* a continuation: before LF or CR LF (lines end at LF; a lone CR is blank) */
+			sc->i += s[i + 1] == '\r' ? 3 : 2;
 			sc->line++;
 			sc->line_start = sc->i;
 		} else if (c == '#') {

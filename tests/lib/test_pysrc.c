@@ -228,6 +228,19 @@ static void test_misc(void)
 	pysrc_scan(&p, s, strlen(s));
 	CHECK(p.ntok > 3 && p.tok[p.ntok - 3].line == 3, "... in a triple-quoted f-string too");
 	pysrc_free(&p);
+	/* lines end at LF (the programs turn CR LF and a lone CR into LF before scanning a file;
+	 * a record's text is taken as it is): a backslash before a lone CR is no continuation
+	 * (it counted a line, and deceive-check gave a finding past the text's last line; found
+	 * by fuzz_deceive), one before CR LF is */
+	s = "x = 1 \\\ry = 2\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.ntok > 0 && p.tok[p.ntok - 1].line == 1 && p.nlines_phys == 2,
+	      "a backslash before a lone CR counts no line");
+	pysrc_free(&p);
+	s = "x = 1 + \\\r\n2\nclass A:\n    pass\n";
+	pysrc_scan(&p, s, strlen(s));
+	CHECK(p.nblock == 1 && p.block[0].line == 3, "a backslash before CR LF continues the line");
+	pysrc_free(&p);
 }
 
 int main(void)
