@@ -3418,8 +3418,8 @@ static int works_in_place(struct ctx *x, const char *name)
 }
 
 /* Does the exported function `name` return a value (its C++ declaration's type ends in
- * Tensor or >, or its trailing return type does: auto name(...) -> T), rather than work in place (void, or a definition that returns the
- * parameter its kernel writes)? 0 when unknown. */
+ * Tensor or >, or its trailing return type does: auto name(...) -> T): 1, or work in place
+ * (void, or a definition that returns the parameter its kernel writes): 2? 0 when unknown. */
 static int export_returns(struct ctx *x, const char *name)
 {
 	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
@@ -3453,9 +3453,9 @@ static int export_returns(struct ctx *x, const char *name)
 				;
 		}
 		if (b - w == 4 && !memcmp(w, "void", 4))
-			return 0;
+			return 2;
 		if ((b > s && b[-1] == '>') || (b - w >= 6 && !memcmp(b - 6, "Tensor", 6)))
-			return !works_in_place(x, name);
+			return works_in_place(x, name) ? 2 : 1;
 	}
 	return 0;
 }
@@ -3507,6 +3507,58 @@ static int call_discarded(const struct ctx *x, size_t i, int def_end)
 	return 1;
 }
 
+/* The next argument of call c, from token *k (then moved past its comma): its tokens
+ * [*s, *e) (a keyword argument's value) and the index of the parameter it fills among the
+ * np of pst/pen, by position arg or by name (out=y); np when none, -1 for *a and **kw. */
+static int call_next_arg(const struct pysrc *p, const struct pysrc_call *c, int *k, int arg,
+                         const char **pst, const char **pen, int np, int *s, int *e)
+{
+	int depth = p->tok[c->tok_open].depth + 1, at = arg;
+
+	*s = *k;
+	while (*k < c->tok_close && !(p->tok[*k].depth == depth && tok_is(p, *k, ",")))
+		(*k)++;
+	*e = (*k)++;
+	if (tok_is(p, *s, "*") || tok_is(p, *s, "**"))
+		return -1;
+	if (p->tok[*s].kind == PYSRC_TOK_NAME && tok_is(p, *s + 1, "=")) {
+		for (at = 0; at < np; at++) {
+			const char *ns, *ne = c_param_name(pst[at], pen[at], &ns);
+			if (ne && ne - ns == (long)(p->tok[*s].end - p->tok[*s].start) &&
+			    !memcmp(ns, p->src + p->tok[*s].start, (size_t)(ne - ns)))
+				break;
+		}
+		*s += 2;
+	}
+	return at < np ? at : np;
+}
+
+/* Is the parameter declared by [s, e) among the names w holds? */
+static int param_written(const char *s, const char *e, const struct writes *w)
+{
+	const char *ps, *pe = c_param_name(s, e, &ps);
+	int written = 0;
+
+	for (int j = 0; pe && j < w->count; j++)
+		written |= w->n[j] == (size_t)(pe - ps) && !memcmp(w->v[j], ps, w->n[j]);
+	return written;
+}
+
+/* The token past the view calls (.view(-1), .contiguous(): c_view_calls) from token t on,
+ * before e */
+static int py_views(const struct pysrc *p, int t, int e)
+{
+	while (t + 2 < e && tok_is(p, t, ".") && tok_is(p, t + 2, "(") && p->tok[t + 2].match > 0) {
+		char *m = xstrndup(p->src + p->tok[t + 1].start, p->tok[t + 1].end - p->tok[t + 1].start);
+		int view = in_list(m, c_view_calls);
+		free(m);
+		if (!view)
+			break;
+		t = p->tok[t + 2].match + 1;
+	}
+	return t;
+}
+
 /* Does the call i of the exported function `name` pass, for a parameter its kernels write,
  * a name of forward (or a view of one: y.view(-1)) that forward reads after the call?
  * Then what the kernel wrote is kept, whatever the function returns (return out.clone();
@@ -3523,40 +3575,11 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 	if (!c_definition(x, name, &a, &b, &body, &end))
 		return 0;
 	body_writes(x, body, end, &w);
-	int np = c_items(a, b, pst, pen, 32), arg = 0, depth = p->tok[c->tok_open].depth + 1;
+	int np = c_items(a, b, pst, pen, 32), arg = 0;
 	for (int k = c->tok_open + 1; k < c->tok_close; arg++) {
-		int s = k;      /* the argument [s, k) */
-		while (k < c->tok_close && !(p->tok[k].depth == depth && tok_is(p, k, ",")))
-			k++;
-		k++;
-		int at = arg;   /* the parameter: by position, or by name (out=y) */
-		if (p->tok[s].kind == PYSRC_TOK_NAME && tok_is(p, s + 1, "=")) {
-			for (at = 0; at < np; at++) {
-				const char *ns, *ne = c_param_name(pst[at], pen[at], &ns);
-				if (ne && ne - ns == (long)(p->tok[s].end - p->tok[s].start) &&
-				    !memcmp(ns, p->src + p->tok[s].start, (size_t)(ne - ns)))
-					break;
-			}
-			s += 2;
-		}
-		if (at >= np || s >= k - 1 || p->tok[s].kind != PYSRC_TOK_NAME)
-			continue;
-		const char *ps, *pe = c_param_name(pst[at], pen[at], &ps);
-		int written = 0;
-		for (int j = 0; pe && j < w.count; j++)
-			written |= w.n[j] == (size_t)(pe - ps) && !memcmp(w.v[j], ps, w.n[j]);
-		/* the argument: a name, or a name and view calls on it */
-		int t = s + 1;
-		while (written && t + 2 < k && tok_is(p, t, ".") && tok_is(p, t + 2, "(") &&
-		       p->tok[t + 2].match > 0) {
-			char *m = xstrndup(p->src + p->tok[t + 1].start, p->tok[t + 1].end - p->tok[t + 1].start);
-			int view = in_list(m, c_view_calls);
-			free(m);
-			if (!view)
-				break;
-			t = p->tok[t + 2].match + 1;
-		}
-		if (!written || t != k - 1)
+		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
+		if (at < 0 || at >= np || s >= e || p->tok[s].kind != PYSRC_TOK_NAME ||
+		    !param_written(pst[at], pen[at], &w) || py_views(p, s + 1, e) != e)
 			continue;
 		if (!last->n)
 			for (int r = from; r < def_end && r < (int)p->ntok; r++)
@@ -3569,14 +3592,198 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 	return 0;
 }
 
+/* Does the function body [body, end) write a tensor by a call the kernel scan does not
+ * follow: an in-place method or an out= function (out.copy_(t), at::relu_out(out, t))? */
+static int c_writes_by_call(const char *body, const char *end)
+{
+	for (const char *p = body; p < end; p++) {
+		if (!is_cident(*p) || (p > body && is_cident(p[-1])))
+			continue;
+		const char *w = p;
+		while (p < end && is_cident(*p))
+			p++;
+		const char *q = c_ws(p, end);
+		if (w > body && strchr(".>:", w[-1]) && q < end && *q == '(' &&
+		    (p[-1] == '_' || (p - w > 4 && !memcmp(p - 4, "_out", 4))))
+			return 1;
+		p--;
+	}
+	return 0;
+}
+
+/* PyTorch functions that make a new tensor */
+static const char *py_alloc[] = { "torch.empty", "torch.empty_like", "torch.empty_strided",
+	"torch.zeros", "torch.zeros_like", "torch.ones", "torch.ones_like", "torch.full",
+	"torch.full_like", "torch.rand", "torch.rand_like", "torch.randn", "torch.randn_like", NULL };
+static const char *py_copy[] = { "clone", "new_empty", "new_zeros", "new_ones", "new_full", NULL };
+
+/* Is the expression [s, e) a tensor nothing else holds: an allocation (torch.empty_like(x))
+ * or a copy (y.clone(), y.view(-1).clone()), and view calls on it? */
+static int py_fresh_tensor(struct ctx *x, int s, int e)
+{
+	const struct pysrc *p = &x->p;
+	size_t i = first_call_at(p, s);
+	int t;
+
+	if (s >= e || p->tok[s].kind != PYSRC_TOK_NAME)
+		return 0;
+	if (i < p->ncall && p->call[i].tok_name == s && in_list(x->canon[i], py_alloc)) {
+		t = p->tok[p->call[i].tok_open].match + 1;
+	} else {
+		t = py_views(p, s + 1, e);
+		if (t + 2 >= e || !tok_is(p, t, ".") || !tok_is(p, t + 2, "(") || p->tok[t + 2].match <= 0)
+			return 0;
+		char *m = xstrndup(p->src + p->tok[t + 1].start, p->tok[t + 1].end - p->tok[t + 1].start);
+		int copy = in_list(m, py_copy);
+		free(m);
+		if (!copy)
+			return 0;
+		t = p->tok[t + 2].match + 1;
+	}
+	return t > s && py_views(p, t, e) == e;
+}
+
+/* Is logical line l (of a def indented indent) inside a for or while loop of that def? */
+static int py_in_loop(const struct pysrc *p, int l, int indent)
+{
+	for (int m = l, ind = p->lines[l].indent + 1; m >= 0 && ind > indent; m--)
+		if (p->lines[m].indent < ind) {
+			ind = p->lines[m].indent;
+			int t = p->lines[m].tok + tok_is(p, p->lines[m].tok, "async");
+			if (tok_is(p, t, "for") || tok_is(p, t, "while"))
+				return 1;
+		}
+	return 0;
+}
+
+/* What forward [from, def_end) does with each of its names (not attributes): the last token
+ * that reads it, how many do, how many of those are not the first token of a statement
+ * (y.zero_() leaves y where it is; z = y, f(y) may keep it), and whether it is bound to a fresh tensor (a plain
+ * `y = torch.empty_like(x)`: py_fresh_tensor) or some other way (y = z.view(-1), for y in,
+ * as y, a, y = ..., y += 1). Built once per forward, on first use. */
+struct py_name {
+	int last_read, reads, uses, fresh, other;
+};
+struct py_names {
+	struct smap idx;        /* name: its index in v */
+	struct py_name *v;
+	int n, built;
+};
+
+static void py_names_build(struct ctx *x, int from, int def_end, struct py_names *o)
+{
+	const struct pysrc *p = &x->p;
+	static const char *before[] = { "for", "as", "global", "nonlocal", "del", "*", NULL };
+	size_t as = 0;
+
+	o->built = 1;
+	for (int r = from; r < def_end && r + 1 < (int)p->ntok; r++) {
+		if (p->tok[r].kind != PYSRC_TOK_NAME || tok_is(p, r - 1, "."))
+			continue;
+		int *slot = smap_get(&o->idx, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1);
+		if (*slot < 0) {
+			o->v = xrealloc(o->v, (size_t)(o->n + 1) * sizeof(*o->v));
+			o->v[o->n] = (struct py_name){ -1, 0, 0, 0, 0 };
+			*slot = o->n++;
+		}
+		struct py_name *e = &o->v[*slot];
+		if (tok_is(p, r + 1, "=")) {
+			while (as < p->nassign && p->assign[as].tok_target < r)
+				as++;   /* in token order: one not found is "some other way" */
+			const struct pysrc_assign *a = as < p->nassign ? &p->assign[as] : NULL;
+			if (a && a->tok_target == r && a->op == '=' && strlen(a->target) == p->tok[r].end - p->tok[r].start &&
+			    !memcmp(a->target, p->src + p->tok[r].start, strlen(a->target)) &&
+			    py_fresh_tensor(x, a->tok_value, a->tok_end))
+				e->fresh = 1;
+			else
+				e->other = 1;
+			continue;
+		}
+		int other = !p->tok[r].depth && (tok_is(p, r - 1, ",") || tok_is(p, r + 1, ","));
+		for (int j = 0; before[j]; j++)
+			other |= tok_is(p, r - 1, before[j]);
+		if (other || tok_is(p, r + 1, ":=") ||
+		    (p->tok[r + 1].kind == PYSRC_TOK_OP && p->src[p->tok[r + 1].end - 1] == '=' &&
+		     !tok_is(p, r + 1, "==") && !tok_is(p, r + 1, "!=") && !tok_is(p, r + 1, "<=") &&
+		     !tok_is(p, r + 1, ">="))) {
+			e->other = 1;
+			continue;
+		}
+		e->last_read = r;
+		e->reads++;
+		e->uses += p->lines[pysrc_line_of(p, r)].tok != r;
+	}
+}
+
+static void py_names_free(struct py_names *o)
+{
+	smap_free(&o->idx);
+	free(o->v);
+	memset(o, 0, sizeof *o);
+}
+
+/* Is the name at token s, passed in call c, a local of forward that only ever holds fresh
+ * tensors and that forward reads nowhere else, but at the start of a statement before the
+ * call (y.zero_()), or nowhere at all when the call is in a loop? */
+static int py_dropped_local(const struct pysrc *p, const struct py_names *o, int s,
+                            const struct pysrc_call *c, int loop)
+{
+	const int *at = smap_get((struct smap *)&o->idx, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start, 0);
+	const struct py_name *e = at ? &o->v[*at] : NULL;
+
+	return e && e->fresh && !e->other && e->uses == 1 && (loop ? e->reads == 1 : e->last_read <= c->tok_close);
+}
+
+/* Does the call i of `name`, an exported function that works in place, keep nothing its
+ * kernels write: forward passes, for every parameter they write, a fresh tensor
+ * (torch.empty_like(x), y.clone()) or a local holding one that it never reads after the
+ * call? The first such parameter's name in *param, its length the return; 0 when not, or
+ * not known (self.buf, *args, a write by out.copy_(t)). */
+static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int from, int def_end,
+                               int indent, struct py_names *names, const char **param)
+{
+	const struct pysrc *p = &x->p;
+	const struct pysrc_call *c = &p->call[i];
+	const char *a, *b, *body, *end, *pst[32], *pen[32];
+	struct writes w;
+	int dropped = 0;
+
+	if (!c_definition(x, name, &a, &b, &body, &end) || c_writes_by_call(body, end))
+		return 0;
+	body_writes(x, body, end, &w);
+	if (!names->built)
+		py_names_build(x, from, def_end, names);
+	int np = c_items(a, b, pst, pen, 32), arg = 0, loop = py_in_loop(p, pysrc_line_of(p, c->tok_open), indent);
+	for (int k = c->tok_open + 1; k < c->tok_close; arg++) {
+		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
+		if (at < 0 || at >= np)
+			return 0;
+		if (!param_written(pst[at], pen[at], &w))
+			continue;
+		if (!py_fresh_tensor(x, s, e) &&
+		    (s >= e || p->tok[s].kind != PYSRC_TOK_NAME || py_views(p, s + 1, e) != e ||
+		     !py_dropped_local(p, names, s, c, loop)))
+			return 0;
+		if (!dropped) {
+			const char *pe = c_param_name(pst[at], pen[at], param);
+			dropped = (int)(pe - *param);
+		}
+	}
+	return dropped;
+}
+
 /* The kernel is called for show: every kernel call in forward is a direct call of an
- * exported function that returns a tensor, and every result is thrown away. */
+ * exported function, every result is thrown away, and what the kernel wrote is not read
+ * either: the function returns a tensor that is not the one forward passed and reads, or
+ * works in place on a tensor forward passes and never reads (call_drops_in_place). */
 static void kernel_called_for_show(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
 	const struct pysrc_block *f = &p->block[x->forward];
-	int direct = 0, line = 0;
+	int direct = 0, line = 0, pn = 0;
 	struct smap last = { 0 };
+	struct py_names names = { 0 };
+	const char *fn0 = NULL, *param0 = NULL;
 
 	for (size_t i = first_call_at(p, f->tok_body); i < p->ncall && p->call[i].tok_open < f->tok_end; i++) {
 		const char *fn = last_part(p->call[i].callee);
@@ -3588,18 +3795,28 @@ static void kernel_called_for_show(struct ctx *x)
 			break;
 		if (!call_is_kernel(x, i))
 			continue;
-		if (!names_has(&x->exports, fn, strlen(fn)) || !export_returns(x, fn) ||
-		    !call_discarded(x, i, f->tok_end) ||
-		    call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &last)) {
+		int ret = names_has(&x->exports, fn, strlen(fn)) ? export_returns(x, fn) : 0, n = 0;
+		const char *param = NULL;
+		if (!ret || !call_discarded(x, i, f->tok_end) ||
+		    (ret == 1 && call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &last)) ||
+		    (ret == 2 && !(n = call_drops_in_place(x, fn, i, f->tok_body, f->tok_end, f->indent,
+		                                           &names, &param)))) {
 			direct = -1;
 			break;
 		}
-		direct++;
-		if (!line)
+		if (!direct++) {
 			line = p->call[i].line;
+			fn0 = fn;
+			pn = n;
+			param0 = param;
+		}
 	}
 	smap_free(&last);
-	if (direct > 0)
+	py_names_free(&names);
+	if (direct > 0 && pn)
+		add(x, 3, line, "ModelNew.forward passes %s a tensor for %.*s, which its kernel writes in place, and "
+		    "never reads it: what the kernel wrote is thrown away", fn0, pn, param0);
+	else if (direct > 0)
 		add(x, 3, line, "ModelNew.forward calls the kernel but throws its result away");
 }
 
