@@ -341,7 +341,9 @@ class Timer:
         self.torch = torch
         self.cuda = cuda
         self.flush = None
-        self.own = set(own)
+        # torch's threads and the caller's (the timing runs on the thread that makes the
+        # Timer): what a look never waits for
+        self.mine = set(own) | {threading.get_native_id()}
         self.seen = None    # the threads the last look saw
         if cuda and flush_l2:
             # larger than any current L2 (H100: 50 MB, H200: 60 MB)
@@ -388,17 +390,16 @@ class Timer:
 
     def settle(self, before, t1, looks=2):
         """When the work a call that returned at t1 left behind was done: every thread the
-        call started has ended, and no other thread but torch's own (self.own) and the
+        call started has ended, and no other thread but torch's own and the
         caller is running (state R; a thread seen idle `looks` times, a sleep apart, is
         taken as idle: one woken by a call that just returned is running by the second
         look). t1 when there was no such work: the look is not timed. A thread still there
         THREAD_BOUND_S after t1 raises Verdict."""
-        mine = self.own | {threading.get_native_id()}
         idle = 0
         end = t1
         while True:
             self.seen = task_ids()
-            others = self.seen - mine
+            others = self.seen - self.mine
             now = time.perf_counter()
             if not others:
                 return end      # only torch's threads and the caller: nothing to wait for
