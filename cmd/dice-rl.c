@@ -553,15 +553,14 @@ int main(int argc, char **argv)
 	/* the model (from -o when resuming), the tokenizer */
 	struct model m, mref;
 	load_model(&m, resume ? out : model_dir, ops);
-	int tok_given = tok_dir != NULL;
-	if (tok_given && !checkpoint_has_tokenizer(tok_dir))
-		die("--tokenizer '%s': no tokenizer files there (tokenizer.json, ...)", tok_dir);
+	/* -t's must load; the model directory's need not be there (token-id tasks), but one
+	 * there that does not load stops the run as -t's (checkpoint_load_tokenizer) */
+	const char *tok_opt = tok_dir ? "--tokenizer" : NULL;
 	if (!tok_dir)
 		tok_dir = model_dir ? model_dir : out;
 	struct tokenizer tok;
-	int have_tok = checkpoint_has_tokenizer(tok_dir) &&
-	               tokenizer_load(&tok, tok_dir, err, sizeof err) == 0;
-	if (tok_given && !have_tok)
+	int have_tok = checkpoint_load_tokenizer(&tok, tok_dir, tok_opt, err, sizeof err);
+	if (have_tok < 0)
 		die("%s", err);
 	struct sample_rec sr;
 	sample_rec_init(&sr, have_tok ? &tok : NULL, PROMPT_CHAT_QWEN3, 0);

@@ -913,9 +913,12 @@ int main(int argc, char **argv)
 	/* checkpoint, tokenizer, model */
 	if (checkpoint_open(&ck, model_dir, err, sizeof err) < 0)
 		die("%s", err);
-	have_tok = tokenizer_load(&tok, model_dir, err, sizeof err) == 0;
+	/* none is allowed (token-id records), one that does not load is not (as in dice-sft
+	 * and dice-rl) */
+	if ((have_tok = checkpoint_load_tokenizer(&tok, model_dir, NULL, err, sizeof err)) < 0)
+		die("%s", err);
 	if (!have_tok)
-		warn_msg("%s (only prompt_ids records can be sampled)", err);
+		warn_msg("%s: no tokenizer.json (only prompt_ids records can be sampled)", model_dir);
 	if (!stop_arg) {                 /* the tokenizer's end ids */
 		static const char *const ends[] = { "<|endoftext|>", "<|im_end|>" };
 		stop = xmalloc(2 * sizeof *stop);

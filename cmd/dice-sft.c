@@ -120,7 +120,7 @@ struct reader {
 	struct sft_opts *o;
 	struct tokenizer tok;
 	const char *tok_dir;
-	int tok_state;               /* 0 not tried, 1 loaded, -1 failed */
+	int have_tok;                /* tok loaded */
 	int bad;
 };
 
@@ -129,12 +129,14 @@ static int tok_encode(void *ctx, const char *text, size_t len, int **ids, size_t
 	return tokenizer_encode(ctx, text, len, ids, n);
 }
 
-/* The tokenizer of tok_dir into rd; -1 with why in err */
-static int reader_tokenizer(struct reader *rd, char *err, size_t errlen)
+/* The tokenizer of rd->tok_dir into rd, where there is one (checkpoint_load_tokenizer: opt
+ * the option that named it, or NULL); -1 with why in err */
+static int reader_tokenizer(struct reader *rd, const char *opt, char *err, size_t errlen)
 {
-	if (tokenizer_load(&rd->tok, rd->tok_dir, err, errlen) < 0)
-		return -1;
-	rd->tok_state = 1;
+	int rc = checkpoint_load_tokenizer(&rd->tok, rd->tok_dir, opt, err, errlen);
+	if (rc <= 0)
+		return rc;
+	rd->have_tok = 1;
 	rd->o->encode = tok_encode;
 	rd->o->encode_ctx = &rd->tok;
 	return 0;
@@ -146,20 +148,12 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 	char err[256];
 	int rc, text = sft_record_is_text(rec);
 
-	/* the model directory's tokenizer, loaded for the first text record: where there is
-	 * none, each such record says so (one line each), and where one does not load, why,
-	 * once, before */
-	if (!rd->tok_state && text) {
-		rd->tok_state = -1;
-		if (checkpoint_has_tokenizer(rd->tok_dir) && reader_tokenizer(rd, err, sizeof err) < 0)
-			warn_msg("%s", err);
-	}
+	/* where there is no tokenizer, each text record says so (one line each) */
 	rc = sft_data_add(rd->d, rec, rd->o, err, sizeof err);
 	json_decref(rec);
-	if (rc < 0 && text && rd->tok_state < 0)
-		snprintf(err, sizeof err, "text record but no tokenizer (%s '%s'; -t DIR gives one)",
-		         checkpoint_has_tokenizer(rd->tok_dir) ? "none loaded from" : "none in",
-		         rd->tok_dir);
+	if (rc < 0 && text && !rd->have_tok)
+		snprintf(err, sizeof err, "text record but no tokenizer (none in '%s'; -t DIR "
+		         "gives one)", rd->tok_dir);
 	if (rc < 0) {
 		warn_msg("%s:%zu: %s", r->name, r->lineno, err);
 		rd->bad = 1;
@@ -327,13 +321,15 @@ int main(int argc, char **argv)
 	const struct ops *ops = ops_get(device);
 	if (!ops)
 		die_status(EXIT_STATUS_USAGE, "no device '%s' %s", device, ops_missing(device));
-	/* a tokenizer named with -t is loaded now, as dice-rl's: one that is not there, or
-	 * does not load, stops the run before anything is read */
+	/* the tokenizer is loaded now, as dice-rl's: one named with -t that is not there, or
+	 * one (-t's or the model directory's) that does not load, stops the run before
+	 * anything is read; where the model directory has none, text records are bad */
 	struct sft_opts so = { .think = think };
+	const char *tok_opt = tok_dir ? "--tokenizer" : NULL;
+	if (!tok_dir)
+		tok_dir = model_dir ? model_dir : out;
 	struct reader rd = { .o = &so, .tok_dir = tok_dir };
-	if (tok_dir && !checkpoint_has_tokenizer(tok_dir))
-		die("--tokenizer '%s': no tokenizer files there (tokenizer.json, ...)", tok_dir);
-	if (tok_dir && reader_tokenizer(&rd, err, sizeof err) < 0)
+	if (reader_tokenizer(&rd, tok_opt, err, sizeof err) < 0)
 		die("%s", err);
 	enum dice_dtype dt = DICE_F32;
 	if (dtype_name && config_dtype_arg(dtype_name, &dt) < 0)
@@ -353,8 +349,6 @@ int main(int argc, char **argv)
 	if (model_init(&m, &ck.cfg, &ck.w, ops, DICE_F32) < 0)
 		die("%s: cannot set up the model", load_dir);
 	checkpoint_close(&ck);
-	if (!tok_dir)
-		tok_dir = rd.tok_dir = model_dir ? model_dir : out;
 
 	/* the data */
 	struct sft_data data;
@@ -368,8 +362,7 @@ int main(int argc, char **argv)
 	sft_data_init(&data);
 	if (jsonl_each(argv + optind, argc - optind, on_record, NULL, &rd))
 		ret = 1;
-	if (rd.tok_state == 1)
-		tokenizer_free(&rd.tok);
+	tokenizer_free(&rd.tok);
 	if (!quiet)
 		warn_msg("%zu samples (%zu tokens), %zu dropped longer than --max-len %ld; seed %llu",
 		         data.n, data.tokens, data.dropped, max_len, seed);

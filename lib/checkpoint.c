@@ -16,6 +16,7 @@
 #include "config.h"
 #include "errmsg.h"
 #include "rng.h"
+#include "tokenizer.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- the tensor list */
@@ -369,6 +370,27 @@ int checkpoint_has_tokenizer(const char *from)
 		free(src);
 	}
 	return found;
+}
+
+int checkpoint_load_tokenizer(struct tokenizer *tok, const char *dir, const char *opt,
+                              char *err, size_t errlen)
+{
+	char *path = xasprintf("%s/tokenizer.json", dir);
+	struct stat sb;
+	/* anything by that name but nothing at all (a directory, a dangling link, one that
+	 * cannot be looked at) is one that does not load */
+	int there = lstat(path, &sb) == 0 || errno != ENOENT;
+
+	free(path);
+	memset(tok, 0, sizeof *tok);
+	if (opt && !checkpoint_has_tokenizer(dir)) {
+		errmsg_set(err, errlen, "%s '%s': no tokenizer files there (tokenizer.json, ...)",
+		           opt, dir);
+		return -1;
+	}
+	if (!opt && !there)
+		return 0;
+	return tokenizer_load(tok, dir, err, errlen) < 0 ? -1 : 1;
 }
 
 static int copy_tokenizer(const char *dir, const char *from, char *err, size_t errlen)

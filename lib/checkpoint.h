@@ -65,6 +65,17 @@ void model_weights_free(struct model_weights *w);
  * ...). */
 int checkpoint_has_tokenizer(const char *dir);
 
+/* The tokenizer of dir, loaded the same way by every program that loads a model (dice-sample,
+ * dice-sft, dice-rl). opt: the option that named dir as a tokenizer directory (e.g.
+ * "--tokenizer"), where one must be; NULL for a model directory, where none is allowed
+ * (token-id work). 1: loaded into tok; 0: opt NULL and dir has no tokenizer.json; -1 with a
+ * one-line message in err: a tokenizer.json there that does not load (the message names
+ * it), or opt's dir without tokenizer files (the message names the option and dir). tok can
+ * be given to tokenizer_free whatever the result. */
+struct tokenizer;
+int checkpoint_load_tokenizer(struct tokenizer *tok, const char *dir, const char *opt,
+                              char *err, size_t errlen);
+
 /* Write a checkpoint directory (created if absent, one level). w holds host pointers.
  * nshards <= 1: model.safetensors; else that many shards and the index. tokenizer_dir:
  * copy its tokenizer files (tokenizer.json, tokenizer_config.json, vocab.json,
