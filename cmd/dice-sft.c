@@ -120,7 +120,6 @@ struct reader {
 	struct sft_opts *o;
 	struct tokenizer tok;
 	const char *tok_dir;
-	int have_tok;                /* tok loaded */
 	int bad;
 };
 
@@ -136,7 +135,6 @@ static int reader_tokenizer(struct reader *rd, const char *opt, char *err, size_
 	int rc = checkpoint_load_tokenizer(&rd->tok, rd->tok_dir, opt, err, errlen);
 	if (rc <= 0)
 		return rc;
-	rd->have_tok = 1;
 	rd->o->encode = tok_encode;
 	rd->o->encode_ctx = &rd->tok;
 	return 0;
@@ -146,14 +144,9 @@ static int on_record(json_t *rec, struct jsonl_reader *r, void *arg)
 {
 	struct reader *rd = arg;
 	char err[256];
-	int rc, text = sft_record_is_text(rec);
+	int rc = sft_data_add(rd->d, rec, rd->o, err, sizeof err);
 
-	/* where there is no tokenizer, each text record says so (one line each) */
-	rc = sft_data_add(rd->d, rec, rd->o, err, sizeof err);
 	json_decref(rec);
-	if (rc < 0 && text && !rd->have_tok)
-		snprintf(err, sizeof err, "text record but no tokenizer (none in '%s'; -t DIR "
-		         "gives one)", rd->tok_dir);
 	if (rc < 0) {
 		warn_msg("%s:%zu: %s", r->name, r->lineno, err);
 		rd->bad = 1;
@@ -331,6 +324,10 @@ int main(int argc, char **argv)
 	struct reader rd = { .o = &so, .tok_dir = tok_dir };
 	if (reader_tokenizer(&rd, tok_opt, err, sizeof err) < 0)
 		die("%s", err);
+	/* where there is none, each well-formed text record says so (one line each) */
+	char *no_tok = xasprintf("text record but no tokenizer (none in '%s'; -t DIR gives one)",
+	                         tok_dir);
+	so.no_encode = no_tok;
 	enum dice_dtype dt = DICE_F32;
 	if (dtype_name && config_dtype_arg(dtype_name, &dt) < 0)
 		die_status(EXIT_STATUS_USAGE, "bad --dtype '%s' (fp32, bf16)", dtype_name);
@@ -363,6 +360,7 @@ int main(int argc, char **argv)
 	if (jsonl_each(argv + optind, argc - optind, on_record, NULL, &rd))
 		ret = 1;
 	tokenizer_free(&rd.tok);
+	free(no_tok);
 	if (!quiet)
 		warn_msg("%zu samples (%zu tokens), %zu dropped longer than --max-len %ld; seed %llu",
 		         data.n, data.tokens, data.dropped, max_len, seed);

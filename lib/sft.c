@@ -236,14 +236,14 @@ int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o
 		free(r);
 		return ret;
 	}
-	if (!o->encode) {
-		snprintf(err, errlen, "text record but no tokenizer");
-		return -1;
-	}
+	/* the record's own faults first: a user who gives a tokenizer meets no second error */
 	if (sft_render(rec, o->think, &pt, &rt, err, errlen) < 0)
 		return -1;
-	if (o->encode(o->encode_ctx, pt, strlen(pt), &p, &np) < 0 ||
-	    o->encode(o->encode_ctx, rt, strlen(rt), &r, &nr) < 0)
+	if (!o->encode)
+		snprintf(err, errlen, "%s", o->no_encode ? o->no_encode :
+		         "text record but no tokenizer");
+	else if (o->encode(o->encode_ctx, pt, strlen(pt), &p, &np) < 0 ||
+	         o->encode(o->encode_ctx, rt, strlen(rt), &r, &nr) < 0)
 		snprintf(err, errlen, "tokenizer failed");
 	else
 		ret = sft_data_add_ids(d, p, np, r, nr, o, err, errlen);

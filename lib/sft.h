@@ -61,6 +61,8 @@ struct sft_opts {
 	int vocab;                   /* ids must be below; 0: unchecked */
 	sft_encode_fn encode;        /* for text records (NULL: only *_ids records) */
 	void *encode_ctx;
+	const char *no_encode;       /* the message of a well-formed text record when encode is
+	                              * NULL (NULL: "text record but no tokenizer") */
 };
 
 void sft_data_init(struct sft_data *d);
@@ -72,7 +74,9 @@ int sft_render(const json_t *rec, int think, char **prompt, char **response, cha
  * nor response_ids, or only null ones (either, not null, makes it a token-id record, bad
  * without the other). */
 int sft_record_is_text(const json_t *rec);
-/* Add one record: 0 added, 1 dropped as too long, -1 bad record (message in err). */
+/* Add one record: 0 added, 1 dropped as too long, -1 bad record (message in err). A text
+ * record is rendered before it needs o->encode: a malformed one says what is wrong with it,
+ * whether there is a tokenizer or not. */
 int sft_data_add(struct sft_data *d, const json_t *rec, const struct sft_opts *o, char *err,
                  size_t errlen);
 /* Add a tokenised sample (pads it). Same return values; nr == 0 is a bad record. */

@@ -140,6 +140,18 @@ static void test_data(void)
 	json_decref(rec);
 	rec = json_loads("{\"response\":\"r\"}", 0, NULL);
 	CHECK(sft_data_add(&d, rec, &o, err, sizeof err) < 0, "missing prompt: bad record");
+	/* without a tokenizer, the record's own fault is said first, then the missing one */
+	o.encode = NULL;
+	CHECK(sft_data_add(&d, rec, &o, err, sizeof err) < 0 && strstr(err, "need string fields"),
+	      "no tokenizer: a malformed text record says what is wrong with it");
+	json_decref(rec);
+	rec = json_loads("{\"prompt\":\"x\",\"response\":\"ab\"}", 0, NULL);
+	CHECK(sft_data_add(&d, rec, &o, err, sizeof err) < 0 &&
+	      !strcmp(err, "text record but no tokenizer"), "no tokenizer: a good text record");
+	o.no_encode = "none here";
+	CHECK(sft_data_add(&d, rec, &o, err, sizeof err) < 0 && !strcmp(err, "none here"),
+	      "no tokenizer: the caller's message");
+	o.encode = enc_bytes;
 	json_decref(rec);
 	/* plan: lengths 64, 8, 8, 8 with 20-token micro-batches */
 	for (int i = 0; i < 2; i++) {
