@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,37 @@ static int write_index(const char *dir, const struct st_wtensor *wt, size_t n, c
 	return rc;
 }
 
+/* The trial of checkpoint_dir_writable, with every signal that can be blocked held off
+ * between the making and the removing: a handler that exits (dice-sft's and dice-rl's before
+ * training) runs after the removal, so no trial file or directory is left behind. 1 made and
+ * removed; 0 not made, errno saying why. */
+static int try_write(const char *dir, int is_dir)
+{
+	sigset_t all, old;
+	int made, e;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if (is_dir) {
+		char *probe = xasprintf("%s/.dice-write-test-XXXXXX", dir);
+		int fd = mkstemp(probe);
+		e = errno;
+		if ((made = fd >= 0)) {
+			close(fd);
+			unlink(probe);
+		}
+		free(probe);
+	} else {
+		made = mkdir(dir, 0755) == 0;
+		e = errno;
+		if (made)
+			rmdir(dir);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return made;
+}
+
 int checkpoint_dir_writable(const char *dir, char *err, size_t errlen)
 {
 	struct stat sb;
@@ -459,29 +491,19 @@ int checkpoint_dir_writable(const char *dir, char *err, size_t errlen)
 	 * (a directory of /proc or /sys): a file made in it and removed, or it made (one level,
 	 * as checkpoint_write makes it) and removed */
 	if (stat(dir, &sb) == 0) {
-		int fd = -1, e = ENOTDIR;
-		if (S_ISDIR(sb.st_mode)) {
-			char *probe = xasprintf("%s/.dice-write-test-XXXXXX", dir);
-			if ((fd = mkstemp(probe)) >= 0) {
-				close(fd);
-				unlink(probe);
-			}
-			e = errno;
-			free(probe);
+		if (!S_ISDIR(sb.st_mode)) {     /* a file */
+			errmsg_set(err, errlen, "cannot write into '%s': %s", dir,
+			           strerror(ENOTDIR));
+			return -1;
 		}
-		if (fd >= 0)
+		if (try_write(dir, 1))
 			return 0;
-		if (e == ENOTDIR)       /* a file */
-			errmsg_set(err, errlen, "cannot write into '%s': %s", dir, strerror(e));
-		else    /* the trial file's errno (in /proc: ENOENT) */
-			errmsg_set(err, errlen, "cannot create a file in '%s': %s", dir,
-			           strerror(e));
+		/* the trial file's errno (in /proc: ENOENT) */
+		errmsg_set(err, errlen, "cannot create a file in '%s': %s", dir, strerror(errno));
 		return -1;
 	}
-	if (errno == ENOENT && mkdir(dir, 0755) == 0) {
-		rmdir(dir);
+	if (errno == ENOENT && try_write(dir, 0))
 		return 0;
-	}
 	errmsg_set(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
 	return -1;
 }

@@ -88,7 +88,9 @@ int checkpoint_write(const char *dir, const struct model_config *c,
 /* 0 when checkpoint_write can write dir: a directory it can write into, or a name it can
  * create in its parent directory (tried: a file made in dir and removed, or dir made and
  * removed); else -1 with a message naming dir in err. For programs that write a checkpoint
- * at the end of long work: check first, not after the work. */
+ * at the end of long work: check first, not after the work. The calling thread blocks the
+ * signals it can between making and removing (a signal then comes after the removal), so
+ * a program that calls it before it starts threads leaves nothing behind. */
 int checkpoint_dir_writable(const char *dir, char *err, size_t errlen);
 
 /* The save a trainer's state names (dice-sft, dice-rl): checkpoint_write_save writes save
