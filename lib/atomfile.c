@@ -1,6 +1,9 @@
 /* atomfile: temp file + fsync + rename + directory fsync. See atomfile.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,8 +46,44 @@ static char *target(const char *path, int *direct, char *err, size_t errlen)
 	return xstrdup(path);
 }
 
+/* The temporary files made and not yet renamed or removed, for atomfile_unlink_pending (a
+ * handler that ends the program at once): a slot holds a temporary's name from just after
+ * mkstemp made it (every signal held off in between) until after its rename or unlink, so a
+ * handler that unlinks a name gone already only gets ENOENT. More open at once than slots:
+ * the rest are not seen (the programs hold one or two). */
+#define PENDING_SLOTS 16
+static _Atomic(char *) pending[PENDING_SLOTS];
+
+static void pending_add(char *tmp)
+{
+	for (int i = 0; i < PENDING_SLOTS; i++) {
+		char *none = NULL;
+		if (atomic_compare_exchange_strong(&pending[i], &none, tmp))
+			return;
+	}
+}
+
+static void pending_drop(char *tmp)
+{
+	for (int i = 0; i < PENDING_SLOTS; i++) {
+		char *was = tmp;
+		if (atomic_compare_exchange_strong(&pending[i], &was, NULL))
+			return;
+	}
+}
+
+void atomfile_unlink_pending(void)
+{
+	for (int i = 0; i < PENDING_SLOTS; i++) {
+		char *tmp = atomic_load(&pending[i]);
+		if (tmp)
+			unlink(tmp);
+	}
+}
+
 int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errlen)
 {
+	sigset_t all, old;
 	int fd, direct;
 
 	af->fp = NULL;
@@ -61,12 +100,17 @@ int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errle
 		return 0;
 	}
 	af->tmp = xasprintf("%s.tmp.XXXXXX", af->path);
-	fd = mkstemp(af->tmp);
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if ((fd = mkstemp(af->tmp)) >= 0)
+		pending_add(af->tmp);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (fd < 0 || !(af->fp = fdopen(fd, "wb"))) {
 		errmsg_set(err, errlen, "cannot create '%s': %s", path, strerror(errno));
 		if (fd >= 0) {
 			close(fd);
 			unlink(af->tmp);
+			pending_drop(af->tmp);
 		}
 		free(af->path);
 		free(af->tmp);
@@ -81,8 +125,10 @@ void atomfile_abort(struct atomfile *af)
 {
 	if (af->fp)
 		fclose(af->fp);
-	if (af->tmp)
+	if (af->tmp) {
 		unlink(af->tmp);
+		pending_drop(af->tmp);
+	}
 	free(af->path);
 	free(af->tmp);
 	af->fp = NULL;
@@ -114,6 +160,7 @@ int atomfile_commit(struct atomfile *af, char *err, size_t errlen)
 		atomfile_abort(af);
 		return -1;
 	}
+	pending_drop(af->tmp);
 	/* make the rename itself durable */
 	dir = xstrdup(af->path);
 	slash = strrchr(dir, '/');

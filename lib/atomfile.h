@@ -24,6 +24,10 @@ struct atomfile {
 int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errlen);
 int atomfile_commit(struct atomfile *af, char *err, size_t errlen);
 void atomfile_abort(struct atomfile *af);
+/* Removes every temporary file an atomfile_open made that no commit or abort has renamed or
+ * removed yet: for a signal handler that ends the program at once (util_signal_exit calls
+ * it); async-signal-safe. */
+void atomfile_unlink_pending(void);
 /* The whole thing for a buffer in memory. */
 int atomfile_write(const char *path, const void *data, size_t len, char *err, size_t errlen);
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "atomfile.h"
 #include "util.h"
 
 const char *argv0 = "dice";
@@ -26,6 +27,8 @@ void util_set_progname(const char *path)
 _Noreturn void util_signal_exit(int sig, const char *why)
 {
 	const char *part[3] = { argv0, ": ", why };
+
+	atomfile_unlink_pending();      /* no half-written file.tmp.XXXXXX left behind */
 	for (int i = 0; i < 3; i++) {
 		ssize_t w = write(2, part[i], strlen(part[i]));
 		(void)w;

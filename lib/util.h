@@ -33,8 +33,9 @@ void vwarn_msg(const char *fmt, va_list ap);
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void die_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 _Noreturn void util_bug(const char *file, int line, const char *fmt, ...);
-/* From a signal handler: "prog: why" on stderr with write(2) alone, then _exit(128 + sig)
- * (async-signal-safe: no stdio, no allocation). */
+/* From a signal handler: removes the atomfile temporaries not yet renamed
+ * (atomfile_unlink_pending), then "prog: why" on stderr with write(2) alone, then
+ * _exit(128 + sig) (async-signal-safe: no stdio, no allocation). */
 _Noreturn void util_signal_exit(int sig, const char *why);
 
 void *xmalloc(size_t n);

@@ -6,7 +6,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "atomfile.h"
@@ -570,6 +572,53 @@ static void test_atomfile(void)
 	free(f), free(l), free(fifo), free(dang), free(made);
 }
 
+/* atomfile and util_signal_exit: a handler that ends the program at once (dice-sft's and
+ * dice-rl's before training, during dice-sft --init's writes) removes the temporaries still
+ * open, and only those: a child commits and aborts more files than the pending slots hold
+ * (each slot freed again), then leaves one open and one written but not committed, and exits
+ * through util_signal_exit. */
+static void test_atomfile_signal(void)
+{
+	char *dir = xasprintf("%s/afsig", tmpdir);
+	int status = -1;
+	pid_t pid;
+
+	if (mkdir(dir, 0755) < 0 || (pid = fork()) < 0) {
+		CHECK(0, "atomfile_signal: setup");
+		free(dir);
+		return;
+	}
+	if (pid == 0) {
+		char err[256];
+		struct atomfile a, b;
+		int fd = open("/dev/null", O_WRONLY);
+		dup2(fd, 2);            /* util_signal_exit's line */
+		for (int i = 0; i < 40; i++) {
+			char *p = xasprintf("%s/f%d", dir, i);
+			if (atomfile_open(&a, p, err, sizeof err) < 0)
+				_exit(3);
+			if (i % 2)
+				atomfile_abort(&a);
+			else if (atomfile_commit(&a, err, sizeof err) < 0)
+				_exit(4);
+			free(p);
+		}
+		char *p = xasprintf("%s/open", dir), *q = xasprintf("%s/full", dir);
+		if (atomfile_open(&a, p, err, sizeof err) < 0 ||
+		    atomfile_open(&b, q, err, sizeof err) < 0 || fputs("data", b.fp) < 0 ||
+		    fflush(b.fp) != 0)
+			_exit(5);
+		util_signal_exit(SIGTERM, "interrupted");
+	}
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM,
+	      "atomfile_signal: the child exits 128 + SIGTERM");
+	CHECK(sh("cd %s/afsig && test \"$(ls | wc -l)\" = 20 && ! ls *.tmp.* >/dev/null 2>&1 && "
+	         "! ls open full >/dev/null 2>&1", "") == 0,
+	      "atomfile_signal: no temporary left, the committed files kept, nothing else made");
+	free(dir);
+}
+
 /* warn_msg: every line of a message carries the program's name (a hint line too), a message's
  * own trailing line ends are dropped, a long message is whole, and a format ending in ':'
  * gets strerror(errno). */
@@ -617,6 +666,7 @@ int main(void)
 	test_idle();
 	test_bom();
 	test_atomfile();
+	test_atomfile_signal();
 	sh("rm -rf %s", "");
 	return test_done();
 }
