@@ -285,6 +285,17 @@ def poison(torch, cuda, outs):
 # alive, one of the candidate's still running) before that is the candidate's verdict
 THREAD_BOUND_S = 2.0
 
+# Timing: the CPU time the candidate's threads, together, may use between the timed calls
+# of one measure (from the look after a call that found them idle to the next call, and in
+# ESCAPE_SETTLE_S after the last): ESCAPE_MIN_S and ESCAPE_FRAC of the time between them.
+# A worker idling in q.get(timeout=0.001) uses about 1% of it (timeout=0.0001, about 6%);
+# Python threads sharing the GIL work on one core together, so the bound is on their sum,
+# and low: a pool that sleeps while the look is made and works after it, on a loaded
+# machine, got 35-80% of the time between calls of a run with 3 trials
+ESCAPE_MIN_S = 1e-3
+ESCAPE_FRAC = 0.1
+ESCAPE_SETTLE_S = 0.05
+
 
 def task_ids():
     """The ids of this process's threads (none where /proc cannot be read)."""
@@ -312,6 +323,20 @@ def tasks(ids):
         i = st.rfind(b")")      # the name, in parentheses, may hold anything
         if i > 0:
             out[t] = st[i + 2:i + 3]
+    return out
+
+
+def cpu_ns(ids):
+    """{thread id: the CPU time it has used, ns} of the threads ids of this process; a thread
+    gone is left out. Linux's clock of thread t, as glibc's pthread_getcpuclockid makes it
+    (the thread's id, complemented, shifted by 3, or the per-thread and scheduler bits), so
+    that threads Python did not start are read too."""
+    out = {}
+    for t in ids:
+        try:
+            out[t] = time.clock_gettime_ns((~t << 3) | 6)
+        except OSError:
+            continue
     return out
 
 
@@ -345,6 +370,12 @@ class Timer:
         # Timer): what a look never waits for
         self.mine = set(own) | {threading.get_native_id()}
         self.seen = None    # the threads the last look saw
+        # (when, {thread: CPU ns}): the candidate's threads at the first look after the last
+        # call that found them idle, from when on what they do is not timed; None when
+        # gap() has counted it
+        self.mark = None
+        self.gap_ns = {}    # the CPU time each used so between the calls of this measure
+        self.gap_s = 0.0    # the wall time those gaps took
         if cuda and flush_l2:
             # larger than any current L2 (H100: 50 MB, H200: 60 MB)
             self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -352,6 +383,7 @@ class Timer:
     def cpu_call(self, fn, inputs):
         """CPU: one call of fn, timed (ms) until the work it left to threads is done too."""
         before = self.seen if self.seen is not None else task_ids()    # as cuda_call
+        self.gap()
         t0 = time.perf_counter()
         fn(*inputs)
         t1 = time.perf_counter()
@@ -369,6 +401,7 @@ class Timer:
         # between two calls), so that no listing runs just before the call (one made a
         # ReLU's time 0.8 us longer on an H200)
         before = self.seen if self.seen is not None else task_ids()
+        self.gap()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -394,7 +427,8 @@ class Timer:
         caller is running (state R; a thread seen idle `looks` times, a sleep apart, is
         taken as idle: one woken by a call that just returned is running by the second
         look). t1 when there was no such work: the look is not timed. A thread still there
-        THREAD_BOUND_S after t1 raises Verdict."""
+        THREAD_BOUND_S after t1 raises Verdict. The first look that finds them idle sets
+        mark: what they do from there on is not timed (gap)."""
         idle = 0
         end = t1
         while True:
@@ -402,11 +436,14 @@ class Timer:
             others = self.seen - self.mine
             now = time.perf_counter()
             if not others:
+                self.mark = (now, {})
                 return end      # only torch's threads and the caller: nothing to wait for
             ts = tasks(others)  # only the others' states are read: a cheap look
             new = [t for t in ts if t not in before]
             busy = [t for t in ts if ts[t] == b"R"]
             if not new and not busy:
+                if idle == 0:
+                    self.mark = (now, cpu_ns(others))
                 idle += 1
                 if idle >= looks:
                     return end
@@ -421,6 +458,36 @@ class Timer:
                                                 THREAD_BOUND_S))
             time.sleep(1e-4)
 
+    def gap(self, ids=None):
+        """Add the CPU time the candidate's threads used since mark (those mark read, and
+        ids) to gap_ns, and the time since it to gap_s: work done between two calls, which
+        settle took for no work. Before a call, outside its time (what mark read only: no
+        listing there; a thread read now and not then is counted whole)."""
+        if self.mark is None:
+            return
+        at, then = self.mark
+        self.mark = None
+        if not then and not ids:
+            return
+        now = time.perf_counter()
+        for t, ns in cpu_ns(set(then) | set(ids or ())).items():
+            self.gap_ns[t] = self.gap_ns.get(t, 0) + ns - then.get(t, 0)
+        self.gap_s += now - at
+
+    def escaped(self):
+        """After the last call of a measure: raise Verdict where the candidate's threads
+        used more CPU time between the calls than ESCAPE_MIN_S and ESCAPE_FRAC of the time
+        between them (work not timed); the last gap is ESCAPE_SETTLE_S long, and taken only
+        where the last look saw a thread of the candidate's."""
+        if self.mark is not None and self.mark[1]:
+            time.sleep(ESCAPE_SETTLE_S)
+            self.gap(task_ids() - self.mine)
+        ns = sum(self.gap_ns.values())
+        if ns > (ESCAPE_MIN_S + ESCAPE_FRAC * self.gap_s) * 1e9:
+            raise Verdict("runtime_error", "timing: the candidate's threads worked %.3g ms "
+                          "(CPU time) in the %.3g ms between timed calls, untimed"
+                          % (ns / 1e6, self.gap_s * 1e3))
+
     def measure(self, fn, inputs, warmup, trials):
         torch = self.torch
         times = []
@@ -431,6 +498,9 @@ class Timer:
                     torch.cuda.synchronize()
                 else:
                     self.cpu_call(fn, inputs)
+            self.mark = None    # the gaps counted: those between the timed calls
+            self.gap_ns = {}
+            self.gap_s = 0.0
             for _ in range(trials):
                 if self.flush is not None:
                     self.flush.zero_()
@@ -438,6 +508,7 @@ class Timer:
                     times.append(self.cuda_call(fn, inputs))
                 else:
                     times.append(self.cpu_call(fn, inputs))
+            self.escaped()
         return times
 
 
@@ -1343,11 +1414,14 @@ def do_run(torch, job, ev, info):
         if cuda and is_cuda_error(e):
             raise Verdict("cuda_error", "timing: %s" % tail(e))
         raise Verdict("runtime_error", "timing: %s: %s" % (type(e).__name__, tail(e)))
+    if time_ref:
+        # before the kernel's times are set: a Verdict here (the candidate's threads worked
+        # while the reference was timed) leaves none
+        rt = stats_of(timer.measure(model, clone_all(torch, inputs), warm, perf))
     ev["kernel_ms"] = sig3(kt["mean"])
     ev["kernel_ms_median"] = sig3(kt["median"])
     ev["kernel_ms_std"] = sig3(kt["std"])
     if time_ref:
-        rt = stats_of(timer.measure(model, clone_all(torch, inputs), warm, perf))
         ev["ref_ms"] = sig3(rt["mean"])
         ev["ref_ms_median"] = sig3(rt["median"])
         if kt["mean"] > 0:
