@@ -3559,8 +3559,46 @@ static int py_views(const struct pysrc *p, int t, int e)
 	return t;
 }
 
+/* The name the expression [s, e) is a view of (y, y.view(-1), y[0], y[:, :n].t()): its
+ * token, or -1. A subscript may copy (y[idx] with a tensor idx): taken for a view. */
+static int py_view_base(const struct pysrc *p, int s, int e)
+{
+	int t = s + 1;
+
+	if (s >= e || p->tok[s].kind != PYSRC_TOK_NAME || tok_is(p, s - 1, "."))
+		return -1;
+	while ((t = py_views(p, t, e)) < e && tok_is(p, t, "[") && p->tok[t].match > t)
+		t = p->tok[t].match + 1;
+	return t == e ? s : -1;
+}
+
+/* The names of forward [from, def_end) that may share storage with the one at token s: it,
+ * and, until no more are found, a name set to a view of one of them (y = z.view(-1)) or the
+ * name one of them was set to a view of, both ways, wherever in forward */
+static void py_storage_names(const struct pysrc *p, int s, int from, int def_end, struct names *o)
+{
+	names_add(o, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start);
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (size_t i = 0; i < p->nassign; i++) {
+			const struct pysrc_assign *a = &p->assign[i];
+			int b = a->tok_target < from || a->tok_end > def_end || a->op != '=' ||
+			        a->tok_value != a->tok_target + 2 ? -1 : py_view_base(p, a->tok_value, a->tok_end);
+			if (b < 0 || p->tok[a->tok_target].kind != PYSRC_TOK_NAME)
+				continue;
+			const char *bs = p->src + p->tok[b].start;
+			size_t bn = p->tok[b].end - p->tok[b].start;
+			if (names_has(o, a->target, strlen(a->target)))
+				changed |= names_add(o, bs, bn);
+			else if (names_has(o, bs, bn))
+				changed |= names_add(o, a->target, strlen(a->target));
+		}
+	}
+}
+
 /* Does the call i of the exported function `name` pass, for a parameter its kernels write,
- * a name of forward (or a view of one: y.view(-1)) that forward reads after the call?
+ * a name of forward (or a view of one: y.view(-1)) that forward reads after the call, or a
+ * name that shares its storage (y = z.view(-1); f(x, y); return z: py_storage_names)?
  * Then what the kernel wrote is kept, whatever the function returns (return out.clone();
  * return torch::Tensor();). last: each name's last token in forward [from, def_end), filled
  * on first use. */
@@ -3575,21 +3613,24 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 	if (!c_definition(x, name, &a, &b, &body, &end))
 		return 0;
 	body_writes(x, body, end, &w);
-	int np = c_items(a, b, pst, pen, 32), arg = 0;
-	for (int k = c->tok_open + 1; k < c->tok_close; arg++) {
+	int np = c_items(a, b, pst, pen, 32), arg = 0, kept = 0;
+	for (int k = c->tok_open + 1; k < c->tok_close && !kept; arg++) {
 		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
-		if (at < 0 || at >= np || s >= e || p->tok[s].kind != PYSRC_TOK_NAME ||
-		    !param_written(pst[at], pen[at], &w) || py_views(p, s + 1, e) != e)
+		if (at < 0 || at >= np || !param_written(pst[at], pen[at], &w) || py_view_base(p, s, e) < 0)
 			continue;
 		if (!last->n)
 			for (int r = from; r < def_end && r < (int)p->ntok; r++)
 				if (p->tok[r].kind == PYSRC_TOK_NAME && !tok_is(p, r - 1, "."))
 					*smap_get(last, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1) = r;
-		int *at_last = smap_get(last, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start, 0);
-		if (at_last && *at_last > c->tok_close)
-			return 1;
+		struct names shared = { 0 };
+		py_storage_names(p, s, from, def_end, &shared);
+		for (size_t j = 0; j < shared.n && !kept; j++) {
+			int *at_last = smap_get(last, shared.v[j], strlen(shared.v[j]), 0);
+			kept = at_last && *at_last > c->tok_close;
+		}
+		names_free(&shared);
 	}
-	return 0;
+	return kept;
 }
 
 /* Does the function body [body, end) write a tensor by a call the kernel scan does not
