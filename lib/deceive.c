@@ -1896,16 +1896,19 @@ static int c_mentions(const char *p, const char *e, const char *w, size_t n)
 }
 
 /* Calls that give a view of a tensor or a pointer into its storage (y.view(-1),
- * y.data_ptr<float>(), at::narrow(y, 0, 0, n)), casts, and what only reads a size: a
- * value made of nothing else shares the tensor's storage. contiguous() is the same tensor
- * when it already is, a copy otherwise: not known, taken for a view (no finding); a copy
- * (clone(), an allocation) is none; a cast, c_cast_copies. */
+ * y.data_ptr<float>(), at::narrow(y, 0, 0, n), at::view_as_real(y)), or another handle of it
+ * (torch::Tensor(y), std::move(y)), casts, and what only reads a size: a value made of nothing
+ * else shares the tensor's storage. contiguous() is the same tensor when it already is, a
+ * copy otherwise, and index() a view for basic indexing (y.index({Slice(0, n)})), a copy for a
+ * tensor index: not known, taken for a view (no finding); a copy (clone(), an allocation) is
+ * none; a cast, c_cast_copies. */
 static const char *c_view_calls[] = { "data_ptr", "mutable_data_ptr", "data", "view", "view_as",
 	"reshape", "reshape_as", "flatten", "unflatten", "narrow", "select", "slice", "squeeze",
 	"unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "as_strided", "contiguous",
 	"detach", "diagonal", "unfold", "alias", "movedim", "accessor", "packed_accessor32",
-	"packed_accessor64", "generic_packed_accessor", NULL };
-static const char *c_view_neutral[] = { "static_cast", "reinterpret_cast", "const_cast", NULL };
+	"packed_accessor64", "generic_packed_accessor", "view_as_real", "view_as_complex", "real",
+	"imag", "index", "Tensor", NULL };
+static const char *c_view_neutral[] = { "static_cast", "reinterpret_cast", "const_cast", "move", NULL };
 static const char *c_size_calls[] = { "size", "numel", "stride", "dim", "sizes", "strides", "min",
 	"max", NULL };
 
@@ -2070,9 +2073,44 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n, in
 	return (view || !size) ? c_arg_var(s, e, v, n) : -1;
 }
 
+/* Is what p opens ('(' or '{', in [body, end)) the initializer of a
+ * tensor declared by it, torch::Tensor r(y); at::Tensor &r{y}; auto r(y);, which shares
+ * the storage of what it holds, a view of one variable (c_view_of)? Its name into *ln, its
+ * length the return, and the variable into *bv, *bn; 0 when not (a call, f(y); a
+ * declaration of a function, torch::Tensor f(torch::Tensor y)). */
+static size_t c_direct_init(const char *body, const char *p, const char *end,
+                            const char **ln, const char **bv, size_t *bn, int dtype)
+{
+	const char *te = c_trim_end(body, p), *ts = te, *ty, *tw, *close;
+
+	while (ts > body && is_cident(ts[-1]))
+		ts--;
+	for (ty = c_trim_end(body, ts); ty > body && ty[-1] == '&';)
+		ty = c_trim_end(body, ty - 1);
+	for (tw = ty; tw > body && is_cident(tw[-1]); tw--)
+		;
+	if (ts == te || (*ts >= '0' && *ts <= '9') ||
+	    !((ty - tw == 4 && !memcmp(tw, "auto", 4)) || (ty - tw >= 6 && !memcmp(ty - 6, "Tensor", 6))))
+		return 0;
+	if ((close = c_close(p, end)) >= end)
+		return 0;
+	for (const char *r = p + 1; r < close; r++)
+		if (*r == '(' || *r == '[' || *r == '{')
+			r = c_close(r, close);
+		else if (*r == ',')
+			return 0;       /* not one value */
+	if (c_view_of(p + 1, close, bv, bn, dtype) != 0)
+		return 0;
+	const char *after = c_ws(*bv + *bn, close);
+	if (after < close && is_cident(*after))
+		return 0;       /* a parameter, Tensor y */
+	*ln = ts;
+	return (size_t)(te - ts);
+}
+
 /* The writes o add the variables that share storage with one of them, set in the body
- * [body, end] (its views, the tensor a pointer or a view among them was taken from), until
- * no more are found. */
+ * [body, end] (its views, the tensor a pointer or a view among them was taken from; by an
+ * assignment or a direct initialization, c_direct_init), until no more are found. */
 static void c_alias_closure(const char *body, const char *end, struct writes *o, int dtype)
 {
 	const char *lv[64], *bv[64];
@@ -2083,6 +2121,11 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o,
 	for (const char *p = body; p < end && np < 64; p++) {
 		if (*p == '"' || *p == '\'') {
 			p = c_skip_quoted(p, end);
+			continue;
+		}
+		if ((*p == '(' || *p == '{') && p > body) {
+			if ((ln[np] = c_direct_init(body, p, end, &lv[np], &bv[np], &bn[np], dtype)) > 0)
+				np++;
 			continue;
 		}
 		if (*p != '=' || p[1] == '=' || strchr("=!<>+-*/%&|^", p[-1]))
@@ -2140,7 +2183,8 @@ static const char *c_param_name(const char *s, const char *e, const char **ns)
 
 /* Does the definition (its parameter list [a, b], its body [body, close]) return one of its
  * own parameters, or a view of one (`return out;`, `return out.view_as(x);`, `auto o =
- * out.view(-1); ... return o;`)? 1 with the parameter's name in *v, *vn */
+ * out.view(-1); ... return o;`, `return torch::Tensor(out);`, `return at::narrow(out, ...);`)?
+ * 1 with the parameter's name in *v, *vn */
 static int returns_param(const char *a, const char *b, const char *body, const char *close,
                          const char **v, size_t *vn, int dtype)
 {
@@ -2153,7 +2197,23 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 		const char *n = c_ws(r + 6, close), *ne = n;
 		while (ne < close && is_cident(*ne))
 			ne++;
-		const char *semi = c_view_chain(ne, close);
+		const char *semi = c_view_chain(ne, close), *q = ne, *fv;
+		size_t fn;
+		while (semi < close && *semi != ';' && close - q > 2 && q[0] == ':' && q[1] == ':') {
+			/* a view made by a function: at::view_as_real(out), torch::Tensor(out) */
+			for (q = c_ws(q + 2, close); q < close && is_cident(*q); q++)
+				;
+			q = c_ws(q, close);
+			if (q >= close || *q != '(')
+				continue;       /* at::native::f(: the next namespace */
+			const char *qe = c_close(q, close);
+			semi = qe < close ? c_view_chain(qe + 1, close) : close;
+			if (semi < close && *semi == ';' && c_view_of(n, semi, &fv, &fn, dtype) == 0) {
+				n = fv;
+				ne = fv + fn;
+			}
+			break;
+		}
 		if (ne == n || semi >= close || *semi != ';')
 			continue;
 		struct writes same = { 0 };
