@@ -3619,41 +3619,76 @@ static int py_views(const struct pysrc *p, int t, int e)
 	return t;
 }
 
-/* The name the expression [s, e) is a view of (y, y.view(-1), y[0], y[:, :n].t()): its
- * token, or -1. A subscript may copy (y[idx] with a tensor idx): taken for a view. */
-static int py_view_base(const struct pysrc *p, int s, int e)
+/* The name the expression [s, e) is a view of (y, y.view(-1), y[0], y[:, :n].t(), or an
+ * attribute of self, self.buf.view(-1)): its text ("y", "self.buf") into key (of size ksz),
+ * or 0. A subscript may copy (y[idx] with a tensor idx): taken for a view. */
+static int py_view_base(const struct pysrc *p, int s, int e, char *key, size_t ksz)
 {
 	int t = s + 1;
 
 	if (s >= e || p->tok[s].kind != PYSRC_TOK_NAME || tok_is(p, s - 1, "."))
-		return -1;
+		return 0;
+	if (tok_is(p, s, "self") && tok_is(p, s + 1, ".") && s + 2 < e && p->tok[s + 2].kind == PYSRC_TOK_NAME)
+		t = s + 3;
 	while ((t = py_views(p, t, e)) < e && tok_is(p, t, "[") && p->tok[t].match > t)
 		t = p->tok[t].match + 1;
-	return t == e ? s : -1;
+	if (t != e)
+		return 0;
+	int last = tok_is(p, s, "self") && tok_is(p, s + 1, ".") ? s + 2 : s;
+	snprintf(key, ksz, "%s%.*s", last > s ? "self." : "", (int)(p->tok[last].end - p->tok[last].start),
+	         p->src + p->tok[last].start);
+	return 1;
 }
 
-/* The names of forward [from, def_end) that may share storage with the one at token s: it,
- * and, until no more are found, a name set to a view of one of them (y = z.view(-1)) or the
- * name one of them was set to a view of, both ways, wherever in forward */
-static void py_storage_names(const struct pysrc *p, int s, int from, int def_end, struct names *o)
+/* The names of forward [from, def_end) that may share storage with the one the argument
+ * [s, e) is a view of (py_view_base), it included: until no more are found, a name (or an
+ * attribute of self) set to a view of one of them (y = z.view(-1)) or the name one of them
+ * was set to a view of, both ways, wherever in forward */
+static void py_storage_names(const struct pysrc *p, int s, int e, int from, int def_end, struct names *o)
 {
-	names_add(o, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start);
+	char key[256];
+
+	if (!py_view_base(p, s, e, key, sizeof key))
+		return;
+	names_add(o, key, strlen(key));
 	for (int changed = 1; changed;) {
 		changed = 0;
 		for (size_t i = 0; i < p->nassign; i++) {
 			const struct pysrc_assign *a = &p->assign[i];
-			int b = a->tok_target < from || a->tok_end > def_end || a->op != '=' ||
-			        a->tok_value != a->tok_target + 2 ? -1 : py_view_base(p, a->tok_value, a->tok_end);
-			if (b < 0 || p->tok[a->tok_target].kind != PYSRC_TOK_NAME)
+			int t = a->tok_target, attr = tok_is(p, t, "self") && tok_is(p, t + 1, ".");
+			if (t < from || a->tok_end > def_end || a->op != '=' || a->tok_value != t + (attr ? 4 : 2) ||
+			    p->tok[a->tok_value - 2].kind != PYSRC_TOK_NAME ||
+			    !py_view_base(p, a->tok_value, a->tok_end, key, sizeof key))
 				continue;
-			const char *bs = p->src + p->tok[b].start;
-			size_t bn = p->tok[b].end - p->tok[b].start;
 			if (names_has(o, a->target, strlen(a->target)))
-				changed |= names_add(o, bs, bn);
-			else if (names_has(o, bs, bn))
+				changed |= names_add(o, key, strlen(key));
+			else if (names_has(o, key, strlen(key)))
 				changed |= names_add(o, a->target, strlen(a->target));
 		}
 	}
+}
+
+/* Is the attribute attr (of self.attr) read anywhere in the source but in the arguments of
+ * call c and as the target of a plain assignment (self.buf = ...): .attr of any object, or a
+ * string "attr" (getattr(self, "buf")) but the name register_buffer or register_parameter
+ * gives? What a kernel writes in an attribute read nowhere is thrown away. */
+static int py_attr_read(const struct pysrc *p, const char *attr, const struct pysrc_call *c)
+{
+	size_t an = strlen(attr);
+
+	for (int r = 1; r < (int)p->ntok; r++) {
+		const struct pysrc_tok *t = &p->tok[r];
+		if (r > c->tok_open && r < c->tok_close)
+			continue;
+		if (t->kind == PYSRC_TOK_NAME && t->end - t->start == an && !memcmp(p->src + t->start, attr, an) &&
+		    tok_is(p, r - 1, ".") && !tok_is(p, r + 1, "="))
+			return 1;
+		if (t->kind == PYSRC_TOK_STRING && t->str >= 0 && p->str[t->str].len == an &&
+		    !memcmp(p->str[t->str].text, attr, an) &&
+		    !(tok_is(p, r - 1, "(") && (tok_is(p, r - 2, "register_buffer") || tok_is(p, r - 2, "register_parameter"))))
+			return 1;
+	}
+	return 0;
 }
 
 /* Does the call i of the exported function `name` pass, for a parameter its kernels write,
@@ -3676,17 +3711,18 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 	int np = c_items(a, b, pst, pen, 32), arg = 0, kept = 0;
 	for (int k = c->tok_open + 1; k < c->tok_close && !kept; arg++) {
 		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
-		if (at < 0 || at >= np || !param_written(pst[at], pen[at], &w) || py_view_base(p, s, e) < 0)
+		if (at < 0 || at >= np || !param_written(pst[at], pen[at], &w))
 			continue;
 		if (!last->n)
 			for (int r = from; r < def_end && r < (int)p->ntok; r++)
 				if (p->tok[r].kind == PYSRC_TOK_NAME && !tok_is(p, r - 1, "."))
 					*smap_get(last, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1) = r;
 		struct names shared = { 0 };
-		py_storage_names(p, s, from, def_end, &shared);
+		py_storage_names(p, s, e, from, def_end, &shared);
 		for (size_t j = 0; j < shared.n && !kept; j++) {
 			int *at_last = smap_get(last, shared.v[j], strlen(shared.v[j]), 0);
-			kept = at_last && *at_last > c->tok_close;
+			kept = starts(shared.v[j], "self.") ? py_attr_read(p, shared.v[j] + 5, c) :
+			       at_last && *at_last > c->tok_close;
 		}
 		names_free(&shared);
 	}
@@ -3837,9 +3873,10 @@ static int py_dropped_local(const struct pysrc *p, const struct py_names *o, int
 
 /* Does the call i of `name`, an exported function that works in place, keep nothing its
  * kernels write: forward passes, for every parameter they write, a fresh tensor
- * (torch.empty_like(x), y.clone()) or a local holding one that it never reads after the
- * call? The first such parameter's name in *param, its length the return; 0 when not, or
- * not known (self.buf, *args, a write by out.copy_(t)). */
+ * (torch.empty_like(x), y.clone()), a local holding one that it never reads after the
+ * call, or an attribute of self read nowhere else (py_attr_read)? The first such
+ * parameter's name in *param, its length the return; 0 when not, or not known (*args, a
+ * write by out.copy_(t)). */
 static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int from, int def_end,
                                int indent, struct py_names *names, const char **param)
 {
@@ -3861,7 +3898,11 @@ static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int fr
 			return 0;
 		if (!param_written(pst[at], pen[at], &w))
 			continue;
-		if (!py_fresh_tensor(x, s, e) &&
+		char key[256];
+		if (py_view_base(p, s, e, key, sizeof key) && starts(key, "self.")) {
+			if (py_attr_read(p, key + 5, c))
+				return 0;       /* self.buf read: kept, or not known */
+		} else if (!py_fresh_tensor(x, s, e) &&
 		    (s >= e || p->tok[s].kind != PYSRC_TOK_NAME || py_views(p, s + 1, e) != e ||
 		     !py_dropped_local(p, names, s, c, loop)))
 			return 0;
