@@ -1349,10 +1349,14 @@ struct cfn {
 
 enum { MAX_CFNS = 256 };
 
+enum { MAX_ROOT_LAMBDAS = 16 };
+
 struct cfns {
 	struct cfn f[MAX_CFNS];
 	size_t n;
 	int known;              /* 0: not worked out (too many, an export not defined here) */
+	const char *lam[MAX_ROOT_LAMBDAS][2];   /* the bodies of the roots that are lambdas */
+	size_t nlam;
 };
 
 /* After the ')' of a parameter list at b: the '{' of the function body that follows, past
@@ -1453,6 +1457,18 @@ static struct cfn *cfn_at(struct cfns *fs, const char *p)
 	return lo < fs->n && fs->f[lo].name <= p ? &fs->f[lo] : NULL;
 }
 
+/* Does the code at p run, as far as fs tells: in a function that runs, in the body of a
+ * root that is a lambda, or outside every function? */
+static int cfns_runs(struct cfns *fs, const char *p)
+{
+	const struct cfn *in = cfn_at(fs, p);
+
+	for (size_t i = 0; i < fs->nlam && in && !in->live; i++)
+		if (p > fs->lam[i][0] && p < fs->lam[i][1])
+			return 1;
+	return !in || in->live;
+}
+
 /* Is the name at q (n bytes), outside any function, a declaration, `T name(...);`? */
 static int c_declares(const char *s, const char *e, const char *q, size_t n)
 {
@@ -1464,32 +1480,49 @@ static int c_declares(const char *s, const char *e, const char *q, size_t n)
 	return a < e && *a == ';';
 }
 
+static int c_export_lambda(const struct ctx *x, const char *name, const char **a, const char **b,
+                           const char **body, const char **end);
+
 /* Which functions of the CUDA text can run, from the roots: those named in roots (all the
- * exports, or a few), and macros' bodies (PYBIND11_MODULE(...) {...}, all capitals) when
- * macros is set. A function runs when a root or a running function names it, or when code
- * outside every function names it (a pointer to it, not its declaration). fs->known is 0
- * when this is not worked out: no exports, one not defined here, too many functions. */
+ * exports, or a few: the lambda exported as one, c_export_lambda, else the function of its
+ * name), and macros' bodies (PYBIND11_MODULE(...) {...}, all capitals) when macros is set.
+ * A function runs when a root or a running function names it, or when code outside every
+ * function names it (a pointer to it, not its declaration). fs->known is 0 when this is not
+ * worked out: no exports, one not defined here, too many functions or lambdas. */
 static void cfns_live(const struct ctx *x, const struct names *roots, int macros, struct cfns *fs)
 {
 	const char *s = x->cuda.p, *e = s + x->cuda.len;
+	struct names named = { 0 };
 
 	fs->known = roots->n > 0 && c_functions(s, e, fs);
+	fs->nlam = 0;
 	for (size_t i = 0; i < roots->n && fs->known; i++) {
 		size_t j = 0, n = strlen(roots->v[i]);
+		const char *a, *b, *body, *end;
+		if (c_export_lambda(x, roots->v[i], &a, &b, &body, &end)) {
+			fs->known = fs->nlam < MAX_ROOT_LAMBDAS;
+			if (fs->known) {
+				fs->lam[fs->nlam][0] = body;
+				fs->lam[fs->nlam++][1] = end;
+			}
+			continue;
+		}
 		for (; j < fs->n; j++)
 			if (fs->f[j].n == n && !memcmp(fs->f[j].name, roots->v[i], n))
 				break;
 		fs->known = j < fs->n;
+		names_add(&named, roots->v[i], n);
 	}
-	if (!fs->known)
-		return;
-	for (size_t j = 0; j < fs->n; j++) {
+	for (size_t j = 0; j < fs->n && fs->known; j++) {
 		struct cfn *f = &fs->f[j];
 		int caps = 1;
 		for (size_t k = 0; k < f->n; k++)
 			caps &= !(f->name[k] >= 'a' && f->name[k] <= 'z');
-		f->live = names_has(roots, f->name, f->n) || (macros && caps);
+		f->live = names_has(&named, f->name, f->n) || (macros && caps);
 	}
+	names_free(&named);
+	if (!fs->known)
+		return;
 	for (int changed = 1; changed;) {
 		changed = 0;
 		for (size_t j = 0; j < fs->n; j++) {
@@ -1500,7 +1533,7 @@ static void cfns_live(const struct ctx *x, const struct names *roots, int macros
 				    (q >= f->name && q <= f->end))
 					continue;
 				struct cfn *in = cfn_at(fs, q);
-				if (in ? in->live : !c_declares(s, e, q, f->n))
+				if (in ? cfns_runs(fs, q) : !c_declares(s, e, q, f->n))
 					f->live = changed = 1;
 			}
 		}
@@ -1540,7 +1573,7 @@ static int kernel_launched(const struct ctx *x, const char *name, struct cfns *f
 		const char *q;
 		if (c_launch(p, e, &q) || ((q >= e || *q != '(') && in_code(x, (size_t)(a - s)))) {
 			const struct cfn *in = fs->known ? cfn_at(fs, a) : NULL;
-			if (!in || in->live)
+			if (!in || cfns_runs(fs, a))
 				return 1;
 			if (!*dead)
 				*dead = in;
@@ -1776,6 +1809,53 @@ static int c_definition(const struct ctx *x, const char *name, const char **a, c
 		}
 	}
 	return 0;
+}
+
+/* The lambda the CUDA text exports as `name`, .def("name", [captures](params) specifiers
+ * {body}, ...) (specifiers as a function's, c_fn_body: mutable, noexcept, -> T)? 1 with *a at
+ * its '(', *b at the ')' (an empty list of its own when it has none, [] {...}), *body at the
+ * '{' and *end at the '}', else 0 */
+static int c_export_lambda(const struct ctx *x, const char *name, const char **a, const char **b,
+                           const char **body, const char **end)
+{
+	static const char no_params[] = "()";
+	const char *s = x->cuda.p, *e = s + x->cuda.len, *q = s;
+	size_t n = strlen(name);
+
+	while ((q = memmem(q, (size_t)(e - q), name, n)) != NULL) {
+		const char *w = q, *r = q + n, *p;
+		q = r;
+		if (w == s || w[-1] != '"' || r >= e || *r != '"')
+			continue;
+		p = c_trim_end(s, w - 1);
+		if (p <= s || p[-1] != '(' || (p = c_trim_end(s, p - 1)) - s < 4 || memcmp(p - 3, "def", 3) ||
+		    is_cident(p[-4]) || (p = c_trim_end(s, p - 3)) <= s || p[-1] != '.')
+			continue;       /* not .def("name" */
+		if ((r = c_ws(r + 1, e)) >= e || *r != ',' || (r = c_ws(r + 1, e)) >= e || *r != '[' ||
+		    (r = c_close(r, e)) >= e)
+			continue;
+		r = c_ws(r + 1, e);
+		if (r < e && *r == '(') {
+			*a = r;
+			*b = c_close(r, e);
+			*body = *b < e ? c_fn_body(*b, e) : NULL;
+		} else {
+			*a = no_params;
+			*b = no_params + 1;
+			*body = r < e && *r == '{' ? r : NULL;
+		}
+		if (*body && (*end = c_close(*body, e)) < e)
+			return 1;
+	}
+	return 0;
+}
+
+/* The definition of the exported function `name`: the lambda exported as name
+ * (c_export_lambda), else the function of that name (c_definition) */
+static int c_export_definition(const struct ctx *x, const char *name, const char **a, const char **b,
+                               const char **body, const char **end)
+{
+	return c_export_lambda(x, name, a, b, body, end) || c_definition(x, name, a, b, body, end);
 }
 
 /* After a name at q: a lambda stored in it, `= [captures](params) specifiers { body }`? 1 with
@@ -3398,7 +3478,7 @@ static void cpp_early_returns(struct ctx *x, int rule)
 		const struct kernel *k;
 		struct cond_env env = { cpp_resolve, x, NULL, NULL, -1, 0, 0, { 0 }, { 0 }, { 0 } };
 
-		if (!c_definition(x, x->exports.v[i], &a, &b, &body, &end) ||
+		if (!c_export_definition(x, x->exports.v[i], &a, &b, &body, &end) ||
 		    !(launch = first_launch(x, body, end, &k, 0)))
 			continue;
 		env.body = body;
@@ -3435,7 +3515,7 @@ static int export_drops_kernel(struct ctx *x, const char *name, const char **kna
 	const char *a, *b, *body, *end;
 	struct writes w;
 
-	if (!c_definition(x, name, &a, &b, &body, &end))
+	if (!c_export_definition(x, name, &a, &b, &body, &end))
 		return 0;
 	body_writes(x, body, end, &w);
 	if (!w.launches || !w.count || !w.ret)
@@ -3468,7 +3548,7 @@ static int works_in_place(struct ctx *x, const char *name)
 	size_t vn;
 	struct writes w;
 
-	if (!c_definition(x, name, &a, &b, &body, &end) || !returns_param(a, b, body, end, &v, &vn, ref_tensor_dtype(x)))
+	if (!c_export_definition(x, name, &a, &b, &body, &end) || !returns_param(a, b, body, end, &v, &vn, ref_tensor_dtype(x)))
 		return 0;
 	body_writes(x, body, end, &w);
 	for (int i = 0; i < w.count; i++)
@@ -3477,14 +3557,78 @@ static int works_in_place(struct ctx *x, const char *name)
 	return !w.count;
 }
 
+/* In [s, e), p at '[': the '}' that ends the body of the lambda that starts there
+ * ([&](int n) {...}, [] {...}), or NULL (a subscript, y[i]; an attribute, [[nodiscard]]) */
+static const char *c_lambda_end(const char *s, const char *p, const char *e)
+{
+	const char *before = c_trim_end(s, p), *r;
+
+	if ((before > s && (is_cident(before[-1]) || before[-1] == ')' || before[-1] == ']')) ||
+	    (p + 1 < e && p[1] == '[') || (r = c_close(p, e)) >= e)
+		return NULL;
+	r = c_ws(r + 1, e);
+	if (r < e && *r == '(')
+		r = c_close(r, e) < e ? c_fn_body(c_close(r, e), e) : NULL;
+	r = r && r < e && *r == '{' ? c_close(r, e) : NULL;
+	return r && r < e ? r : NULL;
+}
+
+/* What the lambda exported as `name` (its parameter list's ')' at b, its body [body, end])
+ * returns, as export_returns tells: its trailing return type's (-> torch::Tensor, -> void),
+ * else what its return statements give (those of lambdas in it aside): nothing (void), 2; a
+ * number or a bool (as an int), 0; anything else taken for a tensor, 1, or 2 when the
+ * lambda returns the parameter its kernel writes (works_in_place) */
+static int lambda_returns(struct ctx *x, const char *name, const char *b, const char *body,
+                          const char *end)
+{
+	const char *s = x->cuda.p, *t = NULL, *w;
+	int value = 0;
+
+	if (b > s && b < body)
+		for (const char *r = b; r + 1 < body && !t; r++)
+			if (r[0] == '-' && r[1] == '>')
+				t = c_trim_end(r + 2, body);
+	if (t) {
+		for (w = t; w > b && is_cident(w[-1]); w--)
+			;
+		if (t - w == 4 && !memcmp(w, "void", 4))
+			return 2;
+		if (t[-1] != '>' && (t - w < 6 || memcmp(t - 6, "Tensor", 6)))
+			return 0;
+		return works_in_place(x, name) ? 2 : 1;
+	}
+	for (const char *r = body + 1; r < end; r++) {
+		const char *le;
+		if (*r == '"' || *r == '\'') {
+			r = c_skip_quoted(r, end);
+		} else if (*r == '[' && (le = c_lambda_end(body, r, end)) != NULL) {
+			r = le;
+		} else if (end - r > 6 && !memcmp(r, "return", 6) && !is_cident(r[-1]) && !is_cident(r[6])) {
+			const char *v = c_ws(r + 6, end);
+			if (v >= end || *v == ';')
+				continue;
+			const char *ve = v;
+			while (ve < end && is_cident(*ve))
+				ve++;
+			if ((*v >= '0' && *v <= '9') || *v == '-' || (ve - v == 4 && !memcmp(v, "true", 4)) ||
+			    (ve - v == 5 && !memcmp(v, "false", 5)))
+				return 0;
+			value = 1;
+		}
+	}
+	return !value ? 2 : works_in_place(x, name) ? 2 : 1;
+}
+
 /* Does the exported function `name` return a value (its C++ declaration's type ends in
  * Tensor or >, or its trailing return type does: auto name(...) -> T): 1, or work in place
  * (void, or a definition that returns the parameter its kernel writes): 2? 0 when unknown. */
 static int export_returns(struct ctx *x, const char *name)
 {
-	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s;
+	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s, *la, *lb, *lbody, *lend;
 	size_t n = strlen(name);
 
+	if (c_export_lambda(x, name, &la, &lb, &lbody, &lend))
+		return lambda_returns(x, name, lb, lbody, lend);
 	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
 		const char *a = q + n, *b = q;
 		q += n;
@@ -3705,7 +3849,7 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 	const char *a, *b, *body, *end, *pst[32], *pen[32];
 	struct writes w;
 
-	if (!c_definition(x, name, &a, &b, &body, &end))
+	if (!c_export_definition(x, name, &a, &b, &body, &end))
 		return 0;
 	body_writes(x, body, end, &w);
 	int np = c_items(a, b, pst, pen, 32), arg = 0, kept = 0;
@@ -3886,7 +4030,7 @@ static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int fr
 	struct writes w;
 	int dropped = 0;
 
-	if (!c_definition(x, name, &a, &b, &body, &end) || c_writes_by_call(body, end))
+	if (!c_export_definition(x, name, &a, &b, &body, &end) || c_writes_by_call(body, end))
 		return 0;
 	body_writes(x, body, end, &w);
 	if (!names->built)
