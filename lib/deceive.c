@@ -2114,11 +2114,42 @@ static const char *c_cast_calls[] = { "to", "type", "type_as", "toType", "float"
 static int c_cast_copies(const char *name, const char *open, const char *close, int dtype);
 static int ref_tensor_dtype(struct ctx *x);
 
+/* Calls that give a pointer into a tensor's storage: arithmetic on one moves the pointer */
+static const char *c_ptr_calls[] = { "data_ptr", "mutable_data_ptr", "data", NULL };
+
+/* Does the expression [s, e) apply a binary arithmetic or logical operator outside brackets
+ * and template arguments (y + 1, y.view(-1) * 2, p + off; not -y, &y, p->x, T<float*>)? */
+static int c_arith(const char *s, const char *e)
+{
+	int d = 0, angle = 0;
+
+	for (const char *p = s; p < e; p++) {
+		if (*p == '"' || *p == '\'') {
+			p = c_skip_quoted(p, e);
+		} else if (*p == '(' || *p == '[' || *p == '{') {
+			d++;
+		} else if (*p == ')' || *p == ']' || *p == '}') {
+			d--;
+		} else if (*p == '<' && p > s && is_cident(p[-1]) && (p + 1 >= e || p[1] != '<')) {
+			angle++;
+		} else if (*p == '>' && angle) {
+			angle--;
+		} else if (!d && !angle && strchr("+-*/%&|^", *p) && !(*p == '-' && p + 1 < e && p[1] == '>')) {
+			const char *b = c_trim_end(s, p);
+			if (b > s && (is_cident(b[-1]) || b[-1] == ')' || b[-1] == ']'))
+				return 1;
+		}
+	}
+	return 0;
+}
+
 /* Is the value [s, e) (after an '=') a view of, or a pointer into, one variable: the
- * variable's name into *v, *n when it is (auto yv = y.view(-1); float *p = y.data_ptr<float>()
- * + off; float *q = p; auto &r = y; a cast that need not copy, y.to(torch::kFloat) of a
- * tensor of dtype `dtype`, -1 when not known), else -1 */
-static int c_view_of(const char *s, const char *e, const char **v, size_t *n, int dtype)
+ * variable's name into *v, *n when it is, 0 (auto yv = y.view(-1); float *p =
+ * y.data_ptr<float>() + off; float *q = p; a pointer declared, ptr, set to p + off; auto &r =
+ * y; a cast that need not copy, y.to(torch::kFloat) of a tensor of dtype `dtype`, -1 when not
+ * known); 1 when it is a value computed from one by arithmetic, which reads it and shares
+ * nothing with it (auto t = y + 1; y.view(-1) * 2); else -1 */
+static int c_view_of(const char *s, const char *e, const char **v, size_t *n, int dtype, int ptr)
 {
 	int view = 0, size = 0;
 
@@ -2142,24 +2173,30 @@ static int c_view_of(const char *s, const char *e, const char **v, size_t *n, in
 		        in_list(name, c_view_neutral) ? 3 : 0;
 		if (!k && method && in_list(name, c_cast_calls) && !c_cast_copies(name, q, c_close(q, e), dtype))
 			k = 1;
-		free(name);
-		if (!k)
+		if (!k) {
+			free(name);
 			return -1;
+		}
 		view |= k == 1;
 		size |= k == 2;
+		ptr |= k == 1 && in_list(name, c_ptr_calls);
+		free(name);
 		if (k == 1 && method)
 			p = c_close(q, e);      /* a method's arguments: sizes, y.narrow(0, r, std::min(16, n)) */
 	}
-	return (view || !size) ? c_arg_var(s, e, v, n) : -1;
+	if ((!view && size) || c_arg_var(s, e, v, n) != 0)
+		return -1;
+	return c_arith(s, e) && !ptr;
 }
 
 /* Is what p opens ('(' or '{', in [body, end)) the initializer of a
  * tensor declared by it, torch::Tensor r(y); at::Tensor &r{y}; auto r(y);, which shares
- * the storage of what it holds, a view of one variable (c_view_of)? Its name into *ln, its
- * length the return, and the variable into *bv, *bn; 0 when not (a call, f(y); a
- * declaration of a function, torch::Tensor f(torch::Tensor y)). */
+ * the storage of what it holds, a view of one variable (c_view_of), or, *computed set, reads
+ * one (torch::Tensor r(y + 1))? Its name into *ln, its length the return, and the variable
+ * into *bv, *bn; 0 when not (a call, f(y); a declaration of a function, torch::Tensor
+ * f(torch::Tensor y)). */
 static size_t c_direct_init(const char *body, const char *p, const char *end,
-                            const char **ln, const char **bv, size_t *bn, int dtype)
+                            const char **ln, const char **bv, size_t *bn, int dtype, int *computed)
 {
 	const char *te = c_trim_end(body, p), *ts = te, *ty, *tw, *close;
 
@@ -2179,7 +2216,7 @@ static size_t c_direct_init(const char *body, const char *p, const char *end,
 			r = c_close(r, close);
 		else if (*r == ',')
 			return 0;       /* not one value */
-	if (c_view_of(p + 1, close, bv, bn, dtype) != 0)
+	if ((*computed = c_view_of(p + 1, close, bv, bn, dtype, 0)) < 0)
 		return 0;
 	const char *after = c_ws(*bv + *bn, close);
 	if (after < close && is_cident(*after))
@@ -2190,12 +2227,13 @@ static size_t c_direct_init(const char *body, const char *p, const char *end,
 
 /* The writes o add the variables that share storage with one of them, set in the body
  * [body, end] (its views, the tensor a pointer or a view among them was taken from; by an
- * assignment or a direct initialization, c_direct_init), until no more are found. */
+ * assignment or a direct initialization, c_direct_init), and those computed from one of
+ * them (auto t = y + 1;, which read it: not the other way), until no more are found. */
 static void c_alias_closure(const char *body, const char *end, struct writes *o, int dtype)
 {
 	const char *lv[64], *bv[64];
 	size_t ln[64], bn[64];
-	int np = 0;
+	int np = 0, computed[64];
 
 	/* the assignments name = view-of(base) of the body */
 	for (const char *p = body; p < end && np < 64; p++) {
@@ -2204,7 +2242,7 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o,
 			continue;
 		}
 		if ((*p == '(' || *p == '{') && p > body) {
-			if ((ln[np] = c_direct_init(body, p, end, &lv[np], &bv[np], &bn[np], dtype)) > 0)
+			if ((ln[np] = c_direct_init(body, p, end, &lv[np], &bv[np], &bn[np], dtype, &computed[np])) > 0)
 				np++;
 			continue;
 		}
@@ -2225,7 +2263,11 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o,
 				break;
 			else if (*r == ',' && d == 0)
 				break;
-		if (c_view_of(p + 1, r, &bv[np], &bn[np], dtype) == 0) {
+		const char *st = before;
+		while (st > body && !strchr(";{}", st[-1]))
+			st--;   /* the statement's start: a pointer declared, float *q = p + off; */
+		if ((computed[np] = c_view_of(p + 1, r, &bv[np], &bn[np], dtype,
+		                              memchr(st, '*', (size_t)(ts - st)) != NULL)) >= 0) {
 			lv[np] = ts;
 			ln[np++] = (size_t)(te - ts);
 		}
@@ -2238,7 +2280,7 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o,
 				l |= o->n[j] == ln[i] && !memcmp(o->v[j], lv[i], ln[i]);
 				b |= o->n[j] == bn[i] && !memcmp(o->v[j], bv[i], bn[i]);
 			}
-			if (l != b && o->count < MAX_WRITES) {
+			if (l != b && !(l && computed[i]) && o->count < MAX_WRITES) {
 				if (l)
 					writes_add(o, bv[i], bn[i]);
 				else
@@ -2288,7 +2330,7 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 				continue;       /* at::native::f(: the next namespace */
 			const char *qe = c_close(q, close);
 			semi = qe < close ? c_view_chain(qe + 1, close) : close;
-			if (semi < close && *semi == ';' && c_view_of(n, semi, &fv, &fn, dtype) == 0) {
+			if (semi < close && *semi == ';' && c_view_of(n, semi, &fv, &fn, dtype, 0) == 0) {
 				n = fv;
 				ne = fv + fn;
 			}
