@@ -3877,14 +3877,107 @@ static int py_attr_read(const struct pysrc *p, const char *attr, const struct py
 	return 0;
 }
 
+/* Where the names of forward occur, filled on first use: each name's id (ids, by first
+ * occurrence), and its tokens in order, pos[start[id]] to pos[start[id + 1] - 1]; and, by the
+ * key of an argument (py_view_base), the names that share its storage (py_storage_names),
+ * found once */
+struct py_occ {
+	struct smap ids;
+	int *start, *pos;
+	struct names keys;
+	struct names *shared;
+};
+
+static void py_occ_build(const struct pysrc *p, int from, int def_end, struct py_occ *o)
+{
+	int nid = 0, *fill;
+
+	o->start = xcalloc((size_t)(def_end - from) + 2, sizeof *o->start);
+	o->pos = xmalloc(((size_t)(def_end - from) + 1) * sizeof *o->pos);
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass) {     /* counts into starts */
+			for (int i = 0, sum = 0; i <= nid; i++) {
+				int c = o->start[i];
+				o->start[i] = sum;
+				sum += c;
+			}
+			fill = xmalloc(((size_t)nid + 1) * sizeof *fill);
+			memcpy(fill, o->start, ((size_t)nid + 1) * sizeof *fill);
+		}
+		for (int r = from; r < def_end && r < (int)p->ntok; r++) {
+			if (p->tok[r].kind != PYSRC_TOK_NAME || tok_is(p, r - 1, "."))
+				continue;
+			int *v = smap_get(&o->ids, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1);
+			if (*v < 0)
+				*v = nid++;
+			if (pass)
+				o->pos[fill[*v]++] = r;
+			else
+				o->start[*v]++;
+		}
+	}
+	free(fill);
+}
+
+static void py_occ_free(struct py_occ *o)
+{
+	smap_free(&o->ids);
+	free(o->start);
+	free(o->pos);
+	for (size_t i = 0; i < o->keys.n; i++)
+		names_free(&o->shared[i]);
+	free(o->shared);
+	names_free(&o->keys);
+}
+
+/* Does forward read the name n after the call c, on logical line l: its first token after
+ * the call is no rebinding that every path from the call goes through (rebound_unread: y =
+ * torch.relu(x) throws away what the call left in y)? */
+static int py_read_after(const struct pysrc *p, struct py_occ *o, const char *n,
+                         const struct pysrc_call *c, int l)
+{
+	int *id = smap_get(&o->ids, n, strlen(n), 0);
+
+	if (!id)
+		return 0;
+	int lo = o->start[*id], hi = o->start[*id + 1];
+	while (lo < hi) {       /* the first token after the call */
+		int mid = (lo + hi) / 2;
+		if (o->pos[mid] <= c->tok_close)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < o->start[*id + 1] && !rebound_unread(p, l, o->pos[lo], n);
+}
+
+/* The names that share the storage of the argument [s, e) (py_storage_names), from o's
+ * cache; NULL when it is no name or view of one */
+static const struct names *py_shared(const struct pysrc *p, int s, int e, int from, int def_end,
+                                     struct py_occ *o)
+{
+	char key[256];
+
+	if (!py_view_base(p, s, e, key, sizeof key))
+		return NULL;
+	int *ix = smap_get(&o->keys.idx, key, strlen(key), 0);
+	if (ix)
+		return &o->shared[*ix];
+	names_add(&o->keys, key, strlen(key));
+	o->shared = xrealloc(o->shared, o->keys.n * sizeof *o->shared);
+	memset(&o->shared[o->keys.n - 1], 0, sizeof *o->shared);
+	py_storage_names(p, s, e, from, def_end, &o->shared[o->keys.n - 1]);
+	return &o->shared[o->keys.n - 1];
+}
+
 /* Does the call i of the exported function `name` pass, for a parameter its kernels write,
- * a name of forward (or a view of one: y.view(-1)) that forward reads after the call, or a
- * name that shares its storage (y = z.view(-1); f(x, y); return z: py_storage_names)?
- * Then what the kernel wrote is kept, whatever the function returns (return out.clone();
- * return torch::Tensor();). last: each name's last token in forward [from, def_end), filled
- * on first use. */
+ * a name of forward (or a view of one: y.view(-1)) that forward reads after the call
+ * (py_read_after), or a name that shares its storage (y = z.view(-1); f(x, y); return z:
+ * py_storage_names)? Then what the kernel wrote is kept, whatever the function returns
+ * (return out.clone(); return torch::Tensor();). occ: where the names of forward [from,
+ * def_end) occur. */
 static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, int def_end,
-                          struct smap *last)
+                          struct py_occ *occ)
 {
 	const struct pysrc *p = &x->p;
 	const struct pysrc_call *c = &p->call[i];
@@ -3899,18 +3992,12 @@ static int call_fills_arg(struct ctx *x, const char *name, size_t i, int from, i
 		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
 		if (at < 0 || at >= np || !param_written(pst[at], pen[at], &w))
 			continue;
-		if (!last->n)
-			for (int r = from; r < def_end && r < (int)p->ntok; r++)
-				if (p->tok[r].kind == PYSRC_TOK_NAME && !tok_is(p, r - 1, "."))
-					*smap_get(last, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1) = r;
-		struct names shared = { 0 };
-		py_storage_names(p, s, e, from, def_end, &shared);
-		for (size_t j = 0; j < shared.n && !kept; j++) {
-			int *at_last = smap_get(last, shared.v[j], strlen(shared.v[j]), 0);
-			kept = starts(shared.v[j], "self.") ? py_attr_read(p, shared.v[j] + 5, c) :
-			       at_last && *at_last > c->tok_close;
-		}
-		names_free(&shared);
+		if (!occ->start)
+			py_occ_build(p, from, def_end, occ);
+		const struct names *shared = py_shared(p, s, e, from, def_end, occ);
+		for (size_t j = 0; shared && j < shared->n && !kept; j++)
+			kept = starts(shared->v[j], "self.") ? py_attr_read(p, shared->v[j] + 5, c) :
+			       py_read_after(p, occ, shared->v[j], c, pysrc_line_of(p, c->tok_open));
 	}
 	return kept;
 }
@@ -4109,7 +4196,7 @@ static void kernel_called_for_show(struct ctx *x)
 	const struct pysrc *p = &x->p;
 	const struct pysrc_block *f = &p->block[x->forward];
 	int direct = 0, line = 0, pn = 0;
-	struct smap last = { 0 };
+	struct py_occ occ = { 0 };
 	struct py_names names = { 0 };
 	const char *fn0 = NULL, *param0 = NULL;
 
@@ -4126,7 +4213,7 @@ static void kernel_called_for_show(struct ctx *x)
 		int ret = names_has(&x->exports, fn, strlen(fn)) ? export_returns(x, fn) : 0, n = 0;
 		const char *param = NULL;
 		if (!ret || !call_discarded(x, i, f->tok_end) ||
-		    (ret == 1 && call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &last)) ||
+		    (ret == 1 && call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &occ)) ||
 		    (ret == 2 && !(n = call_drops_in_place(x, fn, i, f->tok_body, f->tok_end, f->indent,
 		                                           &names, &param)))) {
 			direct = -1;
@@ -4139,7 +4226,7 @@ static void kernel_called_for_show(struct ctx *x)
 			param0 = param;
 		}
 	}
-	smap_free(&last);
+	py_occ_free(&occ);
 	py_names_free(&names);
 	if (direct > 0 && pn)
 		add(x, 3, line, "ModelNew.forward passes %s a tensor for %.*s, which its kernel writes in place, and "
