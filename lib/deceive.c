@@ -2225,11 +2225,75 @@ static size_t c_direct_init(const char *body, const char *p, const char *end,
 	return (size_t)(te - ts);
 }
 
+static int c_word_is(const char *s, const char *e, const char *w);
+
+/* Is the name [v, v + n) declared a pointer somewhere in [s, e) (float *p; const float*
+ * __restrict__ p; a product n * p is taken for one too) or set to a pointer into a tensor
+ * (p = y.data_ptr<float>(), auto p = y.data<float>())? Arithmetic on one moves the pointer:
+ * auto q = p + off points into what p does. */
+static int c_ptr_name(const char *s, const char *e, const char *v, size_t n)
+{
+	for (const char *q = s; (q = memmem(q, (size_t)(e - q), v, n)) != NULL; q += n) {
+		if ((q > s && is_cident(q[-1])) || (q + n < e && is_cident(q[n])))
+			continue;
+		const char *b = c_trim_end(s, q), *w = b;
+		while (w > s && is_cident(w[-1]))
+			w--;
+		while (w < b && (c_word_is(w, b, "const") || c_word_is(w, b, "__restrict__") ||
+		                 c_word_is(w, b, "__restrict") || c_word_is(w, b, "restrict"))) {
+			b = w = c_trim_end(s, w);
+			while (w > s && is_cident(w[-1]))
+				w--;
+		}
+		if (b > s && b[-1] == '*')
+			return 1;
+		const char *a = c_ws(q + n, e), *semi;
+		if (a >= e || *a != '=' || (a + 1 < e && a[1] == '='))
+			continue;
+		if (!(semi = memchr(a, ';', (size_t)(e - a))))
+			semi = e;
+		for (const char *c = a; (c = memmem(c, (size_t)(semi - c), "data", 4)) != NULL; c += 4) {
+			const char *t = c + 4;
+			while (t < semi && is_cident(*t))
+				t++;
+			const char *open = c_ws(t, semi);
+			if (c > a && (c[-1] == '.' || c[-1] == '>') && open < semi && (*open == '<' || *open == '(')) {
+				char *name = xstrndup(c, (size_t)(t - c));
+				int hit = in_list(name, c_ptr_calls);
+				free(name);
+				if (hit)
+					return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+/* The '(' of the parameter list before a function's (or lambda's) body at '{', within
+ * [text, body); body when none is found */
+static const char *c_params_before(const char *text, const char *body)
+{
+	const char *q = body;
+	int d = 0;
+
+	while (q > text && q[-1] != ')' && !strchr(";{}", q[-1]))
+		q--;    /* specifiers: const, noexcept, -> T */
+	if (q == text || q[-1] != ')')
+		return body;
+	for (q--; q > text; q--) {
+		d += *q == ')' ? 1 : *q == '(' ? -1 : 0;
+		if (d == 0)
+			return q;
+	}
+	return body;
+}
+
 /* The writes o add the variables that share storage with one of them, set in the body
  * [body, end] (its views, the tensor a pointer or a view among them was taken from; by an
  * assignment or a direct initialization, c_direct_init), and those computed from one of
  * them (auto t = y + 1;, which read it: not the other way), until no more are found. */
-static void c_alias_closure(const char *body, const char *end, struct writes *o, int dtype)
+static void c_alias_closure(const char *params, const char *body, const char *end,
+                            struct writes *o, int dtype)
 {
 	const char *lv[64], *bv[64];
 	size_t ln[64], bn[64];
@@ -2268,6 +2332,8 @@ static void c_alias_closure(const char *body, const char *end, struct writes *o,
 			st--;   /* the statement's start: a pointer declared, float *q = p + off; */
 		if ((computed[np] = c_view_of(p + 1, r, &bv[np], &bn[np], dtype,
 		                              memchr(st, '*', (size_t)(ts - st)) != NULL)) >= 0) {
+			if (computed[np] && c_ptr_name(params, end, bv[np], bn[np]))
+				computed[np] = 0;       /* auto q = p + off, p a pointer */
 			lv[np] = ts;
 			ln[np++] = (size_t)(te - ts);
 		}
@@ -2340,7 +2406,7 @@ static int returns_param(const char *a, const char *b, const char *body, const c
 			continue;
 		struct writes same = { 0 };
 		writes_add(&same, n, (size_t)(ne - n));
-		c_alias_closure(body, close, &same, dtype);
+		c_alias_closure(a, body, close, &same, dtype);
 		for (int k = 0; k < same.count; k++)
 			for (int i = 0; i < np; i++) {
 				const char *ps, *pe = c_param_name(st[i], en[i], &ps);
@@ -2458,7 +2524,9 @@ static void body_writes_in(struct ctx *x, const char *body, const char *end, str
 			if ((wr >> i & 1) && c_arg_var(st[i], en[i], &v, &vn) == 0)
 				writes_add(o, v, vn);
 	}
-	c_alias_closure(body, end, o, ref_tensor_dtype(x));
+	const char *params = body >= x->cuda.p && body <= x->cuda.p + x->cuda.len ?
+	                     c_params_before(x->cuda.p, body) : body;
+	c_alias_closure(params, body, end, o, ref_tensor_dtype(x));
 }
 
 /* ---- guards: what a condition does on the inputs the evaluation runs ---- */
