@@ -296,6 +296,19 @@ ESCAPE_MIN_S = 1e-3
 ESCAPE_FRAC = 0.1
 ESCAPE_SETTLE_S = 0.05
 
+# Timing, cuda: the device is idle when a timed call ends (cuda_call synchronised it and
+# the look found the candidate's threads idle), so a device-wide synchronisation between
+# two calls (before the L2 flush is queued) that waits, waits for GPU work the candidate's
+# threads queued after the look (a pool thread asleep at the look that then queues a 30 ms
+# kernel uses microseconds of CPU time). One with nothing queued is expected to take 5-15
+# us on an H200 (not measured yet): what each waits beyond GPU_IDLE_S is added up, under the
+# bound of the CPU time. After the last call ESCAPE_SETTLE_S is slept in steps of
+# GPU_POLL_S, each followed by such a synchronisation, so that work the device does within
+# the settle is seen too (work it finishes before any synchronisation finds it pending is
+# not)
+GPU_IDLE_S = 1e-4
+GPU_POLL_S = 1e-3
+
 
 def task_ids():
     """The ids of this process's threads (none where /proc cannot be read)."""
@@ -361,6 +374,13 @@ def own_threads(torch, cuda):
     return task_ids()
 
 
+def gpu_escaped(waits):
+    """The GPU work, s, that device-wide synchronisations made between timed calls waited
+    for, from their waits (s): what each waited beyond GPU_IDLE_S, its cost with nothing
+    queued."""
+    return sum(max(0.0, w - GPU_IDLE_S) for w in waits)
+
+
 class Timer:
     def __init__(self, torch, cuda, flush_l2, own=()):
         self.torch = torch
@@ -376,6 +396,7 @@ class Timer:
         self.mark = None
         self.gap_ns = {}    # the CPU time each used so between the calls of this measure
         self.gap_s = 0.0    # the wall time those gaps took
+        self.waits = []     # cuda: what the synchronisations between the calls waited, s
         if cuda and flush_l2:
             # larger than any current L2 (H100: 50 MB, H200: 60 MB)
             self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -474,19 +495,42 @@ class Timer:
             self.gap_ns[t] = self.gap_ns.get(t, 0) + ns - then.get(t, 0)
         self.gap_s += now - at
 
+    def gpu_wait(self):
+        """cuda, between two timed calls and in the settle after the last, where the last
+        look saw a thread of the candidate's: a device-wide synchronisation, its wait added
+        to waits (the device was idle when the call ended: what it waits for was queued
+        since, by the candidate's threads). Outside the timed span."""
+        if self.mark is None or not self.mark[1]:
+            return
+        t0 = time.perf_counter()
+        self.torch.cuda.synchronize()
+        self.waits.append(time.perf_counter() - t0)
+
     def escaped(self):
         """After the last call of a measure: raise Verdict where the candidate's threads
         used more CPU time between the calls than ESCAPE_MIN_S and ESCAPE_FRAC of the time
-        between them (work not timed); the last gap is ESCAPE_SETTLE_S long, and taken only
-        where the last look saw a thread of the candidate's."""
+        between them (work not timed), or on cuda left more GPU work there (gpu_escaped);
+        the last gap is ESCAPE_SETTLE_S long, and taken only where the last look saw a
+        thread of the candidate's."""
         if self.mark is not None and self.mark[1]:
-            time.sleep(ESCAPE_SETTLE_S)
+            if self.cuda:
+                for _ in range(max(1, round(ESCAPE_SETTLE_S / GPU_POLL_S))):
+                    time.sleep(GPU_POLL_S)
+                    self.gpu_wait()
+            else:
+                time.sleep(ESCAPE_SETTLE_S)
             self.gap(task_ids() - self.mine)
+        bound = ESCAPE_MIN_S + ESCAPE_FRAC * self.gap_s
         ns = sum(self.gap_ns.values())
-        if ns > (ESCAPE_MIN_S + ESCAPE_FRAC * self.gap_s) * 1e9:
+        if ns > bound * 1e9:
             raise Verdict("runtime_error", "timing: the candidate's threads worked %.3g ms "
                           "(CPU time) in the %.3g ms between timed calls, untimed"
                           % (ns / 1e6, self.gap_s * 1e3))
+        gpu = gpu_escaped(self.waits)
+        if gpu > bound:
+            raise Verdict("runtime_error", "timing: the candidate's threads left %.3g ms "
+                          "of GPU work to the %.3g ms between timed calls, untimed"
+                          % (gpu * 1e3, self.gap_s * 1e3))
 
     def measure(self, fn, inputs, warmup, trials):
         torch = self.torch
@@ -501,7 +545,10 @@ class Timer:
             self.mark = None    # the gaps counted: those between the timed calls
             self.gap_ns = {}
             self.gap_s = 0.0
+            self.waits = []
             for _ in range(trials):
+                if self.cuda:
+                    self.gpu_wait()     # before the flush: its memset is the worker's work
                 if self.flush is not None:
                     self.flush.zero_()
                 if self.cuda:

@@ -1,7 +1,8 @@
 #!/bin/sh
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
-# and thread timing tricks, input mutation, uninitialised output; lean builds, their fallback to the
+# and thread timing tricks, GPU work a pool queues between timed calls, an honest idling
+# pool, input mutation, uninitialised output; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -44,7 +45,7 @@ cat "$out/env.txt" | sed 's/^/# /'
 # the candidates, in an order that puts correct ones after the illegal memory access
 "$py" "$mk" level1/1_ReLU.py cuda/relu_cuda_ok.py cuda/relu_cuda_wrong.py \
 	cuda/relu_cuda_illegal.py cuda/relu_cuda_ok.py relu_ok.py cuda/relu_cuda_sidestream.py \
-	cuda/relu_cuda_thread.py \
+	cuda/relu_cuda_thread.py cuda/relu_cuda_pool_gpu.py relu_pool_idle.py \
 	cuda/relu_cuda_mutate.py cuda/relu_cuda_uninit.py relu_segv.py relu_hang.py \
 	relu_stdout.py relu_sandbox.py level1/2_Scale_Add.py=scale_add_ok.py \
 	level3/1_Tiny_MLP.py=mlp_ok.py level1/4_Tiny_Scale.py=tiny_zeros.py \
@@ -141,6 +142,11 @@ check relu_cuda_sidestream 'ev["correct"] and not ev["excessive_speedup"] and ev
 	"side-stream kernel timed honestly (speedup < 1)"
 check relu_cuda_thread 'ev["correct"] and ev["kernel_ms"] >= 5 and ev["speedup"] < 1' \
 	"work a thread queues after the end event timed (kernel_ms >= 5)"
+check relu_cuda_pool_gpu '(ev["error"] == "runtime_error" and not ev["correct"] and
+	"of GPU work to the" in ev["message"] and ev.get("kernel_ms") is None)' \
+	"GPU work a pool thread queues between timed calls: runtime_error, GPU work"
+check relu_pool_idle 'ev["correct"] and 0 < ev["kernel_ms"] < 1' \
+	"a pool idling in q.get(timeout=0.001), its work waited for: correct, timed"
 check relu_cuda_mutate 'ev["error"] == "mismatch" and ev.get("inputs_mutated")' "input mutation caught"
 check relu_cuda_uninit 'ev["error"] == "mismatch"' "uninitialised output caught"
 check relu_segv 'ev["error"] == "crash"' "segfault: crash"
