@@ -1482,10 +1482,11 @@ static int c_declares(const char *s, const char *e, const char *q, size_t n)
 
 static int c_export_lambda(const struct ctx *x, const char *name, const char **a, const char **b,
                            const char **body, const char **end);
+static const char *c_export_bound(const struct ctx *x, const char *name, char *buf, size_t size);
 
 /* Which functions of the CUDA text can run, from the roots: those named in roots (all the
- * exports, or a few: the lambda exported as one, c_export_lambda, else the function of its
- * name), and macros' bodies (PYBIND11_MODULE(...) {...}, all capitals) when macros is set.
+ * exports, or a few: the lambda exported as one, c_export_lambda, else the function it
+ * binds, c_export_bound), and macros' bodies (PYBIND11_MODULE(...) {...}, all capitals) when macros is set.
  * A function runs when a root or a running function names it, or when code outside every
  * function names it (a pointer to it, not its declaration). fs->known is 0 when this is not
  * worked out: no exports, one not defined here, too many functions or lambdas. */
@@ -1497,8 +1498,8 @@ static void cfns_live(const struct ctx *x, const struct names *roots, int macros
 	fs->known = roots->n > 0 && c_functions(s, e, fs);
 	fs->nlam = 0;
 	for (size_t i = 0; i < roots->n && fs->known; i++) {
-		size_t j = 0, n = strlen(roots->v[i]);
 		const char *a, *b, *body, *end;
+		char buf[128];
 		if (c_export_lambda(x, roots->v[i], &a, &b, &body, &end)) {
 			fs->known = fs->nlam < MAX_ROOT_LAMBDAS;
 			if (fs->known) {
@@ -1507,11 +1508,13 @@ static void cfns_live(const struct ctx *x, const struct names *roots, int macros
 			}
 			continue;
 		}
+		const char *fn = c_export_bound(x, roots->v[i], buf, sizeof buf);
+		size_t j = 0, n = strlen(fn);
 		for (; j < fs->n; j++)
-			if (fs->f[j].n == n && !memcmp(fs->f[j].name, roots->v[i], n))
+			if (fs->f[j].n == n && !memcmp(fs->f[j].name, fn, n))
 				break;
 		fs->known = j < fs->n;
-		names_add(&named, roots->v[i], n);
+		names_add(&named, fn, n);
 	}
 	for (size_t j = 0; j < fs->n && fs->known; j++) {
 		struct cfn *f = &fs->f[j];
@@ -1815,24 +1818,37 @@ static int c_definition(const struct ctx *x, const char *name, const char **a, c
  * {body}, ...) (specifiers as a function's, c_fn_body: mutable, noexcept, -> T)? 1 with *a at
  * its '(', *b at the ')' (an empty list of its own when it has none, [] {...}), *body at the
  * '{' and *end at the '}', else 0 */
-static int c_export_lambda(const struct ctx *x, const char *name, const char **a, const char **b,
-                           const char **body, const char **end)
+/* The next .def("name", value ...) in the CUDA text from *q on: its value's start (after
+ * the comma and white space), *q moved past the name; NULL when there is none */
+static const char *c_next_def(const struct ctx *x, const char *name, const char **q)
 {
-	static const char no_params[] = "()";
-	const char *s = x->cuda.p, *e = s + x->cuda.len, *q = s;
+	const char *s = x->cuda.p, *e = s + x->cuda.len;
 	size_t n = strlen(name);
 
-	while ((q = memmem(q, (size_t)(e - q), name, n)) != NULL) {
-		const char *w = q, *r = q + n, *p;
-		q = r;
+	while ((*q = memmem(*q, (size_t)(e - *q), name, n)) != NULL) {
+		const char *w = *q, *r = w + n, *p;
+		*q = r;
 		if (w == s || w[-1] != '"' || r >= e || *r != '"')
 			continue;
 		p = c_trim_end(s, w - 1);
 		if (p <= s || p[-1] != '(' || (p = c_trim_end(s, p - 1)) - s < 4 || memcmp(p - 3, "def", 3) ||
 		    is_cident(p[-4]) || (p = c_trim_end(s, p - 3)) <= s || p[-1] != '.')
 			continue;       /* not .def("name" */
-		if ((r = c_ws(r + 1, e)) >= e || *r != ',' || (r = c_ws(r + 1, e)) >= e || *r != '[' ||
-		    (r = c_close(r, e)) >= e)
+		if ((r = c_ws(r + 1, e)) < e && *r == ',' && (r = c_ws(r + 1, e)) < e)
+			return r;
+	}
+	*q = e;
+	return NULL;
+}
+
+static int c_export_lambda(const struct ctx *x, const char *name, const char **a, const char **b,
+                           const char **body, const char **end)
+{
+	static const char no_params[] = "()";
+	const char *s = x->cuda.p, *e = s + x->cuda.len, *q = s, *r;
+
+	while ((r = c_next_def(x, name, &q)) != NULL) {
+		if (*r != '[' || (r = c_close(r, e)) >= e)
 			continue;
 		r = c_ws(r + 1, e);
 		if (r < e && *r == '(') {
@@ -1850,12 +1866,63 @@ static int c_export_lambda(const struct ctx *x, const char *name, const char **a
 	return 0;
 }
 
+/* The C++ function the CUDA text exports as `name`: the one .def("name", &fn, ...) or
+ * .def("name", fn, ...) binds (the last part of ns::fn, a name of the text's own: not one of
+ * at::, torch::, c10:: or std::), in buf (size bytes); else name itself (load_inline's
+ * functions=[...] exports each under its own name) */
+static const char *c_export_bound(const struct ctx *x, const char *name, char *buf, size_t size)
+{
+	static const char *libs[] = { "at", "torch", "c10", "std", NULL };
+	const char *e = x->cuda.p + x->cuda.len, *q = x->cuda.p, *r;
+
+	while ((r = c_next_def(x, name, &q)) != NULL) {
+		const char *w = NULL, *first = NULL;
+		size_t fn = 0;
+		if (*r == '&')
+			r = c_ws(r + 1, e);
+		for (;;) {
+			if (!c_ident(&r, x->cuda.p, e, &w))
+				break;
+			if (!first) {
+				first = w;
+				fn = (size_t)(r - w);
+			}
+			const char *c = c_ws(r, e);
+			if (e - c < 2 || c[0] != ':' || c[1] != ':')
+				break;
+			r = c_ws(c + 2, e);
+		}
+		r = c_ws(r, e);
+		if (!w || r >= e || (*r != ',' && *r != ')'))
+			continue;
+		if (first != w) {
+			int lib = 0;
+			for (int i = 0; libs[i]; i++)
+				lib |= strlen(libs[i]) == fn && !memcmp(first, libs[i], fn);
+			if (lib)
+				return name;
+		}
+		if ((size_t)(r - w) >= size)
+			return name;
+		size_t n = 0;
+		while (w + n < e && is_cident(w[n]))
+			n++;
+		memcpy(buf, w, n);
+		buf[n] = '\0';
+		return buf;
+	}
+	return name;
+}
+
 /* The definition of the exported function `name`: the lambda exported as name
- * (c_export_lambda), else the function of that name (c_definition) */
+ * (c_export_lambda), else the function it binds (c_export_bound, c_definition) */
 static int c_export_definition(const struct ctx *x, const char *name, const char **a, const char **b,
                                const char **body, const char **end)
 {
-	return c_export_lambda(x, name, a, b, body, end) || c_definition(x, name, a, b, body, end);
+	char buf[128];
+
+	return c_export_lambda(x, name, a, b, body, end) ||
+	       c_definition(x, c_export_bound(x, name, buf, sizeof buf), a, b, body, end);
 }
 
 /* After a name at q: a lambda stored in it, `= [captures](params) specifiers { body }`? 1 with
@@ -3734,12 +3801,14 @@ static int lambda_returns(struct ctx *x, const char *name, const char *b, const 
  * (void, or a definition that returns the parameter its kernel writes): 2? 0 when unknown. */
 static int export_returns(struct ctx *x, const char *name)
 {
-	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s, *la, *lb, *lbody, *lend;
-	size_t n = strlen(name);
+	const char *s = x->cuda.p, *end = s + x->cuda.len, *q = s, *la, *lb, *lbody, *lend, *fn;
+	char buf[128];
 
 	if (c_export_lambda(x, name, &la, &lb, &lbody, &lend))
 		return lambda_returns(x, name, lb, lbody, lend);
-	while ((q = memmem(q, (size_t)(end - q), name, n)) != NULL) {
+	fn = c_export_bound(x, name, buf, sizeof buf);
+	size_t n = strlen(fn);
+	while ((q = memmem(q, (size_t)(end - q), fn, n)) != NULL) {
 		const char *a = q + n, *b = q;
 		q += n;
 		if ((b > s && is_cident(b[-1])) || (a < end && is_cident(*a)))
