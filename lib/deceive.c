@@ -1018,6 +1018,26 @@ static void find_aliases(struct ctx *x)
 	}
 }
 
+/* Is call i a library's function, not the extension's: torch.relu(x), F.relu(x), np.maximum
+ * (torch's own or a name an import binds, but torch.ops.*), unless the object it is called
+ * on is a name a built module is stored under (ext.relu, self.ext.relu)? */
+static int call_on_library(const struct ctx *x, size_t i)
+{
+	const char *callee = x->p.call[i].callee, *canon = x->canon[i], *dot = strrchr(canon, '.');
+	const char *obj = dot, *first = strchr(callee, '.');
+	size_t fn = first ? (size_t)(first - callee) : strlen(callee);
+
+	if (!dot)
+		return 0;
+	while (obj > canon && obj[-1] != '.')
+		obj--;
+	if (names_has(&x->modules, obj, (size_t)(dot - obj)))
+		return 0;
+	if (!strncmp(canon, "torch.", 6))
+		return strncmp(canon, "torch.ops.", 10) != 0;
+	return names_has(&x->imp, callee, fn);
+}
+
 /* Does call i reach the extension by itself? */
 static int call_is_kernel(struct ctx *x, size_t i)
 {
@@ -1027,7 +1047,7 @@ static int call_is_kernel(struct ctx *x, size_t i)
 	int a, b;
 
 	if (names_has(&x->alias, last, strlen(last)))
-		return 1;
+		return !call_on_library(x, i);
 	if (!strcmp(c->callee, "getattr") && tok_is(p, c->tok_close + 1, "(") &&
 	    pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0) {
 		for (int k = a; k < b; k++)
