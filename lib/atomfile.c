@@ -1,7 +1,6 @@
 /* atomfile: temp file + fsync + rename + directory fsync. See atomfile.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -83,7 +82,7 @@ void atomfile_unlink_pending(void)
 
 int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errlen)
 {
-	sigset_t all, old;
+	sigset_t old;
 	int fd, direct;
 
 	af->fp = NULL;
@@ -100,11 +99,10 @@ int atomfile_open(struct atomfile *af, const char *path, char *err, size_t errle
 		return 0;
 	}
 	af->tmp = xasprintf("%s.tmp.XXXXXX", af->path);
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
+	util_signals_hold(&old);
 	if ((fd = mkstemp(af->tmp)) >= 0)
 		pending_add(af->tmp);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	util_signals_release(&old);
 	if (fd < 0 || !(af->fp = fdopen(fd, "wb"))) {
 		errmsg_set(err, errlen, "cannot create '%s': %s", path, strerror(errno));
 		if (fd >= 0) {

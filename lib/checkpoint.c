@@ -454,11 +454,10 @@ static int write_index(const char *dir, const struct st_wtensor *wt, size_t n, c
  * removed; 0 not made, errno saying why. */
 static int try_write(const char *dir, int is_dir)
 {
-	sigset_t all, old;
+	sigset_t old;
 	int made, e;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
+	util_signals_hold(&old);
 	if (is_dir) {
 		char *probe = xasprintf("%s/.dice-write-test-XXXXXX", dir);
 		int fd = mkstemp(probe);
@@ -474,7 +473,7 @@ static int try_write(const char *dir, int is_dir)
 		if (made)
 			rmdir(dir);
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	util_signals_release(&old);
 	errno = e;
 	return made;
 }

@@ -5,6 +5,8 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +38,19 @@ _Noreturn void util_signal_exit(int sig, const char *why)
 	ssize_t w = write(2, "\n", 1);
 	(void)w;
 	_exit(128 + sig);
+}
+
+void util_signals_hold(sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+void util_signals_release(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
 /* Every line of the message gets the program's name, a "hint: ..." line after an error too,

@@ -11,6 +11,7 @@
 #ifndef DICE_UTIL_H
 #define DICE_UTIL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdarg.h>
@@ -37,6 +38,11 @@ _Noreturn void util_bug(const char *file, int line, const char *fmt, ...);
  * (atomfile_unlink_pending), then "prog: why" on stderr with write(2) alone, then
  * _exit(128 + sig) (async-signal-safe: no stdio, no allocation). */
 _Noreturn void util_signal_exit(int sig, const char *why);
+/* Hold off, in the calling thread, every signal that can be blocked (its mask before into
+ * *old), and let them in again: for a step that a handler ending the program at once
+ * (util_signal_exit) must not cut in two, a file made and not yet removed or noted. */
+void util_signals_hold(sigset_t *old);
+void util_signals_release(const sigset_t *old);
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t nmemb, size_t size);
