@@ -116,17 +116,6 @@ static void skip_ws(struct scan *s)
 		s->p++;
 }
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 #define ONES ((uint64_t)0x0101010101010101ULL)
 #define HIGHS ((uint64_t)0x8080808080808080ULL)
 /* nonzero when some byte of w is '"', '\\', below 0x20 or above 0x7f */
@@ -189,7 +178,7 @@ static int scan_string(struct scan *s, const unsigned char **start, size_t *len,
 				if (end - p < 6)
 					return 0;
 				for (int i = 2; i < 6; i++) {
-					int h = hexval(p[i]);
+					int h = util_hexval(p[i]);
 					if (h < 0)
 						return 0;
 					v = v * 16 + h;

@@ -33,17 +33,6 @@ static int is_digit(unsigned char c)
 	return c >= '0' && c <= '9';
 }
 
-static int hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static void add_utf8(struct buf *b, unsigned long cp)
 {
 	char u[4];
@@ -320,8 +309,8 @@ static void scan_string(struct scanner *sc, size_t start, int flags)
 		case 'x': case 'u': case 'U': {
 			int want = c == 'x' ? 2 : c == 'u' ? 4 : 8, k;
 			unsigned long v = 0;
-			for (k = 0; k < want && i + k < sc->n && hexval((unsigned char)s[i + k]) >= 0; k++)
-				v = v * 16 + (unsigned long)hexval((unsigned char)s[i + k]);
+			for (k = 0; k < want && i + k < sc->n && util_hexval((unsigned char)s[i + k]) >= 0; k++)
+				v = v * 16 + (unsigned long)util_hexval((unsigned char)s[i + k]);
 			if (k < want || (flags & PYSRC_STR_BYTES && c != 'x') || v > 0x10FFFF) {
 				buf_add(&sc->text, s + i - 2, 2);
 				break;

@@ -208,6 +208,17 @@ int util_blank(const char *s, size_t n)
 	return 1;
 }
 
+int util_hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 int parse_long(const char *s, long min, long max, long *out)
 {
 	char *end;

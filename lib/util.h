@@ -51,10 +51,12 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Whole string must be a number within [min, max]; 0 on success, -1 otherwise. */
 /* 1 when the n bytes of s are white space alone (" \t\r\n\f\v"; none counts): an empty
  * reference or kernel */
 int util_blank(const char *s, size_t n);
+/* The value of the hexadecimal digit c (0-9, a-f, A-F), -1 for any other byte. */
+int util_hexval(int c);
+/* Whole string must be a number within [min, max]; 0 on success, -1 otherwise. */
 int parse_long(const char *s, long min, long max, long *out);
 int parse_double(const char *s, double min, double max, double *out);
 /* "3,1,2": the numbers of a comma-separated list, each within [min, max], into *out (the

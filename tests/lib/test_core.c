@@ -1,6 +1,7 @@
 /* test_core: util (numbers, buffers, UTF-8), jsonl (reader, pass-through writer, reals
  * printed short, operand loop), input (plain, compressed, archives) and atomfile on data
  * written here at run time. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -76,6 +77,12 @@ static void test_util(void)
 	      "parse_double: hexadecimal and infinity spellings refused");
 	CHECK(parse_double("-1.5e-3", -1, 1, &d) == 0 && d == -1.5e-3 &&
 	      parse_long("-7", -10, 10, &l) == 0 && l == -7, "parse_double, parse_long: signs, exponents");
+	int hex_ok = 1;
+	for (int c = -128; c < 256; c++) {
+		const char *at = c > 0 ? strchr("0123456789abcdef", tolower(c)) : NULL;
+		hex_ok &= util_hexval(c) == (at ? (int)(at - "0123456789abcdef") : -1);
+	}
+	CHECK(hex_ok, "util_hexval: 0-9, a-f, A-F, -1 for every other byte, signed or not");
 	buf_init(&b);
 	for (int i = 0; i < 1000; i++)
 		buf_addf(&b, "%d,", i);
