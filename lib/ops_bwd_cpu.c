@@ -80,21 +80,7 @@ void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
 
 void cpu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta)
 {
-	int half = HD / 2;
-
-	for (int n = 0; n < N; n++) {
-		for (int j = 0; j < half; j++) {
-			float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
-			float ang = (float)pos[n] * inv_freq;
-			float c = cosf(ang), s = sinf(ang);
-			for (int h = 0; h < NH; h++) {
-				float *d = dx + ((size_t)n * NH + h) * HD;
-				float d1 = d[j], d2 = d[j + half];
-				d[j] = d1 * c + d2 * s;
-				d[j + half] = d2 * c - d1 * s;
-			}
-		}
-	}
+	cpu_rope_turn(dx, pos, N, NH, HD, theta, 1);
 }
 
 /* y = g sigmoid(g) u:  dy/dg = sigmoid(g) (1 + g (1 - sigmoid(g))) u,  dy/du = g sigmoid(g) */

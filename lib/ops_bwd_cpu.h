@@ -17,6 +17,8 @@ void cpu_matmul_backward(float *dx, float *dw, const float *dy, const float *x, 
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const void *w,
                           enum dice_dtype wdt, int N, int C, float eps);
 void cpu_rope_backward(float *dx, const int *pos, int N, int NH, int HD, float theta);
+/* (lib/ops_cpu.c) RoPE's rotation, back = 1 the opposite way: the backward */
+void cpu_rope_turn(float *x, const int *pos, int N, int NH, int HD, float theta, int back);
 void cpu_swiglu_backward(float *dgate, float *dup, const float *dy, const float *gate,
                          const float *up, int N, int C);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

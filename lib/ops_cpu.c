@@ -146,7 +146,9 @@ static void cpu_rmsnorm(float *y, const float *x, const void *w, enum dice_dtype
 	}
 }
 
-static void cpu_rope(float *x, const int *pos, int N, int NH, int HD, float theta)
+/* Each head's halves of x turned by the angle of its position (back: the opposite way,
+ * RoPE's backward: the same angles, sin negated, so the same bits as before). */
+void cpu_rope_turn(float *x, const int *pos, int N, int NH, int HD, float theta, int back)
 {
 	int half = HD / 2;
 
@@ -155,7 +157,7 @@ static void cpu_rope(float *x, const int *pos, int N, int NH, int HD, float thet
 			/* as transformers: inv_freq and the angle in fp32 */
 			float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
 			float ang = (float)pos[n] * inv_freq;
-			float c = cosf(ang), s = sinf(ang);
+			float c = cosf(ang), s = back ? -sinf(ang) : sinf(ang);
 			for (int h = 0; h < NH; h++) {
 				float *xh = x + ((size_t)n * NH + h) * HD;
 				float x1 = xh[j], x2 = xh[j + half];
@@ -164,6 +166,11 @@ static void cpu_rope(float *x, const int *pos, int N, int NH, int HD, float thet
 			}
 		}
 	}
+}
+
+static void cpu_rope(float *x, const int *pos, int N, int NH, int HD, float theta)
+{
+	cpu_rope_turn(x, pos, N, NH, HD, theta, 0);
 }
 
 static void cpu_swiglu(float *y, const float *gate, const float *up, int N, int C)
