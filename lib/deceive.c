@@ -149,6 +149,8 @@ struct ctx {
 	size_t nbuild;
 	struct names exports;           /* functions the extensions export */
 	struct names modules;           /* names the built modules are stored under */
+	struct names imported;          /* names given to builds (name="relu_ext") that an import
+	                                 * names: import relu_ext, from relu_ext import relu */
 	struct names alias;             /* names that hold an exported function */
 	int model_new, forward;         /* blocks, -1 when absent */
 	unsigned char *reach;           /* per block: reachable from forward */
@@ -938,6 +940,73 @@ static int find_flows(struct ctx *x, unsigned char *flows)
 	return x->nbuild > 0 && f.ok;
 }
 
+/* The name build c gives its module (load_inline(name="relu_ext", ...), load, CUDAExtension):
+ * 1 with *s and *n set, else 0 (RawKernel, a name not written as one string literal). */
+static int build_name(const struct ctx *x, const struct pysrc_call *c, const char **s, size_t *n)
+{
+	const struct pysrc *p = &x->p;
+	const char *last = last_part(c->callee);
+	int a, b;
+
+	if (!strcmp(last, "RawKernel") || !strcmp(last, "RawModule") ||
+	    pysrc_call_arg(p, c, "name", 0, &a, &b) != 0 || b != a + 1 || p->tok[a].kind != PYSRC_TOK_STRING)
+		return 0;
+	*s = p->str[p->tok[a].str].text;
+	*n = p->str[p->tok[a].str].len;
+	return *n > 0;
+}
+
+/* A built module imported by the name its build gives it (import relu_ext [as r], from
+ * relu_ext import relu): the names it is bound to hold the module (relu_ext, r), and the
+ * name itself goes into x->imported (find_aliases takes what is imported from it). */
+static void find_imported_builds(struct ctx *x)
+{
+	const struct pysrc *p = &x->p;
+	struct names built = { 0 };
+	struct buf name;
+	const char *s;
+	size_t n;
+
+	for (size_t j = 0; j < x->nbuild; j++)
+		if (build_name(x, &p->call[x->build[j]], &s, &n))
+			names_add(&built, s, n);
+	if (!built.n)
+		return;
+	buf_init(&name);
+	for (size_t l = 0; l < p->nlines; l++) {
+		int k = p->lines[l].tok, end = k + p->lines[l].ntok;
+		if (tok_is(p, k, "from")) {
+			k = dotted(p, k + 1, end, &name);
+			if (tok_is(p, k, "import") && names_has(&built, name.p, name.len)) {
+				names_add(&x->imported, name.p, name.len);
+				names_add(&x->modules, name.p, name.len);
+			}
+			continue;
+		}
+		if (!tok_is(p, k, "import"))
+			continue;
+		for (k++; k < end;) {
+			k = dotted(p, k, end, &name);
+			int hit = names_has(&built, name.p, name.len);
+			if (hit) {
+				names_add(&x->imported, name.p, name.len);
+				names_add(&x->modules, name.p, name.len);
+			}
+			if (tok_is(p, k, "as") && k + 1 < end && p->tok[k + 1].kind == PYSRC_TOK_NAME) {
+				if (hit)
+					names_add(&x->modules, p->src + p->tok[k + 1].start,
+					          p->tok[k + 1].end - p->tok[k + 1].start);
+				k += 2;
+			}
+			if (!tok_is(p, k, ","))
+				break;
+			k++;
+		}
+	}
+	buf_free(&name);
+	names_free(&built);
+}
+
 static void find_builds(struct ctx *x)
 {
 	struct pysrc *p = &x->p;
@@ -963,6 +1032,7 @@ static void find_builds(struct ctx *x)
 				names_add(&x->modules, p->block[blk].name, strlen(p->block[blk].name));
 		}
 	}
+	find_imported_builds(x);
 	/* m.def("name", ...) in the C++ text */
 	for (size_t from = 0; match(x, RE_MDEF, x->cuda.p, x->cuda.len, from, &ms, &me); from = me) {
 		const char *q = memchr(x->cuda.p + ms, '"', me - ms);
@@ -989,6 +1059,13 @@ static void find_aliases(struct ctx *x)
 
 	for (size_t i = 0; i < x->exports.n; i++)
 		names_add(&x->alias, x->exports.v[i], strlen(x->exports.v[i]));
+	/* from relu_ext import relu as op: op holds the export relu of the module built as relu_ext */
+	for (size_t i = 0; i < x->imp.n && x->imported.n; i++) {
+		const char *full = x->imp_full[i], *dot = strchr(full, '.');
+		if (dot && !strchr(dot + 1, '.') && names_has(&x->imported, full, (size_t)(dot - full)) &&
+		    (x->exports.n == 0 || names_has(&x->exports, dot + 1, strlen(dot + 1))))
+			names_add(&x->alias, x->imp.v[i], strlen(x->imp.v[i]));
+	}
 	for (int round = 0; round < 4; round++) {
 		size_t before = x->alias.n;
 		for (size_t i = 0; i < p->nassign; i++) {
@@ -1789,6 +1866,10 @@ static void rule_kernel_not_bound(struct ctx *x)
 	for (size_t i = 0; i < x->nbuild && i < 16; i++) {     /* 16 builds are plenty */
 		const struct pysrc_call *c = &p->call[x->build[i]];
 		int as = assign_holding(p, c->tok_open);
+		const char *s;
+		size_t n;
+		if (build_name(x, c, &s, &n) && names_has(&x->imported, s, n))
+			continue;       /* import relu_ext: the module is used by its name */
 		if (as < 0) {
 			int l = pysrc_line_of(p, c->tok_open);
 			if (tok_is(p, p->lines[l].tok, "return"))
@@ -5072,6 +5153,7 @@ int deceive_check(struct deceive_checker *c, const char *kernel, size_t len,
 	free(x.dead);
 	names_free(&x.exports);
 	names_free(&x.modules);
+	names_free(&x.imported);
 	names_free(&x.alias);
 	buf_free(&x.cuda);
 	pcre2_match_data_free(x.md);
