@@ -1967,9 +1967,54 @@ static int c_export_lambda(const struct ctx *x, const char *name, const char **a
 	return 0;
 }
 
+/* r at a cast that picks one overload of a function, py::overload_cast<Args...>( (or
+ * pybind11::, or bare) or static_cast<Type>(: the first argument, past the '(' and white
+ * space; else r */
+static const char *c_past_cast(const char *s, const char *r, const char *e)
+{
+	const char *q = r, *w = NULL, *first = NULL;
+	size_t n, fn = 0;
+	int d = 0;
+
+	while (c_ident(&q, s, e, &w)) {
+		if (!first) {
+			first = w;
+			fn = (size_t)(q - w);
+		}
+		const char *c = c_ws(q, e);
+		if (e - c < 2 || c[0] != ':' || c[1] != ':')
+			break;
+		q = c_ws(c + 2, e);
+	}
+	if (!w)
+		return r;
+	n = (size_t)(q - w);
+	if (n == 11 && !memcmp(w, "static_cast", 11)) {
+		if (first != w)
+			return r;
+	} else if (n != 13 || memcmp(w, "overload_cast", 13) ||
+	           !(first == w || (fn == 2 && !memcmp(first, "py", 2)) ||
+	             (fn == 8 && !memcmp(first, "pybind11", 8)))) {
+		return r;
+	}
+	q = c_ws(q, e);
+	if (q >= e || *q != '<')
+		return r;
+	for (; q < e; q++)
+		if (*q == '<')
+			d++;
+		else if (*q == '>' && --d == 0)
+			break;
+		else if (*q == ';' || *q == '{' || *q == '}')
+			return r;
+	q = c_ws(q + 1, e);
+	return q < e && *q == '(' ? c_ws(q + 1, e) : r;
+}
+
 /* The C++ function the CUDA text exports as `name`: the one .def("name", &fn, ...) or
  * .def("name", fn, ...) binds (the last part of ns::fn, a name of the text's own: not one of
- * at::, torch::, c10:: or std::), in buf (size bytes); else name itself (load_inline's
+ * at::, torch::, c10:: or std::; through py::overload_cast<Args>(&fn) or
+ * static_cast<Type>(&fn)), in buf (size bytes); else name itself (load_inline's
  * functions=[...] exports each under its own name) */
 static const char *c_export_bound(const struct ctx *x, const char *name, char *buf, size_t size)
 {
@@ -1979,6 +2024,7 @@ static const char *c_export_bound(const struct ctx *x, const char *name, char *b
 	while ((r = c_next_def(x, name, &q)) != NULL) {
 		const char *w = NULL, *first = NULL;
 		size_t fn = 0;
+		r = c_past_cast(x->cuda.p, r, e);
 		if (*r == '&')
 			r = c_ws(r + 1, e);
 		for (;;) {
