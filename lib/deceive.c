@@ -4214,25 +4214,33 @@ static void py_occ_free(struct py_occ *o)
 	names_free(&o->keys);
 }
 
-/* Does forward read the name n after the call c, on logical line l: its first token after
- * the call is no rebinding that every path from the call goes through (rebound_unread: y =
- * torch.relu(x) throws away what the call left in y)? */
-static int py_read_after(const struct pysrc *p, struct py_occ *o, const char *n,
-                         const struct pysrc_call *c, int l)
+/* The first token of the name n in forward after the call c, or -1 */
+static int py_next_use(struct py_occ *o, const char *n, const struct pysrc_call *c)
 {
 	int *id = smap_get(&o->ids, n, strlen(n), 0);
 
 	if (!id)
-		return 0;
+		return -1;
 	int lo = o->start[*id], hi = o->start[*id + 1];
-	while (lo < hi) {       /* the first token after the call */
+	while (lo < hi) {
 		int mid = (lo + hi) / 2;
 		if (o->pos[mid] <= c->tok_close)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < o->start[*id + 1] && !rebound_unread(p, l, o->pos[lo], n);
+	return lo < o->start[*id + 1] ? o->pos[lo] : -1;
+}
+
+/* Does forward read the name n after the call c, on logical line l: its first token after
+ * the call is no rebinding that every path from the call goes through (rebound_unread: y =
+ * torch.relu(x) throws away what the call left in y)? */
+static int py_read_after(const struct pysrc *p, struct py_occ *o, const char *n,
+                         const struct pysrc_call *c, int l)
+{
+	int k = py_next_use(o, n, c);
+
+	return k >= 0 && !rebound_unread(p, l, k, n);
 }
 
 /* The names that share the storage of the argument [s, e) (py_storage_names), from o's
@@ -4354,9 +4362,11 @@ static int py_in_loop(const struct pysrc *p, int l, int indent)
  * that reads it, how many do, how many of those are not the first token of a statement
  * (y.zero_() leaves y where it is; z = y, f(y) may keep it), and whether it is bound to a fresh tensor (a plain
  * `y = torch.empty_like(x)`: py_fresh_tensor) or some other way (y = z.view(-1), for y in,
- * as y, a, y = ..., y += 1). Built once per forward, on first use. */
+ * as y, a, y = ..., y += 1); the first token of each of those bindings and of its second
+ * use (def_end when none). Built once per forward, on first use. */
 struct py_name {
 	int last_read, reads, uses, fresh, other;
+	int first_fresh, first_other, second_use;
 };
 struct py_names {
 	struct smap idx;        /* name: its index in v */
@@ -4377,7 +4387,7 @@ static void py_names_build(struct ctx *x, int from, int def_end, struct py_names
 		int *slot = smap_get(&o->idx, p->src + p->tok[r].start, p->tok[r].end - p->tok[r].start, 1);
 		if (*slot < 0) {
 			o->v = xrealloc(o->v, (size_t)(o->n + 1) * sizeof(*o->v));
-			o->v[o->n] = (struct py_name){ -1, 0, 0, 0, 0 };
+			o->v[o->n] = (struct py_name){ -1, 0, 0, 0, 0, def_end, def_end, def_end };
 			*slot = o->n++;
 		}
 		struct py_name *e = &o->v[*slot];
@@ -4387,10 +4397,13 @@ static void py_names_build(struct ctx *x, int from, int def_end, struct py_names
 			const struct pysrc_assign *a = as < p->nassign ? &p->assign[as] : NULL;
 			if (a && a->tok_target == r && a->op == '=' && strlen(a->target) == p->tok[r].end - p->tok[r].start &&
 			    !memcmp(a->target, p->src + p->tok[r].start, strlen(a->target)) &&
-			    py_fresh_tensor(x, a->tok_value, a->tok_end))
+			    py_fresh_tensor(x, a->tok_value, a->tok_end)) {
+				e->first_fresh = e->fresh ? e->first_fresh : r;
 				e->fresh = 1;
-			else
+			} else {
+				e->first_other = e->other ? e->first_other : r;
 				e->other = 1;
+			}
 			continue;
 		}
 		int other = !p->tok[r].depth && (tok_is(p, r - 1, ",") || tok_is(p, r + 1, ","));
@@ -4400,12 +4413,14 @@ static void py_names_build(struct ctx *x, int from, int def_end, struct py_names
 		    (p->tok[r + 1].kind == PYSRC_TOK_OP && p->src[p->tok[r + 1].end - 1] == '=' &&
 		     !tok_is(p, r + 1, "==") && !tok_is(p, r + 1, "!=") && !tok_is(p, r + 1, "<=") &&
 		     !tok_is(p, r + 1, ">="))) {
+			e->first_other = e->other ? e->first_other : r;
 			e->other = 1;
 			continue;
 		}
 		e->last_read = r;
 		e->reads++;
-		e->uses += p->lines[pysrc_line_of(p, r)].tok != r;
+		if (p->lines[pysrc_line_of(p, r)].tok != r && ++e->uses == 2)
+			e->second_use = r;
 	}
 }
 
@@ -4418,14 +4433,28 @@ static void py_names_free(struct py_names *o)
 
 /* Is the name at token s, passed in call c, a local of forward that only ever holds fresh
  * tensors and that forward reads nowhere else, but at the start of a statement before the
- * call (y.zero_()), or nowhere at all when the call is in a loop? */
-static int py_dropped_local(const struct pysrc *p, const struct py_names *o, int s,
+ * call (y.zero_()), or nowhere at all when the call is in a loop? Outside a loop, what
+ * follows a binding of it after the call that throws the kernel's result away (y =
+ * torch.relu(x), the name's next token, on a line every path from the call takes:
+ * rebound_unread, as call_fills_arg) does not count. occ: where forward's names occur. */
+static int py_dropped_local(const struct pysrc *p, const struct py_names *o, struct py_occ *occ, int s,
                             const struct pysrc_call *c, int loop)
 {
 	const int *at = smap_get((struct smap *)&o->idx, p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start, 0);
 	const struct py_name *e = at ? &o->v[*at] : NULL;
 
-	return e && e->fresh && !e->other && e->uses == 1 && (loop ? e->reads == 1 : e->last_read <= c->tok_close);
+	if (!e || !e->fresh)
+		return 0;
+	if (!e->other && e->uses == 1 && (loop ? e->reads == 1 : e->last_read <= c->tok_close))
+		return 1;
+	if (loop)
+		return 0;       /* the new value would reach the call again */
+	char *n = xstrndup(p->src + p->tok[s].start, p->tok[s].end - p->tok[s].start);
+	int r = py_next_use(occ, n, c);
+	int drop = r >= 0 && e->first_fresh < r && e->first_other >= r && e->second_use >= r &&
+	           rebound_unread(p, pysrc_line_of(p, c->tok_open), r, n);
+	free(n);
+	return drop;
 }
 
 /* Does the call i of `name`, an exported function that works in place, keep nothing its
@@ -4435,7 +4464,7 @@ static int py_dropped_local(const struct pysrc *p, const struct py_names *o, int
  * parameter's name in *param, its length the return; 0 when not, or not known (*args, a
  * write by out.copy_(t)). */
 static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int from, int def_end,
-                               int indent, struct py_names *names, const char **param)
+                               int indent, struct py_names *names, struct py_occ *occ, const char **param)
 {
 	const struct pysrc *p = &x->p;
 	const struct pysrc_call *c = &p->call[i];
@@ -4448,6 +4477,8 @@ static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int fr
 	body_writes(x, body, end, &w);
 	if (!names->built)
 		py_names_build(x, from, def_end, names);
+	if (!occ->start)
+		py_occ_build(p, from, def_end, occ);
 	int np = c_items(a, b, pst, pen, 32), arg = 0, loop = py_in_loop(p, pysrc_line_of(p, c->tok_open), indent);
 	for (int k = c->tok_open + 1; k < c->tok_close; arg++) {
 		int s, e, at = call_next_arg(p, c, &k, arg, pst, pen, np, &s, &e);
@@ -4461,7 +4492,7 @@ static int call_drops_in_place(struct ctx *x, const char *name, size_t i, int fr
 				return 0;       /* self.buf read: kept, or not known */
 		} else if (!py_fresh_tensor(x, s, e) &&
 		    (s >= e || p->tok[s].kind != PYSRC_TOK_NAME || py_views(p, s + 1, e) != e ||
-		     !py_dropped_local(p, names, s, c, loop)))
+		     !py_dropped_local(p, names, occ, s, c, loop)))
 			return 0;
 		if (!dropped) {
 			const char *pe = c_param_name(pst[at], pen[at], param);
@@ -4499,7 +4530,7 @@ static void kernel_called_for_show(struct ctx *x)
 		if (!ret || !call_discarded(x, i, f->tok_end) ||
 		    (ret == 1 && call_fills_arg(x, fn, i, f->tok_body, f->tok_end, &occ)) ||
 		    (ret == 2 && !(n = call_drops_in_place(x, fn, i, f->tok_body, f->tok_end, f->indent,
-		                                           &names, &param)))) {
+		                                           &names, &occ, &param)))) {
 			direct = -1;
 			break;
 		}
