@@ -4089,9 +4089,70 @@ static int py_views(const struct pysrc *p, int t, int e)
 	return t;
 }
 
+/* Is the expression [s, e) certainly a tensor or list of indices, one that indexes by copy
+ * (advanced indexing): a list [0, 2], torch.arange(...), torch.randperm(...),
+ * torch.nonzero(...), torch.tensor([...]) or torch.as_tensor([...]), anything .nonzero(), or a
+ * name that the file binds only by assignments of those (not a parameter, loop variable...)?
+ * An int, a slice, None, a bool mask, a name of unknown kind are not. */
+static int py_index_tensor(const struct pysrc *p, int s, int e, int depth)
+{
+	static const char *makers[] = { "torch.arange", "torch.randperm", "torch.nonzero", NULL };
+	static const char *of_list[] = { "torch.tensor", "torch.as_tensor", "torch.LongTensor", NULL };
+	struct buf name;
+	int copies = 0;
+
+	if (s >= e)
+		return 0;
+	if (tok_is(p, s, "[") && p->tok[s].match + 1 == e)
+		return 1;
+	if (e - s > 4 && tok_is(p, e - 4, ".") && tok_is(p, e - 3, "nonzero") && tok_is(p, e - 2, "(") &&
+	    tok_is(p, e - 1, ")"))
+		return 1;
+	if (p->tok[s].kind != PYSRC_TOK_NAME || tok_is(p, s - 1, "."))
+		return 0;
+	buf_init(&name);
+	int n = dotted(p, s, e, &name);
+	buf_addc(&name, '\0');
+	if (n == e && !strchr(name.p, '.') && depth < 2 && !flow_bound_elsewhere(p, name.p, name.len - 1)) {
+		int bound = 0;
+		copies = 1;
+		for (size_t i = 0; i < p->nassign && copies; i++)
+			if (!strcmp(p->assign[i].target, name.p)) {
+				bound = 1;
+				copies = p->assign[i].op == '=' &&
+				         py_index_tensor(p, p->assign[i].tok_value, p->assign[i].tok_end, depth + 1);
+			}
+		copies &= bound;
+	} else if (tok_is(p, n, "(") && p->tok[n].match + 1 == e) {
+		copies = in_list(name.p, makers) || (in_list(name.p, of_list) && tok_is(p, n + 1, "["));
+	}
+	buf_free(&name);
+	return copies;
+}
+
+/* Does the subscript whose '[' is token t index by copy: one of its items a tensor or list
+ * of indices (py_index_tensor)? */
+static int py_index_copies(const struct pysrc *p, int t)
+{
+	int m = p->tok[t].match;
+
+	for (int k = t + 1; k < m;) {
+		int j = k;
+		while (j < m && !tok_is(p, j, ","))
+			j = (tok_is(p, j, "(") || tok_is(p, j, "[") || tok_is(p, j, "{")) && p->tok[j].match > j ?
+			    p->tok[j].match + 1 : j + 1;
+		if (py_index_tensor(p, k, j, 0))
+			return 1;
+		k = j + 1;
+	}
+	return 0;
+}
+
 /* The name the expression [s, e) is a view of (y, y.view(-1), y[0], y[:, :n].t(), or an
  * attribute of self, self.buf.view(-1)): its text ("y", "self.buf") into key (of size ksz),
- * or 0. A subscript may copy (y[idx] with a tensor idx): taken for a view. */
+ * or 0. A subscript by a tensor or list of indices copies (y[idx] after idx =
+ * torch.arange(...), y[[0, 2]]: py_index_copies): no view; one whose kind is not known is
+ * taken for a view. */
 static int py_view_base(const struct pysrc *p, int s, int e, char *key, size_t ksz)
 {
 	int t = s + 1;
@@ -4100,8 +4161,11 @@ static int py_view_base(const struct pysrc *p, int s, int e, char *key, size_t k
 		return 0;
 	if (tok_is(p, s, "self") && tok_is(p, s + 1, ".") && s + 2 < e && p->tok[s + 2].kind == PYSRC_TOK_NAME)
 		t = s + 3;
-	while ((t = py_views(p, t, e)) < e && tok_is(p, t, "[") && p->tok[t].match > t)
+	while ((t = py_views(p, t, e)) < e && tok_is(p, t, "[") && p->tok[t].match > t) {
+		if (py_index_copies(p, t))
+			return 0;
 		t = p->tok[t].match + 1;
+	}
 	if (t != e)
 		return 0;
 	int last = tok_is(p, s, "self") && tok_is(p, s + 1, ".") ? s + 2 : s;
