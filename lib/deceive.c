@@ -1967,26 +1967,38 @@ static int c_export_lambda(const struct ctx *x, const char *name, const char **a
 	return 0;
 }
 
+/* A qualified name at *p in C text [s, e), ns::sub::fn (white space around the ::): the
+ * start of its last part (NULL when none, *p unmoved), *p moved past it; its first part's
+ * start and length in *first and *fn */
+static const char *c_qualified(const char *s, const char **p, const char *e, const char **first, size_t *fn)
+{
+	const char *w = NULL;
+
+	*first = NULL;
+	*fn = 0;
+	while (c_ident(p, s, e, &w)) {
+		if (!*first) {
+			*first = w;
+			*fn = (size_t)(*p - w);
+		}
+		const char *c = c_ws(*p, e);
+		if (e - c < 2 || c[0] != ':' || c[1] != ':')
+			break;
+		*p = c_ws(c + 2, e);
+	}
+	return w;
+}
+
 /* r at a cast that picks one overload of a function, py::overload_cast<Args...>( (or
  * pybind11::, or bare) or static_cast<Type>(: the first argument, past the '(' and white
  * space; else r */
 static const char *c_past_cast(const char *s, const char *r, const char *e)
 {
-	const char *q = r, *w = NULL, *first = NULL;
-	size_t n, fn = 0;
+	const char *q = r, *first, *w;
+	size_t n, fn;
 	int d = 0;
 
-	while (c_ident(&q, s, e, &w)) {
-		if (!first) {
-			first = w;
-			fn = (size_t)(q - w);
-		}
-		const char *c = c_ws(q, e);
-		if (e - c < 2 || c[0] != ':' || c[1] != ':')
-			break;
-		q = c_ws(c + 2, e);
-	}
-	if (!w)
+	if (!(w = c_qualified(s, &q, e, &first, &fn)))
 		return r;
 	n = (size_t)(q - w);
 	if (n == 11 && !memcmp(w, "static_cast", 11)) {
@@ -2022,23 +2034,12 @@ static const char *c_export_bound(const struct ctx *x, const char *name, char *b
 	const char *e = x->cuda.p + x->cuda.len, *q = x->cuda.p, *r;
 
 	while ((r = c_next_def(x, name, &q)) != NULL) {
-		const char *w = NULL, *first = NULL;
-		size_t fn = 0;
+		const char *w, *first;
+		size_t fn;
 		r = c_past_cast(x->cuda.p, r, e);
 		if (*r == '&')
 			r = c_ws(r + 1, e);
-		for (;;) {
-			if (!c_ident(&r, x->cuda.p, e, &w))
-				break;
-			if (!first) {
-				first = w;
-				fn = (size_t)(r - w);
-			}
-			const char *c = c_ws(r, e);
-			if (e - c < 2 || c[0] != ':' || c[1] != ':')
-				break;
-			r = c_ws(c + 2, e);
-		}
+		w = c_qualified(x->cuda.p, &r, e, &first, &fn);
 		r = c_ws(r, e);
 		if (!w || r >= e || (*r != ',' && *r != ')'))
 			continue;
