@@ -363,6 +363,15 @@ def cpu_ns(ids):
     return out
 
 
+def cpu_clocks(ids):
+    """(the CPU time this process has used, ns, every thread's, those gone too; cpu_ns(ids)).
+    The threads' clocks are read first: reading a running thread's brings the kernel's count
+    of its time up to date, which the process's clock alone leaves up to a tick behind for a
+    thread running on another CPU (3 ms seen; after the threads', 20 us at most)."""
+    threads = cpu_ns(ids)
+    return time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID), threads
+
+
 def own_threads(torch, cuda):
     """The worker's threads before any candidate's code runs, torch's intra-op pool among
     them (started here by an element-wise op big enough to be split and a matrix product, for
@@ -400,12 +409,12 @@ class Timer:
         # Timer): what a look never waits for
         self.mine = set(own) | {threading.get_native_id()}
         self.seen = None    # the threads the last look saw
-        # (when, {thread: CPU ns}): the candidate's threads at the first look after the last
-        # call that found them idle, from when on what they do is not timed; None when
-        # gap() has counted it
+        # (when, the threads to read, cpu_clocks of them): at the first look after the last
+        # call that found the candidate's threads idle, from when on what they do is not
+        # timed (the threads: the worker's and the candidate's then; none where the
+        # candidate had none: nothing of its own to run); None when gap() has taken it
         self.mark = None
-        self.gap_ns = {}    # the CPU time each used so between the calls of this measure
-        self.gap_s = 0.0    # the wall time those gaps took
+        self.gaps = []      # (mark, cpu_clocks at the next call, when) of this measure's
         self.waits = []     # cuda: what the synchronisations between the calls waited, s
         if cuda and flush_l2:
             # larger than any current L2 (H100: 50 MB, H200: 60 MB)
@@ -467,14 +476,15 @@ class Timer:
             others = self.seen - self.mine
             now = time.perf_counter()
             if not others:
-                self.mark = (now, {})
+                self.mark = (now, (), None)
                 return end      # only torch's threads and the caller: nothing to wait for
             ts = tasks(others)  # only the others' states are read: a cheap look
             new = [t for t in ts if t not in before]
             busy = [t for t in ts if ts[t] == b"R"]
             if not new and not busy:
                 if idle == 0:
-                    self.mark = (now, cpu_ns(others))
+                    ids = tuple(self.seen)  # the worker's, the candidate's: all there
+                    self.mark = (now, ids, cpu_clocks(ids))
                 idle += 1
                 if idle >= looks:
                     return end
@@ -489,28 +499,32 @@ class Timer:
                                                 THREAD_BOUND_S))
             time.sleep(1e-4)
 
-    def gap(self, ids=None):
-        """Add the CPU time the candidate's threads used since mark (those mark read, and
-        ids) to gap_ns, and the time since it to gap_s: work done between two calls, which
-        settle took for no work. Before a call, outside its time (what mark read only: no
-        listing there; a thread read now and not then is counted whole)."""
+    def gap(self):
+        """Before a call, outside its time: the clocks of the threads mark read, kept with
+        mark in gaps (others_ns makes them the candidate's CPU time between two calls, which
+        settle took for no work). Nothing else: no listing, no sums just before a call."""
         if self.mark is None:
             return
-        at, then = self.mark
+        if self.mark[2] is not None:
+            self.gaps.append((self.mark, cpu_clocks(self.mark[1]), time.perf_counter()))
         self.mark = None
-        if not then and not ids:
-            return
-        now = time.perf_counter()
-        for t, ns in cpu_ns(set(then) | set(ids or ())).items():
-            self.gap_ns[t] = self.gap_ns.get(t, 0) + ns - then.get(t, 0)
-        self.gap_s += now - at
+
+    def others_ns(self, was, now):
+        """The CPU time, ns, that the threads but the worker's own used from cpu_clocks was
+        to now: the process's clock, which keeps the time of threads gone (a thread of the
+        candidate's that worked and returned; one started and gone in between), less the
+        worker's threads' (torch's pool spins after ops; the caller looks). A thread of the
+        worker's gone in between: what it used since was is the candidate's."""
+        mine = was[1]
+        return now[0] - was[0] - sum(ns - mine[t] for t, ns in now[1].items()
+                                     if t in self.mine and t in mine)
 
     def gpu_wait(self):
         """cuda, between two timed calls and in the settle after the last, where the last
         look saw a thread of the candidate's: a device-wide synchronisation, its wait added
         to waits (the device was idle when the call ended: what it waits for was queued
         since, by the candidate's threads). Outside the timed span."""
-        if self.mark is None or not self.mark[1]:
+        if self.mark is None or self.mark[2] is None:
             return
         t0 = time.perf_counter()
         self.torch.cuda.synchronize()
@@ -522,10 +536,10 @@ class Timer:
         (on cuda slept in steps of GPU_POLL_S, each with gpu_wait) until two in a row are
         alike, and their rate then (CPU s a s): (ns, s, rate). Raises Verdict where they
         are not so within THREAD_BOUND_S. (0, 0, 0) where there is nothing to wait for."""
-        if self.mark is None or not self.mark[1] or ESCAPE_SETTLE_S <= 0:
+        if self.mark is None or self.mark[2] is None or ESCAPE_SETTLE_S <= 0:
             return 0, 0.0, 0.0
-        at, then = self.mark
-        ids, last, prev, base = set(then), at, None, 0
+        at, _, then = self.mark
+        last, prev, base = at, None, 0
         while True:
             if self.cuda:
                 for _ in range(max(1, round(ESCAPE_WINDOW_S / GPU_POLL_S))):
@@ -533,12 +547,10 @@ class Timer:
                     self.gpu_wait()
             else:
                 time.sleep(ESCAPE_WINDOW_S)
-            fresh = task_ids() - self.mine - ids
-            ids |= fresh
-            now_ns = cpu_ns(ids)
+            # every thread read (the new too: its count brought up to date), those gone
+            # in the process's clock
+            used = self.others_ns(then, cpu_clocks(task_ids()))
             now = time.perf_counter()
-            # (a thread gone takes its time along; one new counts from 0)
-            used = sum(ns - then.get(t, 0) for t, ns in now_ns.items())
             win = (used - base, now - last)
             base, last = used, now
             if prev is not None and now - at >= ESCAPE_SETTLE_S:
@@ -559,9 +571,10 @@ class Timer:
         on cuda left more GPU work there than that bound (gpu_escaped)."""
         post_ns, post_s, rate = self.idle_rate()
         self.mark = None
-        span = self.gap_s + post_s
+        gap_ns = sum(self.others_ns(m[2], now) for m, now, _ in self.gaps)
+        span = sum(t - m[0] for m, _, t in self.gaps) + post_s
         bound = ESCAPE_MIN_S + ESCAPE_FRAC * span
-        ns = sum(self.gap_ns.values()) + post_ns
+        ns = gap_ns + post_ns
         if ns - rate * span * 1e9 > bound * 1e9:
             raise Verdict("runtime_error", "timing: the candidate's threads worked %.3g ms "
                           "(CPU time) in the %.3g ms between timed calls and after the "
@@ -584,8 +597,7 @@ class Timer:
                 else:
                     self.cpu_call(fn, inputs)
             self.mark = None    # the gaps counted: those between the timed calls
-            self.gap_ns = {}
-            self.gap_s = 0.0
+            self.gaps = []
             self.waits = []
             for _ in range(trials):
                 if self.cuda:

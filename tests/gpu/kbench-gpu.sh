@@ -2,7 +2,8 @@
 # kbench-gpu.sh: kbench-eval in CUDA mode on the fixtures, with real CUDA load_inline
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # and thread timing tricks, GPU work a pool queues between timed calls, an honest idling
-# pool, input mutation, uninitialised output; lean builds, their fallback to the
+# pool, pools whose threads end or start between timed calls, input mutation,
+# uninitialised output; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -200,6 +201,20 @@ grep -q '"error":"mismatch"' "$out/rtol.jsonl" && ok "--rtol-only rejects zeros"
 "$py" "$mk" level1/1_ReLU.py cuda/relu_cuda_ok.py | kbench-eval -d cuda -k "$kb" -c "$cache" \
 	--flush-l2 $netns >"$out/flush.jsonl" 2>>"$out/eval.err"
 grep -q '"correct":true' "$out/flush.jsonl" && ok "--flush-l2 run correct" || notok "--flush-l2 run correct"
+# threads of the candidate's that work after the last timed call and end there, or are
+# started there (the process's CPU clock less the worker's threads'): a runtime_error on
+# cuda too, the CUDA runtime's threads not counted (relu_pool_idle above: timed)
+"$py" "$mk" level1/1_ReLU.py relu_pool_exit.py relu_pool_spawn.py | kbench-eval -d cuda \
+	-k "$kb" -c "$cache" -P 3 $netns >"$out/gone.jsonl" 2>>"$out/eval.err"
+for id in relu_pool_exit relu_pool_spawn; do
+	"$py" -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["id"] == sys.argv[2]][0]["eval"]
+sys.exit(not (ev["error"] == "runtime_error" and "threads worked" in ev["message"]))
+' "$out/gone.jsonl" $id 2>>"$out/eval.err" &&
+		ok "$id: threads that work after the last timed call and end: runtime_error" ||
+		notok "$id: threads that work after the last timed call and end: runtime_error"
+done
 kbench-eval --report -k "$kb" -L 1 "$out/eval.jsonl" >"$out/report.txt" 2>>"$out/eval.err" &&
 	ok "report" || notok "report"
 sed 's/^/# /' "$out/report.txt"
