@@ -290,7 +290,8 @@ THREAD_BOUND_S = 2.0
 # after the last) beyond what they use when idle: ESCAPE_MIN_S and ESCAPE_FRAC of the time
 # between them. What they use when idle is measured after the last call: windows of
 # ESCAPE_WINDOW_S until two in a row used about the same (within ESCAPE_ALIKE of the larger,
-# and ESCAPE_WINDOW_S x 0.5% of a core), at most ESCAPE_IDLE_RATE of a core each; not so
+# and ESCAPE_WINDOW_S x 0.5% of a core), at most ESCAPE_IDLE_RATE of a core each, none of
+# their threads running (state R) where they end; not so
 # within THREAD_BOUND_S is the candidate's verdict (still working). Idle pools cost what
 # their wake-ups do: four threads in q.get(timeout=0.001) used 12-15% of a core between
 # the calls on an H200's host with 8 workers running (a bound without the idle rate failed
@@ -534,7 +535,8 @@ class Timer:
         """After the last call, where the last look saw a thread of the candidate's: the CPU
         time (ns) and wall time (s) they use from that look on, windows of ESCAPE_WINDOW_S
         (on cuda slept in steps of GPU_POLL_S, each with gpu_wait) until two in a row are
-        alike, and their rate then (CPU s a s): (ns, s, rate). Raises Verdict where they
+        alike, no thread of theirs running at the readings that end them, and their rate
+        then (CPU s a s): (ns, s, rate). Raises Verdict where they
         are not so within THREAD_BOUND_S. (0, 0, 0) where there is nothing to wait for."""
         if self.mark is None or self.mark[2] is None or ESCAPE_SETTLE_S <= 0:
             return 0, 0.0, 0.0
@@ -549,15 +551,21 @@ class Timer:
                 time.sleep(ESCAPE_WINDOW_S)
             # every thread read (the new too: its count brought up to date), those gone
             # in the process's clock
-            used = self.others_ns(then, cpu_clocks(task_ids()))
+            ids = task_ids()
+            used = self.others_ns(then, cpu_clocks(ids))
             now = time.perf_counter()
             win = (used - base, now - last)
             base, last = used, now
-            if prev is not None and now - at >= ESCAPE_SETTLE_S:
+            # a thread of the candidate's running (state R: on a CPU or waiting for one)
+            # is working, whatever share of a CPU it gets: a window that ends with one is
+            # not idle, nor taken with the next (one working on a CPU shared with two busy
+            # processes got a third of it, two windows alike)
+            working = b"R" in tasks(ids - self.mine).values()
+            if prev is not None and not working and now - at >= ESCAPE_SETTLE_S:
                 lo, hi = sorted((prev[0] / prev[1] / 1e9, win[0] / win[1] / 1e9))
                 if hi <= ESCAPE_IDLE_RATE and hi - lo <= ESCAPE_ALIKE * hi + 0.005:
                     return used, now - at, (prev[0] + win[0]) / (prev[1] + win[1]) / 1e9
-            prev = win
+            prev = None if working else win
             if now - at > THREAD_BOUND_S:
                 raise Verdict("runtime_error", "timing: the candidate's threads were still "
                               "working %g s after the last timed call (%.0f%% of a core in "
