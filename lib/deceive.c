@@ -940,8 +940,36 @@ static int find_flows(struct ctx *x, unsigned char *flows)
 	return x->nbuild > 0 && f.ok;
 }
 
-/* The name build c gives its module (load_inline(name="relu_ext", ...), load, CUDAExtension):
- * 1 with *s and *n set, else 0 (RawKernel, a name not written as one string literal). */
+/* The string literal that name token t stands for: the name bound only by plain assignments
+ * of one literal, the same text each (NAME = "relu_ext"), and no other way
+ * (flow_bound_elsewhere): its token, else -1 */
+static int bound_string(const struct pysrc *p, int t)
+{
+	const char *name = p->src + p->tok[t].start;
+	size_t n = p->tok[t].end - p->tok[t].start;
+	int found = -1;
+
+	if (flow_bound_elsewhere(p, name, n))
+		return -1;
+	for (size_t i = 0; i < p->nassign; i++) {
+		const struct pysrc_assign *as = &p->assign[i];
+		int v = as->tok_value;
+		if (strlen(as->target) != n || memcmp(as->target, name, n))
+			continue;
+		if (as->op != '=' || as->tok_end != v + 1 || p->tok[v].kind != PYSRC_TOK_STRING)
+			return -1;
+		const struct pysrc_string *a = &p->str[p->tok[v].str];
+		if (found >= 0 && (a->len != p->str[p->tok[found].str].len ||
+		                   memcmp(a->text, p->str[p->tok[found].str].text, a->len)))
+			return -1;
+		found = v;
+	}
+	return found;
+}
+
+/* The name build c gives its module (load_inline(name="relu_ext", ...), load, CUDAExtension;
+ * or name=NAME after NAME = "relu_ext": bound_string): 1 with *s and *n set, else 0
+ * (RawKernel, a name neither one string literal nor a name bound only to one). */
 static int build_name(const struct ctx *x, const struct pysrc_call *c, const char **s, size_t *n)
 {
 	const struct pysrc *p = &x->p;
@@ -949,7 +977,11 @@ static int build_name(const struct ctx *x, const struct pysrc_call *c, const cha
 	int a, b;
 
 	if (!strcmp(last, "RawKernel") || !strcmp(last, "RawModule") ||
-	    pysrc_call_arg(p, c, "name", 0, &a, &b) != 0 || b != a + 1 || p->tok[a].kind != PYSRC_TOK_STRING)
+	    pysrc_call_arg(p, c, "name", 0, &a, &b) != 0 || b != a + 1)
+		return 0;
+	if (p->tok[a].kind == PYSRC_TOK_NAME)
+		a = bound_string(p, a);
+	if (a < 0 || p->tok[a].kind != PYSRC_TOK_STRING)
 		return 0;
 	*s = p->str[p->tok[a].str].text;
 	*n = p->str[p->tok[a].str].len;
