@@ -291,7 +291,11 @@ THREAD_BOUND_S = 2.0
 # between them. What they use when idle is measured after the last call: windows of
 # ESCAPE_WINDOW_S until two in a row used about the same (within ESCAPE_ALIKE of the larger,
 # and ESCAPE_WINDOW_S x 0.5% of a core), at most ESCAPE_IDLE_RATE of a core each, none of
-# their threads running (state R) where they end; not so
+# their threads running (state R) where they end having had ESCAPE_BUSY of a core in the
+# window (test 061's thread working on a CPU shared with two busy processes had 28-32%; 64
+# threads in q.get(timeout=0.001) on 2 CPUs, 3 to 56 of them in state R at each reading,
+# 2.6% each at most, 48 in q.get(timeout=0.0005) on one, 0 to 48, 3%: taken for working,
+# such a pool was a runtime_error, test 062); not so
 # within THREAD_BOUND_S is the candidate's verdict (still working). Idle pools cost what
 # their wake-ups do: four threads in q.get(timeout=0.001) used 12-15% of a core between
 # the calls on an H200's host with 8 workers running (a bound without the idle rate failed
@@ -305,6 +309,7 @@ ESCAPE_SETTLE_S = 0.04
 ESCAPE_WINDOW_S = 0.02
 ESCAPE_ALIKE = 0.25
 ESCAPE_IDLE_RATE = 0.5
+ESCAPE_BUSY = 0.1
 
 # Timing, cuda: the device is idle when a timed call ends (cuda_call synchronised it and
 # the look found the candidate's threads idle), so a device-wide synchronisation between
@@ -559,7 +564,7 @@ class Timer:
             return 0, 0.0, 0.0
         self.clocked()
         at, _, then = self.mark
-        last, prev, base = at, None, 0
+        last, prev, base, was = at, None, 0, then[1]
         while True:
             if self.cuda:
                 for _ in range(max(1, round(ESCAPE_WINDOW_S / GPU_POLL_S))):
@@ -570,15 +575,20 @@ class Timer:
             # every thread read (the new too: its count brought up to date), those gone
             # in the process's clock
             ids = task_ids()
-            used = self.others_ns(then, cpu_clocks(ids))
+            clocks = cpu_clocks(ids)
+            used = self.others_ns(then, clocks)
             now = time.perf_counter()
             win = (used - base, now - last)
             base, last = used, now
             # a thread of the candidate's running (state R: on a CPU or waiting for one)
-            # is working, whatever share of a CPU it gets: a window that ends with one is
-            # not idle, nor taken with the next (one working on a CPU shared with two busy
-            # processes got a third of it, two windows alike)
-            working = b"R" in tasks(ids - self.mine).values()
+            # that had ESCAPE_BUSY of a core in the window is working: a window that ends
+            # with one is not idle, nor taken with the next (one working on a CPU shared
+            # with two busy processes got a third of it, two windows alike); one in state R
+            # with less is an idle one woken (of many in timed waits, some are at each)
+            floor = ESCAPE_BUSY * win[1] * 1e9
+            working = any(clocks[1].get(t, 0) - was.get(t, 0) >= floor
+                          for t, st in tasks(ids - self.mine).items() if st == b"R")
+            was = clocks[1]
             if prev is not None and not working and now - at >= ESCAPE_SETTLE_S:
                 lo, hi = sorted((prev[0] / prev[1] / 1e9, win[0] / win[1] / 1e9))
                 if hi <= ESCAPE_IDLE_RATE and hi - lo <= ESCAPE_ALIKE * hi + 0.005:
