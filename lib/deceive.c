@@ -353,12 +353,23 @@ static int in_list(const char *s, const char **list)
 	return 0;
 }
 
+static int only_view_calls(const char *s);
+
 static int is_torch_compute(const struct ctx *x, const char *callee)
 {
-	const char *last = last_part(callee);
+	const char *last = last_part(callee), *call = strstr(callee, "()");
 
 	if (in_list(last, torch_safe))
 		return 0;
+	/* an allocation with only view calls on it (torch.empty_like().view, torch.empty().
+	 * reshape().flatten): the callee before the first call computes nothing, nor the rest */
+	if (call && only_view_calls(call + 2)) {
+		char *base = xstrndup(callee, (size_t)(call - callee));
+		int computes = is_torch_compute(x, base);
+		free(base);
+		if (!computes)
+			return 0;
+	}
 	if (starts(callee, "torch.cuda.") || starts(callee, "torch.utils.") || starts(callee, "torch.backends.") ||
 	    starts(callee, "torch.jit.") || starts(callee, "torch.testing.") || starts(callee, "torch.ops."))
 		return 0;
@@ -2238,6 +2249,27 @@ static const char *c_view_calls[] = { "data_ptr", "mutable_data_ptr", "data", "v
 static const char *c_view_neutral[] = { "static_cast", "reinterpret_cast", "const_cast", "move", NULL };
 static const char *c_size_calls[] = { "size", "numel", "stride", "dim", "sizes", "strides", "min",
 	"max", NULL };
+
+/* Is the callee text s a chain of c_view_calls only, .NAME(.NAME)* with "()" after each
+ * NAME but the last (".view().reshape")? */
+static int only_view_calls(const char *s)
+{
+	while (*s == '.') {
+		size_t n = strcspn(s + 1, ".(?");
+		char *name = xstrndup(s + 1, n);
+		int view = n > 0 && in_list(name, c_view_calls);
+		free(name);
+		if (!view)
+			return 0;
+		s += 1 + n;
+		if (!*s)
+			return 1;
+		if (strncmp(s, "()", 2))
+			return 0;
+		s += 2;
+	}
+	return 0;
+}
 
 /* After a name at p: past the calls of c_view_calls chained on it (.view(-1).t()), at the
  * first thing that is none */
