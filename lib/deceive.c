@@ -978,17 +978,14 @@ static int bound_string(const struct pysrc *p, int t)
 	return found;
 }
 
-/* The name build c gives its module (load_inline(name="relu_ext", ...), load, CUDAExtension;
- * or name=NAME after NAME = "relu_ext": bound_string): 1 with *s and *n set, else 0
- * (RawKernel, a name neither one string literal nor a name bound only to one). */
-static int build_name(const struct ctx *x, const struct pysrc_call *c, const char **s, size_t *n)
+/* The module name call c is given as its argument name= or first ("relu_ext", or NAME after
+ * NAME = "relu_ext": bound_string): 1 with *s and *n set, else 0 (neither one string literal
+ * nor a name bound only to one) */
+static int name_arg(const struct pysrc *p, const struct pysrc_call *c, const char **s, size_t *n)
 {
-	const struct pysrc *p = &x->p;
-	const char *last = last_part(c->callee);
 	int a, b;
 
-	if (!strcmp(last, "RawKernel") || !strcmp(last, "RawModule") ||
-	    pysrc_call_arg(p, c, "name", 0, &a, &b) != 0 || b != a + 1)
+	if (pysrc_call_arg(p, c, "name", 0, &a, &b) != 0 || b != a + 1)
 		return 0;
 	if (p->tok[a].kind == PYSRC_TOK_NAME)
 		a = bound_string(p, a);
@@ -999,9 +996,21 @@ static int build_name(const struct ctx *x, const struct pysrc_call *c, const cha
 	return *n > 0;
 }
 
+/* The name build c gives its module (load_inline(name="relu_ext", ...), load, CUDAExtension;
+ * name_arg): 1 with *s and *n set, else 0 (RawKernel, a name name_arg does not know). */
+static int build_name(const struct ctx *x, const struct pysrc_call *c, const char **s, size_t *n)
+{
+	const char *last = last_part(c->callee);
+
+	if (!strcmp(last, "RawKernel") || !strcmp(last, "RawModule"))
+		return 0;
+	return name_arg(&x->p, c, s, n);
+}
+
 /* A built module imported by the name its build gives it (import relu_ext [as r], from
- * relu_ext import relu): the names it is bound to hold the module (relu_ext, r), and the
- * name itself goes into x->imported (find_aliases takes what is imported from it). */
+ * relu_ext import relu, r = importlib.import_module("relu_ext")): the names it is bound to
+ * hold the module (relu_ext, r), and the name itself goes into x->imported (find_aliases
+ * takes what is imported from it). */
 static void find_imported_builds(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
@@ -1044,6 +1053,18 @@ static void find_imported_builds(struct ctx *x)
 			if (!tok_is(p, k, ","))
 				break;
 			k++;
+		}
+	}
+	for (size_t i = 0; i < p->ncall; i++) {
+		const struct pysrc_call *c = &p->call[i];
+		if (strcmp(x->canon[i], "importlib.import_module") || !name_arg(p, c, &s, &n) ||
+		    !names_has(&built, s, n))
+			continue;
+		names_add(&x->imported, s, n);
+		int as = assign_holding(p, c->tok_open);
+		if (as >= 0 && p->assign[as].tok_value == c->tok_name && p->assign[as].tok_end == c->tok_close + 1) {
+			const char *t = last_part(p->assign[as].target);
+			names_add(&x->modules, t, strlen(t));
 		}
 	}
 	buf_free(&name);
