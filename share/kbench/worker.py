@@ -13,10 +13,12 @@
 # header (make_pch) or the lean builds' names (make_names) it asked for, the only writers of
 # the cache's pch/ and lean/; "run" follows KernelBench's
 # protocol: seeded init, correctness trials on fresh seeded inputs, then timing of both the
-# reference and the candidate under the same conditions, with the defences of SPEC section 8.
+# reference and the candidate under the same conditions, with the defences of SPEC section 8;
+# the reference runs whole (its outputs, sealed, and its timing) before the candidate's code.
 import json
 import math
 import os
+import random
 import re
 import sys
 import threading
@@ -122,9 +124,16 @@ def exec_source(src, name):
 
 
 def set_seed(torch, seed, cuda):
+    """KernelBench's seeding (torch's generators), and Python's and NumPy's where loaded:
+    the inputs are drawn again for the candidate (do_run), so a get_inputs() that draws from
+    them must draw the same."""
     torch.manual_seed(seed)
     if cuda:
         torch.cuda.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
 
 
 def to_device(torch, xs, dev):
@@ -254,6 +263,77 @@ def same_inputs(torch, a, b):
             if type(y) is not type(x) or x.shape != y.shape or not same_tensor(torch, x, y):
                 return False
     return True
+
+
+def input_digest(torch, xs):
+    """What inputs xs hold, to tell whether get_inputs() drew the same again: per tensor its
+    class, dtype, shape, device, the sum of its bytes and 64 of them spread over it (one pass
+    over it, exact, in any order); other values by repr."""
+    out = []
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            b = x.detach().contiguous().reshape(-1).view(torch.uint8)
+            out.append((type(x).__name__, str(x.dtype), tuple(x.shape), str(x.device),
+                        int(torch.sum(b, dtype=torch.int64)),
+                        bytes(b[::max(1, b.numel() // 64)][:64].tolist())))
+        else:
+            out.append(repr(x))
+    return out
+
+
+class Sealed:
+    """The reference's outputs of the correctness trials, made before the candidate's code
+    runs (a candidate that rebinds torch's functions cannot change them, nor slow the
+    reference's timing) and kept until each is compared: each a copy of its own (a reference
+    may return a buffer it fills again) XORed with random bytes, a key of at most KEY bytes
+    drawn again from a seed to open it. While the candidate runs, no tensor in the worker
+    holds the reference's output for it to find (in the worker's frames, or among gc's
+    objects) and return as its own: it would have to take the worker apart
+    (deceive-check's introspection rule flags the frame and gc reads it takes)."""
+    KEY = 1 << 20
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.seed = int.from_bytes(os.urandom(7), "little")
+        self.keys = 0       # the keys drawn
+        self.trials = []    # per trial: [(copy, its key's number)], None once opened
+
+    def xor(self, t, n):
+        """XOR tensor t's bytes, in place, with key number n (a second time undoes it)."""
+        torch = self.torch
+        b = t.reshape(-1).view(torch.uint8)
+        size = b.numel()
+        if not size:
+            return
+        g = torch.Generator(device=t.device)
+        g.manual_seed(self.seed + n)
+        k = torch.randint(0, 256, (min(size, self.KEY),), dtype=torch.uint8, device=t.device,
+                          generator=g)
+        whole = size - size % k.numel()
+        b[:whole].view(-1, k.numel()).bitwise_xor_(k)
+        if whole < size:
+            b[whole:].bitwise_xor_(k[:size - whole])
+
+    def add(self, outs):
+        """Keep one trial's outputs (flatten's list) sealed."""
+        kept = []
+        for t in outs:
+            c = t.detach().clone(memory_format=self.torch.contiguous_format)
+            self.xor(c, self.keys)
+            kept.append((c, self.keys))
+            self.keys += 1
+        self.trials.append(kept)
+
+    def open(self, i):
+        """Trial i's outputs as the reference returned them (a list), no longer kept."""
+        kept, self.trials[i] = self.trials[i], None
+        for c, n in kept:
+            self.xor(c, n)
+        return [c for c, _ in kept]
+
+    def kept(self, i):
+        """Trial i's sealed copies (what poison sizes its junk by on the CPU)."""
+        return [c for c, _ in self.trials[i]]
 
 
 def poison(torch, cuda, outs):
@@ -1464,7 +1544,51 @@ def do_run(torch, job, ev, info):
     except BaseException as e:  # SystemExit too: the reference's failure, not the candidate's
         raise ref_failed("reference", e)
 
+    # the reference first, whole, before any of the candidate's code runs: its outputs for
+    # the correctness trials (sealed) and its timing, so that nothing the candidate does (a
+    # torch function rebound, a thread of its own) can change or slow it
     own = own_threads(torch, cuda)
+    set_seed(torch, seed, cuda)
+    seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(trials)]
+    sealed = Sealed(torch)
+    digests = []
+    for s in seeds:
+        set_seed(torch, s, cuda)
+        try:
+            orig = to_device(torch, get_inputs(), dev)
+        except BaseException as e:
+            raise ref_failed("reference get_inputs()", e)
+        digests.append(input_digest(torch, orig))
+        try:
+            with torch.no_grad():
+                ref_out = model(*orig)     # inputs of its own: drawn again for the candidate
+        except BaseException as e:
+            raise ref_failed("reference forward", e)
+        flat = flatten(torch, ref_out)
+        if flat is None:    # no output to judge a candidate by
+            raise Verdict("ref_error", "reference output is %s, not a tensor or a tuple of "
+                          "tensors" % type(ref_out).__name__)
+        if not ev.get("ref_nan") and any((t.is_floating_point() or t.is_complex()) and
+                                         bool(t.isnan().any()) for t in flat):
+            ev["ref_nan"] = True    # no candidate can match it: kbench-eval says so
+        sealed.add(flat)
+        del orig, ref_out, flat
+    rt = None
+    if perf > 0 and time_ref:
+        try:
+            set_seed(torch, seed, cuda)
+            inputs = to_device(torch, get_inputs(), dev)
+            rt = stats_of(Timer(torch, cuda, bool(job.get("flush_l2", False)), own)
+                          .measure(model, inputs, warm, perf))
+        except Verdict as v:    # the reference's own threads: no candidate's code has run
+            raise Verdict("ref_error", "reference timing: %s" % v.message)
+        except BaseException as e:
+            raise ref_failed("reference timing", e)
+        del inputs
+    del model
+    # threads the reference started are not the candidate's
+    own = own | task_ids()
+
     ns = load_candidate(torch, job["kernel"], ev)
     progress("compiled")
     ModelNew = ns.get("ModelNew")
@@ -1485,33 +1609,24 @@ def do_run(torch, job, ev, info):
             raise Verdict("cuda_error", "ModelNew(): %s" % tail(e))
         raise Verdict("init_error", "ModelNew(): %s: %s" % (type(e).__name__, tail(e)))
 
-    # correctness: KernelBench's seeds, fresh inputs per trial, reference on its own copy
+    # correctness: KernelBench's seeds, the same inputs drawn again, the candidate on a copy
+    # (the one drawn is kept to find a change), against the reference's sealed outputs
     stats = {"max_abs_err": 0.0, "max_rel_err": 0.0}
-    set_seed(torch, seed, cuda)
-    seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(trials)]
     passed = 0
     ev["trials_passed"] = 0
-    for s in seeds:
+    for i, s in enumerate(seeds):
         set_seed(torch, s, cuda)
         try:
             orig = to_device(torch, get_inputs(), dev)
         except BaseException as e:
             raise ref_failed("reference get_inputs()", e)
-        ref_in = clone_all(torch, orig)
+        if input_digest(torch, orig) != digests[i]:
+            raise Verdict("ref_error", "get_inputs() drew other inputs for trial %d once the "
+                          "candidate's code had run than under the same seed before it: "
+                          "inputs not from torch's, Python's or NumPy's seeded generators, "
+                          "or generators the candidate changed" % (i + 1))
         new_in = clone_all(torch, orig)
-        try:
-            with torch.no_grad():
-                ref_out = model(*ref_in)
-        except BaseException as e:
-            raise ref_failed("reference forward", e)
-        flat = flatten(torch, ref_out)
-        if flat is None:    # no output to judge a candidate by
-            raise Verdict("ref_error", "reference output is %s, not a tensor or a tuple of "
-                          "tensors" % type(ref_out).__name__)
-        if not ev.get("ref_nan") and any((t.is_floating_point() or t.is_complex()) and
-                                         bool(t.isnan().any()) for t in flat):
-            ev["ref_nan"] = True    # no candidate can match it: kbench-eval says so
-        poison(torch, cuda, flat)
+        poison(torch, cuda, sealed.kept(i))
         try:
             with torch.no_grad():
                 out = new(*new_in)
@@ -1522,11 +1637,13 @@ def do_run(torch, job, ev, info):
             if cuda and is_cuda_error(e):
                 raise Verdict("cuda_error", "forward: %s" % tail(e))
             raise Verdict("runtime_error", "forward: %s: %s" % (type(e).__name__, tail(e)))
+        ref_out = sealed.open(i)
         try:
             compare(torch, ref_out, out, atol, rtol, rtol_only, stats)
         finally:
             ev["max_abs_err"] = finite(stats["max_abs_err"])
             ev["max_rel_err"] = finite(stats["max_rel_err"])
+        del ref_out
         if not same_inputs(torch, orig, new_in):
             ev["inputs_mutated"] = True
             raise Verdict("mismatch", "the candidate modified its inputs")
@@ -1540,7 +1657,7 @@ def do_run(torch, job, ev, info):
     set_seed(torch, seed, cuda)
     inputs = to_device(torch, get_inputs(), dev)
     try:
-        kt = stats_of(timer.measure(new, clone_all(torch, inputs), warm, perf))
+        kt = stats_of(timer.measure(new, inputs, warm, perf))
     except Verdict:     # a thread that outlives the call
         ev["correct"] = False
         raise
@@ -1550,14 +1667,10 @@ def do_run(torch, job, ev, info):
         if cuda and is_cuda_error(e):
             raise Verdict("cuda_error", "timing: %s" % tail(e))
         raise Verdict("runtime_error", "timing: %s: %s" % (type(e).__name__, tail(e)))
-    if time_ref:
-        # before the kernel's times are set: a Verdict here (the candidate's threads worked
-        # while the reference was timed) leaves none
-        rt = stats_of(timer.measure(model, clone_all(torch, inputs), warm, perf))
     ev["kernel_ms"] = sig3(kt["mean"])
     ev["kernel_ms_median"] = sig3(kt["median"])
     ev["kernel_ms_std"] = sig3(kt["std"])
-    if time_ref:
+    if rt is not None:
         ev["ref_ms"] = sig3(rt["mean"])
         ev["ref_ms_median"] = sig3(rt["median"])
         if kt["mean"] > 0:
