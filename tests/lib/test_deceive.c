@@ -124,7 +124,7 @@ static void test_api(void)
 
 	for (n = 0; deceive_rules[n].name; n++)
 		CHECK(deceive_rules[n].description && *deceive_rules[n].description, deceive_rules[n].name);
-	CHECK(n == 14, "fourteen rules");
+	CHECK(n == 15, "fifteen rules");
 	CHECK(deceive_checker_new("kernel-not-called,nope", &bad) == NULL && bad && !strcmp(bad, "nope"),
 	      "unknown rule named");
 
