@@ -5384,7 +5384,8 @@ static void intro_fstrings(struct ctx *x)
 		if (!(st->flags & PYSRC_STR_FSTRING) || (st->flags & PYSRC_STR_DOC))
 			continue;
 		for (size_t k = 0; k + 1 < st->len; k++) {
-			if (st->text[k] != '.' || !is_cident(st->text[k + 1]) || (st->text[k + 1] >= '0' && st->text[k + 1] <= '9'))
+			char c1 = st->text[k + 1];
+			if (st->text[k] != '.' || !is_cident(c1) || (c1 >= '0' && c1 <= '9'))
 				continue;
 			size_t e = k + 1;
 			while (e < st->len && is_cident(st->text[e]))
