@@ -3,7 +3,8 @@
 # candidates (correct, wrong, illegal memory access followed by correct ones, side-stream
 # and thread timing tricks, GPU work a pool queues between timed calls, an honest idling
 # pool, pools whose threads end or start between timed calls, input mutation,
-# uninitialised output; lean builds, their fallback to the
+# uninitialised output, a reference slowed or changed by a rebound torch function or its
+# output looked for in the worker's frames; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -87,8 +88,9 @@ fi
 [ "$st" -eq 0 ] && ok "kbench-eval exit status 0 (cold run $((t1 - t0)) s)" ||
 	notok "kbench-eval exit status $st (see $out/eval.err)"
 
+recs=$out/eval.jsonl    # the records check reads
 check() { # id python-expression-over-ev description
-	if "$py" - "$out/eval.jsonl" "$1" "$2" <<'EOF'
+	if "$py" - "$recs" "$1" "$2" <<'EOF'
 import json, sys
 recs = {}
 for line in open(sys.argv[1]):
@@ -215,6 +217,18 @@ sys.exit(not (ev["error"] == "runtime_error" and "threads worked" in ev["message
 		ok "$id: threads that work after the last timed call and end: runtime_error" ||
 		notok "$id: threads that work after the last timed call and end: runtime_error"
 done
+# the reference runs whole before the candidate's code: a candidate that rebinds torch.relu
+# (which the reference calls) to wait 2 ms does not slow the reference's timing, one that
+# rebinds it to return zeros and returns zeros is a mismatch, and one that looks for the
+# reference's output in the worker's frames finds none (the outputs are kept sealed)
+"$py" "$mk" level1/1_ReLU.py relu_slowref.py relu_falseref.py relu_peek.py | kbench-eval \
+	-d cuda -k "$kb" -c "$cache" -P 20 $netns >"$out/first.jsonl" 2>>"$out/eval.err"
+recs=$out/first.jsonl
+check relu_slowref 'ev["correct"] and ev["ref_ms"] < 1' \
+	"torch.relu rebound to wait 2 ms: the reference timed without it (ref_ms < 1)"
+check relu_falseref 'ev["error"] == "mismatch"' "torch.relu rebound to return zeros: mismatch"
+check relu_peek 'ev["error"] == "mismatch"' "the reference's output looked for in the frames: mismatch"
+recs=$out/eval.jsonl
 kbench-eval --report -k "$kb" -L 1 "$out/eval.jsonl" >"$out/report.txt" 2>>"$out/eval.err" &&
 	ok "report" || notok "report"
 sed 's/^/# /' "$out/report.txt"
