@@ -4,7 +4,7 @@
 # and thread timing tricks, GPU work a pool queues between timed calls, an honest idling
 # pool, pools whose threads end or start between timed calls, input mutation,
 # uninitialised output, a reference slowed or changed by a rebound torch function or its
-# output looked for in the worker's frames; lean builds, their fallback to the
+# output looked for in the worker's frames, timing's own functions rebound; lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -221,9 +221,17 @@ done
 # (which the reference calls) to wait 2 ms does not slow the reference's timing, one that
 # rebinds it to return zeros and returns zeros is a mismatch, and one that looks for the
 # reference's output in the worker's frames finds none (the outputs are kept sealed)
-"$py" "$mk" level1/1_ReLU.py relu_slowref.py relu_falseref.py relu_peek.py | kbench-eval \
-	-d cuda -k "$kb" -c "$cache" -P 20 $netns >"$out/first.jsonl" 2>>"$out/eval.err"
+# (relu_slowref, relu_falseref, relu_peek); timing calls the functions it had before the
+# candidate's code ran: one that rebinds Event.elapsed_time to say a fiftieth (relu_event) or
+# os.listdir to hide the thread it leaves 30 ms of work to (relu_hide) is timed right
+"$py" "$mk" level1/1_ReLU.py relu_slowref.py relu_falseref.py relu_peek.py relu_event.py \
+	relu_hide.py | kbench-eval -d cuda -k "$kb" -c "$cache" -P 20 $netns >"$out/first.jsonl" \
+	2>>"$out/eval.err"
 recs=$out/first.jsonl
+check relu_event 'ev["correct"] and ev["speedup"] < 5' \
+	"Event.elapsed_time rebound to say a fiftieth: timed with the real one (speedup < 5)"
+check relu_hide 'ev["correct"] and ev["kernel_ms"] > 20' \
+	"os.listdir rebound to hide the thread doing 30 ms of work: timed with it (kernel_ms > 20)"
 check relu_slowref 'ev["correct"] and ev["ref_ms"] < 1' \
 	"torch.relu rebound to wait 2 ms: the reference timed without it (ref_ms < 1)"
 check relu_falseref 'ev["error"] == "mismatch"' "torch.relu rebound to return zeros: mismatch"
