@@ -5023,12 +5023,29 @@ static void rule_inherits_reference(struct ctx *x)
 	}
 }
 
-/* Assignments, and setattr(obj, "name", ...) calls, whose target (canonical: aliases
- * resolved) matches pattern re and not pattern but (-1: none): findings of rule, "assignment
- * to T what" / "setattr on T what" */
+/* The text of tokens [a, b) into s when they are only string literals (no f-string), joined
+ * by + or juxtaposed, in parentheses or not: "perf_" + "counter" -> perf_counter; 0 when
+ * anything else is there (a name, a call, an f-string: built at run time) */
+static int const_string(const struct pysrc *p, int a, int b, struct buf *s)
+{
+	buf_reset(s);
+	for (int k = a; k < b; k++) {
+		const struct pysrc_tok *t = &p->tok[k];
+		if (t->kind == PYSRC_TOK_STRING && !(p->str[t->str].flags & PYSRC_STR_FSTRING))
+			buf_add(s, p->str[t->str].text, p->str[t->str].len);
+		else if (!tok_is(p, k, "+") && !tok_is(p, k, "(") && !tok_is(p, k, ")"))
+			return 0;
+	}
+	return a < b;
+}
+
+/* Assignments, and setattr(obj, "name", ...) calls (the name's literals folded), whose
+ * target (canonical: aliases resolved) matches pattern re and not pattern but (-1: none):
+ * findings of rule, "assignment to T what" / "setattr on T what" */
 static void patches(struct ctx *x, int re, int but, int rule, const char *what)
 {
 	const struct pysrc *p = &x->p;
+	struct buf name;
 	int a, b;
 
 	for (size_t i = 0; i < p->nassign; i++) {
@@ -5047,12 +5064,14 @@ static void patches(struct ctx *x, int re, int but, int rule, const char *what)
 		buf_reset(&t);
 		buf_adds(&t, full);
 		free(full);
-		if (pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0 && p->tok[a].kind == PYSRC_TOK_STRING) {
+		buf_init(&name);
+		if (pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0 && const_string(p, a, b, &name)) {
 			buf_addc(&t, '.');
-			buf_add(&t, p->str[p->tok[a].str].text, p->str[p->tok[a].str].len);
+			buf_add(&t, name.p, name.len);
 			if (match_str(x, re, t.p) && (but < 0 || !match_str(x, but, t.p)))
 				add(x, rule, c->line, "setattr on %s %s", t.p, what);
 		}
+		buf_free(&name);
 		buf_free(&t);
 	}
 }
