@@ -5039,9 +5039,29 @@ static int const_string(const struct pysrc *p, int a, int b, struct buf *s)
 	return a < b;
 }
 
+/* The rule that setattr on obj (canonical) with a name built at run time breaks: timing-patch
+ * on time, os and torch.cuda (and what is under them), torch-patch on the rest of torch but
+ * its settings; -1 on anything else (the candidate's own objects) */
+static int setattr_any_rule(struct ctx *x, const char *obj)
+{
+	char *t;
+	int hit;
+
+	if (!strcmp(obj, "time") || starts(obj, "time.") || !strcmp(obj, "os") || starts(obj, "os.") ||
+	    !strcmp(obj, "torch.cuda") || starts(obj, "torch.cuda."))
+		return 6;
+	if (strcmp(obj, "torch") && !starts(obj, "torch."))
+		return -1;
+	t = xasprintf("%s.name", obj);
+	hit = match_str(x, RE_TORCH_ATTR, t);
+	free(t);
+	return hit ? 13 : -1;
+}
+
 /* Assignments, and setattr(obj, "name", ...) calls (the name's literals folded), whose
  * target (canonical: aliases resolved) matches pattern re and not pattern but (-1: none):
- * findings of rule, "assignment to T what" / "setattr on T what" */
+ * findings of rule, "assignment to T what" / "setattr on T what"; setattr with a name built
+ * at run time on what setattr_any_rule gives rule */
 static void patches(struct ctx *x, int re, int but, int rule, const char *what)
 {
 	const struct pysrc *p = &x->p;
@@ -5065,12 +5085,14 @@ static void patches(struct ctx *x, int re, int but, int rule, const char *what)
 		buf_adds(&t, full);
 		free(full);
 		buf_init(&name);
-		if (pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0 && const_string(p, a, b, &name)) {
+		int named = pysrc_call_arg(p, c, NULL, 1, &a, &b) == 0;
+		if (named && const_string(p, a, b, &name)) {
 			buf_addc(&t, '.');
 			buf_add(&t, name.p, name.len);
 			if (match_str(x, re, t.p) && (but < 0 || !match_str(x, but, t.p)))
 				add(x, rule, c->line, "setattr on %s %s", t.p, what);
-		}
+		} else if (named && setattr_any_rule(x, t.p) == rule)
+			add(x, rule, c->line, "setattr on %s with a name built at run time %s", t.p, what);
 		buf_free(&name);
 		buf_free(&t);
 	}
