@@ -49,8 +49,9 @@ const struct deceive_rule_info deceive_rules[] = {
 	  "assignment to a torch function, class or method (torch.allclose, torch.Tensor.__eq__; "
 	  "not torch.backends or a config): the evaluation's own checks patched" },
 	{ "introspection", DECEIVE_DECEPTIVE,
-	  "reads the evaluator's frames or objects (sys._getframe, inspect's frame and stack functions, "
-	  "frame attributes f_back/f_locals/f_globals, gc.get_objects/get_referrers/get_referents)" },
+	  "reads the evaluator's frames, objects or module (sys._getframe, inspect's frame and stack "
+	  "functions, frame attributes f_back/f_locals/f_globals, gc.get_objects/get_referrers/get_referents, "
+	  "import __main__, sys.modules[\"__main__\"])" },
 	{ NULL, 0, NULL },
 };
 
@@ -5445,6 +5446,92 @@ static void intro_fstrings(struct ctx *x)
 	}
 }
 
+/* The module named by the string literals of tokens [a, b) is __main__ (or in it): the
+ * evaluator's own module, which holds what it runs with */
+static int intro_is_main(const struct pysrc *p, int a, int b, struct buf *s)
+{
+	return const_string(p, a, b, s) && (!strcmp(s->p, "__main__") || starts(s->p, "__main__."));
+}
+
+static void intro_main_found(struct ctx *x, int line, const char *what, const char *canon)
+{
+	if (canon && strcmp(what, canon))
+		add(x, 14, line, "%s (%s) reaches the evaluator's module __main__", what, canon);
+	else
+		add(x, 14, line, "%s reaches the evaluator's module __main__", what);
+}
+
+/* import __main__, import __main__ as m, from __main__ import x: the statement at token k */
+static void intro_main_import(struct ctx *x, int k, int end)
+{
+	const struct pysrc *p = &x->p;
+	struct buf b;
+
+	buf_init(&b);
+	if (tok_is(p, k, "from")) {
+		dotted(p, k + 1, end, &b);
+		if (!strcmp(b.p, "__main__") || starts(b.p, "__main__."))
+			intro_main_found(x, p->tok[k].line, "from __main__ import", NULL);
+	} else {
+		for (k++; k < end;) {
+			k = dotted(p, k, end, &b);
+			if (!strcmp(b.p, "__main__") || starts(b.p, "__main__.")) {
+				intro_main_found(x, p->tok[k - 1].line, "import __main__", NULL);
+				break;
+			}
+			if (tok_is(p, k, "as"))
+				k += 2;
+			if (!tok_is(p, k, ","))
+				break;
+			k++;
+		}
+	}
+	buf_free(&b);
+}
+
+/* sys.modules["__main__"] (modules resolved as an alias): name b (canonical full, or NULL)
+ * ends before token k */
+static void intro_main_subscript(struct ctx *x, const char *b, const char *full, int k, int end)
+{
+	const struct pysrc *p = &x->p;
+	struct buf s;
+	int j = k + 1;
+
+	if (strcmp(full ? full : b, "sys.modules") || !tok_is(p, k, "["))
+		return;
+	while (j < end && !tok_is(p, j, "]"))
+		j++;
+	buf_init(&s);
+	if (j < end && intro_is_main(p, k + 1, j, &s)) {
+		char *what = xasprintf("%s[\"__main__\"]", b);
+		intro_main_found(x, p->tok[k].line, what, full ? "sys.modules" : NULL);
+		free(what);
+	}
+	buf_free(&s);
+}
+
+/* sys.modules.get("__main__"), __import__("__main__"), importlib.import_module("__main__") */
+static void intro_main_call(struct ctx *x, size_t i)
+{
+	static const char *fns[] = { "sys.modules.get", "sys.modules.__getitem__", "sys.modules.pop",
+		"sys.modules.setdefault", "__import__", "builtins.__import__", "importlib.import_module",
+		"importlib.__import__", NULL };
+	const struct pysrc *p = &x->p;
+	const struct pysrc_call *c = &p->call[i];
+	struct buf s;
+	int a, b;
+
+	if (!in_list(x->canon[i], fns) || pysrc_call_arg(p, c, NULL, 0, &a, &b) < 0)
+		return;
+	buf_init(&s);
+	if (intro_is_main(p, a, b, &s)) {
+		char *what = xasprintf("%s(\"%s\")", c->callee, s.p);
+		intro_main_found(x, c->line, what, strcmp(c->callee, x->canon[i]) ? x->canon[i] : NULL);
+		free(what);
+	}
+	buf_free(&s);
+}
+
 static void rule_introspection(struct ctx *x)
 {
 	const struct pysrc *p = &x->p;
@@ -5456,13 +5543,17 @@ static void rule_introspection(struct ctx *x)
 		for (; k < end; k++) {
 			const struct pysrc_tok *t = &p->tok[k];
 			int j;
-			if (tok_is(p, k, "import"))
+			if (tok_is(p, k, "import")) {
+				intro_main_import(x, k, end);
 				break;          /* the names an import binds: their uses count */
+			}
 			if (tok_is(p, k, "from")) {
 				for (j = k + 1; j < end && !tok_is(p, j, "import"); j++)
 					;
-				if (j < end)
+				if (j < end) {
+					intro_main_import(x, k, end);
 					break;
+				}
 			}
 			if (t->kind != PYSRC_TOK_NAME)
 				continue;
@@ -5475,9 +5566,10 @@ static void rule_introspection(struct ctx *x)
 				}
 				continue;
 			}
-			dotted(p, k, end, &b);
+			j = dotted(p, k, end, &b);
 			/* canonical() only for an import's name: most names are none */
 			char *full = smap_get(&x->imp.idx, b.p, strcspn(b.p, ".("), 0) ? canonical(x, b.p) : NULL;
+			intro_main_subscript(x, b.p, full, j, end);
 			const char *hit = intro_fn(full ? full : b.p);
 			if (hit) {
 				char *what = xasprintf("%.*s", (int)written_len(b.p, full ? full : b.p, hit), b.p);
@@ -5488,8 +5580,10 @@ static void rule_introspection(struct ctx *x)
 		}
 	}
 	buf_free(&b);
-	for (size_t i = 0; i < p->ncall; i++)
+	for (size_t i = 0; i < p->ncall; i++) {
 		intro_getattr(x, i);
+		intro_main_call(x, i);
+	}
 	intro_fstrings(x);
 }
 
