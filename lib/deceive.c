@@ -5372,12 +5372,16 @@ static size_t written_len(const char *w, const char *full, const char *fn)
 	return n;
 }
 
-static void intro_found(struct ctx *x, int line, const char *what, const char *canon)
+static const char intro_reads[] = "reads the evaluator's frames or objects";
+static const char intro_main[] = "reaches the evaluator's module __main__";
+
+/* an introspection finding: "what (canon) does", canon left out when NULL or what itself */
+static void intro_found(struct ctx *x, int line, const char *what, const char *canon, const char *does)
 {
 	if (canon && strcmp(what, canon))
-		add(x, 14, line, "%s (%s) reads the evaluator's frames or objects", what, canon);
+		add(x, 14, line, "%s (%s) %s", what, canon, does);
 	else
-		add(x, 14, line, "%s reads the evaluator's frames or objects", what);
+		add(x, 14, line, "%s %s", what, does);
 }
 
 /* getattr(o, "f_locals"), getattr(sys, "_getframe"), o.__getattribute__("f_back"),
@@ -5438,7 +5442,7 @@ static void intro_fstrings(struct ctx *x)
 			const char *hit = intro_attr(st->text + k + 1, e - k - 1);
 			if (hit) {
 				char *what = xasprintf(".%s in an f-string", hit);
-				intro_found(x, pysrc_string_line(st, k), what, NULL);
+				intro_found(x, pysrc_string_line(st, k), what, NULL, intro_reads);
 				free(what);
 			}
 			k = e - 1;
@@ -5453,14 +5457,6 @@ static int intro_is_main(const struct pysrc *p, int a, int b, struct buf *s)
 	return const_string(p, a, b, s) && (!strcmp(s->p, "__main__") || starts(s->p, "__main__."));
 }
 
-static void intro_main_found(struct ctx *x, int line, const char *what, const char *canon)
-{
-	if (canon && strcmp(what, canon))
-		add(x, 14, line, "%s (%s) reaches the evaluator's module __main__", what, canon);
-	else
-		add(x, 14, line, "%s reaches the evaluator's module __main__", what);
-}
-
 /* import __main__, import __main__ as m, from __main__ import x: the statement at token k */
 static void intro_main_import(struct ctx *x, int k, int end)
 {
@@ -5471,12 +5467,12 @@ static void intro_main_import(struct ctx *x, int k, int end)
 	if (tok_is(p, k, "from")) {
 		dotted(p, k + 1, end, &b);
 		if (!strcmp(b.p, "__main__") || starts(b.p, "__main__."))
-			intro_main_found(x, p->tok[k].line, "from __main__ import", NULL);
+			intro_found(x, p->tok[k].line, "from __main__ import", NULL, intro_main);
 	} else {
 		for (k++; k < end;) {
 			k = dotted(p, k, end, &b);
 			if (!strcmp(b.p, "__main__") || starts(b.p, "__main__.")) {
-				intro_main_found(x, p->tok[k - 1].line, "import __main__", NULL);
+				intro_found(x, p->tok[k - 1].line, "import __main__", NULL, intro_main);
 				break;
 			}
 			if (tok_is(p, k, "as"))
@@ -5504,7 +5500,7 @@ static void intro_main_subscript(struct ctx *x, const char *b, const char *full,
 	buf_init(&s);
 	if (j < end && intro_is_main(p, k + 1, j, &s)) {
 		char *what = xasprintf("%s[\"__main__\"]", b);
-		intro_main_found(x, p->tok[k].line, what, full ? "sys.modules" : NULL);
+		intro_found(x, p->tok[k].line, what, full ? "sys.modules" : NULL, intro_main);
 		free(what);
 	}
 	buf_free(&s);
@@ -5526,7 +5522,7 @@ static void intro_main_call(struct ctx *x, size_t i)
 	buf_init(&s);
 	if (intro_is_main(p, a, b, &s)) {
 		char *what = xasprintf("%s(\"%s\")", c->callee, s.p);
-		intro_main_found(x, c->line, what, strcmp(c->callee, x->canon[i]) ? x->canon[i] : NULL);
+		intro_found(x, c->line, what, strcmp(c->callee, x->canon[i]) ? x->canon[i] : NULL, intro_main);
 		free(what);
 	}
 	buf_free(&s);
@@ -5561,7 +5557,7 @@ static void rule_introspection(struct ctx *x)
 				const char *hit = intro_attr(p->src + t->start, t->end - t->start);
 				if (hit) {
 					char *what = xasprintf(".%s", hit);
-					intro_found(x, t->line, what, NULL);
+					intro_found(x, t->line, what, NULL, intro_reads);
 					free(what);
 				}
 				continue;
@@ -5573,7 +5569,7 @@ static void rule_introspection(struct ctx *x)
 			const char *hit = intro_fn(full ? full : b.p);
 			if (hit) {
 				char *what = xasprintf("%.*s", (int)written_len(b.p, full ? full : b.p, hit), b.p);
-				intro_found(x, t->line, what, hit);
+				intro_found(x, t->line, what, hit, intro_reads);
 				free(what);
 			}
 			free(full);
