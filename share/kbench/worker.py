@@ -127,31 +127,37 @@ def set_seed(torch, seed, cuda):
     """KernelBench's seeding (torch's generators), and Python's and NumPy's where loaded:
     the inputs are drawn again for the candidate (do_run), so a get_inputs() that draws from
     them must draw the same."""
-    torch.manual_seed(seed)
+    verdict_fn(torch, "manual_seed")(seed)
     if cuda:
-        torch.cuda.manual_seed(seed)
-    random.seed(seed)
+        verdict_fn(torch, "cuda.manual_seed")(seed)
+    RANDOM_SEED(seed)
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed(seed)
 
 
 def to_device(torch, xs, dev):
-    return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in xs]
+    """xs with its tensors moved to dev (torch's methods as imported: verdict_fn)."""
+    to, tensor = verdict_fn(torch, "Tensor.to"), verdict_fn(torch, "Tensor")
+    return [to(x, dev) if isinstance(x, tensor) else x for x in xs]
 
 
 def clone_all(torch, xs):
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+    """xs with its tensors copied (a candidate's Tensor.clone returning its own tensor would
+    let it write its inputs unseen)."""
+    clone, tensor = verdict_fn(torch, "Tensor.clone"), verdict_fn(torch, "Tensor")
+    return [clone(x) if isinstance(x, tensor) else x for x in xs]
 
 
 def flatten(torch, out):
     """The output as a list of tensors (a tensor, or a tuple/list of them); None if other."""
-    if isinstance(out, torch.Tensor):
+    tensor = verdict_fn(torch, "Tensor")
+    if isinstance(out, tensor):
         return [out]
     if isinstance(out, (tuple, list)):
         res = []
         for o in out:
-            if not isinstance(o, torch.Tensor):
+            if not isinstance(o, tensor):
                 return None
             res.append(o)
         return res
@@ -175,27 +181,60 @@ def errors(torch, a, b):
     """(max_abs, max_rel): the largest differences of output b from the reference a, in
     double precision (complex128 for complex outputs, so the imaginary part counts), relative
     to max(|a|, 1e-6). Equal elements differ by 0 (an infinity matched too, as allclose
-    takes it); a NaN in either, or an infinity unmatched, by inf."""
-    wide = torch.complex128 if a.is_complex() else torch.float64
-    a64 = a.detach().to(wide)
-    b64 = b.detach().to(wide)
-    diff = (a64 - b64).abs()
-    diff = torch.where(a64 == b64, torch.zeros_like(diff), diff)
-    rel = diff / a64.abs().clamp_min(1e-6)
+    takes it); a NaN in either, or an infinity unmatched, by inf. torch's functions as
+    imported (verdict_fn): a candidate's Tensor.__sub__ does not say 0."""
+    def v(name):
+        return verdict_fn(torch, name)
+    wide = v("complex128") if v("Tensor.is_complex")(a) else v("float64")
+    a64 = v("Tensor.to")(v("Tensor.detach")(a), wide)
+    b64 = v("Tensor.to")(v("Tensor.detach")(b), wide)
+    diff = v("abs")(v("sub")(a64, b64))
+    diff = v("where")(v("eq")(a64, b64), v("zeros_like")(diff), diff)
+    rel = v("div")(diff, v("clamp_min")(v("abs")(a64), 1e-6))
     # NaN here is a NaN given, inf - inf or inf / inf: an unmatched infinity
-    diff = diff.masked_fill(diff.isnan(), math.inf)
-    rel = rel.masked_fill(rel.isnan(), math.inf)
-    return float(diff.max()), float(rel.max())
+    diff = v("masked_fill")(diff, v("isnan")(diff), math.inf)
+    rel = v("masked_fill")(rel, v("isnan")(rel), math.inf)
+    return float(v("Tensor.item")(v("max")(diff))), float(v("Tensor.item")(v("max")(rel)))
 
 
-# torch's comparisons and tensor classes as they were when the worker imported torch, before
-# any candidate's code ran: a candidate that rebinds torch.allclose, torch.equal or
-# torch.Tensor (deceive-check's torch-patch) does not change the verdict's
+# torch's comparisons, tensor classes, the functions and tensor methods the verdict, the inputs'
+# digests, the sealing and the seeding use, as they were when the worker imported torch, before
+# any candidate's code ran (keep_torch): a candidate that rebinds torch.allclose, torch.equal,
+# torch.Tensor, torch.Tensor.numel or Tensor.__sub__ (deceive-check's torch-patch) changes
+# neither the verdict nor the errors reported
 VERDICT_FNS = {}
+VERDICT_NAMES = ("allclose", "equal", "Tensor", "sum", "abs", "sub", "where", "eq", "div",
+                 "clamp_min", "isnan", "masked_fill", "max", "zeros_like", "randint",
+                 "Generator", "manual_seed", "cuda.manual_seed", "float64", "complex128",
+                 "uint8", "int64", "contiguous_format", "Tensor.detach", "Tensor.to",
+                 "Tensor.item", "Tensor.numel", "Tensor.is_floating_point", "Tensor.is_complex",
+                 "Tensor.isnan", "Tensor.any", "Tensor.contiguous", "Tensor.reshape",
+                 "Tensor.view", "Tensor.tolist", "Tensor.__getitem__", "Tensor.bitwise_xor_",
+                 "Tensor.clone", "Tensor.shape", "Tensor.dtype", "Tensor.device")
+RANDOM_SEED = random.seed
 
 
 def verdict_fn(torch, name):
-    return VERDICT_FNS.get(name) or getattr(torch, name)
+    """VERDICT_FNS[name], or (a test that imports the worker) torch's, dotted name read."""
+    f = VERDICT_FNS.get(name)
+    if f is None:
+        f = torch
+        for part in name.split("."):
+            f = getattr(f, part)
+    return f
+
+
+def keep_torch(torch):
+    """VERDICT_FNS and KEPT's torch.cuda functions, from torch as imported (before any job)."""
+    VERDICT_FNS.update(Parameter=torch.nn.Parameter)
+    for name in VERDICT_NAMES:
+        VERDICT_FNS[name] = verdict_fn(torch, name)
+    keep_cuda(torch)
+
+
+def tensor_attr(torch, t, name):
+    """Tensor t's shape, dtype or device, read through the descriptor torch's class had."""
+    return verdict_fn(torch, "Tensor." + name).__get__(t)
 
 
 def plain(torch, t):
@@ -211,8 +250,14 @@ def same_tensor(torch, x, y):
     not answer."""
     if verdict_fn(torch, "equal")(x, y):
         return True
-    return (x.is_floating_point() or x.is_complex()) and \
+    return inexact(torch, x) and \
         bool(verdict_fn(torch, "allclose")(x, y, rtol=0, atol=0, equal_nan=True))
+
+
+def inexact(torch, t):
+    """Is tensor t floating point or complex (compared within tolerances)?"""
+    return verdict_fn(torch, "Tensor.is_floating_point")(t) or \
+        verdict_fn(torch, "Tensor.is_complex")(t)
 
 
 def compare(torch, ref, new, atol, rtol, rtol_only, stats):
@@ -229,25 +274,30 @@ def compare(torch, ref, new, atol, rtol, rtol_only, stats):
             raise Verdict("mismatch", "output %d is a %s, a subclass of torch.Tensor that "
                           "can answer the comparison itself; want a plain tensor"
                           % (i, type(b).__name__))
+    def at(t, name):
+        return tensor_attr(torch, t, name)
+    numel = verdict_fn(torch, "Tensor.numel")
     for i, (a, b) in enumerate(zip(r, c)):
-        if tuple(a.shape) != tuple(b.shape):
+        if tuple(at(a, "shape")) != tuple(at(b, "shape")):
             raise Verdict("shape_mismatch", "output shape %s, want %s"
-                          % (list(b.shape), list(a.shape)))
-        if a.dtype != b.dtype:
-            raise Verdict("mismatch", "output dtype %s, want %s" % (b.dtype, a.dtype))
-        if b.device != a.device:    # KernelBench's allclose refuses the pair
+                          % (list(at(b, "shape")), list(at(a, "shape"))))
+        if at(a, "dtype") != at(b, "dtype"):
+            raise Verdict("mismatch", "output dtype %s, want %s"
+                          % (at(b, "dtype"), at(a, "dtype")))
+        if at(b, "device") != at(a, "device"):    # KernelBench's allclose refuses the pair
             raise Verdict("mismatch", "output %d is on device %s, want %s"
-                          % (i, b.device, a.device))
-        if a.numel():
+                          % (i, at(b, "device"), at(a, "device")))
+        if numel(a):
             mabs, mrel = errors(torch, a, b)
             stats["max_abs_err"] = max(stats["max_abs_err"], mabs)
             stats["max_rel_err"] = max(stats["max_rel_err"], mrel)
-        if not (a.is_floating_point() or a.is_complex()):
+        if not inexact(torch, a):
             if not verdict_fn(torch, "equal")(a, b):
-                raise Verdict("mismatch", "output %d differs (exact comparison of %s)" % (i, a.dtype))
+                raise Verdict("mismatch", "output %d differs (exact comparison of %s)"
+                              % (i, at(a, "dtype")))
             continue
         if rtol_only:
-            ok = a.numel() == 0 or stats["max_rel_err"] <= rtol
+            ok = numel(a) == 0 or stats["max_rel_err"] <= rtol
         else:
             ok = bool(verdict_fn(torch, "allclose")(a, b, atol=atol, rtol=rtol))
         if not ok:
@@ -259,8 +309,9 @@ def same_inputs(torch, a, b):
     """Whether the tensors of inputs b (the candidate's copy) still hold what those of a
     hold, as tensors of the same class (one turned into a subclass answers for itself)."""
     for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor):
-            if type(y) is not type(x) or x.shape != y.shape or not same_tensor(torch, x, y):
+        if isinstance(x, verdict_fn(torch, "Tensor")):
+            if type(y) is not type(x) or tuple(tensor_attr(torch, x, "shape")) != \
+                    tuple(tensor_attr(torch, y, "shape")) or not same_tensor(torch, x, y):
                 return False
     return True
 
@@ -269,16 +320,30 @@ def input_digest(torch, xs):
     """What inputs xs hold, to tell whether get_inputs() drew the same again: per tensor its
     class, dtype, shape, device, the sum of its bytes and 64 of them spread over it (one pass
     over it, exact, in any order); other values by repr."""
+    def v(name):
+        return verdict_fn(torch, name)
     out = []
     for x in xs:
-        if isinstance(x, torch.Tensor):
-            b = x.detach().contiguous().reshape(-1).view(torch.uint8)
-            out.append((type(x).__name__, str(x.dtype), tuple(x.shape), str(x.device),
-                        int(torch.sum(b, dtype=torch.int64)),
-                        bytes(b[::max(1, b.numel() // 64)][:64].tolist())))
+        if isinstance(x, v("Tensor")):
+            b = tensor_bytes(torch, v("Tensor.detach")(x))
+            step = max(1, v("Tensor.numel")(b) // 64)
+            some = v("Tensor.__getitem__")(b, slice(None, None, step))
+            out.append((type(x).__name__, str(tensor_attr(torch, x, "dtype")),
+                        tuple(tensor_attr(torch, x, "shape")),
+                        str(tensor_attr(torch, x, "device")),
+                        int(v("Tensor.item")(v("sum")(b, dtype=v("int64")))),
+                        bytes(v("Tensor.tolist")(some)[:64])))
         else:
             out.append(repr(x))
     return out
+
+
+def tensor_bytes(torch, t):
+    """Tensor t's bytes, a flat uint8 view (of t itself where it is contiguous, else of a
+    copy)."""
+    def v(name):
+        return verdict_fn(torch, name)
+    return v("Tensor.view")(v("Tensor.reshape")(v("Tensor.contiguous")(t), -1), v("uint8"))
 
 
 class Sealed:
@@ -301,24 +366,31 @@ class Sealed:
     def xor(self, t, n):
         """XOR tensor t's bytes, in place, with key number n (a second time undoes it)."""
         torch = self.torch
-        b = t.reshape(-1).view(torch.uint8)
-        size = b.numel()
+
+        def v(name):
+            return verdict_fn(torch, name)
+        b = tensor_bytes(torch, t)     # t is contiguous: a view of it
+        size = v("Tensor.numel")(b)
         if not size:
             return
-        g = torch.Generator(device=t.device)
+        dev = tensor_attr(torch, t, "device")
+        g = v("Generator")(device=dev)
         g.manual_seed(self.seed + n)
-        k = torch.randint(0, 256, (min(size, self.KEY),), dtype=torch.uint8, device=t.device,
-                          generator=g)
-        whole = size - size % k.numel()
-        b[:whole].view(-1, k.numel()).bitwise_xor_(k)
+        key = min(size, self.KEY)
+        k = v("randint")(0, 256, (key,), dtype=v("uint8"), device=dev, generator=g)
+        part = v("Tensor.__getitem__")
+        whole = size - size % key
+        v("Tensor.bitwise_xor_")(v("Tensor.view")(part(b, slice(0, whole)), -1, key), k)
         if whole < size:
-            b[whole:].bitwise_xor_(k[:size - whole])
+            v("Tensor.bitwise_xor_")(part(b, slice(whole, None)), part(k, slice(0, size - whole)))
 
     def add(self, outs):
         """Keep one trial's outputs (flatten's list) sealed."""
         kept = []
         for t in outs:
-            c = t.detach().clone(memory_format=self.torch.contiguous_format)
+            c = verdict_fn(self.torch, "Tensor.clone")(
+                verdict_fn(self.torch, "Tensor.detach")(t),
+                memory_format=verdict_fn(self.torch, "contiguous_format"))
             self.xor(c, self.keys)
             kept.append((c, self.keys))
             self.keys += 1
@@ -1651,10 +1723,20 @@ def do_run(torch, job, ev, info):
         except BaseException as e:
             raise ref_failed("reference get_inputs()", e)
         if input_digest(torch, orig) != digests[i]:
-            raise Verdict("ref_error", "get_inputs() drew other inputs for trial %d once the "
-                          "candidate's code had run than under the same seed before it: "
-                          "inputs not from torch's, Python's or NumPy's seeded generators, "
-                          "or generators the candidate changed" % (i + 1))
+            # two more draws: alike, the candidate changed how they are drawn (it rebound
+            # torch.randn, say); unlike, the problem's inputs are not reproducible
+            again = []
+            for _ in range(2):
+                set_seed(torch, s, cuda)
+                again.append(input_digest(torch, to_device(torch, get_inputs(), dev)))
+            if again[0] == again[1]:
+                raise Verdict("mismatch", "get_inputs() drew other inputs for trial %d under "
+                              "its seed once the candidate's code had run than before it, "
+                              "the same twice: the candidate changed how they are drawn"
+                              % (i + 1))
+            raise Verdict("ref_error", "get_inputs() draws other inputs each time under the "
+                          "same seed (trial %d): inputs not from torch's, Python's or NumPy's "
+                          "seeded generators" % (i + 1))
         new_in = clone_all(torch, orig)
         poison(torch, cuda, sealed.kept(i))
         try:
@@ -1754,9 +1836,7 @@ def main():
     except Exception as e:
         chan.send({"ready": False, "message": "cannot import torch: %s" % tail(e)})
         return 1
-    VERDICT_FNS.update(allclose=torch.allclose, equal=torch.equal, Tensor=torch.Tensor,
-                       Parameter=torch.nn.Parameter)
-    keep_cuda(torch)
+    keep_torch(torch)
     # a CUDA device is touched only by run workers; build workers see none
     info = probe_info(torch, "cpu" if want == "cpu" else "auto")
     if "--probe" in sys.argv and info["device"] == "cuda":

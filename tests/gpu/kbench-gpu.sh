@@ -4,7 +4,8 @@
 # and thread timing tricks, GPU work a pool queues between timed calls, an honest idling
 # pool, pools whose threads end or start between timed calls, input mutation,
 # uninitialised output, a reference slowed or changed by a rebound torch function or its
-# output looked for in the worker's frames, timing's own functions rebound; lean builds, their fallback to the
+# output looked for in the worker's frames, timing's or the verdict's own functions rebound;
+# lean builds, their fallback to the
 # source as written, a syntax error, a name neither header has) and a few Python ones (one
 # writing beside its directory, which the read-only file system refuses, one writing into
 # every entry of the build cache, of which only its own takes it). Prints TAP lines,
@@ -236,6 +237,16 @@ check relu_slowref 'ev["correct"] and ev["ref_ms"] < 1' \
 	"torch.relu rebound to wait 2 ms: the reference timed without it (ref_ms < 1)"
 check relu_falseref 'ev["error"] == "mismatch"' "torch.relu rebound to return zeros: mismatch"
 check relu_peek 'ev["error"] == "mismatch"' "the reference's output looked for in the frames: mismatch"
+# the verdict's functions and tensor methods as imported: Tensor.__sub__ or Tensor.numel
+# rebound with zeros returned under --rtol-only, torch.randn rebound (the inputs), Tensor.clone
+# rebound to work in place on the worker's inputs: each a mismatch
+"$py" "$mk" level1/1_ReLU.py relu_tsub.py relu_numel.py relu_randn.py relu_clone.py |
+	kbench-eval -d cuda -k "$kb" -c "$cache" -P 0 --rtol-only $netns >"$out/kept.jsonl" \
+	2>>"$out/eval.err"
+recs=$out/kept.jsonl
+for id in relu_tsub relu_numel relu_randn relu_clone; do
+	check $id 'ev["error"] == "mismatch"' "a torch function or tensor method rebound: mismatch"
+done
 recs=$out/eval.jsonl
 kbench-eval --report -k "$kb" -L 1 "$out/eval.jsonl" >"$out/report.txt" 2>>"$out/eval.err" &&
 	ok "report" || notok "report"
