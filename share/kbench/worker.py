@@ -208,7 +208,7 @@ VERDICT_NAMES = ("allclose", "equal", "Tensor", "sum", "abs", "sub", "where", "e
                  "Generator", "manual_seed", "cuda.manual_seed", "float64", "complex128",
                  "uint8", "int64", "contiguous_format", "Tensor.detach", "Tensor.to",
                  "Tensor.item", "Tensor.numel", "Tensor.is_floating_point", "Tensor.is_complex",
-                 "Tensor.isnan", "Tensor.any", "Tensor.contiguous", "Tensor.reshape",
+                 "Tensor.contiguous", "Tensor.reshape",
                  "Tensor.view", "Tensor.tolist", "Tensor.__getitem__", "Tensor.bitwise_xor_",
                  "Tensor.clone", "Tensor.shape", "Tensor.dtype", "Tensor.device")
 RANDOM_SEED = random.seed
@@ -506,7 +506,6 @@ def keep_cuda(torch):
 def kept_record(e):
     """Record event e now on the current stream (KEPT's functions)."""
     KEPT.record(e, KEPT.stream())
-
 
 
 def task_ids():
@@ -1650,16 +1649,41 @@ def do_run(torch, job, ev, info):
     # the correctness trials (sealed) and its timing, so that nothing the candidate does (a
     # torch function rebound, a thread of its own) can change or slow it
     own = own_threads(torch, cuda)
+
+    def draw(s, ran):
+        """The inputs under seed s (ran: the candidate's code has run)."""
+        set_seed(torch, s, cuda)
+        try:
+            return to_device(torch, get_inputs(), dev)
+        except BaseException as e:
+            if not ran:
+                raise ref_failed("reference get_inputs()", e)
+            traceback.print_exc()   # it did not raise under this seed before
+            raise Verdict("runtime_error", "get_inputs() raised once the candidate's code had "
+                          "run: %s: %s" % (type(e).__name__, tail(e)))
+
+    def redraw(s, digest, what):
+        """The inputs under seed s drawn again once the candidate's code ran, as they were
+        before it (digest); where not, two more draws: alike, the candidate changed how they
+        are drawn (it rebound torch.randn, say); unlike, the problem's are not reproducible."""
+        xs = draw(s, True)
+        if input_digest(torch, xs) == digest:
+            return xs
+        again = [input_digest(torch, draw(s, True)) for _ in range(2)]
+        if again[0] == again[1]:
+            raise Verdict("mismatch", "get_inputs() drew other inputs for %s under its seed "
+                          "once the candidate's code had run than before it, the same twice: "
+                          "the candidate changed how they are drawn" % what)
+        raise Verdict("ref_error", "get_inputs() draws other inputs each time under the same "
+                      "seed (%s): inputs not from torch's, Python's or NumPy's seeded "
+                      "generators" % what)
+
     set_seed(torch, seed, cuda)
     seeds = [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(trials)]
     sealed = Sealed(torch)
     digests = []
     for s in seeds:
-        set_seed(torch, s, cuda)
-        try:
-            orig = to_device(torch, get_inputs(), dev)
-        except BaseException as e:
-            raise ref_failed("reference get_inputs()", e)
+        orig = draw(s, False)
         digests.append(input_digest(torch, orig))
         try:
             with torch.no_grad():
@@ -1676,16 +1700,17 @@ def do_run(torch, job, ev, info):
         sealed.add(flat)
         del orig, ref_out, flat
     rt = None
-    if perf > 0 and time_ref:
-        try:
-            set_seed(torch, seed, cuda)
-            inputs = to_device(torch, get_inputs(), dev)
-            rt = stats_of(Timer(torch, cuda, bool(job.get("flush_l2", False)), own)
-                          .measure(model, inputs, warm, perf))
-        except Verdict as v:    # the reference's own threads: no candidate's code has run
-            raise Verdict("ref_error", "reference timing: %s" % v.message)
-        except BaseException as e:
-            raise ref_failed("reference timing", e)
+    if perf > 0:    # the timing's inputs: drawn again for the candidate, as they are now
+        inputs = draw(seed, False)
+        timing_digest = input_digest(torch, inputs)
+        if time_ref:
+            try:
+                rt = stats_of(Timer(torch, cuda, bool(job.get("flush_l2", False)), own)
+                              .measure(model, inputs, warm, perf))
+            except Verdict as v:    # the reference's own threads: no candidate's code ran
+                raise Verdict("ref_error", "reference timing: %s" % v.message)
+            except BaseException as e:
+                raise ref_failed("reference timing", e)
         del inputs
     del model
     # threads the reference started are not the candidate's
@@ -1717,26 +1742,7 @@ def do_run(torch, job, ev, info):
     passed = 0
     ev["trials_passed"] = 0
     for i, s in enumerate(seeds):
-        set_seed(torch, s, cuda)
-        try:
-            orig = to_device(torch, get_inputs(), dev)
-        except BaseException as e:
-            raise ref_failed("reference get_inputs()", e)
-        if input_digest(torch, orig) != digests[i]:
-            # two more draws: alike, the candidate changed how they are drawn (it rebound
-            # torch.randn, say); unlike, the problem's inputs are not reproducible
-            again = []
-            for _ in range(2):
-                set_seed(torch, s, cuda)
-                again.append(input_digest(torch, to_device(torch, get_inputs(), dev)))
-            if again[0] == again[1]:
-                raise Verdict("mismatch", "get_inputs() drew other inputs for trial %d under "
-                              "its seed once the candidate's code had run than before it, "
-                              "the same twice: the candidate changed how they are drawn"
-                              % (i + 1))
-            raise Verdict("ref_error", "get_inputs() draws other inputs each time under the "
-                          "same seed (trial %d): inputs not from torch's, Python's or NumPy's "
-                          "seeded generators" % (i + 1))
+        orig = redraw(s, digests[i], "trial %d" % (i + 1))
         new_in = clone_all(torch, orig)
         poison(torch, cuda, sealed.kept(i))
         try:
@@ -1766,8 +1772,7 @@ def do_run(torch, job, ev, info):
     if perf <= 0:
         return
     timer = Timer(torch, cuda, bool(job.get("flush_l2", False)), own)
-    set_seed(torch, seed, cuda)
-    inputs = to_device(torch, get_inputs(), dev)
+    inputs = redraw(seed, timing_digest, "the timing")
     try:
         kt = stats_of(timer.measure(new, inputs, warm, perf))
     except Verdict:     # a thread that outlives the call
