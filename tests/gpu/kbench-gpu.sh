@@ -226,13 +226,15 @@ done
 # candidate's code ran: one that rebinds Event.elapsed_time to say a fiftieth (relu_event) or
 # os.listdir to hide the thread it leaves 30 ms of work to (relu_hide) is timed right
 "$py" "$mk" level1/1_ReLU.py relu_slowref.py relu_falseref.py relu_peek.py relu_event.py \
-	relu_hide.py | kbench-eval -d cuda -k "$kb" -c "$cache" -P 20 $netns >"$out/first.jsonl" \
+	relu_hide.py relu_late.py | kbench-eval -d cuda -k "$kb" -c "$cache" -P 20 $netns >"$out/first.jsonl" \
 	2>>"$out/eval.err"
 recs=$out/first.jsonl
 check relu_event 'ev["correct"] and ev["speedup"] < 5' \
 	"Event.elapsed_time rebound to say a fiftieth: timed with the real one (speedup < 5)"
 check relu_hide 'ev["correct"] and ev["kernel_ms"] > 20' \
 	"os.listdir rebound to hide the thread doing 30 ms of work: timed with it (kernel_ms > 20)"
+check relu_late 'ev["error"] == "mismatch" and "for the timing" in ev["message"]' \
+	"torch.randn rebound to draw 1 x 1 after the correctness trials: the timing's inputs checked"
 check relu_slowref 'ev["correct"] and ev["ref_ms"] < 1' \
 	"torch.relu rebound to wait 2 ms: the reference timed without it (ref_ms < 1)"
 check relu_falseref 'ev["error"] == "mismatch"' "torch.relu rebound to return zeros: mismatch"
