@@ -264,6 +264,13 @@ static int starts(const char *s, const char *prefix)
 	return !strncmp(s, prefix, strlen(prefix));
 }
 
+/* dotted name s is name or a name under it: within("time.sleep", "time") */
+static int within(const char *s, const char *name)
+{
+	size_t n = strlen(name);
+	return !strncmp(s, name, n) && (s[n] == '\0' || s[n] == '.');
+}
+
 static int ends(const char *s, const char *suffix)
 {
 	size_t a = strlen(s), b = strlen(suffix);
@@ -5051,10 +5058,9 @@ static int setattr_any_rule(struct ctx *x, const char *obj)
 	char *t;
 	int hit;
 
-	if (!strcmp(obj, "time") || starts(obj, "time.") || !strcmp(obj, "os") || starts(obj, "os.") ||
-	    !strcmp(obj, "torch.cuda") || starts(obj, "torch.cuda."))
+	if (within(obj, "time") || within(obj, "os") || within(obj, "torch.cuda"))
 		return 6;
-	if (strcmp(obj, "torch") && !starts(obj, "torch."))
+	if (!within(obj, "torch"))
 		return -1;
 	t = xasprintf("%s.name", obj);
 	hit = match_str(x, RE_TORCH_ATTR, t);
@@ -5327,11 +5333,9 @@ static const char *intro_attrs[] = { "f_back", "f_locals", "f_globals", "tb_fram
 /* the function of intro_fns that dotted name s (canonical) is or is an attribute of, or NULL */
 static const char *intro_fn(const char *s)
 {
-	for (int i = 0; intro_fns[i]; i++) {
-		size_t n = strlen(intro_fns[i]);
-		if (!strncmp(s, intro_fns[i], n) && (s[n] == '\0' || s[n] == '.'))
+	for (int i = 0; intro_fns[i]; i++)
+		if (within(s, intro_fns[i]))
 			return intro_fns[i];
-	}
 	return NULL;
 }
 
@@ -5454,7 +5458,7 @@ static void intro_fstrings(struct ctx *x)
  * evaluator's own module, which holds what it runs with */
 static int intro_is_main(const struct pysrc *p, int a, int b, struct buf *s)
 {
-	return const_string(p, a, b, s) && (!strcmp(s->p, "__main__") || starts(s->p, "__main__."));
+	return const_string(p, a, b, s) && within(s->p, "__main__");
 }
 
 /* import __main__, import __main__ as m, from __main__ import x: the statement at token k */
@@ -5466,12 +5470,12 @@ static void intro_main_import(struct ctx *x, int k, int end)
 	buf_init(&b);
 	if (tok_is(p, k, "from")) {
 		dotted(p, k + 1, end, &b);
-		if (!strcmp(b.p, "__main__") || starts(b.p, "__main__."))
+		if (within(b.p, "__main__"))
 			intro_found(x, p->tok[k].line, "from __main__ import", NULL, intro_main);
 	} else {
 		for (k++; k < end;) {
 			k = dotted(p, k, end, &b);
-			if (!strcmp(b.p, "__main__") || starts(b.p, "__main__.")) {
+			if (within(b.p, "__main__")) {
 				intro_found(x, p->tok[k - 1].line, "import __main__", NULL, intro_main);
 				break;
 			}
